@@ -1,0 +1,1 @@
+"""simdist: a deterministic discrete-event simulator of distributed deep-learning training."""
