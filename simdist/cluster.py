@@ -5,7 +5,15 @@ Timing only: nothing here imports JAX.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import simpy
+import simpy.resources.resource
+
+from simdist.errors import SimdistError
 
 
 @dataclass(frozen=True)
@@ -32,3 +40,266 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
     # Google Cloud TPU v4 documentation: 275 TFLOP/s peak (bf16) per chip.
     "tpu-v4": DeviceProfile("tpu-v4", "tpu", 275e12, 0.5, "Cloud TPU v4 docs, bf16 per chip"),
 }
+
+
+class Link:
+    """A channel with a latency and a bandwidth that carries one transfer at a time.
+
+    Cost follows the alpha–beta (Hockney) model, ``latency_s + nbytes / bandwidth_Bps``.
+    The link is a ``simpy.Resource`` of capacity 1 whose queue is FIFO, so transfers that
+    want it at the same time serialise: contention on a shared NIC or PCIe bus appears
+    without special cases. ``busy_s`` adds up the simulated time the link was held, for
+    utilisation reports.
+    """
+
+    def __init__(
+        self, env: simpy.Environment, name: str, latency_s: float, bandwidth_Bps: float
+    ) -> None:
+        if latency_s < 0 or not math.isfinite(latency_s):
+            raise ValueError(f"link {name}: latency_s must be finite and >= 0, got {latency_s}")
+        if bandwidth_Bps <= 0 or math.isnan(bandwidth_Bps):
+            raise ValueError(f"link {name}: bandwidth_Bps must be > 0, got {bandwidth_Bps}")
+        self.name = name
+        self.latency_s = float(latency_s)
+        self.bandwidth_Bps = float(bandwidth_Bps)
+        self.resource = simpy.Resource(env, capacity=1)
+        self.busy_s = 0.0
+
+    def transfer_time(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` over this link alone, ignoring any queueing."""
+        # Hockney's alpha–beta model: t = alpha + n * beta, beta = 1 / bandwidth.
+        return self.latency_s + nbytes / self.bandwidth_Bps
+
+    def __repr__(self) -> str:
+        return (
+            f"Link({self.name!r}, latency_s={self.latency_s!r}, "
+            f"bandwidth_Bps={self.bandwidth_Bps!r})"
+        )
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or CPU) that runs a model replica."""
+
+    name: str
+    host: str
+    index: int
+    kind: str
+    peak_flops: float
+    efficiency: float
+
+    def compute_time_s(self, flops: float) -> float:
+        """Seconds this device needs for ``flops`` floating-point operations.
+
+        A training step reaches only ``efficiency`` of the datasheet peak (roofline view:
+        memory traffic and kernel launches keep real steps below peak).
+        """
+        return flops / (self.peak_flops * self.efficiency)
+
+
+HostRole = Literal["worker", "ps", "chief"]
+
+
+@dataclass(eq=False)
+class Host:
+    """A machine (a TF task): its devices, its network interface and its intra-host link.
+
+    ``nic`` is shared by every transfer into or out of the host; ``intra`` (PCIe / NVLink)
+    is shared by the host's devices.
+    """
+
+    name: str
+    role: HostRole
+    devices: list[Device]
+    nic: Link
+    intra: Link
+
+
+class Cluster:
+    """The hosts, devices and links of one scenario, built on the engine's environment.
+
+    ``spec`` is duck-typed (the scenario's ``ClusterSpec``): it needs ``hosts``,
+    ``worker_names``, ``ps``, ``ps_names``, ``devices_per_host``, ``device.profile``,
+    ``device.peak_flops``, ``device.efficiency`` and ``links.intra_host`` /
+    ``links.network`` with ``bandwidth_Bps`` and ``latency_s``. The keyword overrides
+    ``n_hosts`` and ``devices_per_host`` let a strategy reshape the workers, e.g. tpu
+    building an x*y torus. Worker hosts are ``workers``; each parameter-server task is a
+    device-less host in ``ps_hosts``; ``devices`` lists every worker device host-major.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        spec: Any,
+        *,
+        n_hosts: int | None = None,
+        devices_per_host: int | None = None,
+    ) -> None:
+        self.env = env
+        self.spec = spec
+        self.profile = _effective_profile(spec.device)
+        n_workers = int(spec.hosts if n_hosts is None else n_hosts)
+        per_host = int(spec.devices_per_host if devices_per_host is None else devices_per_host)
+        if n_workers < 1:
+            raise ValueError(f"a cluster needs at least one worker host, got {n_workers}")
+        if per_host < 1:
+            raise ValueError(f"a host needs at least one device, got {per_host}")
+        intra = spec.links.intra_host
+        network = spec.links.network
+
+        def make_host(name: str, role: HostRole, n_devices: int) -> Host:
+            devices = [
+                Device(
+                    name=f"{name}/{self.profile.kind}{i}",
+                    host=name,
+                    index=i,
+                    kind=self.profile.kind,
+                    peak_flops=self.profile.peak_flops,
+                    efficiency=self.profile.efficiency,
+                )
+                for i in range(n_devices)
+            ]
+            return Host(
+                name=name,
+                role=role,
+                devices=devices,
+                nic=Link(env, f"{name}/nic", network.latency_s, network.bandwidth_Bps),
+                intra=Link(env, f"{name}/intra", intra.latency_s, intra.bandwidth_Bps),
+            )
+
+        worker_names = _names(getattr(spec, "worker_names", None), n_workers, "worker")
+        ps_names = _names(getattr(spec, "ps_names", None), int(spec.ps or 0), "ps")
+        self.workers: list[Host] = [make_host(n, "worker", per_host) for n in worker_names]
+        self.ps_hosts: list[Host] = [make_host(n, "ps", 0) for n in ps_names]
+        self.devices: list[Device] = [d for h in self.workers for d in h.devices]
+        self._by_name = {h.name: h for h in self.hosts}
+        if len(self._by_name) != len(self.hosts):
+            raise ValueError(f"host names must be unique, got {[h.name for h in self.hosts]}")
+
+    @property
+    def hosts(self) -> list[Host]:
+        """Every host: the workers, then the parameter-server tasks."""
+        return [*self.workers, *self.ps_hosts]
+
+    @property
+    def chief(self) -> Host:
+        """Worker 0, which pays for checkpoints and summaries (TF's implicit chief)."""
+        return self.workers[0]
+
+    @property
+    def devices_per_host(self) -> int:
+        """Devices on each worker host."""
+        return len(self.workers[0].devices)
+
+    def host(self, name: str) -> Host:
+        """The host called ``name``."""
+        return self._by_name[name]
+
+    def host_of(self, device: Device) -> Host:
+        """The host a device sits on."""
+        return self._by_name[device.host]
+
+    def links(self) -> list[Link]:
+        """Every link of the cluster, in host order (NIC, then intra-host link)."""
+        return [link for h in self.hosts for link in (h.nic, h.intra)]
+
+
+def _effective_profile(device_spec: Any) -> DeviceProfile:
+    """The named profile with the scenario's ``peak_flops`` / ``efficiency`` overrides."""
+    key = getattr(device_spec, "profile", None) or "cpu"
+    if key not in DEVICE_PROFILES:
+        raise SimdistError(
+            f"unknown device profile {key!r}; expected one of {', '.join(DEVICE_PROFILES)}"
+        )
+    profile = DEVICE_PROFILES[key]
+    peak = getattr(device_spec, "peak_flops", None)
+    efficiency = getattr(device_spec, "efficiency", None)
+    if peak is None and efficiency is None:
+        return profile
+    return replace(
+        profile,
+        peak_flops=profile.peak_flops if peak is None else float(peak),
+        efficiency=profile.efficiency if efficiency is None else float(efficiency),
+        source=f"{profile.source}; overridden by the scenario",
+    )
+
+
+def _names(given: Sequence[str] | None, n: int, prefix: str) -> list[str]:
+    """The spec's names when there are at least ``n`` of them, else ``<prefix>0`` ..."""
+    if given is not None and len(given) >= n:
+        return [str(name) for name in given[:n]]
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def _ordered(links: Sequence[Link]) -> list[Link]:
+    """Links deduplicated and sorted by name: one global acquisition order avoids deadlock."""
+    unique = {id(link): link for link in links}
+    return sorted(unique.values(), key=lambda link: link.name)
+
+
+def hold_links(
+    env: simpy.Environment, links: Sequence[Link], seconds: float
+) -> Generator[simpy.Event, Any, tuple[float, float]]:
+    """SimPy process: wait for every link, hold them all for ``seconds``, release them.
+
+    Links are requested one by one in name order (the classic resource-ordering rule
+    against deadlock). Returns ``(start_s, end_s)``, the interval actually held, after any
+    queueing. If the process is interrupted, pending requests are withdrawn, held links
+    released and the partial hold still counted in ``busy_s``.
+    """
+    if seconds < 0:
+        raise ValueError(f"cannot hold links for a negative time: {seconds}")
+    ordered = _ordered(links)
+    requests: list[simpy.resources.resource.Request] = []
+    start: float | None = None
+    try:
+        for link in ordered:
+            request = link.resource.request()
+            requests.append(request)
+            yield request
+        start = env.now
+        yield env.timeout(seconds)
+        return start, env.now
+    finally:
+        if start is not None:
+            for link in ordered:
+                link.busy_s += env.now - start
+        for request in requests:
+            request.cancel()
+            request.resource.release(request)
+
+
+def transfer(
+    env: simpy.Environment, links: Sequence[Link], nbytes: float
+) -> Generator[simpy.Event, Any, tuple[float, float]]:
+    """SimPy process: move ``nbytes`` along a route, holding every link on it.
+
+    Store-and-forward is not modelled: the message pays every hop's latency once and
+    streams at the slowest link's rate (alpha–beta along a path), so the time held is
+    ``sum(latency_s) + nbytes / min(bandwidth_Bps)``. Use as
+    ``start, end = yield env.process(transfer(env, route(a, b), nbytes))``.
+    """
+    if nbytes < 0:
+        raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
+    return (yield from hold_links(env, links, path_time_s(links, nbytes)))
+
+
+def path_time_s(links: Sequence[Link], nbytes: float) -> float:
+    """Seconds to move ``nbytes`` along ``links`` with no queueing (0 for an empty path)."""
+    ordered = _ordered(links)
+    if not ordered:
+        return 0.0
+    latency_s = sum(link.latency_s for link in ordered)
+    return latency_s + nbytes / min(link.bandwidth_Bps for link in ordered)
+
+
+def route(src: Host, dst: Host) -> list[Link]:
+    """The links a message from ``src`` to ``dst`` occupies.
+
+    Inside one host it crosses the intra-host link; between hosts it leaves through the
+    sender's NIC and enters through the receiver's (the network core is assumed
+    non-blocking, so only the end points contend).
+    """
+    if src is dst:
+        return [src.intra]
+    return [src.nic, dst.nic]

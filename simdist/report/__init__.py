@@ -1,0 +1,29 @@
+"""Writing a run's report folder: tables, summary, plots, parameters, the resolved scenario."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from simdist.report.plots import plot_loss_vs_time
+from simdist.report.tables import AtomicFolder, write_csv, write_json
+
+
+def write_report(result: Any, out_dir: Path) -> Path:
+    """Write ``result`` into ``out_dir`` atomically; return the folder."""
+    from simdist.numerics.executor import save_params
+    from simdist.scenario import dump_scenario
+
+    out_dir = Path(out_dir)
+    with AtomicFolder(out_dir) as tmp:
+        write_csv(result.metrics, tmp / "metrics.csv")
+        write_csv(result.events, tmp / "events.csv")
+        for name, frame in result.tables.items():
+            write_csv(frame, tmp / f"{name}.csv")
+        write_json(result.summary, tmp / "summary.json")
+        (tmp / "scenario.yaml").write_text(dump_scenario(result.scenario))
+        if result.params is not None:
+            save_params(tmp / "params.npz", result.params)
+        plot_loss_vs_time(result.metrics, result.scenario.name, tmp / "loss_vs_time.png")
+    result.out_dir = out_dir
+    return out_dir

@@ -1,0 +1,152 @@
+"""The engine: owns the one SimPy environment, wires cluster + workload + strategy, runs.
+
+Nothing else in simdist keeps time.  The engine measures the per-step costs
+once (XLA cost analysis of the real gradient function, the real byte size of
+the parameters), hands them to the strategy, runs the SimPy clock to the end
+and returns a :class:`Result` — the tidy tables, a summary and the final
+parameters.  Writing the report folder is :mod:`simdist.report`'s job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import simpy
+
+from simdist.recorder import Recorder
+from simdist.report.tables import build_summary
+from simdist.scenario import Scenario, load_scenario
+from simdist.strategies import strategy_class
+from simdist.strategies.base import Costs, resolve_execution
+
+
+@dataclass
+class Result:
+    """Everything a run produced: what the report folder holds, as Python objects."""
+
+    scenario: Scenario
+    metrics: pd.DataFrame
+    events: pd.DataFrame
+    summary: dict[str, Any]
+    params: Any | None
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    out_dir: Path | None = None
+
+
+def build_workload(scenario: Scenario) -> Any:
+    """The JAX side of the run: model, data, optimizer, initial parameters."""
+    from simdist.numerics.data import load_dataset
+    from simdist.numerics.executor import Workload
+
+    w = scenario.workload
+    n_train = len(load_dataset(w.dataset, scenario.seed).x_train)
+    return Workload(
+        w.model,
+        w.dataset,
+        w.optimizer,
+        seed=scenario.seed,
+        total_steps=w.total_steps(n_train),
+        init_from=w.init_from,
+    )
+
+
+def measure_costs(scenario: Scenario, workload: Any, peak_flops: float, efficiency: float) -> Costs:
+    """Per-replica compute time of one step and the gradient's byte size.
+
+    Compute time = FLOPs of the jitted gradient function for the per-replica
+    batch, from XLA's own cost analysis, / (peak FLOP/s × efficiency) — unless
+    the scenario fixes ``cluster.device.compute_time``.
+    """
+    fixed = scenario.cluster.device.compute_time_s
+    flops = (
+        0.0 if fixed is not None else float(workload.flops_per_step(scenario.workload.batch_size))
+    )
+    compute_s = fixed if fixed is not None else flops / (peak_flops * efficiency)
+    import jax
+
+    shapes = [tuple(leaf.shape) for leaf in jax.tree_util.tree_leaves(workload.params)]
+    return Costs(
+        compute_s=compute_s,
+        grad_nbytes=int(workload.param_bytes),
+        flops_per_replica_step=flops,
+        total_steps=scenario.workload.total_steps(workload.batches.n_train),
+        param_leaves=tuple(
+            (path, shape, nbytes)
+            for (path, nbytes), shape in zip(workload.param_leaves, shapes, strict=True)
+        ),
+    )
+
+
+def prepare_devices(scenario: Scenario) -> None:
+    """Ask JAX for enough emulated CPU devices before its backend starts, if needed."""
+    execution = getattr(scenario.strategy, "execution", None)
+    if execution == "devices":
+        from simdist.numerics.executor import ensure_devices
+
+        ensure_devices(scenario.replicas)
+
+
+def run(
+    scenario: Scenario | str | Path,
+    *,
+    overrides: tuple[str, ...] | list[str] = (),
+    on_step: Callable[[int, int], None] | None = None,
+) -> Result:
+    """Simulate ``scenario`` to the end and return its :class:`Result` (writes nothing)."""
+    if not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario, overrides)
+    elif overrides:
+        raise TypeError("overrides apply to scenario files; change the Scenario object instead")
+    prepare_devices(scenario)
+
+    env = simpy.Environment()
+    recorder = Recorder()
+    cls = strategy_class(scenario.strategy.kind)
+    cluster = cls.build_cluster(env, scenario)
+    workload = build_workload(scenario)
+    device = cluster.devices[0]
+    costs = measure_costs(scenario, workload, device.peak_flops, device.efficiency)
+
+    progress = (lambda step: on_step(step, costs.total_steps)) if on_step else None
+    strategy = cls(
+        scenario,
+        env,
+        cluster,
+        recorder,
+        workload if scenario.numerics else None,
+        costs,
+        on_step=progress,
+    )
+    env.process(strategy.process())
+    env.run()
+
+    metrics = recorder.metrics_frame()
+    events = recorder.events_frame()
+    summary = build_summary(
+        scenario=scenario,
+        metrics=metrics,
+        events=events,
+        sim_time_s=float(env.now),
+        steps=strategy.steps_done,
+        costs=costs,
+        devices=[d.name for d in strategy.training_devices],
+        diverged_at=strategy.diverged_at,
+        extra=strategy.summary(),
+    )
+    summary["execution"] = (
+        resolve_execution(getattr(scenario.strategy, "execution", "batched"), scenario.replicas)
+        if scenario.numerics
+        else "none"
+    )
+    return Result(
+        scenario=scenario,
+        metrics=metrics,
+        events=events,
+        summary=summary,
+        params=strategy.final_params,
+        tables=recorder.table_frames(),
+    )

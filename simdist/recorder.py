@@ -1,0 +1,74 @@
+"""Every event and metric of a run, stamped with simulated time.
+
+The recorder is a plain append-only log: strategies call it as things happen
+on the SimPy clock, and it turns into tidy pandas tables at the end.  It knows
+no strategy and no SimPy; rows come out in the order they were recorded
+(which the engine makes deterministic), sorted stably by time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+
+EVENT_COLUMNS = ("start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail")
+METRIC_COLUMNS = ("time_s", "step", "metric", "value")
+
+#: Event kinds and what they mean, for docs and for ``simdist list``.
+EVENT_KINDS = {
+    "compute": "a device computes one gradient",
+    "comm": "bytes move over a link (send, receive, all-reduce, pull, push)",
+    "idle": "a device waits for others (barrier) or for a link",
+    "apply": "an optimizer update is applied",
+    "eval": "the chief evaluates on the test set",
+}
+
+
+class Recorder:
+    """Collects events (intervals), metrics (points) and extra tidy tables."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[Any, ...]] = []
+        self._metrics: list[tuple[Any, ...]] = []
+        self._tables: dict[str, list[dict[str, Any]]] = defaultdict(list)
+
+    def event(
+        self,
+        start_s: float,
+        end_s: float,
+        host: str,
+        device: str,
+        kind: str,
+        nbytes: float = 0,
+        step: int = -1,
+        detail: str = "",
+    ) -> None:
+        """Record that ``device`` on ``host`` spent [start_s, end_s] doing ``kind``."""
+        if end_s > start_s:
+            self._events.append(
+                (float(start_s), float(end_s), host, device, kind, int(nbytes), int(step), detail)
+            )
+
+    def metric(self, time_s: float, step: int, name: str, value: float) -> None:
+        """Record the value of metric ``name`` at simulated time ``time_s``."""
+        self._metrics.append((float(time_s), int(step), name, float(value)))
+
+    def row(self, table: str, **fields: Any) -> None:
+        """Append one row to the extra table ``table`` (e.g. ``updates``)."""
+        self._tables[table].append(fields)
+
+    def events_frame(self) -> pd.DataFrame:
+        """All events, one row per simulated interval, stably sorted by start time."""
+        frame = pd.DataFrame(self._events, columns=list(EVENT_COLUMNS))
+        return frame.sort_values("start_s", kind="stable", ignore_index=True)
+
+    def metrics_frame(self) -> pd.DataFrame:
+        """All metrics in tidy form, stably sorted by simulated time."""
+        frame = pd.DataFrame(self._metrics, columns=list(METRIC_COLUMNS))
+        return frame.sort_values("time_s", kind="stable", ignore_index=True)
+
+    def table_frames(self) -> dict[str, pd.DataFrame]:
+        """The extra tables, by name, in recording order."""
+        return {name: pd.DataFrame(rows) for name, rows in sorted(self._tables.items())}

@@ -1,0 +1,571 @@
+"""``parameter_server``: W workers, S parameter-server tasks, asynchronous updates.
+
+As ``tf.distribute.experimental.ParameterServerStrategy`` (DESIGN.md §3):
+variables are partitioned over the PS tasks; each worker loops — pull every
+shard (in parallel, contending on the PS links), compute a gradient for real
+from the pulled, possibly stale, parameters on its own batch, push each
+gradient shard to its PS — and each PS applies a gradient shard on arrival.
+
+Options:
+
+* ``staleness_bound: s`` — stale synchronous parallel (Ho et al. 2013, "More
+  effective distributed ML via a stale synchronous parallel parameter
+  server"): a worker whose clock (completed iterations) is more than ``s``
+  ahead of the slowest worker's waits before pulling.
+* ``lr_staleness: inverse`` — the update is scaled by 1 / max(1, staleness)
+  (Zhang, Gupta, Lian & Liu 2016, "Staleness-aware async-SGD").
+* ``mode: sync`` with ``backup_workers: b`` — every step all workers pull the
+  same version; the first N−b gradients to arrive are averaged and applied,
+  the b late ones are dropped (Chen, Pan, Monga, Bengio & Jozefowicz 2016,
+  "Revisiting distributed synchronous SGD").
+
+Two staleness measures are recorded per applied gradient (``updates.csv``):
+``staleness`` = PS version at apply − version pulled (DESIGN.md's definition:
+how many other updates landed in between), and ``ssp_staleness`` = the
+worker's clock − the slowest worker's clock when it pulled (staleness in the
+SSP sense, in iterations; ``staleness_bound`` bounds this one).
+
+The numeric half (:func:`partition`, :class:`ParameterServers`) runs without
+SimPy; the timing half is the worker processes below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simdist.cluster import Device, Host, route, transfer
+from simdist.collectives import ring_allreduce_s, run_allreduce
+from simdist.strategies.base import Strategy
+
+# ---------------------------------------------------------------------------
+# Partitioning variables over parameter servers (pure)
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Rows ``[start, stop)`` along axis 0 of variable number ``leaf``, held by PS ``ps``."""
+
+    ps: int
+    leaf: int
+    path: str
+    start: int
+    stop: int
+    nbytes: int
+
+
+def _even_splits(rows: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous row ranges, sizes differing by at most one (larger first, as TF)."""
+    base, extra = divmod(rows, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def partition(
+    leaves: Sequence[tuple[str, tuple[int, ...], int]],
+    n_ps: int,
+    partitioner: str,
+    min_shard_bytes: float = 256 * 1024,
+    max_shards: int | None = None,
+) -> list[Shard]:
+    """Place variables (or shards of them) on ``n_ps`` parameter servers.
+
+    ``leaves`` are ``(path, shape, nbytes)`` in tree order.
+
+    * ``round_robin`` — whole variables, variable i on PS i mod S: what
+      ParameterServerStrategy does without a variable partitioner.
+    * ``min_size`` — TensorFlow's ``min_max_variable_partitioner``: a variable
+      is split along axis 0 into as many shards as keep each at least
+      ``min_shard_bytes``, at most ``max_shards`` (default: the number of PS
+      tasks); shards are then placed round-robin over the PS tasks.
+    """
+    if partitioner not in ("round_robin", "min_size"):
+        raise ValueError(f"unknown partitioner {partitioner!r}")
+    limit = max_shards if max_shards is not None else n_ps
+    shards: list[Shard] = []
+    next_ps = 0
+    for index, (path, shape, nbytes) in enumerate(leaves):
+        rows = shape[0] if shape else 1
+        parts = 1
+        if partitioner == "min_size" and shape:
+            bytes_per_row = nbytes / rows
+            rows_per_shard = max(1, math.ceil(min_shard_bytes / bytes_per_row))
+            parts = max(1, min(limit, math.ceil(rows / rows_per_shard), rows))
+        for start, stop in _even_splits(rows, parts):
+            size = nbytes * (stop - start) // rows if parts > 1 else nbytes
+            shards.append(Shard(next_ps, index, path, start, stop, int(size)))
+            next_ps = (next_ps + 1) % n_ps
+    return shards
+
+
+def bytes_per_ps(shards: Sequence[Shard], n_ps: int) -> list[int]:
+    """Total bytes of the shards each PS holds."""
+    totals = [0] * n_ps
+    for shard in shards:
+        totals[shard.ps] += shard.nbytes
+    return totals
+
+
+# ---------------------------------------------------------------------------
+# The parameter servers' state: shard values, optimizer states, versions
+# ---------------------------------------------------------------------------
+
+
+class ParameterServers:
+    """Each PS holds its shards, its own optimizer state and a version counter.
+
+    A PS's version is the number of gradients it has applied.  ``pull`` returns
+    references to immutable JAX arrays, so a pulled snapshot never changes.
+    """
+
+    def __init__(self, workload: Any, shards: Sequence[Shard], n_ps: int) -> None:
+        import jax
+
+        self.workload = workload
+        self.shards = list(shards)
+        self.n_ps = n_ps
+        leaves, self.treedef = jax.tree_util.tree_flatten(workload.params)
+        self.shapes = [leaf.shape for leaf in leaves]
+        self.by_ps: list[list[int]] = [[] for _ in range(n_ps)]
+        for i, shard in enumerate(self.shards):
+            self.by_ps[shard.ps].append(i)
+        self.per_leaf: dict[int, list[int]] = {}
+        for i, shard in enumerate(self.shards):
+            self.per_leaf.setdefault(shard.leaf, []).append(i)
+        self.values: list[dict[str, Any]] = []
+        for ps in range(n_ps):
+            self.values.append({self._key(i): self._slice(leaves, i) for i in self.by_ps[ps]})
+        self.opt_states = [workload.init_opt_state(v) for v in self.values]
+        self.versions = [0] * n_ps
+
+    @staticmethod
+    def _key(i: int) -> str:
+        return f"{i:06d}"
+
+    def _slice(self, leaves: Sequence[Any], i: int) -> Any:
+        shard = self.shards[i]
+        leaf = leaves[shard.leaf]
+        if len(self.per_leaf[shard.leaf]) == 1:
+            return leaf
+        return leaf[shard.start : shard.stop]
+
+    def pull(self, ps: int) -> tuple[dict[str, Any], int]:
+        """The current values held by ``ps`` and its version."""
+        return self.values[ps], self.versions[ps]
+
+    def assemble(self, pulled: Sequence[dict[str, Any]]) -> Any:
+        """A full parameter pytree from one pulled value-dict per PS."""
+        import jax
+        import jax.numpy as jnp
+
+        flat: dict[str, Any] = {}
+        for values in pulled:
+            flat.update(values)
+        leaves = []
+        for leaf in range(len(self.shapes)):
+            parts = [flat[self._key(i)] for i in self.per_leaf[leaf]]
+            leaves.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0))
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+    def current(self) -> Any:
+        """The parameters as the PS tasks hold them now."""
+        return self.assemble(self.values)
+
+    def split(self, grads: Any, ps: int) -> dict[str, Any]:
+        """The part of a full gradient pytree that belongs to ``ps``."""
+        import jax
+
+        leaves = jax.tree_util.tree_leaves(grads)
+        return {self._key(i): self._slice(leaves, i) for i in self.by_ps[ps]}
+
+    def apply(self, ps: int, grads: dict[str, Any], lr_scale: float = 1.0) -> int:
+        """Apply a gradient shard on ``ps`` with its own optimizer state; return its new version."""
+        self.values[ps], self.opt_states[ps] = self.workload.apply(
+            self.values[ps], self.opt_states[ps], grads, lr_scale
+        )
+        self.versions[ps] += 1
+        return self.versions[ps]
+
+
+# ---------------------------------------------------------------------------
+# The strategy: worker processes on the SimPy clock
+# ---------------------------------------------------------------------------
+
+
+class ParameterServerStrategy(Strategy):
+    """Asynchronous (or synchronous with backup workers) parameter-server training."""
+
+    kinds = ("parameter_server",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        options = self.scenario.strategy
+        self.options = options
+        self.n_workers = len(self.cluster.workers)
+        self.n_ps = len(self.cluster.ps_hosts)
+        self.worker_batch = (
+            self.scenario.workload.batch_size * self.scenario.cluster.devices_per_host
+        )
+        self.shards = partition(
+            self.costs.param_leaves,
+            self.n_ps,
+            options.partitioner,
+            options.min_shard_bytes,
+            options.max_shards,
+        )
+        self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
+        self.servers: ParameterServers | None = None
+        self.deferred: Any = None
+        if self.workload is not None:
+            from simdist.numerics.executor import DeferredGradients
+
+            self.servers = ParameterServers(self.workload, self.shards, self.n_ps)
+            self.deferred = DeferredGradients(self.workload, self.worker_batch)
+        self.versions = [0] * self.n_ps  # mirrors servers.versions; kept in timing-only mode too
+        self.clock = [0] * self.n_workers  # completed iterations per worker
+        self.claimed = 0
+        self.applied = 0  # gradients applied on every PS (global steps)
+        self.dropped = 0
+        self.staleness: list[int] = []
+        self._progress = self.env.event()
+        self._results: dict[int, tuple[Any, Any, int]] = {}
+        self._stop = False
+
+    @property
+    def final_params(self) -> Any | None:
+        return None if self.servers is None else self.servers.current()
+
+    @property
+    def training_devices(self) -> list[Device]:
+        return list(self.cluster.devices)
+
+    # -- timing helpers ---------------------------------------------------
+
+    def _local_allreduce_s(self) -> float:
+        """Devices of one worker host sum their gradients over the intra-host link."""
+        d = self.scenario.cluster.devices_per_host
+        link = self.scenario.cluster.links.intra_host
+        return ring_allreduce_s(d, self.costs.grad_nbytes, link.latency_s, link.bandwidth_Bps)
+
+    def _move(
+        self, src: Host, dst: Host, nbytes: int, step: int, detail: str
+    ) -> Generator[Any, Any, tuple[float, float]]:
+        """Transfer ``nbytes`` from ``src`` to ``dst``; record it on both ends."""
+        start, end = yield self.env.process(transfer(self.env, route(src, dst), nbytes))
+        worker, ps = (src, dst) if src.role != "ps" else (dst, src)
+        for device in worker.devices:
+            self.recorder.event(start, end, worker.name, device.name, "comm", nbytes, step, detail)
+        self.recorder.event(start, end, ps.name, ps.name, "comm", nbytes, step, detail)
+        return start, end
+
+    def _compute(self, w: int, iteration: int) -> Generator[Any, Any, None]:
+        """Every device of worker ``w`` computes; they sum locally if there are several."""
+        host = self.cluster.workers[w]
+        start = self.env.now
+        seconds = [self.compute_s(d, iteration) for d in host.devices]
+        longest = max(seconds)
+        for device, s in zip(host.devices, seconds, strict=True):
+            self.recorder.event(start, start + s, host.name, device.name, "compute", 0, iteration)
+        yield self.env.timeout(longest)
+        if len(host.devices) > 1:
+            a, b = yield self.env.process(
+                run_allreduce(self.env, [host.intra], self._local_allreduce_s())
+            )
+            for device in host.devices:
+                self.recorder.event(
+                    a,
+                    b,
+                    host.name,
+                    device.name,
+                    "comm",
+                    self.costs.grad_nbytes,
+                    iteration,
+                    "local all-reduce",
+                )
+
+    def _pull_all(self, w: int, iteration: int) -> Generator[Any, Any, tuple[list[Any], list[int]]]:
+        """Pull every shard in parallel; the values are read when the request is issued."""
+        host = self.cluster.workers[w]
+        pulled, versions = [], []
+        for ps in range(self.n_ps):
+            if self.servers is not None:
+                values, version = self.servers.pull(ps)
+                pulled.append(values)
+            else:
+                version = self.versions[ps]
+            versions.append(version)
+        moves = [
+            self.env.process(
+                self._move(
+                    self.cluster.ps_hosts[ps], host, self.ps_nbytes[ps], iteration, f"pull ps{ps}"
+                )
+            )
+            for ps in range(self.n_ps)
+        ]
+        yield self.env.all_of(moves)
+        return pulled, versions
+
+    def _batch(self, w: int, iteration: int) -> tuple[Any, Any]:
+        # Worker w's j-th batch is global batch j·W + w: a pure function of
+        # (seed, w, j), independent of timing; with one worker it is one_device's order.
+        assert self.workload is not None
+        return self.workload.batches.batch(iteration * self.n_workers + w, self.worker_batch)
+
+    def _ssp_wait(self, w: int) -> Generator[Any, Any, None]:
+        bound = self.options.staleness_bound
+        if bound is None:
+            return
+        start = self.env.now
+        while self.clock[w] - min(self.clock) > bound:
+            yield self._progress
+        host = self.cluster.workers[w]
+        for device in host.devices:
+            self.recorder.event(
+                start,
+                self.env.now,
+                host.name,
+                device.name,
+                "idle",
+                0,
+                self.clock[w],
+                "staleness bound",
+            )
+
+    def _tick(self, w: int) -> None:
+        self.clock[w] += 1
+        event, self._progress = self._progress, self.env.event()
+        event.succeed()
+
+    def _gradient(self, ticket: int) -> tuple[float, Any]:
+        loss, grads = self.deferred.result(ticket)
+        return float(loss), grads
+
+    # -- asynchronous mode ------------------------------------------------
+
+    def _async_worker(self, w: int) -> Generator[Any, Any, None]:
+        while not self._stop and self.claimed < self.total_steps:
+            yield from self._ssp_wait(w)
+            if self._stop or self.claimed >= self.total_steps:
+                break
+            self.claimed += 1
+            iteration = self.clock[w]
+            ssp = self.clock[w] - min(self.clock)
+            pulled, versions = yield from self._pull_all(w, iteration)
+            ticket = None
+            if self.servers is not None:
+                x, y = self._batch(w, iteration)
+                ticket = self.deferred.submit(self.servers.assemble(pulled), x, y)
+            yield from self._compute(w, iteration)
+            gradient: dict[str, Any] = {"remaining": self.n_ps}
+            pushes = [
+                self.env.process(
+                    self._push_and_apply(w, ps, ticket, versions[ps], ssp, iteration, gradient)
+                )
+                for ps in range(self.n_ps)
+            ]
+            yield self.env.all_of(pushes)
+            self._tick(w)
+
+    def _push_and_apply(
+        self,
+        w: int,
+        ps: int,
+        ticket: int | None,
+        pulled_version: int,
+        ssp: int,
+        iteration: int,
+        gradient: dict[str, Any],
+    ) -> Generator[Any, Any, None]:
+        host, server = self.cluster.workers[w], self.cluster.ps_hosts[ps]
+        yield from self._move(host, server, self.ps_nbytes[ps], iteration, f"push ps{ps}")
+        staleness = self.versions[ps] - pulled_version
+        loss = math.nan
+        if self.servers is not None and not self._stop:
+            if "grads" not in gradient:
+                gradient["loss"], gradient["grads"] = self._gradient(ticket)
+            loss = gradient["loss"]
+            if not math.isfinite(loss):
+                self._diverge()
+                return
+            scale = 1.0 / max(1, staleness) if self.options.lr_staleness == "inverse" else 1.0
+            self.servers.apply(ps, self.servers.split(gradient["grads"], ps), scale)
+        if self._stop:
+            return
+        self.versions[ps] += 1
+        self.staleness.append(staleness)
+        self.recorder.row(
+            "updates",
+            time_s=self.env.now,
+            worker=w,
+            ps=ps,
+            iteration=iteration,
+            version=self.versions[ps],
+            staleness=staleness,
+            ssp_staleness=ssp,
+            loss=loss,
+        )
+        self.recorder.metric(self.env.now, self.applied, "staleness", staleness)
+        gradient["remaining"] -= 1
+        if gradient["remaining"] == 0:
+            self._applied(loss)
+
+    def _applied(self, loss: float) -> None:
+        """One more gradient is applied on every PS: a global step."""
+        self.applied += 1
+        now = self.env.now
+        if self.servers is not None:
+            self.recorder.metric(now, self.applied, "train_loss", loss)
+            if self.eval_due(self.applied):
+                self.evaluate(self.applied, self.servers.current())
+        if now > 0:
+            self.recorder.metric(
+                now, self.applied, "examples_per_s", self.applied * self.worker_batch / now
+            )
+        self.steps_done = self.applied
+        self.on_step(self.applied)
+
+    def _diverge(self) -> None:
+        if not self._stop:
+            self._stop = True
+            self.diverged_at = self.applied + 1
+
+    # -- synchronous mode with backup workers ----------------------------
+
+    def _sync_worker_step(
+        self,
+        w: int,
+        step: int,
+        arrivals: list[tuple[int, int | None]],
+        enough: simpy.Event,
+        needed: int,
+    ) -> Generator[Any, Any, None]:
+        """One worker's part of sync step ``step``: pull, compute, push every shard."""
+        host = self.cluster.workers[w]
+        try:
+            pulled, _ = yield from self._pull_all(w, step)
+            ticket = None
+            if self.servers is not None:
+                x, y = self._batch(w, step)
+                ticket = self.deferred.submit(self.servers.assemble(pulled), x, y)
+            yield from self._compute(w, step)
+            pushes = [
+                self.env.process(
+                    self._move(
+                        host, self.cluster.ps_hosts[ps], self.ps_nbytes[ps], step, f"push ps{ps}"
+                    )
+                )
+                for ps in range(self.n_ps)
+            ]
+            yield self.env.all_of(pushes)
+            arrivals.append((w, ticket))
+            if len(arrivals) == needed:
+                enough.succeed()
+        except simpy.Interrupt:
+            self.dropped += 1
+            self.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
+
+    def _sync_loop(self) -> Generator[Any, Any, None]:
+        needed = self.n_workers - self.options.backup_workers
+        batch = needed * self.worker_batch
+        for step in range(self.total_steps):
+            start = self.env.now
+            arrivals: list[tuple[int, int | None]] = []
+            enough = self.env.event()
+            procs = [
+                self.env.process(self._sync_worker_step(w, step, arrivals, enough, needed))
+                for w in range(self.n_workers)
+            ]
+            yield enough
+            accepted = {w for w, _ in arrivals[:needed]}
+            for w, proc in enumerate(procs):
+                if w not in accepted and proc.is_alive:
+                    proc.interrupt("late: backup worker dropped")
+            # Let the interrupted processes record their drop at this instant.
+            yield self.env.timeout(0)
+            loss = math.nan
+            if self.servers is not None:
+                results = [self._gradient(t) for _, t in arrivals[:needed]]
+                loss = sum(r[0] for r in results) / needed
+                import jax
+
+                mean = jax.tree.map(lambda *g: sum(g) / needed, *(r[1] for r in results))
+                for ps in range(self.n_ps):
+                    self.servers.apply(ps, self.servers.split(mean, ps))
+            for ps in range(self.n_ps):
+                self.versions[ps] += 1
+            for w, _ in arrivals[:needed]:
+                self.staleness.append(0)
+                self.recorder.row(
+                    "updates",
+                    time_s=self.env.now,
+                    worker=w,
+                    ps=-1,
+                    iteration=step,
+                    version=self.versions[0],
+                    staleness=0,
+                    ssp_staleness=0,
+                    loss=loss,
+                )
+            now = self.env.now
+            self.applied = step + 1
+            self.recorder.metric(
+                now,
+                self.applied,
+                "examples_per_s",
+                batch / (now - start) if now > start else math.inf,
+            )
+            if self.servers is not None:
+                self.recorder.metric(now, self.applied, "train_loss", loss)
+                if not math.isfinite(loss):
+                    self.diverged_at = self.applied
+                    self.steps_done = self.applied
+                    return
+                if self.eval_due(self.applied):
+                    self.evaluate(self.applied, self.servers.current())
+            self.steps_done = self.applied
+            self.on_step(self.applied)
+
+    # -- the run -----------------------------------------------------------
+
+    def process(self) -> Generator[Any, Any, None]:
+        if self.options.mode == "sync":
+            yield from self._sync_loop()
+            return
+        workers = [self.env.process(self._async_worker(w)) for w in range(self.n_workers)]
+        yield self.env.all_of(workers)
+
+    def summary(self) -> dict[str, Any]:
+        values = np.asarray(self.staleness, dtype=float)
+        now = self.env.now
+        stats = (
+            {
+                "mean": float(values.mean()),
+                "p50": float(np.percentile(values, 50)),
+                "p95": float(np.percentile(values, 95)),
+                "max": float(values.max()),
+            }
+            if values.size
+            else {"mean": None, "p50": None, "p95": None, "max": None}
+        )
+        return {
+            "workers": self.n_workers,
+            "ps_tasks": self.n_ps,
+            "mode": self.options.mode,
+            "partitioner": self.options.partitioner,
+            "shards": len(self.shards),
+            "bytes_per_ps": self.ps_nbytes,
+            "staleness": stats,
+            "applied_updates": self.applied,
+            "applied_updates_per_s": self.applied / now if now > 0 else None,
+            "dropped_gradients": self.dropped,
+        }

@@ -1,0 +1,48 @@
+"""Small scenario builders shared by the tests."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "seed": 0,
+    "cluster": {
+        "hosts": 1,
+        "devices_per_host": 1,
+        "device": {"profile": "v100", "compute_time": "1ms"},
+        "links": {"intra_host": {"bandwidth": "1GB/s", "latency": "10us"}},
+    },
+    "workload": {
+        "model": {"name": "mlp", "hidden": [16]},
+        "dataset": "digits",
+        "batch_size": 8,
+        "optimizer": {"name": "sgd", "learning_rate": 0.1},
+        "steps": 12,
+        "eval_every": 5,
+    },
+    "strategy": {"kind": "one_device"},
+}
+
+
+def tiny(**changes: Any) -> dict[str, Any]:
+    """TINY with dotted-path changes applied: tiny(**{"strategy.kind": "mirrored"})."""
+    data = copy.deepcopy(TINY)
+    for path, value in changes.items():
+        node = data
+        *parents, leaf = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return data
+
+
+def write(tmp_path: Path, data: dict[str, Any], filename: str = "scenario.yaml") -> Path:
+    """Write a scenario dict as YAML; return the path."""
+    path = tmp_path / filename
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,120 @@
+"""The simdist command end to end: run, validate, list, and errors that exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from helpers import tiny, write
+from typer.testing import CliRunner
+
+from simdist.cli import app
+
+runner = CliRunner()
+
+
+def test_run_writes_the_whole_report(tmp_path):
+    scenario = write(tmp_path, tiny())
+    out = tmp_path / "report"
+    result = runner.invoke(app, ["run", str(scenario), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    for name in (
+        "metrics.csv",
+        "events.csv",
+        "summary.json",
+        "params.npz",
+        "loss_vs_time.png",
+        "scenario.yaml",
+    ):
+        assert (out / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 12
+    assert 0 < summary["final_test_accuracy"] <= 1
+    events = pd.read_csv(out / "events.csv")
+    assert set(events["kind"]) <= {"compute", "comm", "idle", "eval"}
+    assert "simulated time" in result.output
+    # the resolved scenario reproduces the run
+    again = runner.invoke(
+        app, ["run", str(out / "scenario.yaml"), "--out", str(tmp_path / "again"), "-q"]
+    )
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "again" / "metrics.csv").read_bytes() == (out / "metrics.csv").read_bytes()
+
+
+def test_run_defaults_to_reports_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    scenario = write(tmp_path, tiny(**{"workload.steps": 2}))
+    result = runner.invoke(app, ["run", str(scenario), "-q", "--set", "name=renamed"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "reports" / "renamed" / "summary.json").is_file()
+
+
+def test_warm_start_from_a_previous_runs_params(tmp_path):
+    first = tmp_path / "first"
+    assert (
+        runner.invoke(
+            app, ["run", str(write(tmp_path, tiny())), "--out", str(first), "-q"]
+        ).exit_code
+        == 0
+    )
+    data = tiny(**{"workload.init_from": str(first / "params.npz"), "workload.steps": 1})
+    out = tmp_path / "second"
+    result = runner.invoke(
+        app, ["run", str(write(tmp_path, data, "warm.yaml")), "--out", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    loss_first = pd.read_csv(first / "metrics.csv").query("metric == 'train_loss'")["value"]
+    loss_warm = pd.read_csv(out / "metrics.csv").query("metric == 'train_loss'")["value"]
+    assert loss_warm.iloc[0] < loss_first.iloc[0]
+
+
+def test_validate_and_list():
+    result = runner.invoke(app, ["validate", "scenarios/mirrored_4dev.yaml"])
+    assert result.exit_code == 0, result.output
+    assert "4 replica" in result.output
+    listing = runner.invoke(app, ["list"])
+    assert listing.exit_code == 0
+    for word in ("mirrored", "mlp", "digits", "adam", "v100", "tpu-v4"):
+        assert word in listing.output
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("", "empty"),
+        ("name: [unclosed", "line"),
+        ("name: x\nseed: 0\n", "workload"),
+    ],
+)
+def test_bad_scenarios_exit_2_without_report(tmp_path, text, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "bad.yaml" in result.output and field in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_bad_override_exits_2(tmp_path):
+    scenario = write(tmp_path, tiny())
+    result = runner.invoke(app, ["validate", str(scenario), "--set", "cluster.hosts=-1"])
+    assert result.exit_code == 2
+    assert "cluster.hosts" in result.output
+
+
+def test_failed_run_leaves_previous_report_untouched(tmp_path, monkeypatch):
+    scenario = write(tmp_path, tiny(**{"workload.steps": 2}))
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["run", str(scenario), "--out", str(out), "-q"]).exit_code == 0
+    before = (out / "metrics.csv").read_bytes()
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("simdist.report.plot_loss_vs_time", boom)
+    runner.invoke(app, ["run", str(scenario), "--out", str(out), "-q", "--set", "workload.steps=3"])
+    assert (out / "metrics.csv").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -1,0 +1,257 @@
+"""Numerics: data order, models, mirrored ≡ one_device, deferred gradients, params I/O."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import jax
+import numpy as np
+import pytest
+
+from simdist.errors import SimdistError
+from simdist.numerics import (
+    BatchStream,
+    DeferredGradients,
+    Workload,
+    load_dataset,
+    load_params,
+    make_model,
+    make_optimizer,
+    save_params,
+    shard,
+)
+
+DIGITS = SimpleNamespace(name="digits", path=None, test_fraction=0.2)
+REGRESSION = SimpleNamespace(
+    name="synthetic_regression",
+    path=None,
+    test_fraction=0.2,
+    n_examples=512,
+    n_features=16,
+    noise=0.1,
+)
+MLP = SimpleNamespace(name="mlp", hidden=[32])
+SGD = SimpleNamespace(name="sgd", learning_rate=0.1, momentum=0.9, schedule=None)
+ADAM = SimpleNamespace(name="adam", learning_rate=0.01, momentum=0.9, schedule=None)
+
+
+@pytest.fixture(scope="module")
+def digits_sgd() -> Workload:
+    return Workload(MLP, DIGITS, SGD, seed=3, total_steps=10)
+
+
+def assert_trees_close(a, b, atol: float) -> None:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
+
+
+def assert_trees_equal(a, b) -> None:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    assert ta == tb
+    for x, y in zip(la, lb, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+# -- data ------------------------------------------------------------------
+
+
+def test_digits_split_is_seeded_and_stratified() -> None:
+    a, b, c = (load_dataset(DIGITS, s) for s in (0, 0, 1))
+    assert a.x_train.shape[1:] == (8, 8, 1) and a.x_train.dtype == np.float32
+    assert a.y_train.dtype == np.int32 and a.n_outputs == 10
+    assert 0.0 <= a.x_train.min() and a.x_train.max() <= 1.0
+    assert len(a.y_test) == pytest.approx(0.2 * 1797, abs=10)
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    assert not np.array_equal(a.y_train, c.y_train)
+    counts = np.bincount(a.y_test, minlength=10)
+    assert counts.min() >= 30  # every class is represented in proportion (~36 each)
+
+
+def test_batch_stream_deterministic_and_crosses_epochs() -> None:
+    data = load_dataset(DIGITS, 0)
+    s1, s2, other = BatchStream(data, 5), BatchStream(data, 5), BatchStream(data, 6)
+    n = s1.n_train
+    for i in (0, 1, 7, 100):
+        np.testing.assert_array_equal(s1.batch(i, 32)[0], s2.batch(i, 32)[0])
+    assert not np.array_equal(s1.indices(0, 32), other.indices(0, 32))
+    # One epoch of batches of 1 is a permutation of the train set.
+    epoch0 = np.concatenate([s1.indices(i, n) for i in range(1)])
+    np.testing.assert_array_equal(np.sort(epoch0), np.arange(n))
+    # A batch spanning the epoch boundary is the tail of epoch 0 + the head of epoch 1.
+    size = 100
+    i = n // size  # the first batch that crosses (n is not a multiple of 100)
+    assert n % size
+    idx = s1.indices(i, size)
+    e0, e1 = s1.indices(0, n), s1.indices(1, n)
+    np.testing.assert_array_equal(idx, np.concatenate([e0[i * size :], e1[: (i + 1) * size - n]]))
+    assert not np.array_equal(e0, e1)
+    x, y = s1.batch(i, size)
+    np.testing.assert_array_equal(y, data.y_train[idx])
+    assert shard(x, 4).shape == (4, 25, 8, 8, 1)
+    with pytest.raises(SimdistError):
+        shard(x, 3)
+
+
+def test_npz_dataset_missing_key(tmp_path) -> None:
+    path = tmp_path / "d.npz"
+    np.savez(path, x_train=np.zeros((4, 3)), y_train=np.zeros(4, np.int64), x_test=np.zeros((2, 3)))
+    with pytest.raises(SimdistError, match=r"d\.npz.*y_test"):
+        load_dataset(SimpleNamespace(name="npz", path=path, test_fraction=0.2), 0)
+    np.savez(
+        path,
+        x_train=np.zeros((4, 3)),
+        y_train=np.arange(4),
+        x_test=np.zeros((2, 3)),
+        y_test=np.arange(2),
+    )
+    d = load_dataset(SimpleNamespace(name="npz", path=path, test_fraction=0.2), 0)
+    assert d.task == "classification" and d.n_outputs == 4 and d.input_shape == (3,)
+
+
+# -- models ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["softmax", "mlp", "cnn"])
+def test_model_output_shapes_on_digits(name: str) -> None:
+    data = load_dataset(DIGITS, 0)
+    model = make_model(SimpleNamespace(name=name, hidden=[16, 8]), data.n_outputs)
+    params = model.init(jax.random.PRNGKey(0), data.x_train[:1])
+    assert model.apply(params, data.x_train[:5]).shape == (5, 10)
+
+
+def test_regression_with_mlp_learns() -> None:
+    w = Workload(MLP, REGRESSION, SGD, seed=0, total_steps=50)
+    assert w.task == "regression" and w.dataset.y_train.shape[1] == 1
+    before = w.evaluate(w.params)["test_loss"]
+    params, state = w.params, w.init_opt_state(w.params)
+    for step in range(50):
+        x, y = w.batches.batch(step, 32)
+        _, g = w.loss_and_grads(params, x, y, 32)
+        params, state = w.apply(params, state, g)
+    after = w.evaluate(w.params | params)
+    assert set(after) == {"test_loss"} and after["test_loss"] < before
+
+
+def test_schedules_build() -> None:
+    for kind in ("constant", "cosine", "exponential", "warmup_cosine", "piecewise_constant"):
+        sched = SimpleNamespace(
+            kind=kind,
+            decay_steps=None,
+            alpha=0.0,
+            decay_rate=0.5,
+            transition_steps=10,
+            warmup_steps=5,
+            boundaries=[20],
+            scales=[0.1],
+        )
+        spec = SimpleNamespace(name="momentum", learning_rate=0.1, momentum=0.9, schedule=sched)
+        opt = make_optimizer(spec, total_steps=100)
+        assert opt.init({"w": np.zeros(2, np.float32)}) is not None
+
+
+# -- execution -------------------------------------------------------------
+
+
+def _train(w: Workload, n: int, b: int, steps: int, mode: str | None):
+    params, state = w.params, w.init_opt_state(w.params)
+    for step in range(steps):
+        x, y = w.batches.batch(step, n * b)
+        if mode is None:
+            _, g = w.loss_and_grads(params, x, y, n * b)
+        else:
+            _, g = w.replica_grads(params, shard(x, n), shard(y, n), n * b, mode)
+        params, state = w.apply(params, state, g)
+    return params
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_mirrored_equals_one_device(digits_sgd: Workload, n: int) -> None:
+    w, b = digits_sgd, 4
+    one = _train(w, n, b, 5, None)
+    for mode in ("batched", "devices"):
+        assert_trees_close(_train(w, n, b, 5, mode), one, atol=1e-6)
+    assert not np.allclose(
+        one["params"]["Dense_0"]["kernel"], w.params["params"]["Dense_0"]["kernel"]
+    )
+
+
+def test_mirrored_equals_one_device_adam() -> None:
+    w = Workload(SimpleNamespace(name="cnn"), DIGITS, ADAM, seed=1, total_steps=5)
+    one = _train(w, 4, 4, 5, None)
+    for mode in ("batched", "devices"):
+        assert_trees_close(_train(w, 4, 4, 5, mode), one, atol=1e-6)
+
+
+def test_devices_mode_needs_enough_devices(digits_sgd: Workload) -> None:
+    n = len(jax.devices()) + 1
+    x, y = digits_sgd.batches.batch(0, n)
+    with pytest.raises(SimdistError, match="xla_force_host_platform_device_count"):
+        digits_sgd.replica_grads(digits_sgd.params, shard(x, n), shard(y, n), n, "devices")
+
+
+def test_lr_scale(digits_sgd: Workload) -> None:
+    w = digits_sgd
+    x, y = w.batches.batch(0, 8)
+    _, g = w.loss_and_grads(w.params, x, y, 8)
+    state = w.init_opt_state(w.params)
+    full, _ = w.apply(w.params, state, g)
+    half, _ = w.apply(w.params, state, g, lr_scale=0.5)
+    same, _ = w.apply(w.params, state, g, lr_scale=1.0)
+    k = ("params", "Dense_0", "kernel")
+    p0, pf, ph = (np.asarray(t[k[0]][k[1]][k[2]]) for t in (w.params, full, half))
+    np.testing.assert_allclose(ph - p0, 0.5 * (pf - p0), atol=1e-7)
+    assert_trees_equal(full, same)
+
+
+@pytest.mark.parametrize("pending", [1, 3, 8, 11])
+def test_deferred_gradients_match_direct(digits_sgd: Workload, pending: int) -> None:
+    w, b = digits_sgd, 16
+    # Distinct parameter versions, as asynchronous workers would pull them.
+    versions = [jax.tree.map(lambda a, i=i: a * (1 + 0.01 * i), w.params) for i in range(pending)]
+    batches = [w.batches.batch(i, b) for i in range(pending)]
+
+    def run():
+        dg = DeferredGradients(w, global_batch=b, bucket=8)
+        tickets = [dg.submit(p, x, y) for p, (x, y) in zip(versions, batches, strict=True)]
+        out = [dg.result(t) for t in reversed(tickets)][::-1]
+        assert dg.calls == -(-pending // 8) and dg.pending == 0
+        with pytest.raises(SimdistError):
+            dg.result(tickets[0])
+        return out
+
+    first, second = run(), run()
+    for (l1, g1), (l2, g2), p, (x, y) in zip(first, second, versions, batches, strict=True):
+        assert_trees_equal((l1, g1), (l2, g2))  # reruns are bit-identical
+        ld, gd = w.loss_and_grads(p, x, y, b)
+        # vmap'd and single evaluations may round differently in XLA: compare closely.
+        assert_trees_close((l1, g1), (ld, gd), atol=1e-6)
+
+
+# -- costs and parameters I/O ------------------------------------------------
+
+
+def test_flops_per_step(digits_sgd: Workload) -> None:
+    f8, f32 = digits_sgd.flops_per_step(8), digits_sgd.flops_per_step(32)
+    assert 0 < f8 < f32
+    assert digits_sgd.flops_per_step(8) == f8
+    assert Workload(MLP, DIGITS, SGD, seed=3, total_steps=10).flops_per_step(8) == f8
+    assert digits_sgd.param_bytes == sum(n for _, n in digits_sgd.param_leaves)
+    assert digits_sgd.param_leaves[0][0] == "params/Dense_0/bias"
+    assert digits_sgd.is_finite(1.0) and not digits_sgd.is_finite(float("nan"))
+
+
+def test_save_load_and_init_from(tmp_path, digits_sgd: Workload) -> None:
+    path = tmp_path / "p.npz"
+    params = jax.tree.map(lambda a: a + 1, digits_sgd.params)
+    save_params(path, params)
+    assert_trees_equal(load_params(path, digits_sgd.params), params)
+    w = Workload(MLP, DIGITS, SGD, seed=3, total_steps=10, init_from=path)
+    assert_trees_equal(w.params, params)
+    bad = {"params": {"Dense_9": {"kernel": np.zeros((64, 32), np.float32)}}}
+    save_params(path, bad)
+    with pytest.raises(SimdistError, match=r"missing keys.*params/Dense_0/kernel"):
+        Workload(MLP, DIGITS, SGD, seed=3, total_steps=10, init_from=path)

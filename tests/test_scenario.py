@@ -1,0 +1,535 @@
+"""Scenario loading: SI values, overrides, round-trips, and one clear error per bad file."""
+
+import textwrap
+
+import numpy as np
+import pytest
+import yaml
+
+from simdist.errors import ScenarioError
+from simdist.scenario import (
+    DATASETS,
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULES,
+    STRATEGIES,
+    ParameterServerStrategy,
+    Scenario,
+    apply_overrides,
+    dump_scenario,
+    load_scenario,
+    scenario_from_dict,
+)
+
+FULL = """\
+name: ps_4w2s
+seed: 3
+cluster:
+  worker: [w0:2222, w1:2222, w2:2222, w3:2222]
+  ps: [ps0:2222, ps1:2222]
+  devices_per_host: 1
+  device: {profile: v100, efficiency: 0.5}
+  links:
+    intra_host: {bandwidth: 300GB/s, latency: 2us}
+    network: {bandwidth: 10Gbit/s, latency: 50us}
+workload:
+  model: {name: mlp, hidden: [64, 32]}
+  dataset: digits
+  batch_size: 32
+  optimizer: {name: momentum, learning_rate: 0.05, schedule: {kind: cosine, decay_steps: 500}}
+  steps: 2000
+  eval_every: 100
+strategy:
+  kind: parameter_server
+  partitioner: min_size
+  min_shard_bytes: 4MiB
+  staleness_bound: 2
+"""
+
+WORKLOAD = """\
+workload:
+  model: mlp
+  dataset: digits
+  batch_size: 32
+  optimizer: {name: sgd, learning_rate: 0.05}
+  steps: 100
+"""
+
+
+def _write(tmp_path, text, name="s.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_full_scenario_has_si_values(tmp_path):
+    s = load_scenario(_write(tmp_path, FULL))
+    c = s.cluster
+    assert s.name == "ps_4w2s" and s.seed == 3 and s.numerics is True
+    assert c.hosts == 4 and c.worker_names == ["w0", "w1", "w2", "w3"]
+    assert c.host_names == c.worker_names
+    assert c.ps == 2 and c.ps_names == ["ps0", "ps1"]
+    assert c.links.network.bandwidth_Bps == 1.25e9
+    assert c.links.network.latency_s == 5e-5
+    assert c.links.intra_host.bandwidth_Bps == 300e9
+    assert c.links.intra_host.latency_s == 2e-6
+    assert c.device.profile == "v100" and c.device.efficiency == 0.5
+    assert c.device.resolved_peak_flops == 15.7e12
+    w = s.workload
+    assert w.model.name == "mlp" and w.model.hidden == [64, 32]
+    assert w.dataset.name == "digits" and w.dataset.test_fraction == 0.2
+    assert w.optimizer.schedule is not None and w.optimizer.schedule.decay_steps == 500
+    assert w.batch_size == 32 and w.global_batch_size == 128
+    assert w.total_steps(10_000) == 2000
+    assert isinstance(s.strategy, ParameterServerStrategy)
+    assert s.strategy.min_shard_bytes == 4 * 2**20 and s.strategy.staleness_bound == 2
+    assert s.replicas == 4 and s.global_batch == 128
+
+
+def test_defaults_and_shorthands():
+    s = scenario_from_dict(yaml.safe_load("name: a\n" + WORKLOAD))
+    assert s.strategy.kind == "one_device" and s.replicas == 1
+    assert s.cluster.worker_names == ["worker0"] and s.cluster.ps_names == []
+    assert s.cluster.links.network.bandwidth_Bps == 1.25e9
+    assert s.cluster.device.profile == "cpu"
+    assert s.workload.eval_every == 100 and s.workload.model.hidden == [128]
+
+
+def test_ps_count_generates_names():
+    data = yaml.safe_load(
+        "name: a\ncluster: {hosts: 3, ps: 2}\nstrategy: parameter_server\n" + WORKLOAD
+    )
+    s = scenario_from_dict(data)
+    assert s.cluster.ps_names == ["ps0", "ps1"] and s.cluster.worker_names[2] == "worker2"
+
+
+def test_tf_config_cluster_equals_counts():
+    by_names = yaml.safe_load(
+        "name: a\ncluster: {worker: [h0:1, h1:1, h2:1], ps: [ps0:2, ps1:2]}\n"
+        "strategy: parameter_server\n" + WORKLOAD
+    )
+    by_counts = yaml.safe_load(
+        "name: a\ncluster: {hosts: 3, ps: 2}\nstrategy: parameter_server\n" + WORKLOAD
+    )
+    a, b = scenario_from_dict(by_names), scenario_from_dict(by_counts)
+    assert (a.cluster.hosts, a.cluster.ps, a.replicas) == (b.cluster.hosts, b.cluster.ps, 3)
+    assert a.cluster.ps_names == b.cluster.ps_names
+
+
+def test_chief_trains_in_multi_worker_mirrored_but_not_in_ps():
+    base = "name: a\ncluster: {chief: [c:1], worker: [w0:1, w1:1], ps: %s}\nstrategy: %s\n"
+    mwm = scenario_from_dict(yaml.safe_load(base % (0, "multi_worker_mirrored") + WORKLOAD))
+    assert mwm.cluster.worker_names == ["c", "w0", "w1"] and mwm.replicas == 3
+    ps = scenario_from_dict(yaml.safe_load(base % (1, "parameter_server") + WORKLOAD))
+    assert ps.cluster.worker_names == ["w0", "w1"] and ps.cluster.chief_names == ["c"]
+    for s in (mwm, ps):
+        assert scenario_from_dict(yaml.safe_load(dump_scenario(s))) == s
+
+
+def test_tasks_sharing_a_host_keep_their_ports():
+    text = (
+        "name: a\ncluster: {chief: [localhost:2222], worker: [localhost:2223], "
+        "ps: [localhost:2224]}\nstrategy: parameter_server\n" + WORKLOAD
+    )
+    s = scenario_from_dict(yaml.safe_load(text))
+    assert s.cluster.worker_names == ["localhost:2223"]
+    assert s.cluster.ps_names == ["localhost:2224"]
+    assert scenario_from_dict(yaml.safe_load(dump_scenario(s))) == s
+
+
+def test_global_batch_size_sets_per_replica_batch():
+    text = (
+        "name: a\ncluster: {hosts: 2, devices_per_host: 2}\nstrategy: multi_worker_mirrored\n"
+        + WORKLOAD.replace("batch_size: 32", "global_batch_size: 64").replace(
+            "steps: 100", "epochs: 1.5"
+        )
+    )
+    s = scenario_from_dict(yaml.safe_load(text))
+    assert s.replicas == 4 and s.workload.batch_size == 16 and s.global_batch == 64
+    assert s.workload.total_steps(1000) == 24  # ceil(1.5 * 1000 / 64)
+    assert scenario_from_dict(yaml.safe_load(dump_scenario(s))) == s
+
+
+def test_tpu_defaults_to_tpu_profile_unless_given():
+    s = scenario_from_dict(
+        yaml.safe_load("name: a\nstrategy: {kind: tpu, topology: [2, 4]}\n" + WORKLOAD)
+    )
+    assert s.cluster.device.profile == "tpu-v4" and s.replicas == 8
+    data = yaml.safe_load("name: a\nstrategy: tpu\ncluster: {device: {profile: cpu}}\n" + WORKLOAD)
+    assert scenario_from_dict(data).cluster.device.profile == "cpu"
+
+
+def test_mirrored_replicas_are_devices_of_one_host():
+    data = yaml.safe_load(
+        "name: a\nstrategy: mirrored\ncluster: {devices_per_host: 4}\n" + WORKLOAD
+    )
+    s = scenario_from_dict(data)
+    assert s.replicas == 4 and s.global_batch == 128
+
+
+def test_overrides_apply_and_are_validated(tmp_path):
+    path = _write(tmp_path, FULL)
+    s = load_scenario(
+        path,
+        overrides=[
+            "cluster.links.network.bandwidth=25Gbit/s",
+            "workload.optimizer.learning_rate=0.1",
+            "strategy.mode=sync",
+            "strategy.backup_workers=1",
+        ],
+        seed=9,
+    )
+    assert s.cluster.links.network.bandwidth_Bps == 25e9 / 8
+    assert s.workload.optimizer.learning_rate == 0.1
+    assert s.strategy.backup_workers == 1 and s.seed == 9
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, overrides=["cluster.links.network.bandwidth=10 Gigs"])
+    assert info.value.source == str(path)
+    assert info.value.field == "cluster.links.network.bandwidth"
+    assert "10 Gigs" in info.value.message
+
+
+def test_apply_overrides_creates_paths_and_expands_shorthands():
+    data = {"strategy": "mirrored", "workload": {"model": "mlp"}}
+    out = apply_overrides(
+        data,
+        ["strategy.all_reduce=tree", "cluster.devices_per_host=4", "workload.model.hidden=[8]"],
+        "--set",
+    )
+    assert out["strategy"] == {"kind": "mirrored", "all_reduce": "tree"}
+    assert out["cluster"] == {"devices_per_host": 4}
+    assert out["workload"]["model"] == {"name": "mlp", "hidden": [8]}
+    assert data == {"strategy": "mirrored", "workload": {"model": "mlp"}}
+    assert apply_overrides({}, ["strategy=parameter_server"], "--set") == {
+        "strategy": "parameter_server"
+    }
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("cluster.hosts", "no '='"),
+        ("=3", "bad path"),
+        ("cluster..hosts=3", "bad path"),
+        ("name.x=1", "not a mapping"),
+        ("seed=[1", "not valid YAML"),
+    ],
+)
+def test_bad_set_is_a_scenario_error(override, fragment):
+    with pytest.raises(ScenarioError) as info:
+        apply_overrides({"name": "a"}, [override], "--set")
+    assert info.value.source == "--set"
+    assert fragment in info.value.message
+
+
+def test_dump_round_trip(tmp_path):
+    s = load_scenario(_write(tmp_path, FULL))
+    text = dump_scenario(s)
+    again = scenario_from_dict(yaml.safe_load(text))
+    assert again == s
+    assert yaml.safe_load(text)["cluster"]["links"]["network"]["bandwidth"] == 1.25e9
+
+
+def test_npz_path_is_resolved_against_scenario_folder(tmp_path):
+    (tmp_path / "data").mkdir()
+    np.savez(tmp_path / "data" / "d.npz", x=np.zeros((4, 2)), y=np.zeros(4))
+    text = "name: a\n" + WORKLOAD.replace("dataset: digits", "dataset: {npz: data/d.npz}")
+    s = load_scenario(_write(tmp_path, text))
+    assert s.workload.dataset.name == "npz"
+    assert s.workload.dataset.path == (tmp_path / "data" / "d.npz").resolve()
+    assert scenario_from_dict(yaml.safe_load(dump_scenario(s))) == s
+
+
+def test_name_lists_for_the_cli():
+    assert "parameter_server" in STRATEGIES and "mlp" in MODELS and "digits" in DATASETS
+    assert "adam" in OPTIMIZERS and "cosine" in SCHEDULES
+
+
+def test_attribute_names_are_accepted_too():
+    s = Scenario.model_validate(
+        yaml.safe_load(
+            "name: a\ncluster: {links: {network: {bandwidth_Bps: 1e9, latency_s: 0}}}\n" + WORKLOAD
+        )
+    )
+    assert s.cluster.links.network.bandwidth_Bps == 1e9
+
+
+def _swap(old, new, base=None):
+    text = base if base is not None else "name: a\n" + WORKLOAD
+    assert old in text
+    return text.replace(old, new)
+
+
+MALFORMED = [
+    ("missing_name", WORKLOAD, "name", "missing; required, e.g. name:"),
+    (
+        "missing_optimizer",
+        _swap("  optimizer: {name: sgd, learning_rate: 0.05}\n", ""),
+        "workload.optimizer",
+        "missing",
+    ),
+    (
+        "wrong_type",
+        _swap("batch_size: 32", "batch_size: lots"),
+        "workload.batch_size",
+        "got 'lots'; expected an integer",
+    ),
+    (
+        "bad_unit",
+        "name: a\ncluster: {links: {network: {bandwidth: 10 Gigs}}}\n" + WORKLOAD,
+        "cluster.links.network.bandwidth",
+        "got '10 Gigs'",
+    ),
+    (
+        "negative_bandwidth",
+        "name: a\ncluster: {links: {network: {bandwidth: -1Gbit/s}}}\n" + WORKLOAD,
+        "cluster.links.network.bandwidth",
+        "negative",
+    ),
+    (
+        "zero_bandwidth",
+        "name: a\ncluster: {links: {intra_host: {bandwidth: 0}}}\n" + WORKLOAD,
+        "cluster.links.intra_host.bandwidth",
+        "greater than 0",
+    ),
+    (
+        "bad_latency",
+        "name: a\ncluster: {links: {network: {latency: 5 parsecs}}}\n" + WORKLOAD,
+        "cluster.links.network.latency",
+        "'50us'",
+    ),
+    (
+        "unknown_strategy",
+        "name: a\nstrategy: {kind: mirroed}\n" + WORKLOAD,
+        "strategy.kind",
+        "did you mean 'mirrored'",
+    ),
+    (
+        "unknown_strategy_shorthand",
+        "name: a\nstrategy: horovod\n" + WORKLOAD,
+        "strategy.kind",
+        "expected one of",
+    ),
+    (
+        "unknown_key",
+        _swap("batch_size: 32", "batchsize: 32"),
+        "workload.batchsize",
+        "unknown key 'batchsize'; did you mean 'batch_size'?",
+    ),
+    (
+        "unknown_key_no_match",
+        "name: a\ncluster: {zzz: 1}\n" + WORKLOAD,
+        "cluster.zzz",
+        "allowed keys here: hosts, worker",
+    ),
+    (
+        "unknown_strategy_key",
+        "name: a\nstrategy: {kind: parameter_server, stalenes: 2}\ncluster: {ps: 1}\n" + WORKLOAD,
+        "strategy.stalenes",
+        "did you mean 'staleness_bound'",
+    ),
+    (
+        "global_batch_not_divisible",
+        "name: a\ncluster: {hosts: 4}\nstrategy: multi_worker_mirrored\n"
+        + WORKLOAD.replace("batch_size: 32", "global_batch_size: 30"),
+        "workload.global_batch_size",
+        "not divisible by 4 replicas; use a multiple of 4, e.g. 32",
+    ),
+    ("empty_file", "", "", "empty"),
+    ("comment_only_file", "# nothing\n", "", "empty"),
+    ("not_yaml", "name: a\nworkload: {model: [mlp\n", "", "line"),
+    ("top_level_list", "- name: a\n- name: b\n", "", "expected a mapping"),
+    ("top_level_scalar", "just words\n", "", "expected a mapping"),
+    (
+        "unknown_model",
+        _swap("model: mlp", "model: resnet"),
+        "workload.model.name",
+        "expected one of 'softmax', 'mlp', 'cnn', e.g. model: softmax",
+    ),
+    (
+        "unknown_model_close",
+        _swap("model: mlp", "model: mlpp"),
+        "workload.model.name",
+        "did you mean 'mlp'",
+    ),
+    (
+        "unknown_dataset",
+        _swap("dataset: digits", "dataset: mnist"),
+        "workload.dataset.name",
+        "expected one of",
+    ),
+    (
+        "unknown_profile",
+        "name: a\ncluster: {device: {profile: v1000}}\n" + WORKLOAD,
+        "cluster.device.profile",
+        "did you mean 'v100'",
+    ),
+    (
+        "steps_and_epochs",
+        _swap("steps: 100", "steps: 100\n  epochs: 2"),
+        "workload.epochs",
+        "not both",
+    ),
+    ("neither_steps_nor_epochs", _swap("  steps: 100\n", ""), "workload.steps", "steps: 1000"),
+    (
+        "both_batch_sizes",
+        _swap("batch_size: 32", "batch_size: 32\n  global_batch_size: 64"),
+        "workload.global_batch_size",
+        "not both",
+    ),
+    ("no_batch_size", _swap("  batch_size: 32\n", ""), "workload.batch_size", "batch_size: 32"),
+    (
+        "negative_batch",
+        _swap("batch_size: 32", "batch_size: -3"),
+        "workload.batch_size",
+        "got -3; expected a value >= 1",
+    ),
+    (
+        "zero_learning_rate",
+        _swap("learning_rate: 0.05", "learning_rate: 0"),
+        "workload.optimizer.learning_rate",
+        "> 0",
+    ),
+    (
+        "mirrored_two_hosts",
+        "name: a\ncluster: {hosts: 2}\nstrategy: mirrored\n" + WORKLOAD,
+        "cluster.hosts",
+        "multi_worker_mirrored",
+    ),
+    (
+        "ps_without_ps",
+        "name: a\ncluster: {hosts: 2}\nstrategy: parameter_server\n" + WORKLOAD,
+        "cluster.ps",
+        "ps: 2",
+    ),
+    (
+        "ps_with_mirrored",
+        "name: a\ncluster: {ps: 1}\nstrategy: mirrored\n" + WORKLOAD,
+        "cluster.ps",
+        "only used by strategy: parameter_server",
+    ),
+    (
+        "backup_workers_async",
+        "name: a\ncluster: {hosts: 3, ps: 1}\n"
+        "strategy: {kind: parameter_server, backup_workers: 1}\n" + WORKLOAD,
+        "strategy.backup_workers",
+        "mode: sync",
+    ),
+    (
+        "backup_workers_too_many",
+        "name: a\ncluster: {hosts: 2, ps: 1}\n"
+        "strategy: {kind: parameter_server, mode: sync, backup_workers: 2}\n" + WORKLOAD,
+        "strategy.backup_workers",
+        "fewer backup workers",
+    ),
+    ("name_with_slash", "name: runs/a\n" + WORKLOAD, "name", "folder"),
+    (
+        "missing_npz",
+        _swap("dataset: digits", "dataset: {npz: nowhere.npz}"),
+        "workload.dataset.npz",
+        "file not found",
+    ),
+    (
+        "missing_init_from",
+        _swap("steps: 100", "steps: 100\n  init_from: nope.npz"),
+        "workload.init_from",
+        "file not found",
+    ),
+    (
+        "hosts_disagree",
+        "name: a\ncluster: {hosts: 3, worker: [a:1, b:1]}\n"
+        "strategy: multi_worker_mirrored\n" + WORKLOAD,
+        "cluster.hosts",
+        "lists 2 hosts",
+    ),
+    (
+        "bad_worker_entry",
+        "name: a\ncluster: {worker: [a:1, 'b c', d:1]}\n" + WORKLOAD,
+        "cluster.worker[1]",
+        "host:port",
+    ),
+    (
+        "two_chiefs",
+        "name: a\ncluster: {chief: [a:1, b:1]}\n" + WORKLOAD,
+        "cluster.chief",
+        "at most one",
+    ),
+    (
+        "duplicate_host",
+        "name: a\ncluster: {worker: [a:1, a:1]}\n" + WORKLOAD,
+        "cluster",
+        "used twice",
+    ),
+    (
+        "bool_for_number",
+        _swap("learning_rate: 0.05", "learning_rate: true"),
+        "workload.optimizer.learning_rate",
+        "expected a number",
+    ),
+    (
+        "piecewise_mismatch",
+        _swap(
+            "learning_rate: 0.05}",
+            "learning_rate: 0.05, schedule: {kind: piecewise_constant, "
+            "boundaries: [10, 20], scales: [0.1]}}",
+        ),
+        "workload.optimizer.schedule.scales",
+        "one scale per boundary",
+    ),
+    (
+        "bad_topology",
+        "name: a\nstrategy: {kind: tpu, topology: [2, 0]}\n" + WORKLOAD,
+        "strategy.topology[1]",
+        ">= 1",
+    ),
+    (
+        "strategy_without_kind",
+        "name: a\nstrategy: {execution: auto}\n" + WORKLOAD,
+        "strategy.kind",
+        "missing",
+    ),
+    (
+        "section_not_mapping",
+        "name: a\ncluster: 4\n" + WORKLOAD,
+        "cluster",
+        "got 4; expected a mapping",
+    ),
+    (
+        "bad_compute_time",
+        "name: a\ncluster: {device: {compute_time: 0}}\n" + WORKLOAD,
+        "cluster.device.compute_time",
+        "greater than 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "fragment"),
+    [case[1:] for case in MALFORMED],
+    ids=[case[0] for case in MALFORMED],
+)
+def test_malformed_scenario_gives_one_clear_error(tmp_path, text, field, fragment):
+    path = _write(tmp_path, text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    err = info.value
+    assert err.source == str(path)
+    assert err.field == field, str(err)
+    assert fragment in err.message, str(err)
+    assert "pydantic" not in str(err) and "Traceback" not in str(err)
+    assert str(err).startswith(f"{path}: ")
+
+
+def test_missing_file_is_a_scenario_error(tmp_path):
+    with pytest.raises(ScenarioError, match="file not found"):
+        load_scenario(tmp_path / "absent.yaml")
+
+
+def test_first_error_is_reported_in_a_stable_order():
+    data = yaml.safe_load(
+        WORKLOAD.replace("batch_size: 32", "batch_size: x") + "seed: -1\nname: a/b\n"
+    )
+    for _ in range(3):
+        with pytest.raises(ScenarioError) as info:
+            scenario_from_dict(data, source="x.yaml")
+        assert info.value.field == "name"
