@@ -272,16 +272,26 @@ def hold_links(
 def transfer(
     env: simpy.Environment, links: Sequence[Link], nbytes: float
 ) -> Generator[simpy.Event, Any, tuple[float, float]]:
-    """SimPy process: move ``nbytes`` along a route, holding every link on it.
+    """SimPy process: move ``nbytes`` along a route; return ``(start_s, arrival_s)``.
 
-    Store-and-forward is not modelled: the message pays every hop's latency once and
-    streams at the slowest link's rate (alpha–beta along a path), so the time held is
-    ``sum(latency_s) + nbytes / min(bandwidth_Bps)``. Use as
-    ``start, end = yield env.process(transfer(env, route(a, b), nbytes))``.
+    Alpha–beta along a path (Hockney 1994, "The communication challenge for
+    MPP"): the message streams at the slowest link's rate and pays every hop's
+    latency once, so it arrives ``sum(latency_s) + nbytes / min(bandwidth_Bps)``
+    after it starts. Only the serialisation, ``nbytes / min(bandwidth_Bps)``,
+    occupies the links: latency is propagation, during which the links already
+    carry the next message. So n messages queued on one NIC arrive at
+    ``latency + k·nbytes/bandwidth`` for k = 1..n. Store-and-forward is not
+    modelled. Use as ``start, end = yield env.process(transfer(env, route(a, b), n))``.
     """
     if nbytes < 0:
         raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
-    return (yield from hold_links(env, links, path_time_s(links, nbytes)))
+    ordered = _ordered(links)
+    if not ordered:
+        return env.now, env.now
+    serialise_s = nbytes / min(link.bandwidth_Bps for link in ordered)
+    start, _ = yield from hold_links(env, ordered, serialise_s)
+    yield env.timeout(sum(link.latency_s for link in ordered))
+    return start, env.now
 
 
 def path_time_s(links: Sequence[Link], nbytes: float) -> float:

@@ -134,6 +134,7 @@ def run(
         steps=strategy.steps_done,
         costs=costs,
         devices=[d.name for d in strategy.training_devices],
+        examples_per_step=strategy.examples_per_step,
         diverged_at=strategy.diverged_at,
         extra=strategy.summary(),
     )

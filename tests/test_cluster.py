@@ -55,17 +55,18 @@ def test_one_transfer_is_latency_plus_bytes_over_bandwidth(env, log):
     assert log == [("x", 0.0, US10 + MB / GBps)]
     assert log[0][2] == pytest.approx(0.00101, rel=1e-12)
     assert link.transfer_time(MB) == US10 + MB / GBps
-    assert link.busy_s == US10 + MB / GBps
+    assert link.busy_s == MB / GBps  # latency is propagation: the link is free again
 
 
 def test_concurrent_transfers_on_a_shared_nic_serialise_fifo(env, log):
     nic = Link(env, "ps0/nic", US10, GBps)
-    t = US10 + MB / GBps
+    s = MB / GBps
     env.process(sender(env, [nic], MB, "first", log))
     env.process(sender(env, [nic], MB, "second", log))
     env.run()
-    assert log == [("first", 0.0, t), ("second", t, 2 * t)]
-    assert nic.busy_s == 2 * t
+    # the second message is serialised after the first; latencies overlap
+    assert log == [("first", 0.0, US10 + s), ("second", s, US10 + 2 * s)]
+    assert nic.busy_s == 2 * s
 
 
 def test_transfers_on_disjoint_links_overlap(env, log):
@@ -101,6 +102,7 @@ def test_duplicate_links_are_held_once(env, log):
     env.process(sender(env, [link, link], MB, "x", log))
     env.run()
     assert log == [("x", 0.0, US10 + MB / GBps)]
+    assert link.busy_s == MB / GBps
 
 
 def test_crossing_routes_do_not_deadlock(env, log):

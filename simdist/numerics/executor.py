@@ -254,9 +254,13 @@ class Workload:
         home = SingleDeviceSharding(devices[0])
 
         def fn(p: Any, xs: Any, ys: Any) -> tuple:
-            # Hand results back on the default device so they mix with other arrays
-            # (jit refuses arguments committed to different device sets).
-            return jax.device_put(sharded(p, xs, ys), home)
+            # Block before returning: with several collective programs in flight, XLA:CPU's
+            # emulated devices can deadlock in the all-reduce rendezvous (observed with 8
+            # devices on 2 cores, JAX 0.10.2). Then hand the results back on the default
+            # device so they mix with other arrays (jit refuses arguments committed to
+            # different device sets).
+            out = jax.block_until_ready(sharded(p, xs, ys))
+            return jax.device_put(out, home)
 
         self._devices[(n, global_batch)] = fn
         return fn

@@ -51,11 +51,12 @@ def build_summary(
     steps: int,
     costs: Any,
     devices: Sequence[str],
+    examples_per_step: int,
     diverged_at: int | None,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
     """The headline figures of one run, as plain JSON-able values."""
-    examples = steps * scenario.global_batch
+    examples = steps * examples_per_step
     summary: dict[str, Any] = {
         "summary_version": SUMMARY_VERSION,
         "name": scenario.name,

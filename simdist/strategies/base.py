@@ -121,6 +121,11 @@ class Strategy(ABC):
         """The parameters at the end of the run (None in timing-only mode)."""
 
     @property
+    def examples_per_step(self) -> int:
+        """Training examples whose gradient one step applies (the global batch, for sync)."""
+        return self.scenario.global_batch
+
+    @property
     def training_devices(self) -> list[Device]:
         """Devices that compute gradients, for the compute / comm / idle split."""
         return self.cluster.devices[: self.scenario.replicas]
@@ -208,7 +213,7 @@ class SynchronousStrategy(Strategy):
             )
 
     def process(self) -> Generator[Any, Any, None]:
-        batch = self.scenario.global_batch
+        batch = self.examples_per_step
         for step in range(self.total_steps):
             start = self.env.now
             yield from self.compute_phase(step)

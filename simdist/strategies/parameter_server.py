@@ -249,6 +249,13 @@ class ParameterServerStrategy(Strategy):
     def training_devices(self) -> list[Device]:
         return list(self.cluster.devices)
 
+    @property
+    def examples_per_step(self) -> int:
+        """Async: one worker's batch per applied gradient; sync: the N−b accepted batches."""
+        if self.options.mode == "sync":
+            return (self.n_workers - self.options.backup_workers) * self.worker_batch
+        return self.worker_batch
+
     # -- timing helpers ---------------------------------------------------
 
     def _local_allreduce_s(self) -> float:
@@ -429,7 +436,7 @@ class ParameterServerStrategy(Strategy):
                 self.evaluate(self.applied, self.servers.current())
         if now > 0:
             self.recorder.metric(
-                now, self.applied, "examples_per_s", self.applied * self.worker_batch / now
+                now, self.applied, "examples_per_s", self.applied * self.examples_per_step / now
             )
         self.steps_done = self.applied
         self.on_step(self.applied)
@@ -476,7 +483,7 @@ class ParameterServerStrategy(Strategy):
 
     def _sync_loop(self) -> Generator[Any, Any, None]:
         needed = self.n_workers - self.options.backup_workers
-        batch = needed * self.worker_batch
+        batch = self.examples_per_step
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: list[tuple[int, int | None]] = []
