@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
@@ -251,7 +251,6 @@ class Workload:
         )
         rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("replica"))
         sharded = jax.jit(mapped, in_shardings=(rep, split, split), out_shardings=rep)
-        home = SingleDeviceSharding(devices[0])
 
         def fn(p: Any, xs: Any, ys: Any) -> tuple:
             # Block before returning: with several collective programs in flight, XLA:CPU's
@@ -260,7 +259,7 @@ class Workload:
             # device so they mix with other arrays (jit refuses arguments committed to
             # different device sets).
             out = jax.block_until_ready(sharded(p, xs, ys))
-            return jax.device_put(out, home)
+            return jax.tree.map(lambda a: a.addressable_data(0), out)
 
         self._devices[(n, global_batch)] = fn
         return fn

@@ -1,0 +1,171 @@
+"""parameter_server: partitioning, staleness, SSP, backup workers, numerics, determinism."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from helpers import tiny, write
+from simdist.engine import run
+from simdist.scenario import scenario_from_dict
+from simdist.strategies.parameter_server import bytes_per_ps, partition
+
+NET = {"bandwidth": "1GB/s", "latency": "10us"}
+
+
+def ps(workers: int = 4, servers: int = 1, steps: int = 40, **strategy) -> dict:
+    return tiny(
+        **{
+            "strategy": {"kind": "parameter_server", **strategy},
+            "cluster.hosts": workers,
+            "cluster.ps": servers,
+            "cluster.links.network": NET,
+            "workload.steps": steps,
+        }
+    )
+
+
+def assert_trees_close(a, b, atol=1e-6):
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
+
+
+# -- partitioning (pure) ----------------------------------------------------
+
+LEAVES = [
+    ("params/Dense_0/bias", (128,), 512),
+    ("params/Dense_0/kernel", (64, 128), 32768),
+    ("params/Dense_1/bias", (10,), 40),
+    ("params/Dense_1/kernel", (128, 10), 5120),
+]
+
+
+@pytest.mark.parametrize("n_ps", [1, 2, 3, 5])
+@pytest.mark.parametrize(
+    ("partitioner", "min_bytes", "max_shards"),
+    [("round_robin", 0, None), ("min_size", 1024, None), ("min_size", 1024, 8), ("min_size", 1, 64)],
+)
+def test_partitioners_place_every_row_exactly_once(n_ps, partitioner, min_bytes, max_shards):
+    shards = partition(LEAVES, n_ps, partitioner, min_bytes, max_shards)
+    for leaf, (_, shape, nbytes) in enumerate(LEAVES):
+        mine = sorted((s.start, s.stop) for s in shards if s.leaf == leaf)
+        assert mine[0][0] == 0 and mine[-1][1] == shape[0]
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))  # contiguous, no overlap
+        assert sum(s.nbytes for s in shards if s.leaf == leaf) == nbytes
+    assert sum(bytes_per_ps(shards, n_ps)) == sum(n for *_, n in LEAVES)
+    assert all(0 <= s.ps < n_ps for s in shards)
+
+
+def test_round_robin_deals_whole_variables_in_turn():
+    shards = partition(LEAVES, 2, "round_robin")
+    assert [(s.ps, s.leaf, s.start, s.stop) for s in shards] == [
+        (0, 0, 0, 128), (1, 1, 0, 64), (0, 2, 0, 10), (1, 3, 0, 128),
+    ]
+    assert bytes_per_ps(shards, 2) == [512 + 40, 32768 + 5120]
+
+
+def test_min_size_shards_respect_the_minimum_and_the_maximum():
+    # 64 rows of 512 bytes; >= 8 KiB per shard -> 4 shards of 16 rows, dealt round-robin
+    shards = partition(LEAVES[1:2], 3, "min_size", 8192, 16)
+    assert [(s.ps, s.start, s.stop, s.nbytes) for s in shards] == [
+        (0, 0, 16, 8192), (1, 16, 32, 8192), (2, 32, 48, 8192), (0, 48, 64, 8192),
+    ]
+    assert len(partition(LEAVES[1:2], 3, "min_size", 8192, 2)) == 2
+    assert len(partition(LEAVES[1:2], 3, "min_size", 1 << 20, 16)) == 1
+
+
+# -- numerics -----------------------------------------------------------------
+
+def test_one_worker_one_ps_equals_one_device():
+    single = run(scenario_from_dict(tiny()))
+    server = run(scenario_from_dict(ps(workers=1, servers=1, steps=12)))
+    assert_trees_close(server.params, single.params)
+    assert set(server.tables["updates"]["staleness"]) == {0}
+    loss_ps = server.metrics.query("metric == 'train_loss'")["value"].to_numpy()
+    loss_1 = single.metrics.query("metric == 'train_loss'")["value"].to_numpy()
+    np.testing.assert_allclose(loss_ps, loss_1, atol=1e-6)
+
+
+@pytest.mark.parametrize("partitioner", ["round_robin", "min_size"])
+def test_sync_mode_without_backups_equals_one_device_with_the_global_batch(partitioner):
+    w = 4
+    sync = run(
+        scenario_from_dict(
+            ps(workers=w, servers=2, steps=12, mode="sync", partitioner=partitioner,
+               min_shard_bytes=1024)
+        )
+    )
+    single = run(scenario_from_dict(tiny(**{"workload.batch_size": 8 * w})))
+    assert_trees_close(sync.params, single.params)
+
+
+# -- staleness ------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [2, 4, 8])
+def test_identical_workers_reach_staleness_workers_minus_one(workers):
+    data = {**ps(workers=workers, steps=10 * workers), "numerics": False}
+    result = run(scenario_from_dict(data))
+    updates = result.tables["updates"]
+    steady = updates.iloc[2 * workers :]
+    assert steady["staleness"].mean() == workers - 1
+    assert set(steady["staleness"]) == {workers - 1}
+    assert result.summary["staleness"]["max"] == workers - 1
+    assert len(updates) == 10 * workers
+
+
+def test_staleness_is_pulled_version_distance():
+    result = run(scenario_from_dict(ps(workers=3, steps=30)))
+    updates = result.tables["updates"]
+    # version after apply − 1 − staleness = the version the worker pulled
+    pulled = updates["version"] - 1 - updates["staleness"]
+    assert (pulled >= 0).all()
+    assert (updates.groupby("worker")["iteration"].diff().dropna() == 1).all()
+
+
+# -- synchronous mode with backup workers ---------------------------------------
+
+@pytest.mark.parametrize("backups", [1, 2])
+def test_backup_workers_drop_exactly_b_gradients_per_step(backups):
+    steps = 15
+    result = run(
+        scenario_from_dict(ps(workers=4, servers=2, steps=steps, mode="sync", backup_workers=backups))
+    )
+    dropped = result.tables["dropped"]
+    assert dropped.groupby("step").size().to_dict() == {s: backups for s in range(steps)}
+    assert result.summary["dropped_gradients"] == backups * steps
+    assert len(result.tables["updates"]) == (4 - backups) * steps
+    assert result.summary["steps"] == steps
+
+
+def test_lr_staleness_inverse_changes_the_updates_but_not_the_clock():
+    plain = run(scenario_from_dict(ps(workers=4, steps=20)))
+    scaled = run(scenario_from_dict(ps(workers=4, steps=20, lr_staleness="inverse")))
+    assert plain.summary["simulated_time_s"] == scaled.summary["simulated_time_s"]
+    a = jax.tree_util.tree_leaves(plain.params)
+    b = jax.tree_util.tree_leaves(scaled.params)
+    assert any(not np.allclose(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_async_run_learns_and_reports_staleness():
+    result = run(scenario_from_dict(ps(workers=4, servers=2, steps=200)))
+    s = result.summary
+    assert s["applied_updates"] == 200
+    assert s["applied_updates_per_s"] == pytest.approx(200 / s["simulated_time_s"])
+    assert set(s["staleness"]) == {"mean", "p50", "p95", "max"}
+    assert s["final_test_accuracy"] > 0.5
+    assert s["examples"] == 200 * 8
+
+
+def test_ps_run_is_byte_identical_across_processes(tmp_path):
+    scenario = write(tmp_path, ps(workers=3, servers=2, steps=30))
+    for out in ("a", "b"):
+        subprocess.run(
+            [sys.executable, "-m", "simdist", "run", str(scenario), "--out", str(tmp_path / out), "-q"],
+            check=True, capture_output=True,
+        )
+    for table in ("metrics.csv", "events.csv", "updates.csv"):
+        assert (tmp_path / "a" / table).read_bytes() == (tmp_path / "b" / table).read_bytes()
