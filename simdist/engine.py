@@ -69,6 +69,11 @@ def measure_costs(scenario: Scenario, workload: Any, peak_flops: float, efficien
     import jax
 
     shapes = [tuple(leaf.shape) for leaf in jax.tree_util.tree_leaves(workload.params)]
+    opt_state = workload.init_opt_state(workload.params)
+    opt_nbytes = sum(
+        int(leaf.size * leaf.dtype.itemsize) for leaf in jax.tree_util.tree_leaves(opt_state)
+    )
+    x = workload.dataset.x_train
     return Costs(
         compute_s=compute_s,
         grad_nbytes=int(workload.param_bytes),
@@ -78,6 +83,8 @@ def measure_costs(scenario: Scenario, workload: Any, peak_flops: float, efficien
             (path, shape, nbytes)
             for (path, nbytes), shape in zip(workload.param_leaves, shapes, strict=True)
         ),
+        opt_state_nbytes=opt_nbytes,
+        example_nbytes=int(x[0].size * x.dtype.itemsize),
     )
 
 
@@ -136,7 +143,7 @@ def run(
         devices=[d.name for d in strategy.training_devices],
         examples_per_step=strategy.examples_per_step,
         diverged_at=strategy.diverged_at,
-        extra=strategy.summary(),
+        extra={**strategy.fault_summary(), **strategy.summary()},
     )
     summary["execution"] = (
         resolve_execution(getattr(scenario.strategy, "execution", "batched"), scenario.replicas)

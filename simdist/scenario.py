@@ -143,6 +143,7 @@ _EXAMPLES: dict[str, str] = {
     "communication": "communication: ring",
     "bytes_per_pack": "bytes_per_pack: 4MiB",
     "topology": "topology: [2, 2]",
+    "reduce_bandwidth": "reduce_bandwidth: 25.6GB/s",
     "partitioner": "partitioner: round_robin",
     "min_shard_bytes": "min_shard_bytes: 256KiB",
     "max_shards": "max_shards: 4",
@@ -150,6 +151,25 @@ _EXAMPLES: dict[str, str] = {
     "lr_staleness": "lr_staleness: inverse",
     "mode": "mode: sync",
     "backup_workers": "backup_workers: 1",
+    "faults": "faults: {stragglers: [{worker: 3, slowdown: 2.0}]}",
+    "stragglers": "stragglers: [{worker: 3, slowdown: 2.0}]",
+    "slowdown": "slowdown: 2.0",
+    "probability": "probability: 0.1",
+    "mu": "mu: 0.0",
+    "sigma": "sigma: 0.5",
+    "failures": "failures: [{target: worker 1, at: 50ms, restart_after: 20ms}]",
+    "target": "target: worker 1",
+    "at": "at: 50ms",
+    "mtbf": "mtbf: 2s",
+    "restart_after": "restart_after: 20ms",
+    "restart_at": "restart_at: 70ms",
+    "checkpoint": "checkpoint: {every_steps: 100, storage_bandwidth: 1GB/s}",
+    "every_steps": "every_steps: 100",
+    "every_s": "every_s: 0.5s",
+    "storage_bandwidth": "storage_bandwidth: 1GB/s",
+    "input": "input: {per_example: 20us, prefetch: 2}",
+    "per_example": "per_example: 20us",
+    "prefetch": "prefetch: 2",
 }
 
 
@@ -516,10 +536,15 @@ class MultiWorkerMirroredStrategy(_Spec):
 
 
 class CentralStorageStrategy(_Spec):
-    """Variables on the host CPU; devices fetch them and send gradients back."""
+    """Variables on the host CPU; devices fetch them and send gradients back.
+
+    ``reduce_bandwidth`` is the rate at which the CPU streams the N gradients it sums;
+    the default, 25.6GB/s, is one DDR4-3200 channel (3200 MT/s × 8 bytes, JEDEC JESD79-4).
+    """
 
     kind: Literal["central_storage"]
     execution: Execution = "auto"
+    reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth")
 
 
 class TPUStrategy(_Spec):
@@ -566,6 +591,152 @@ STRATEGIES: tuple[str, ...] = (
 _SINGLE_HOST = ("mirrored", "central_storage")
 
 
+# ---------------------------------------------------------------- system effects
+
+SlowdownKind = Literal["constant", "lognormal", "pareto"]
+_TARGET_RE = re.compile(r"(?P<role>worker|ps|device)\s*(?P<index>\d+)")
+
+
+class SlowdownSpec(_Spec):
+    """How much slower a straggling step is: a factor >= 1, fixed or drawn per step."""
+
+    kind: SlowdownKind = "constant"
+    factor: Float = Field(2.0, ge=1)  # constant
+    mu: Float = 0.0  # lognormal: factor = max(1, exp(mu + sigma * N(0, 1)))
+    sigma: Float = Field(0.5, ge=0)
+    alpha: Float = Field(1.5, gt=0)  # pareto: factor = 1 + Lomax(alpha), heavy-tailed
+
+
+def _slowdown(value: object) -> object:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {"kind": "constant", "factor": value}
+    return _shorthand("kind")(value)
+
+
+class StragglerSpec(_Spec):
+    """Slow compute: on one worker's devices, one device, or every device.
+
+    ``probability`` 1 (the default) makes a persistent straggler; below 1 each
+    step of each targeted device is slowed with that probability.
+    """
+
+    worker: Int | None = Field(None, ge=0)
+    device: Int | None = Field(None, ge=0)
+    slowdown: Annotated[SlowdownSpec, BeforeValidator(_slowdown)]
+    probability: Float = Field(1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> StragglerSpec:
+        if self.worker is not None and self.device is not None:
+            raise _fail("device", "give worker or device, not both, e.g. worker: 3")
+        return self
+
+
+class FailureSpec(_Spec):
+    """A task that fails at a time, or at a seeded rate, and restarts after a delay."""
+
+    target: str
+    at_s: PositiveDuration | None = Field(None, alias="at")
+    mtbf_s: PositiveDuration | None = Field(None, alias="mtbf")
+    restart_after_s: Latency | None = Field(None, alias="restart_after")
+    restart_at_s: PositiveDuration | None = Field(None, alias="restart_at", exclude=True)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        match = _TARGET_RE.fullmatch(value.strip())
+        if not match:
+            raise ValueError(
+                f"got {_show(value)}; expected 'worker N', 'ps N' or 'device N', "
+                "e.g. target: worker 1"
+            )
+        return f"{match['role']} {int(match['index'])}"
+
+    @model_validator(mode="after")
+    def _when(self) -> FailureSpec:
+        if (self.at_s is None) == (self.mtbf_s is None):
+            raise _fail("at", "give exactly one of at (a time) or mtbf (a rate), e.g. at: 50ms")
+        if (self.restart_after_s is None) == (self.restart_at_s is None):
+            raise _fail(
+                "restart_after",
+                "give exactly one of restart_after or restart_at, e.g. restart_after: 20ms",
+            )
+        if self.restart_at_s is not None:
+            if self.at_s is None:
+                raise _fail("restart_at", "restart_at needs at; with mtbf use restart_after")
+            if self.restart_at_s <= self.at_s:
+                raise _fail(
+                    "restart_at",
+                    f"got {self.restart_at_s:g} s, not after the failure at {self.at_s:g} s; "
+                    "a task restarts after it fails, e.g. restart_after: 20ms",
+                )
+            self.restart_after_s = self.restart_at_s - self.at_s
+        return self
+
+    @property
+    def role(self) -> str:
+        """``worker``, ``ps`` or ``device``."""
+        return self.target.split()[0]
+
+    @property
+    def index(self) -> int:
+        """The task's (or device's) index."""
+        return int(self.target.split()[1])
+
+    @property
+    def restart_s(self) -> float:
+        """Seconds from the failure to the restart."""
+        assert self.restart_after_s is not None
+        return self.restart_after_s
+
+
+class FaultsSpec(_Spec):
+    """What goes wrong: stragglers and failures."""
+
+    stragglers: list[StragglerSpec] = Field(default_factory=list)
+    failures: list[FailureSpec] = Field(default_factory=list)
+
+
+class CheckpointSpec(_Spec):
+    """The chief writes parameters + optimizer state every K steps or T seconds."""
+
+    every_steps: Int | None = Field(None, ge=1)
+    every_s: PositiveDuration | None = None
+    storage_bandwidth_Bps: Bandwidth | None = Field(None, alias="storage_bandwidth")
+
+    @model_validator(mode="after")
+    def _complete(self) -> CheckpointSpec:
+        if (self.every_steps is None) == (self.every_s is None):
+            raise _fail(
+                "every_steps", "give exactly one of every_steps or every_s, e.g. every_steps: 100"
+            )
+        if self.storage_bandwidth_Bps is None:
+            raise _fail(
+                "storage_bandwidth",
+                "missing; a checkpoint's cost is bytes / storage bandwidth, "
+                "e.g. storage_bandwidth: 1GB/s",
+            )
+        return self
+
+
+class InputSpec(_Spec):
+    """Per-batch loading cost and prefetch depth (the tf.data prefetch picture)."""
+
+    per_example_s: Latency | None = Field(None, alias="per_example")
+    bandwidth_Bps: Bandwidth | None = Field(None, alias="bandwidth")
+    prefetch: Int = Field(1, ge=0)
+
+    @model_validator(mode="after")
+    def _one_cost(self) -> InputSpec:
+        if (self.per_example_s is None) == (self.bandwidth_Bps is None):
+            raise _fail(
+                "per_example",
+                "give exactly one of per_example (seconds per example) or bandwidth "
+                "(bytes of examples per second), e.g. per_example: 20us",
+            )
+        return self
+
+
 # ---------------------------------------------------------------- scenario
 
 
@@ -580,6 +751,9 @@ class Scenario(_Spec):
     strategy: Annotated[StrategySpec, BeforeValidator(_shorthand("kind"))] = Field(
         default_factory=OneDeviceStrategy
     )
+    faults: FaultsSpec = Field(default_factory=FaultsSpec)
+    checkpoint: CheckpointSpec | None = None
+    input: InputSpec | None = None
 
     @field_validator("name")
     @classmethod
@@ -596,6 +770,7 @@ class Scenario(_Spec):
         _resolve_hosts(self)
         _check_strategy(self)
         _resolve_batch(self)
+        _check_faults(self)
         return self
 
     @property
@@ -689,6 +864,58 @@ def _check_strategy(s: Scenario) -> None:
             f"got {c.ps}; parameter-server tasks are only used by strategy: parameter_server "
             f"(strategy here is {st.kind}); remove ps or use ps: 0",
         )
+    if st.kind == "tpu":
+        _check_tpu(s)
+
+
+def _check_tpu(s: Scenario) -> None:
+    """tpu puts its x·y chips on one host (strategies/tpu.py); devices_per_host: 1 or x·y."""
+    c, (x, y) = s.cluster, s.strategy.topology
+    if c.hosts != 1:
+        raise _fail(
+            "cluster.hosts",
+            f"got {c.hosts}; strategy tpu puts all {x}x{y} chips on one host linked by "
+            "intra_host (the ICI); use hosts: 1 and size the torus with strategy.topology",
+        )
+    if c.devices_per_host not in (1, x * y):
+        raise _fail(
+            "cluster.devices_per_host",
+            f"got {c.devices_per_host}; strategy tpu takes its chip count from "
+            f"strategy.topology ({x}x{y} = {x * y} chips); remove devices_per_host",
+        )
+    c.devices_per_host = x * y
+
+
+def _check_faults(s: Scenario) -> None:
+    """Fault targets must exist in this cluster and make sense for this strategy."""
+    c, kind = s.cluster, s.strategy.kind
+    workers = 1 if kind in ("one_device", "default", "mirrored", "central_storage") else c.hosts
+    devices = s.replicas
+    for i, st in enumerate(s.faults.stragglers):
+        if st.worker is not None and st.worker >= workers:
+            raise _fail(
+                f"faults.stragglers[{i}].worker",
+                f"got {st.worker}; this cluster has workers 0..{workers - 1}, e.g. worker: 0",
+            )
+        if st.device is not None and st.device >= devices:
+            raise _fail(
+                f"faults.stragglers[{i}].device",
+                f"got {st.device}; this run has devices 0..{devices - 1}, e.g. device: 0",
+            )
+    for i, f in enumerate(s.faults.failures):
+        limit = {"worker": workers, "ps": c.ps, "device": devices}[f.role]
+        if f.role == "ps" and kind != "parameter_server":
+            raise _fail(
+                f"faults.failures[{i}].target",
+                f"got {f.target!r}; only parameter_server has ps tasks; "
+                "e.g. target: worker 0",
+            )
+        if f.index >= limit:
+            raise _fail(
+                f"faults.failures[{i}].target",
+                f"got {f.target!r}; this cluster has {f.role} 0..{limit - 1}, "
+                f"e.g. target: {f.role} 0",
+            )
 
 
 def _resolve_batch(s: Scenario) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
 import jax
 import numpy as np
 import pytest
-
 from helpers import tiny, write
+
 from simdist.engine import run
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.parameter_server import bytes_per_ps, partition
@@ -47,14 +48,19 @@ LEAVES = [
 @pytest.mark.parametrize("n_ps", [1, 2, 3, 5])
 @pytest.mark.parametrize(
     ("partitioner", "min_bytes", "max_shards"),
-    [("round_robin", 0, None), ("min_size", 1024, None), ("min_size", 1024, 8), ("min_size", 1, 64)],
+    [
+        ("round_robin", 0, None),
+        ("min_size", 1024, None),
+        ("min_size", 1024, 8),
+        ("min_size", 1, 64),
+    ],
 )
 def test_partitioners_place_every_row_exactly_once(n_ps, partitioner, min_bytes, max_shards):
     shards = partition(LEAVES, n_ps, partitioner, min_bytes, max_shards)
     for leaf, (_, shape, nbytes) in enumerate(LEAVES):
         mine = sorted((s.start, s.stop) for s in shards if s.leaf == leaf)
         assert mine[0][0] == 0 and mine[-1][1] == shape[0]
-        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))  # contiguous, no overlap
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(mine))  # contiguous
         assert sum(s.nbytes for s in shards if s.leaf == leaf) == nbytes
     assert sum(bytes_per_ps(shards, n_ps)) == sum(n for *_, n in LEAVES)
     assert all(0 <= s.ps < n_ps for s in shards)
@@ -63,7 +69,10 @@ def test_partitioners_place_every_row_exactly_once(n_ps, partitioner, min_bytes,
 def test_round_robin_deals_whole_variables_in_turn():
     shards = partition(LEAVES, 2, "round_robin")
     assert [(s.ps, s.leaf, s.start, s.stop) for s in shards] == [
-        (0, 0, 0, 128), (1, 1, 0, 64), (0, 2, 0, 10), (1, 3, 0, 128),
+        (0, 0, 0, 128),
+        (1, 1, 0, 64),
+        (0, 2, 0, 10),
+        (1, 3, 0, 128),
     ]
     assert bytes_per_ps(shards, 2) == [512 + 40, 32768 + 5120]
 
@@ -72,13 +81,17 @@ def test_min_size_shards_respect_the_minimum_and_the_maximum():
     # 64 rows of 512 bytes; >= 8 KiB per shard -> 4 shards of 16 rows, dealt round-robin
     shards = partition(LEAVES[1:2], 3, "min_size", 8192, 16)
     assert [(s.ps, s.start, s.stop, s.nbytes) for s in shards] == [
-        (0, 0, 16, 8192), (1, 16, 32, 8192), (2, 32, 48, 8192), (0, 48, 64, 8192),
+        (0, 0, 16, 8192),
+        (1, 16, 32, 8192),
+        (2, 32, 48, 8192),
+        (0, 48, 64, 8192),
     ]
     assert len(partition(LEAVES[1:2], 3, "min_size", 8192, 2)) == 2
     assert len(partition(LEAVES[1:2], 3, "min_size", 1 << 20, 16)) == 1
 
 
 # -- numerics -----------------------------------------------------------------
+
 
 def test_one_worker_one_ps_equals_one_device():
     single = run(scenario_from_dict(tiny()))
@@ -95,8 +108,14 @@ def test_sync_mode_without_backups_equals_one_device_with_the_global_batch(parti
     w = 4
     sync = run(
         scenario_from_dict(
-            ps(workers=w, servers=2, steps=12, mode="sync", partitioner=partitioner,
-               min_shard_bytes=1024)
+            ps(
+                workers=w,
+                servers=2,
+                steps=12,
+                mode="sync",
+                partitioner=partitioner,
+                min_shard_bytes=1024,
+            )
         )
     )
     single = run(scenario_from_dict(tiny(**{"workload.batch_size": 8 * w})))
@@ -104,6 +123,7 @@ def test_sync_mode_without_backups_equals_one_device_with_the_global_batch(parti
 
 
 # -- staleness ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("workers", [2, 4, 8])
 def test_identical_workers_reach_staleness_workers_minus_one(workers):
@@ -128,11 +148,14 @@ def test_staleness_is_pulled_version_distance():
 
 # -- synchronous mode with backup workers ---------------------------------------
 
+
 @pytest.mark.parametrize("backups", [1, 2])
 def test_backup_workers_drop_exactly_b_gradients_per_step(backups):
     steps = 15
     result = run(
-        scenario_from_dict(ps(workers=4, servers=2, steps=steps, mode="sync", backup_workers=backups))
+        scenario_from_dict(
+            ps(workers=4, servers=2, steps=steps, mode="sync", backup_workers=backups)
+        )
     )
     dropped = result.tables["dropped"]
     assert dropped.groupby("step").size().to_dict() == {s: backups for s in range(steps)}
@@ -164,8 +187,18 @@ def test_ps_run_is_byte_identical_across_processes(tmp_path):
     scenario = write(tmp_path, ps(workers=3, servers=2, steps=30))
     for out in ("a", "b"):
         subprocess.run(
-            [sys.executable, "-m", "simdist", "run", str(scenario), "--out", str(tmp_path / out), "-q"],
-            check=True, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "simdist",
+                "run",
+                str(scenario),
+                "--out",
+                str(tmp_path / out),
+                "-q",
+            ],
+            check=True,
+            capture_output=True,
         )
     for table in ("metrics.csv", "events.csv", "updates.csv"):
         assert (tmp_path / "a" / table).read_bytes() == (tmp_path / "b" / table).read_bytes()
