@@ -202,3 +202,70 @@ def test_ps_run_is_byte_identical_across_processes(tmp_path):
         )
     for table in ("metrics.csv", "events.csv", "updates.csv"):
         assert (tmp_path / "a" / table).read_bytes() == (tmp_path / "b" / table).read_bytes()
+
+
+# -- faults -----------------------------------------------------------------------
+
+
+def straggling(workers: int = 4, factor: float = 3.0, **strategy) -> dict:
+    data = ps(workers=workers, steps=80, **strategy)
+    data["faults"] = {"stragglers": [{"worker": workers - 1, "slowdown": factor}]}
+    return data
+
+
+def test_a_persistent_straggler_lowers_only_its_own_rate():
+    result = run(scenario_from_dict(straggling()))
+    per_worker = result.tables["updates"].groupby("worker").size()
+    fast = per_worker.loc[[0, 1, 2]]
+    assert fast.nunique() <= 2 and fast.min() >= fast.max() - 1
+    assert per_worker.loc[3] < fast.min() / 2
+
+
+@pytest.mark.parametrize("bound", [0, 1, 3])
+def test_staleness_bound_limits_how_far_a_worker_runs_ahead(bound):
+    result = run(scenario_from_dict(straggling(staleness_bound=bound)))
+    updates = result.tables["updates"]
+    assert updates["ssp_staleness"].max() <= bound
+    if bound == 0:
+        assert set(updates["ssp_staleness"]) == {0}
+    unbounded = run(scenario_from_dict(straggling())).tables["updates"]
+    assert unbounded["ssp_staleness"].max() > 3
+
+
+def test_worker_failure_loses_its_gradient_and_the_others_go_on():
+    data = ps(workers=4, servers=2, steps=60)
+    data["faults"] = {"failures": [{"target": "worker 2", "at": "1ms", "restart_after": "2ms"}]}
+    result = run(scenario_from_dict(data))
+    s = result.summary
+    assert s["failures"] == 1
+    assert s["lost_gradients"] == 1
+    assert s["applied_updates"] == 60 - s["lost_gradients"]
+    assert set(result.events["kind"]) >= {"failure", "restart"}
+    restart = result.events.query("kind == 'restart'")
+    assert (restart["end_s"] - restart["start_s"]).to_numpy() == pytest.approx(2e-3)
+    # worker 2 did nothing while down, the others did
+    down = result.tables["updates"].query("1e-3 < time_s < 3e-3")
+    assert 2 not in set(down["worker"]) and len(down) > 0
+
+
+def test_ps_failure_rolls_everyone_back_to_the_checkpoint():
+    data = ps(workers=3, servers=2, steps=60)
+    data["checkpoint"] = {"every_steps": 10, "storage_bandwidth": "1GB/s"}
+    data["faults"] = {"failures": [{"target": "ps 1", "at": "4ms", "restart_after": "1ms"}]}
+    result = run(scenario_from_dict(data))
+    s = result.summary
+    assert s["failures"] == 1 and s["lost_steps"] > 0
+    assert s["applied_updates"] == 60
+    assert {"failure", "restore", "checkpoint"} <= set(result.events["kind"])
+    loss = result.metrics.query("metric == 'train_loss'")
+    assert loss["step"].diff().min() < 0  # steps after the checkpoint are redone
+
+
+def test_ps_runs_with_faults_are_deterministic():
+    data = straggling(staleness_bound=2)
+    data["faults"]["stragglers"].append({"probability": 0.2, "slowdown": {"kind": "pareto"}})
+    data["faults"]["failures"] = [{"target": "worker 0", "mtbf": "5ms", "restart_after": "1ms"}]
+    a, b = run(scenario_from_dict(data)), run(scenario_from_dict(data))
+    assert a.events.equals(b.events) and a.metrics.equals(b.metrics)
+    assert a.tables["updates"].equals(b.tables["updates"])
+    assert a.summary["failures"] >= 1

@@ -363,6 +363,11 @@ class DeferredGradients:
             self.flush()
         return self._done.pop(ticket)
 
+    def discard(self, ticket: int) -> None:
+        """Forget ``ticket`` (its gradient was lost): skip it, or drop its result."""
+        self._pending = [item for item in self._pending if item[0] != ticket]
+        self._done.pop(ticket, None)
+
     def flush(self) -> None:
         """Evaluate all pending tickets, in submission order, bucket by bucket."""
         pending, self._pending = self._pending, []

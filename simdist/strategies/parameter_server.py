@@ -203,7 +203,14 @@ class ParameterServers:
 
 
 class ParameterServerStrategy(Strategy):
-    """Asynchronous (or synchronous with backup workers) parameter-server training."""
+    """Asynchronous (or synchronous with backup workers) parameter-server training.
+
+    Failures (DESIGN.md §4): a failed worker drops out — its in-flight
+    gradient is lost — and rejoins after its restart with a fresh pull while
+    the others go on; a failed PS rolls every task back to the last completed
+    checkpoint (written by the chief in the background, without stopping the
+    workers) and everyone resumes after the PS's restart and the restore.
+    """
 
     kinds = ("parameter_server",)
 
@@ -236,10 +243,21 @@ class ParameterServerStrategy(Strategy):
         self.claimed = 0
         self.applied = 0  # gradients applied on every PS (global steps)
         self.dropped = 0
+        self.lost_gradients = 0
         self.staleness: list[int] = []
         self._progress = self.env.event()
-        self._results: dict[int, tuple[Any, Any, int]] = {}
         self._stop = False
+        self._procs: list[Any] = []
+        self._children: list[list[Any]] = [[] for _ in range(self.n_workers)]
+        self._inflight: list[dict[str, Any] | None] = [None] * self.n_workers
+        self._down = [False] * self.n_workers
+        self._resume = self.env.event()
+        self._pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
+        self._saved = self._snapshot()
+        self._saved_s = 0.0
+        self._checkpointing = False
+        chief = self.scenario.cluster.chief_names
+        self._chief = chief[0] if chief else "chief"
 
     @property
     def final_params(self) -> Any | None:
@@ -264,41 +282,73 @@ class ParameterServerStrategy(Strategy):
         link = self.scenario.cluster.links.intra_host
         return ring_allreduce_s(d, self.costs.grad_nbytes, link.latency_s, link.bandwidth_Bps)
 
+    def _record_worker(
+        self,
+        w: int,
+        start: float,
+        end: float,
+        kind: str,
+        step: int,
+        detail: str = "",
+        nbytes: int = 0,
+    ) -> None:
+        host = self.cluster.workers[w]
+        for device in host.devices:
+            self.recorder.event(start, end, host.name, device.name, kind, nbytes, step, detail)
+
     def _move(
         self, src: Host, dst: Host, nbytes: int, step: int, detail: str
-    ) -> Generator[Any, Any, tuple[float, float]]:
-        """Transfer ``nbytes`` from ``src`` to ``dst``; record it on both ends."""
-        start, end = yield self.env.process(transfer(self.env, route(src, dst), nbytes))
-        worker, ps = (src, dst) if src.role != "ps" else (dst, src)
-        for device in worker.devices:
-            self.recorder.event(start, end, worker.name, device.name, "comm", nbytes, step, detail)
-        self.recorder.event(start, end, ps.name, ps.name, "comm", nbytes, step, detail)
-        return start, end
+    ) -> Generator[Any, Any, None]:
+        """Transfer ``nbytes`` between a worker and a PS.
+
+        The PS's track records the interval its NIC serialised these bytes (one
+        at a time, so spans never overlap); the worker records its whole pull
+        or push phase instead (see :meth:`_phase`). An interrupted transfer (a
+        failure) releases its links and records nothing.
+        """
+        links = route(src, dst)
+        try:
+            start, _ = yield from transfer(self.env, links, nbytes)
+        except simpy.Interrupt:
+            return
+        ps = src if src.role == "ps" else dst
+        busy = nbytes / min(link.bandwidth_Bps for link in links)
+        self.recorder.event(start, start + busy, ps.name, ps.name, "comm", nbytes, step, detail)
+
+    def _phase(
+        self, w: int, moves: list[Any], step: int, detail: str, nbytes: int
+    ) -> Generator[Any, Any, None]:
+        """Wait for parallel transfers; record them on the worker as one comm span."""
+        start = self.env.now
+        self._children[w] = moves
+        yield self.env.all_of(moves)
+        self._children[w] = []
+        self._record_worker(w, start, self.env.now, "comm", step, detail, nbytes)
 
     def _compute(self, w: int, iteration: int) -> Generator[Any, Any, None]:
-        """Every device of worker ``w`` computes; they sum locally if there are several."""
+        """Wait for the batch, then every device of worker ``w`` computes (max rule)."""
+        pipeline = self._pipelines[w]
+        if pipeline is not None:
+            now = self.env.now
+            ready = pipeline.take(now)
+            if ready > now:
+                self._record_worker(w, now, ready, "input_wait", iteration)
+                yield self.env.timeout(ready - now)
         host = self.cluster.workers[w]
         start = self.env.now
         seconds = [self.compute_s(d, iteration) for d in host.devices]
         longest = max(seconds)
         for device, s in zip(host.devices, seconds, strict=True):
-            self.recorder.event(start, start + s, host.name, device.name, "compute", 0, iteration)
+            self.record_compute(device, start, s, iteration)
+            self.recorder.event(
+                start + s, start + longest, host.name, device.name, "idle", 0, iteration, "barrier"
+            )
         yield self.env.timeout(longest)
         if len(host.devices) > 1:
-            a, b = yield self.env.process(
-                run_allreduce(self.env, [host.intra], self._local_allreduce_s())
+            a, b = yield from run_allreduce(self.env, [host.intra], self._local_allreduce_s())
+            self._record_worker(
+                w, a, b, "comm", iteration, "local all-reduce", self.costs.grad_nbytes
             )
-            for device in host.devices:
-                self.recorder.event(
-                    a,
-                    b,
-                    host.name,
-                    device.name,
-                    "comm",
-                    self.costs.grad_nbytes,
-                    iteration,
-                    "local all-reduce",
-                )
 
     def _pull_all(self, w: int, iteration: int) -> Generator[Any, Any, tuple[list[Any], list[int]]]:
         """Pull every shard in parallel; the values are read when the request is issued."""
@@ -319,7 +369,7 @@ class ParameterServerStrategy(Strategy):
             )
             for ps in range(self.n_ps)
         ]
-        yield self.env.all_of(moves)
+        yield from self._phase(w, moves, iteration, "pull", self.costs.grad_nbytes)
         return pulled, versions
 
     def _batch(self, w: int, iteration: int) -> tuple[Any, Any]:
@@ -335,18 +385,7 @@ class ParameterServerStrategy(Strategy):
         start = self.env.now
         while self.clock[w] - min(self.clock) > bound:
             yield self._progress
-        host = self.cluster.workers[w]
-        for device in host.devices:
-            self.recorder.event(
-                start,
-                self.env.now,
-                host.name,
-                device.name,
-                "idle",
-                0,
-                self.clock[w],
-                "staleness bound",
-            )
+        self._record_worker(w, start, self.env.now, "idle", self.clock[w], "staleness bound")
 
     def _tick(self, w: int) -> None:
         self.clock[w] += 1
@@ -360,34 +399,47 @@ class ParameterServerStrategy(Strategy):
     # -- asynchronous mode ------------------------------------------------
 
     def _async_worker(self, w: int) -> Generator[Any, Any, None]:
-        while not self._stop and self.claimed < self.total_steps:
-            yield from self._ssp_wait(w)
-            if self._stop or self.claimed >= self.total_steps:
-                break
-            self.claimed += 1
-            iteration = self.clock[w]
-            ssp = self.clock[w] - min(self.clock)
-            pulled, versions = yield from self._pull_all(w, iteration)
-            ticket = None
-            if self.servers is not None:
-                x, y = self._batch(w, iteration)
-                ticket = self.deferred.submit(self.servers.assemble(pulled), x, y)
-            yield from self._compute(w, iteration)
-            gradient: dict[str, Any] = {"remaining": self.n_ps}
-            pushes = [
-                self.env.process(
-                    self._push_and_apply(w, ps, ticket, versions[ps], ssp, iteration, gradient)
-                )
-                for ps in range(self.n_ps)
-            ]
-            yield self.env.all_of(pushes)
-            self._tick(w)
+        """Worker ``w``'s loop; a failure interrupts it wherever it is."""
+        cause: Any = None
+        while True:
+            try:
+                if cause is not None:
+                    pending, cause = cause, None
+                    yield from self._worker_down(w, pending)
+                if self._stop or self.claimed >= self.total_steps:
+                    return
+                yield from self._iteration(w)
+            except simpy.Interrupt as interrupt:
+                self._abandon(w)
+                cause = interrupt.cause
+
+    def _iteration(self, w: int) -> Generator[Any, Any, None]:
+        """Pull, compute, push: one gradient of worker ``w``."""
+        yield from self._ssp_wait(w)
+        if self._stop or self.claimed >= self.total_steps:
+            return
+        self.claimed += 1
+        iteration = self.clock[w]
+        ssp = self.clock[w] - min(self.clock)
+        gradient: dict[str, Any] = {"remaining": self.n_ps, "ticket": None}
+        self._inflight[w] = gradient
+        pulled, versions = yield from self._pull_all(w, iteration)
+        if self.servers is not None:
+            x, y = self._batch(w, iteration)
+            gradient["ticket"] = self.deferred.submit(self.servers.assemble(pulled), x, y)
+        yield from self._compute(w, iteration)
+        pushes = [
+            self.env.process(self._push_and_apply(w, ps, versions[ps], ssp, iteration, gradient))
+            for ps in range(self.n_ps)
+        ]
+        yield from self._phase(w, pushes, iteration, "push", self.costs.grad_nbytes)
+        self._inflight[w] = None
+        self._tick(w)
 
     def _push_and_apply(
         self,
         w: int,
         ps: int,
-        ticket: int | None,
         pulled_version: int,
         ssp: int,
         iteration: int,
@@ -395,19 +447,19 @@ class ParameterServerStrategy(Strategy):
     ) -> Generator[Any, Any, None]:
         host, server = self.cluster.workers[w], self.cluster.ps_hosts[ps]
         yield from self._move(host, server, self.ps_nbytes[ps], iteration, f"push ps{ps}")
+        if self._inflight[w] is not gradient or self._stop:
+            return  # the worker failed while this shard was on the wire
         staleness = self.versions[ps] - pulled_version
         loss = math.nan
-        if self.servers is not None and not self._stop:
+        if self.servers is not None:
             if "grads" not in gradient:
-                gradient["loss"], gradient["grads"] = self._gradient(ticket)
+                gradient["loss"], gradient["grads"] = self._gradient(gradient["ticket"])
             loss = gradient["loss"]
             if not math.isfinite(loss):
                 self._diverge()
                 return
             scale = 1.0 / max(1, staleness) if self.options.lr_staleness == "inverse" else 1.0
             self.servers.apply(ps, self.servers.split(gradient["grads"], ps), scale)
-        if self._stop:
-            return
         self.versions[ps] += 1
         self.staleness.append(staleness)
         self.recorder.row(
@@ -440,11 +492,154 @@ class ParameterServerStrategy(Strategy):
             )
         self.steps_done = self.applied
         self.on_step(self.applied)
+        if not self._checkpointing and self.checkpoint_due(self.applied, self._saved_s):
+            self.env.process(self._write_checkpoint())
 
     def _diverge(self) -> None:
         if not self._stop:
             self._stop = True
             self.diverged_at = self.applied + 1
+
+    # -- checkpoints and failures ------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        """Everything a restore puts back; JAX arrays are immutable, so references suffice."""
+        state: dict[str, Any] = {
+            "applied": self.applied,
+            "versions": list(self.versions),
+            "clock": list(self.clock),
+            "written": False,
+        }
+        if self.servers is not None:
+            state["values"] = list(self.servers.values)
+            state["opt_states"] = list(self.servers.opt_states)
+        return state
+
+    def _write_checkpoint(self) -> Generator[Any, Any, None]:
+        """The chief saves the PS variables in the background; valid once written."""
+        self._checkpointing = True
+        state, start = self._snapshot(), self.env.now
+        state["written"] = True
+        yield self.env.timeout(self.checkpoint_s)
+        self.recorder.event(
+            start,
+            self.env.now,
+            self._chief,
+            self._chief,
+            "checkpoint",
+            self.costs.checkpoint_nbytes,
+            state["applied"],
+            "write",
+        )
+        self._saved, self._saved_s = state, self.env.now
+        self._checkpointing = False
+
+    def _abandon(self, w: int) -> None:
+        """Worker ``w`` stops: its transfers are cut and its in-flight gradient is lost."""
+        for child in self._children[w]:
+            if child.is_alive:
+                child.interrupt("failure")
+        self._children[w] = []
+        gradient = self._inflight[w]
+        if gradient is not None:
+            self.lost_gradients += 1
+            if gradient["ticket"] is not None and "grads" not in gradient:
+                self.deferred.discard(gradient["ticket"])
+        self._inflight[w] = None
+        self._pipelines[w] = None
+
+    def _worker_down(self, w: int, cause: Any) -> Generator[Any, Any, None]:
+        """Sit out a worker restart, or wait for the PS tasks to be restored."""
+        start = self.env.now
+        if cause == "ps":
+            yield self._resume
+            self._record_worker(
+                w,
+                start,
+                self.env.now,
+                "restore",
+                self.clock[w],
+                "PS rolled back to the last checkpoint",
+            )
+        else:
+            restart_s = float(cause)
+            self._down[w] = True
+            yield self.env.timeout(restart_s)
+            self._down[w] = False
+            self._record_worker(w, start, self.env.now, "restart", self.clock[w])
+            self.time_lost_s += restart_s
+        self._pipelines[w] = self.new_pipeline()
+
+    def _worker_for(self, spec: Any) -> int:
+        if spec.role == "worker":
+            return spec.index
+        return spec.index // self.scenario.cluster.devices_per_host
+
+    def _failures(self, entry: int, spec: Any) -> Generator[Any, Any, None]:
+        """Fire failure entry ``entry`` at its times (the engine stops when training ends)."""
+        from simdist.faults import failure_times
+
+        for at in failure_times(spec, self.scenario.seed, entry):
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
+            if self._stop or self.applied >= self.total_steps:
+                return
+            if spec.role == "ps":
+                yield from self._ps_failure(spec)
+                continue
+            w = self._worker_for(spec)
+            if self._down[w] or not self._procs[w].is_alive:
+                continue
+            self.failures += 1
+            host = self.cluster.workers[w].name
+            self.recorder.event(
+                self.env.now,
+                self.env.now + spec.restart_s,
+                host,
+                host,
+                "failure",
+                0,
+                self.clock[w],
+                spec.target,
+            )
+            self._procs[w].interrupt(spec.restart_s)
+
+    def _ps_failure(self, spec: Any) -> Generator[Any, Any, None]:
+        """A PS task fails: everyone stops; all PS tasks roll back to the last checkpoint."""
+        self.failures += 1
+        saved, now = self._saved, self.env.now
+        restore_s = self.checkpoint_s if saved["written"] else 0.0
+        host = self.cluster.ps_hosts[spec.index].name
+        self.recorder.event(
+            now, now + spec.restart_s, host, host, "failure", 0, self.applied, spec.target
+        )
+        self.recorder.event(
+            now + spec.restart_s,
+            now + spec.restart_s + restore_s,
+            host,
+            host,
+            "restore",
+            self.costs.checkpoint_nbytes if saved["written"] else 0,
+            saved["applied"],
+            "checkpoint" if saved["written"] else "initial state",
+        )
+        self._resume = self.env.event()
+        for w, proc in enumerate(self._procs):
+            if proc.is_alive:
+                proc.interrupt("ps")
+            self._down[w] = False
+        self.lost_steps += self.applied - saved["applied"]
+        self.time_lost_s += (now - self._saved_s) + spec.restart_s + restore_s
+        yield self.env.timeout(spec.restart_s + restore_s)
+        self.applied = self.claimed = saved["applied"]
+        self.versions = list(saved["versions"])
+        self.clock = list(saved["clock"])
+        if self.servers is not None:
+            self.servers.values = list(saved["values"])
+            self.servers.opt_states = list(saved["opt_states"])
+            self.servers.versions = list(saved["versions"])
+        self._saved_s = self.env.now
+        self._resume.succeed()
 
     # -- synchronous mode with backup workers ----------------------------
 
@@ -458,9 +653,9 @@ class ParameterServerStrategy(Strategy):
     ) -> Generator[Any, Any, None]:
         """One worker's part of sync step ``step``: pull, compute, push every shard."""
         host = self.cluster.workers[w]
+        ticket = None
         try:
             pulled, _ = yield from self._pull_all(w, step)
-            ticket = None
             if self.servers is not None:
                 x, y = self._batch(w, step)
                 ticket = self.deferred.submit(self.servers.assemble(pulled), x, y)
@@ -473,11 +668,18 @@ class ParameterServerStrategy(Strategy):
                 )
                 for ps in range(self.n_ps)
             ]
-            yield self.env.all_of(pushes)
+            yield from self._phase(w, pushes, step, "push", self.costs.grad_nbytes)
             arrivals.append((w, ticket))
             if len(arrivals) == needed:
                 enough.succeed()
         except simpy.Interrupt:
+            # A late (backup) worker: its transfers are cut and its gradient dropped.
+            for child in self._children[w]:
+                if child.is_alive:
+                    child.interrupt("dropped")
+            self._children[w] = []
+            if ticket is not None:
+                self.deferred.discard(ticket)
             self.dropped += 1
             self.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
 
@@ -548,8 +750,10 @@ class ParameterServerStrategy(Strategy):
         if self.options.mode == "sync":
             yield from self._sync_loop()
             return
-        workers = [self.env.process(self._async_worker(w)) for w in range(self.n_workers)]
-        yield self.env.all_of(workers)
+        self._procs = [self.env.process(self._async_worker(w)) for w in range(self.n_workers)]
+        for entry, spec in enumerate(self.scenario.faults.failures):
+            self.env.process(self._failures(entry, spec))
+        yield self.env.all_of(self._procs)
 
     def summary(self) -> dict[str, Any]:
         values = np.asarray(self.staleness, dtype=float)
@@ -575,4 +779,5 @@ class ParameterServerStrategy(Strategy):
             "applied_updates": self.applied,
             "applied_updates_per_s": self.applied / now if now > 0 else None,
             "dropped_gradients": self.dropped,
+            "lost_gradients": self.lost_gradients,
         }
