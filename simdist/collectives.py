@@ -234,6 +234,20 @@ def busbw_Bps(nbytes: float, time_s: float, n: int) -> float:
     return algbw_Bps(nbytes, time_s) * 2 * (n - 1) / n
 
 
+def allreduce_figures(nbytes: float, time_s: float, n: int) -> dict[str, float | None]:
+    """``allreduce_s``, ``algbw_Bps`` and ``busbw_Bps`` of one all-reduce, for summaries.
+
+    The two bandwidths are ``None`` when nothing is exchanged (n = 1 or a zero time).
+    """
+    if n < 2 or not time_s > 0:
+        return {"allreduce_s": time_s, "algbw_Bps": None, "busbw_Bps": None}
+    return {
+        "allreduce_s": time_s,
+        "algbw_Bps": algbw_Bps(nbytes, time_s),
+        "busbw_Bps": busbw_Bps(nbytes, time_s, n),
+    }
+
+
 def run_allreduce(
     env: simpy.Environment, links: Sequence[Link], seconds: float
 ) -> Generator[simpy.Event, Any, tuple[float, float]]:

@@ -1,0 +1,117 @@
+"""``central_storage``: variables on the host CPU, N devices on one host, synchronous.
+
+As ``tf.distribute.experimental.CentralStorageStrategy``: the variables live in host
+memory; each step every device fetches them over the host's intra-host link (PCIe),
+computes its gradient on global_batch / N examples, and sends the gradient back over the
+same link; the CPU sums the N gradients and applies one update. Numerically it is
+mirrored (and so one_device with the global batch); only the timing differs.
+
+Timing. Every fetch and push is a :func:`simdist.cluster.transfer` on the one shared link
+(FIFO; only bytes / bandwidth occupies it, latency does not). Each device starts computing
+as soon as its own fetch has arrived and pushes as soon as it has computed. With N
+devices, S gradient bytes (= variable bytes), link latency α and bandwidth B, compute
+time c and CPU reduce bandwidth B_cpu, fetch k holds the link during [(k−1)·S/B, k·S/B];
+device k is ready to push at r_k = k·S/B + α + c; the pushes queue behind the fetches, so
+the last one leaves the link at max(2N·S/B, c + α + (N+1)·S/B) and arrives α later. The
+CPU then reads the N gradients once, N·S / B_cpu (the optimizer update itself is taken as
+free, as in every simdist strategy):
+
+    T_step = α + max(2N·S/B, c + α + (N+1)·S/B) + N·S/B_cpu
+
+When the link is the bottleneck ((N−1)·S/B ≥ c + α) the step grows by 2·S/B + S/B_cpu
+per added device: the link carries 2N·S bytes every step. This closed form assumes equal
+compute times; the simulation does not need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from simdist.cluster import Device, Host, transfer
+from simdist.strategies.base import SynchronousStrategy
+
+
+def central_storage_step_s(
+    n: int,
+    nbytes: float,
+    latency_s: float,
+    bandwidth_Bps: float,
+    compute_s: float,
+    reduce_bandwidth_Bps: float,
+) -> float:
+    """The step time the module docstring derives, for equal compute times."""
+    wire = nbytes / bandwidth_Bps
+    pushed = max(2 * n * wire, compute_s + latency_s + (n + 1) * wire)
+    return latency_s + pushed + n * nbytes / reduce_bandwidth_Bps
+
+
+class CentralStorageStrategy(SynchronousStrategy):
+    """One host: per-device fetch → compute → push over the shared PCIe, then a CPU reduce."""
+
+    kinds = ("central_storage",)
+
+    @property
+    def host(self) -> Host:
+        """The one host whose CPU holds the variables."""
+        return self.cluster.workers[0]
+
+    @property
+    def reduce_s(self) -> float:
+        """Seconds for the CPU to read the N gradients it sums."""
+        n, spec = self.scenario.replicas, self.scenario.strategy
+        return n * self.costs.grad_nbytes / spec.reduce_bandwidth_Bps
+
+    def _replica(self, device: Device, step: int) -> Generator[Any, Any, float]:
+        """Fetch the variables, compute, push the gradient; return when the push arrives."""
+        env, rec, link, nbytes = self.env, self.recorder, self.host.intra, self.costs.grad_nbytes
+        host, name = device.host, device.name
+        asked = env.now
+        start, fetched = yield env.process(transfer(env, [link], nbytes))
+        rec.event(asked, start, host, name, "idle", 0, step, "waiting for the host link")
+        rec.event(start, fetched, host, name, "comm", nbytes, step, "fetch variables")
+        seconds = self.compute_s(device, step)
+        rec.event(fetched, fetched + seconds, host, name, "compute", 0, step)
+        yield env.timeout(seconds)
+        ready = env.now
+        start, pushed = yield env.process(transfer(env, [link], nbytes))
+        rec.event(ready, start, host, name, "idle", 0, step, "waiting for the host link")
+        rec.event(start, pushed, host, name, "comm", nbytes, step, "push gradient")
+        return pushed
+
+    def compute_phase(self, step: int) -> Generator[Any, Any, None]:
+        """Every device fetches, computes and pushes; the phase ends with the last push."""
+        env = self.env
+        devices = self.training_devices
+        replicas = [env.process(self._replica(d, step)) for d in devices]
+        yield env.all_of(replicas)
+        for device, replica in zip(devices, replicas, strict=True):
+            self.recorder.event(
+                replica.value, env.now, device.host, device.name, "idle", 0, step, "barrier"
+            )
+
+    def communicate(self, step: int) -> Generator[Any, Any, None]:
+        """The CPU sums the gradients (and applies them) while the devices wait."""
+        start, end = self.env.now, self.env.now + self.reduce_s
+        cpu = f"{self.host.name}/host-cpu"
+        self.recorder.event(start, end, self.host.name, cpu, "apply", 0, step, "reduce + apply")
+        for d in self.training_devices:
+            self.recorder.event(start, end, d.host, d.name, "idle", 0, step, "CPU update")
+        yield self.env.timeout(self.reduce_s)
+
+    def summary(self) -> dict[str, Any]:
+        n, nbytes = self.scenario.replicas, self.costs.grad_nbytes
+        link = self.host.intra
+        return {
+            "host_link_bytes_per_step": 2 * n * nbytes,
+            "host_link_bandwidth_Bps": link.bandwidth_Bps,
+            "cpu_reduce_s": self.reduce_s,
+            "predicted_step_s": central_storage_step_s(
+                n,
+                nbytes,
+                link.latency_s,
+                link.bandwidth_Bps,
+                self.costs.compute_s,
+                self.scenario.strategy.reduce_bandwidth_Bps,
+            ),
+        }
