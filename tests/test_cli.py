@@ -118,3 +118,23 @@ def test_failed_run_leaves_previous_report_untouched(tmp_path, monkeypatch):
     runner.invoke(app, ["run", str(scenario), "--out", str(out), "-q", "--set", "workload.steps=3"])
     assert (out / "metrics.csv").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def _malformed_cases():
+    from test_scenario import MALFORMED
+
+    return MALFORMED
+
+
+@pytest.mark.parametrize("case", _malformed_cases(), ids=lambda case: case[0])
+def test_every_malformed_scenario_exits_2_naming_the_field(tmp_path, case):
+    _, text, field, _ = case
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    flat = " ".join(result.output.split())
+    assert f"bad.yaml: {field}" in flat if field else "bad.yaml:" in flat
+    assert not out.exists()

@@ -71,7 +71,7 @@ class CentralStorageStrategy(SynchronousStrategy):
         rec.event(asked, start, host, name, "idle", 0, step, "waiting for the host link")
         rec.event(start, fetched, host, name, "comm", nbytes, step, "fetch variables")
         seconds = self.compute_s(device, step)
-        rec.event(fetched, fetched + seconds, host, name, "compute", 0, step)
+        self.record_compute(device, fetched, seconds, step)
         yield env.timeout(seconds)
         ready = env.now
         start, pushed = yield env.process(transfer(env, [link], nbytes))

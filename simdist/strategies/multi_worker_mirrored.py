@@ -161,7 +161,7 @@ class MultiWorkerMirroredStrategy(SynchronousStrategy):
         for d, offset, seconds in plan:
             begin, done = start + offset, start + offset + seconds
             self.recorder.event(start, begin, d.host, d.name, "eval", 0, step, "chief")
-            self.recorder.event(begin, done, d.host, d.name, "compute", 0, step)
+            self.record_compute(d, begin, seconds, step)
             self.recorder.event(done, end, d.host, d.name, "idle", 0, step, "barrier")
         yield env.timeout(longest)
 
