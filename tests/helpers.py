@@ -6,6 +6,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import jax
+import numpy as np
 import yaml
 
 TINY: dict[str, Any] = {
@@ -46,3 +48,11 @@ def write(tmp_path: Path, data: dict[str, Any], filename: str = "scenario.yaml")
     path = tmp_path / filename
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def assert_trees_close(a: Any, b: Any, atol: float = 1e-6) -> None:
+    """Two parameter pytrees agree leaf by leaf within ``atol``."""
+    leaves_a, leaves_b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    assert len(leaves_a) == len(leaves_b)
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
-from helpers import tiny, write
+from helpers import assert_trees_close, tiny, write
 
 from simdist.engine import run
 from simdist.scenario import scenario_from_dict
@@ -52,12 +51,7 @@ def test_mirrored_run_equals_one_device_with_global_batch(execution):
         )
     )
     single = run(scenario_from_dict(tiny(**{"workload.batch_size": 8 * n})))
-    for a, b in zip(
-        jax.tree_util.tree_leaves(mirrored.params),
-        jax.tree_util.tree_leaves(single.params),
-        strict=True,
-    ):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=0)
+    assert_trees_close(mirrored.params, single.params)
     loss_m = mirrored.metrics.query("metric == 'train_loss'")["value"].to_numpy()
     loss_s = single.metrics.query("metric == 'train_loss'")["value"].to_numpy()
     np.testing.assert_allclose(loss_m, loss_s, atol=1e-6)

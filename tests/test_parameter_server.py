@@ -9,7 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import tiny, write
+from helpers import assert_trees_close, tiny, write
 
 from simdist.engine import run
 from simdist.scenario import scenario_from_dict
@@ -28,11 +28,6 @@ def ps(workers: int = 4, servers: int = 1, steps: int = 40, **strategy) -> dict:
             "workload.steps": steps,
         }
     )
-
-
-def assert_trees_close(a, b, atol=1e-6):
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
-        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
 
 
 # -- partitioning (pure) ----------------------------------------------------
