@@ -10,19 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Result", "load_scenario", "run"]
+__all__ = ["Result", "load_report", "load_scenario", "run"]
 
 if TYPE_CHECKING:
-    from simdist.engine import Result, run
+    from simdist.api import Result, load_report, run
     from simdist.scenario import load_scenario
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so ``import simdist`` stays cheap and JAX starts only when needed.
-    if name in ("run", "Result"):
-        from simdist import engine
+    if name in ("run", "load_report", "Result"):
+        from simdist import api
 
-        return getattr(engine, name)
+        return getattr(api, name)
     if name == "load_scenario":
         from simdist.scenario import load_scenario
 

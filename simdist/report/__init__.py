@@ -1,12 +1,14 @@
-"""Writing a run's report folder: tables, summary, plots, parameters, the resolved scenario."""
+"""Writing a run's report folder: tables, summary, plots, trace, report.md, parameters, scenario."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from simdist.report.plots import plot_loss_vs_time
+from simdist.report.markdown import write_markdown
+from simdist.report.plots import plot_loss_vs_time, write_plots
 from simdist.report.tables import AtomicFolder, write_csv, write_json
+from simdist.report.trace import write_trace
 
 
 def write_report(result: Any, out_dir: Path) -> Path:
@@ -25,5 +27,8 @@ def write_report(result: Any, out_dir: Path) -> Path:
         if result.params is not None:
             save_params(tmp / "params.npz", result.params)
         plot_loss_vs_time(result.metrics, result.scenario.name, tmp / "loss_vs_time.png")
+        plots = ["loss_vs_time.png", *write_plots(result, tmp)]
+        write_trace(result, tmp / "trace.json")
+        write_markdown(result, tmp / "report.md", plots)
     result.out_dir = out_dir
     return out_dir

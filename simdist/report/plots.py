@@ -1,53 +1,465 @@
-"""PNG plots of a run, readable at a glance: titles, axis units, legends."""
+"""PNG plots of a run, readable at a glance: titles, axis units, legends.
+
+Every figure is drawn from the run's tidy tables only (metrics, events, the
+extra tables), so the plots of a loaded report equal those of the live run.
+PNGs carry no timestamp or software version, so identical runs write
+identical files.  Time axes pick s / ms / µs (or min / h) from the run's
+length, because simulated runs span microseconds to hours.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+from matplotlib.patches import Patch
+from matplotlib.ticker import StrMethodFormatter
+
+from simdist.report.trace import (
+    SPLIT_CATEGORIES,
+    natural_key,
+    split_category,
+    time_split_by_device,
+    timeline_spans,
+    training_devices,
+)
+
+#: Colours of event kinds; unknown kinds get :data:`_SPARE_COLORS` in sorted order.
+KIND_COLORS = {
+    "compute": "#1f77b4",
+    "straggle": "#6baed6",
+    "comm": "#ff7f0e",
+    "idle": "#bdbdbd",
+    "input_wait": "#e377c2",
+    "eval": "#2ca02c",
+    "apply": "#9467bd",
+    "checkpoint": "#8c564b",
+    "failure": "#d62728",
+    "restart": "#bcbd22",
+    "restore": "#c49c94",
+}
+_SPARE_COLORS = ("#17becf", "#7f7f7f", "#aec7e8", "#98df8a", "#c5b0d5", "#dbdb8d")
+#: Shades for the kinds of communication (pull, push, all-reduce, …) in the timeline.
+_COMM_SHADES = ("#ff7f0e", "#ffbb78", "#d95f02", "#a63603", "#fdd0a2", "#e6550d")
+_SPLIT_COLORS = {
+    "compute": KIND_COLORS["compute"],
+    "comm": KIND_COLORS["comm"],
+    "waiting": "#737373",
+    "other": KIND_COLORS["eval"],
+    "idle": "#f0f0f0",
+}
+_SPLIT_LABELS = {
+    "compute": "compute",
+    "comm": "communication",
+    "waiting": "waiting ({kinds} events)",
+    "other": "other ({kinds} events)",
+    "idle": "idle (nothing recorded)",
+}
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     # No timestamp in the PNG metadata, so identical runs write identical files.
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
 
 
-def plot_loss_vs_time(metrics: pd.DataFrame, title: str, path: Path) -> None:
-    """Training loss (and test accuracy, when evaluated) against simulated time."""
+def _accuracy_floor(values: pd.Series) -> float:
+    """A lower y limit for accuracy: a little below the minimum, on a 0.1 grid, so curves differ."""
+    return max(0.0, np.floor((float(values.min()) - 0.02) * 10) / 10) if len(values) else 0.0
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """``(factor, unit)`` so that ``seconds * factor`` reads well over ``span_s`` seconds."""
+    if span_s >= 2 * 3600:
+        return 1 / 3600, "h"
+    if span_s >= 120:
+        return 1 / 60, "min"
+    if span_s >= 1:
+        return 1.0, "s"
+    if span_s >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def _metric(metrics: pd.DataFrame, name: str) -> pd.DataFrame:
+    return metrics[metrics["metric"] == name]
+
+
+def _no_data(ax: plt.Axes, message: str) -> None:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def _smooth(values: pd.Series) -> tuple[pd.Series, int]:
+    """A trailing moving average over ~1/50 of the points, and its window."""
+    window = max(1, len(values) // 50)
+    return values.rolling(window, min_periods=1).mean(), window
+
+
+def _plot_loss_accuracy(metrics: pd.DataFrame, title: str, path: Path, x: str) -> None:
+    """Loss (left axis) and test accuracy (right axis) against ``x``: ``time_s`` or ``step``."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    loss = metrics[metrics["metric"] == "train_loss"]
-    if loss.empty:
-        ax.text(
-            0.5,
-            0.5,
-            "timing-only run: no loss computed",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
+    if x == "time_s":
+        factor, unit = time_unit(float(metrics["time_s"].max()) if len(metrics) else 0.0)
+        xlabel, against = f"simulated time ({unit})", "simulated time"
     else:
-        ax.plot(loss["time_s"], loss["value"], color="tab:blue", lw=1, label="train loss")
-    test = metrics[metrics["metric"] == "test_loss"]
+        factor, xlabel, against = 1.0, "step (applied updates)", "step"
+    loss = _metric(metrics, "train_loss")
+    if loss.empty:
+        _no_data(ax, "timing-only run (numerics: false): no loss or accuracy computed")
+    else:
+        smooth, window = _smooth(loss["value"])
+        if window > 1:
+            ax.plot(
+                loss[x] * factor,
+                loss["value"],
+                color="tab:blue",
+                lw=0.6,
+                alpha=0.3,
+                label="train loss (each step)",
+            )
+        label = f"train loss (mean of {window} steps)" if window > 1 else "train loss"
+        ax.plot(loss[x] * factor, smooth, color="tab:blue", lw=1.3, label=label)
+    test = _metric(metrics, "test_loss")
     if not test.empty:
-        ax.plot(test["time_s"], test["value"], "o-", color="tab:orange", ms=3, label="test loss")
-    ax.set_xlabel("simulated time (s)")
+        ax.plot(test[x] * factor, test["value"], "o-", color="tab:orange", ms=3, label="test loss")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("loss")
-    ax.set_title(f"{title}: loss vs simulated time")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{title}: loss and accuracy vs {against}")
     handles, labels = ax.get_legend_handles_labels()
-    acc = metrics[metrics["metric"] == "test_accuracy"]
+    acc = _metric(metrics, "test_accuracy")
     if not acc.empty:
         ax2 = ax.twinx()
-        ax2.plot(acc["time_s"], acc["value"], "s--", color="tab:green", ms=3, label="test accuracy")
-        ax2.set_ylabel("test accuracy")
+        ax2.plot(
+            acc[x] * factor,
+            acc["value"],
+            "s--",
+            color="tab:green",
+            ms=3,
+            label="test accuracy (right axis)",
+        )
+        ax2.set_ylabel("test accuracy (fraction correct)")
         ax2.set_ylim(0, 1)
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
     if handles:
         ax.legend(handles, labels, loc="center right")
     _save(fig, path)
+
+
+def plot_loss_vs_time(metrics: pd.DataFrame, title: str, path: Path) -> None:
+    """Training loss, test loss and test accuracy against simulated time."""
+    _plot_loss_accuracy(metrics, title, path, "time_s")
+
+
+def plot_loss_vs_step(metrics: pd.DataFrame, title: str, path: Path) -> None:
+    """Training loss, test loss and test accuracy against step (applied updates).
+
+    Beside ``loss_vs_time.png`` it separates "learns slowly per step" (e.g.
+    stale gradients) from "takes long per step" (e.g. communication).
+    """
+    _plot_loss_accuracy(metrics, title, path, "step")
+
+
+def step_completions(metrics: pd.DataFrame) -> pd.DataFrame:
+    """``time_s, step`` each time a step (an applied update) completed, in order.
+
+    Read from the ``examples_per_s`` rows, which every strategy records once
+    per completed step (``train_loss`` rows in their absence).
+    """
+    rows = _metric(metrics, "examples_per_s")
+    if rows.empty:
+        rows = _metric(metrics, "train_loss")
+    return rows[["time_s", "step"]].drop_duplicates("step", keep="first").reset_index(drop=True)
+
+
+def plot_throughput(
+    metrics: pd.DataFrame, summary: Mapping[str, Any], title: str, path: Path
+) -> None:
+    """Training throughput (examples/s of simulated time) over the run.
+
+    A moving rate over the last ~2 % of steps shows slow phases; the running
+    average (examples so far / time so far) ends at the summary's figure.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4))
+    done = step_completions(metrics)
+    steps = int(summary.get("steps") or 0)
+    per_step = summary["examples"] / steps if steps else 0.0
+    end_s = float(summary.get("simulated_time_s") or 0.0)
+    factor, unit = time_unit(end_s)
+    if len(done) < 2 or per_step <= 0:
+        _no_data(ax, "fewer than two steps: no throughput over time")
+    else:
+        t = done["time_s"].to_numpy(float)
+        n = done["step"].to_numpy(float)
+        k = max(1, len(done) // 50)
+        dt = t[k:] - t[:-k]
+        ok = dt > 0
+        rate = (n[k:] - n[:-k])[ok] * per_step / dt[ok]
+        ax.plot(
+            t[k:][ok] * factor,
+            rate,
+            color="tab:blue",
+            lw=1.6,
+            zorder=3,
+            label=f"moving rate (last {k} step{'s' if k > 1 else ''})",
+        )
+        ok = t > 0
+        ax.plot(
+            t[ok] * factor,
+            n[ok] * per_step / t[ok],
+            color="tab:orange",
+            lw=1.2,
+            ls="--",
+            label="running average (examples so far / time so far)",
+        )
+        mean = summary.get("examples_per_s")
+        if mean:
+            ax.axhline(mean, color="0.3", ls=":", lw=1, label=f"whole run: {mean:,.0f}/s")
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        ax.legend(loc="lower right")
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("training examples / s (simulated)")
+    ax.set_title(f"{title}: throughput over time")
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
+    """Histogram of the staleness of applied gradients (parameter_server's ``updates.csv``).
+
+    Staleness = PS version at apply − version the gradient was computed from;
+    the SSP measure (iterations ahead of the slowest worker) is drawn beside
+    it when recorded.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4))
+    values = updates["staleness"].to_numpy(float) if "staleness" in updates else np.array([])
+    if values.size == 0:
+        _no_data(ax, "no gradient applied")
+    else:
+        ssp = updates["ssp_staleness"].to_numpy(int) if "ssp_staleness" in updates else None
+        top = int(max(values.max(), 0 if ssp is None else ssp.max()))
+        x = np.arange(top + 1)
+        width = 0.4 if ssp is not None else 0.8
+        counts = np.bincount(values.astype(int).clip(0), minlength=top + 1)
+        ax.bar(
+            x - (width / 2 if ssp is not None else 0),
+            counts,
+            width,
+            color="tab:blue",
+            label=f"staleness: versions applied in between (n = {values.size:,})",
+        )
+        if ssp is not None:
+            ax.bar(
+                x + width / 2,
+                np.bincount(ssp.clip(0), minlength=top + 1),
+                width,
+                color="tab:orange",
+                label="SSP staleness: iterations ahead of the slowest worker",
+            )
+        ax.axvline(
+            values.mean(),
+            color="tab:red",
+            ls="--",
+            lw=1.2,
+            label=f"mean staleness {values.mean():.2f}",
+        )
+        if top < 30:
+            ax.set_xticks(x)
+        ax.set_ylim(0, counts.max() * 1.35)
+        ax.legend(loc="upper left", fontsize=8)
+    ax.set_xlabel("staleness (parameter versions behind at apply)")
+    ax.set_ylabel("applied gradient shards (count)")
+    ax.set_title(f"{title}: staleness of applied gradients")
+    _save(fig, path)
+
+
+def _kind_color(kind: str, spare: dict[str, str]) -> str:
+    if kind in KIND_COLORS:
+        return KIND_COLORS[kind]
+    if kind not in spare:
+        spare[kind] = _SPARE_COLORS[len(spare) % len(_SPARE_COLORS)]
+    return spare[kind]
+
+
+def _comm_label(detail: str, hosts: set[str]) -> str:
+    """``pull ps0`` → ``pull``: what kind of transfer, without the task it went to."""
+    words = [w for w in str(detail).split() if w not in hosts]
+    return " ".join(words) if words else "transfer"
+
+
+def plot_timeline(
+    events: pd.DataFrame, scenario: Any, title: str, path: Path, steps: int = 3
+) -> None:
+    """Gantt chart of the first ``steps`` steps: one row per device / PS task (and lane).
+
+    The window ends when the last event of step ``steps − 1`` ends (for
+    asynchronous workers: each worker's first ``steps`` iterations).
+    """
+    first = events[(events["step"] >= 0) & (events["step"] < steps)]
+    end_s = float(first["end_s"].max()) if len(first) else float(events["end_s"].max() or 0)
+    window = events[events["start_s"] < end_s]
+    tracks, spans = timeline_spans(window, scenario, links=False)
+    height = min(14.0, 1.6 + 0.32 * max(1, len(tracks)))
+    fig, ax = plt.subplots(figsize=(10, height), layout="constrained")
+    if not tracks:
+        _no_data(ax, "no events recorded")
+        _save(fig, path)
+        return
+    factor, unit = time_unit(end_s)
+    hosts = set(events["host"])
+    spare: dict[str, str] = {}
+    comm_colors: dict[str, str] = {}
+    labels = []
+    for kind, detail in zip(spans["kind"].tolist(), spans["detail"].tolist(), strict=True):
+        if kind == "comm":
+            label = f"comm: {_comm_label(detail, hosts)}"
+            if label not in comm_colors:
+                comm_colors[label] = _COMM_SHADES[len(comm_colors) % len(_COMM_SHADES)]
+        else:
+            label = kind
+        labels.append(label)
+    spans = spans.assign(label=labels)
+    colors = {label: comm_colors.get(label) or _kind_color(label, spare) for label in set(labels)}
+    rows = len(tracks)
+    for (label, track), part in spans.groupby(["label", "track"], sort=True):
+        start = part["start_s"].clip(upper=end_s).to_numpy() * factor
+        width = part["end_s"].clip(upper=end_s).to_numpy() * factor - start
+        ax.broken_barh(
+            list(zip(start, width, strict=True)),
+            (rows - 1 - track - 0.4, 0.8),
+            facecolors=colors[label],
+            edgecolors="white",
+            linewidth=0.3,
+        )
+    ax.set_yticks(range(rows), [t.label for t in reversed(tracks)])
+    ax.set_ylim(-0.6, rows - 0.4)
+    ax.set_xlim(0, end_s * factor)
+    order = sorted(colors, key=lambda lbl: (lbl.split(":")[0] != "compute", lbl))
+    fig.legend(
+        handles=[Patch(color=colors[lbl], label=lbl) for lbl in order],
+        loc="outside lower center",
+        ncol=min(5, len(order)),
+        frameon=False,
+    )
+    ax.set_xlabel(f"simulated time ({unit})")
+    lanes = " (#k: spans at the same time)" if any(t.lane for t in tracks) else ""
+    ax.set_title(f"{title}: timeline of the first {steps} steps{lanes}")
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, path)
+
+
+def plot_time_split(
+    events: pd.DataFrame, sim_time_s: float, title: str, path: Path
+) -> pd.DataFrame:
+    """Stacked bars: the share of simulated time each device computes, communicates, waits, idles.
+
+    Overlapping events count once, in the priority compute > communication >
+    waiting > other (see :func:`simdist.report.trace.time_split_by_device`).
+    Training devices come first, then parameter-server tasks.  Returns the
+    shares drawn (fractions of ``sim_time_s``).
+    """
+    trained = training_devices(events)
+    others = sorted(set(events["device"]) - set(trained), key=natural_key)
+    split = time_split_by_device(events, sim_time_s, trained + others)
+    shares = split / sim_time_s if sim_time_s > 0 else split * 0.0
+    other_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "other")
+    waiting_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "waiting")
+    fig, ax = plt.subplots(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
+    y = np.arange(len(shares))[::-1]
+    left = np.zeros(len(shares))
+    for category in SPLIT_CATEGORIES:
+        values = shares[category].to_numpy() * 100
+        if category not in ("compute", "comm") and not (values > 0.05).any():
+            continue
+        kinds = waiting_kinds if category == "waiting" else other_kinds
+        label = _SPLIT_LABELS[category].format(kinds=", ".join(kinds) or "—")
+        ax.barh(
+            y,
+            values,
+            left=left,
+            color=_SPLIT_COLORS[category],
+            edgecolor="0.6",
+            linewidth=0.4,
+            label=label,
+        )
+        for yi, li, vi in zip(y, left, values, strict=True):
+            if vi >= 8:
+                ax.text(
+                    li + vi / 2,
+                    yi,
+                    f"{vi:.0f}%",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if category in ("compute", "waiting") else "black",
+                )
+        left += values
+    ax.set_yticks(y, list(shares.index))
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of simulated time (%)")
+    ax.set_title(f"{title}: where each device's time goes")
+    fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
+    _save(fig, path)
+    return shares
+
+
+def plot_accuracy_overlay(
+    runs: Mapping[str, pd.DataFrame], target: float | None, title: str, path: Path
+) -> None:
+    """Test accuracy against simulated time for several runs on one axis (``compare``)."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    end = max((float(m["time_s"].max()) for m in runs.values() if len(m)), default=0.0)
+    factor, unit = time_unit(end)
+    drawn = []
+    for label, metrics in runs.items():
+        acc = _metric(metrics, "test_accuracy")
+        if acc.empty:
+            continue
+        ax.plot(acc["time_s"] * factor, acc["value"], "o-", ms=3, lw=1.3, label=label)
+        drawn.append(acc["value"])
+    if target is not None:
+        ax.axhline(target, color="0.4", ls=":", lw=1, label=f"target {target:g}")
+    if not drawn:
+        _no_data(ax, "no run recorded test accuracy (timing-only runs)")
+    floor = _accuracy_floor(pd.concat(drawn)) if drawn else 0.0
+    if target is not None:
+        floor = min(floor, _accuracy_floor(pd.Series([target])))
+    ax.set_ylim(floor, 1.0)
+    ax.set_xlabel(f"simulated time ({unit})")
+    ax.set_ylabel("test accuracy (fraction correct)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    _save(fig, path)
+
+
+def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str]:
+    """Every plot of a run except ``loss_vs_time.png``; returns the file names written.
+
+    ``staleness_hist.png`` is written only when the run has an ``updates``
+    table with staleness (parameter_server).
+    """
+    out_dir = Path(out_dir)
+    name = result.scenario.name
+    sim_time_s = float(result.summary["simulated_time_s"])
+    plot_loss_vs_step(result.metrics, name, out_dir / "loss_vs_step.png")
+    plot_throughput(result.metrics, result.summary, name, out_dir / "throughput.png")
+    written = ["loss_vs_step.png", "throughput.png"]
+    updates = result.tables.get("updates")
+    if updates is not None and "staleness" in updates:
+        plot_staleness_hist(updates, name, out_dir / "staleness_hist.png")
+        written.append("staleness_hist.png")
+    plot_timeline(result.events, result.scenario, name, out_dir / "timeline.png", timeline_steps)
+    plot_time_split(result.events, sim_time_s, name, out_dir / "time_split.png")
+    return [*written, "timeline.png", "time_split.png"]

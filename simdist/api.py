@@ -1,0 +1,223 @@
+"""The Python API for notebooks and scripts: ``run`` a scenario, ``load_report`` a folder.
+
+Both return a :class:`~simdist.engine.Result` whose DataFrames equal the CSV
+files of the report folder, dtypes included: ``run(...).events`` and
+``load_report(folder).events`` compare equal with
+``pandas.testing.assert_frame_equal``.  The one subtlety is that a CSV cell
+cannot tell an empty string from a missing number; :func:`read_table` reads
+empty cells as NaN in numeric columns and as ``""`` in text columns, which is
+what the recorder writes.
+
+```python
+import simdist
+result = simdist.run("scenarios/ps_4w2s.yaml", cluster__hosts=8, strategy__staleness_bound=2)
+result.metrics.query("metric == 'test_accuracy'")
+same = simdist.load_report("reports/ps_4w2s")
+```
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from simdist.engine import Result
+from simdist.errors import SimdistError
+from simdist.recorder import EVENT_COLUMNS, METRIC_COLUMNS
+
+__all__ = ["Result", "load_report", "read_params", "read_table", "run"]
+
+#: dtypes of events.csv and metrics.csv, as the recorder produces them.
+EVENT_DTYPES: dict[str, str] = dict(
+    zip(
+        EVENT_COLUMNS,
+        ("float64", "float64", "str", "str", "str", "int64", "int64", "str"),
+        strict=True,
+    )
+)
+METRIC_DTYPES: dict[str, str] = dict(
+    zip(METRIC_COLUMNS, ("float64", "int64", "str", "float64"), strict=True)
+)
+#: CSV files of a report folder that are not extra tables.
+_NOT_TABLES = ("metrics", "events")
+
+
+def conform(frame: pd.DataFrame, dtypes: Mapping[str, str]) -> pd.DataFrame:
+    """``frame`` with the listed columns cast to ``dtypes``; text columns have ``""``, not NaN."""
+    casts = {}
+    for column, dtype in dtypes.items():
+        if column not in frame.columns:
+            continue
+        values = frame[column]
+        if dtype == "str":
+            values = values.astype(object).fillna("")
+        casts[column] = values.astype(dtype)
+    return frame.assign(**casts) if casts else frame
+
+
+def read_table(path: str | Path, dtypes: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Read a CSV table of a report folder back into the DataFrame that was written.
+
+    Only empty cells are missing (a host called ``NA`` stays a string);
+    empty cells are NaN in numeric columns and ``""`` in text columns.
+    ``dtypes`` pins known columns (an all-empty text column would otherwise
+    read as float NaN).
+    """
+    frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    text = {c: frame[c].fillna("") for c in frame.columns if pd.api.types.is_string_dtype(frame[c])}
+    if text:
+        frame = frame.assign(**text)
+    return conform(frame, dtypes or {})
+
+
+def _literal(value: Any) -> str:
+    """``value`` as YAML text that reads back as the same Python value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return json.dumps(value, default=str)
+
+
+def override_strings(overrides: Mapping[str, Any] | Sequence[str] = (), **kw: Any) -> list[str]:
+    """``--set``-style ``"a.b=value"`` strings from the API's override forms.
+
+    ``overrides`` is either ``--set`` strings (values read as YAML, as on the
+    command line) or a mapping of dotted paths to Python values; keyword
+    arguments spell dots as ``__`` (``cluster__hosts=8`` → ``cluster.hosts=8``).
+    Python values keep their type: ``"8"`` stays a string, ``8`` an integer.
+    """
+    if isinstance(overrides, str):
+        raise TypeError("overrides: give a sequence of 'path=value' strings or a mapping")
+    if isinstance(overrides, Mapping):
+        strings = [f"{key}={_literal(value)}" for key, value in overrides.items()]
+    else:
+        strings = [str(item) for item in overrides]
+    strings += [f"{key.replace('__', '.')}={_literal(value)}" for key, value in kw.items()]
+    return strings
+
+
+def resolve_scenario(
+    path_or_scenario: Any, overrides: Mapping[str, Any] | Sequence[str] = (), **kw: Any
+) -> Any:
+    """A validated :class:`~simdist.scenario.Scenario` from a file, a Scenario or a dict.
+
+    Overrides apply to all three: a Scenario is dumped to its resolved YAML
+    form, overridden and validated again, so the result is a new object.
+    """
+    import yaml
+
+    from simdist.scenario import (
+        Scenario,
+        apply_overrides,
+        dump_scenario,
+        load_scenario,
+        scenario_from_dict,
+    )
+
+    strings = override_strings(overrides, **kw)
+    if isinstance(path_or_scenario, Scenario):
+        if not strings:
+            return path_or_scenario
+        data = yaml.safe_load(dump_scenario(path_or_scenario))
+        return scenario_from_dict(apply_overrides(data, strings), f"<scenario {data['name']}>")
+    if isinstance(path_or_scenario, Mapping):
+        return scenario_from_dict(apply_overrides(dict(path_or_scenario), strings), "<dict>")
+    return load_scenario(path_or_scenario, strings)
+
+
+def run(
+    path_or_scenario: str | Path | Any,
+    *,
+    out: str | Path | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] = (),
+    **kw: Any,
+) -> Result:
+    """Simulate a scenario and return its :class:`Result`; write its report if ``out`` is given.
+
+    ``path_or_scenario`` is a scenario file, a ``Scenario`` or a scenario dict.
+    Overrides: ``overrides=["cluster.hosts=8"]`` (``--set`` strings),
+    ``overrides={"cluster.hosts": 8}``, or keywords with ``__`` for dots:
+    ``run("x.yaml", cluster__hosts=8, seed=3)``.  Bad input raises
+    :class:`~simdist.errors.ScenarioError` before anything runs.
+    """
+    from simdist.engine import run as run_engine
+
+    scenario = resolve_scenario(path_or_scenario, overrides, **kw)
+    result = run_engine(scenario)
+    result.events = conform(result.events, EVENT_DTYPES)
+    result.metrics = conform(result.metrics, METRIC_DTYPES)
+    if out is not None:
+        from simdist.report import write_report
+
+        write_report(result, Path(out))
+    return result
+
+
+def _unflatten(flat: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for path, array in flat.items():
+        node = tree
+        *parents, leaf = path.split("/")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = array
+    return tree
+
+
+def read_params(path: str | Path, layout: Literal["tree", "flat"] = "tree") -> Any:
+    """The arrays of a ``params.npz`` written by a run.
+
+    ``flat``: ``{"params/Dense_0/kernel": array, …}`` — keys are the pytree
+    paths, as stored.  ``tree``: the same arrays nested by path,
+    ``{"params": {"Dense_0": {"kernel": array}}}`` — the structure of a Flax
+    ``params`` pytree (dicts of dicts), so it can be passed to ``model.apply``;
+    a pytree with lists or tuples would come back as dicts keyed ``"0"``, ``"1"``…
+    """
+    with np.load(path, allow_pickle=False) as data:
+        flat = {key: np.asarray(data[key]) for key in data.files}
+    if layout == "flat":
+        return flat
+    if layout == "tree":
+        return _unflatten(flat)
+    raise ValueError(f"layout: got {layout!r}; expected 'tree' or 'flat'")
+
+
+def load_report(path: str | Path, *, params: Literal["tree", "flat"] = "tree") -> Result:
+    """Read a report folder back into a :class:`Result`.
+
+    Reads ``metrics.csv``, ``events.csv``, ``summary.json``, ``scenario.yaml``,
+    every other ``*.csv`` as an extra table (``updates.csv`` →
+    ``result.tables["updates"]``) and ``params.npz`` when present (see
+    :func:`read_params` for ``params``: ``tree`` or ``flat``).  Raises
+    :class:`~simdist.errors.SimdistError` if the folder is not a report.
+    """
+    from simdist.scenario import load_scenario
+
+    folder = Path(path)
+    if not (folder / "summary.json").is_file():
+        raise SimdistError(f"{folder}: not a simdist report folder (no summary.json in it)")
+    missing = [
+        n for n in ("metrics.csv", "events.csv", "scenario.yaml") if not (folder / n).is_file()
+    ]
+    if missing:
+        raise SimdistError(f"{folder}: incomplete report, missing {', '.join(missing)}")
+    tables = {
+        csv.stem: read_table(csv)
+        for csv in sorted(folder.glob("*.csv"))
+        if csv.stem not in _NOT_TABLES
+    }
+    npz = folder / "params.npz"
+    return Result(
+        scenario=load_scenario(folder / "scenario.yaml"),
+        metrics=read_table(folder / "metrics.csv", METRIC_DTYPES),
+        events=read_table(folder / "events.csv", EVENT_DTYPES),
+        summary=json.loads((folder / "summary.json").read_text()),
+        params=read_params(npz, params) if npz.is_file() else None,
+        tables=tables,
+        out_dir=folder,
+    )

@@ -1,0 +1,237 @@
+"""``simdist compare``: several runs side by side in one report folder.
+
+Each input is a scenario file (run now) or an existing report folder (loaded).
+The comparison folder holds ``compare.csv`` (one row per run), ``compare.md``
+(the same table, formatted, with the plot) and ``accuracy_vs_time.png`` (test
+accuracy of every run against simulated time).  It is written atomically,
+like a run's report.
+
+The per-run figures (:func:`run_figures`) are also the key numbers of each
+run's ``report.md``, so a comparison row and a report always agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from simdist.errors import SimdistError
+from simdist.report.tables import AtomicFolder, write_csv
+from simdist.report.trace import time_split_by_device, training_devices
+
+DEFAULT_TARGET = 0.9
+
+#: Columns of compare.csv, in order.
+COMPARE_COLUMNS = (
+    "run",
+    "strategy",
+    "source",
+    "steps",
+    "simulated_time_s",
+    "time_to_target_s",
+    "step_to_target",
+    "final_test_accuracy",
+    "examples_per_s",
+    "comm_share",
+    "staleness_mean",
+)
+
+
+def time_to_target(metrics: pd.DataFrame, target: float) -> tuple[float, int] | None:
+    """Simulated time and step of the first evaluation with test accuracy ≥ ``target``.
+
+    None when no evaluation reached it (or none was made: timing-only runs).
+    """
+    acc = metrics[(metrics["metric"] == "test_accuracy") & (metrics["value"] >= target)]
+    if acc.empty:
+        return None
+    return float(acc["time_s"].iloc[0]), int(acc["step"].iloc[0])
+
+
+def device_shares(result: Any) -> dict[str, float]:
+    """Mean share of simulated time the training devices spend in each time-split category.
+
+    Overlapping events count once (:func:`~simdist.report.trace.time_split_by_device`),
+    so the shares add up to 1 even when a worker pulls from several
+    parameter servers at once.  Falls back to ``summary["time_split"]``
+    when no device computed.
+    """
+    sim_time_s = float(result.summary["simulated_time_s"])
+    devices = training_devices(result.events)
+    if not devices or sim_time_s <= 0:
+        split = dict(result.summary.get("time_split") or {})
+        return {k: float(split.get(k, 0.0)) for k in ("compute", "comm", "waiting", "idle")}
+    split = time_split_by_device(result.events, sim_time_s, devices).mean() / sim_time_s
+    return {k: float(v) for k, v in split.items()}
+
+
+def run_figures(result: Any, target: float = DEFAULT_TARGET) -> dict[str, Any]:
+    """The headline figures of one run, as compared across runs.
+
+    ``comm_share`` is the mean share of the training devices' time spent
+    communicating (overlaps counted once); ``staleness_mean`` is None for
+    runs without staleness (synchronous strategies).
+    """
+    summary = result.summary
+    reached = time_to_target(result.metrics, target)
+    staleness = summary.get("staleness")
+    return {
+        "run": summary.get("name", result.scenario.name),
+        "strategy": summary.get("strategy", result.scenario.strategy.kind),
+        "steps": summary.get("steps"),
+        "simulated_time_s": summary.get("simulated_time_s"),
+        "time_to_target_s": None if reached is None else reached[0],
+        "step_to_target": None if reached is None else reached[1],
+        "final_test_accuracy": summary.get("final_test_accuracy"),
+        "examples_per_s": summary.get("examples_per_s"),
+        "comm_share": device_shares(result)["comm"],
+        "staleness_mean": staleness.get("mean") if isinstance(staleness, dict) else None,
+    }
+
+
+def compare_table(
+    results: Sequence[Any], target: float = DEFAULT_TARGET, sources: Sequence[str] = ()
+) -> pd.DataFrame:
+    """One row of :func:`run_figures` per run, columns :data:`COMPARE_COLUMNS`.
+
+    Duplicate run names get `` (2)``, `` (3)`` … so each row is labelled uniquely.
+    """
+    rows = []
+    seen: dict[str, int] = {}
+    for i, result in enumerate(results):
+        row = run_figures(result, target)
+        seen[row["run"]] = seen.get(row["run"], 0) + 1
+        if seen[row["run"]] > 1:
+            row["run"] = f"{row['run']} ({seen[row['run']]})"
+        row["source"] = sources[i] if i < len(sources) else ""
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    frame["steps"] = frame["steps"].astype("Int64")
+    frame["step_to_target"] = frame["step_to_target"].astype("Int64")
+    for column in ("time_to_target_s", "final_test_accuracy", "examples_per_s", "staleness_mean"):
+        frame[column] = frame[column].astype("float64")
+    return frame
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "—" if value is None or pd.isna(value) else fmt.format(value)
+
+
+def compare_markdown(table: pd.DataFrame, target: float, plot: str | None) -> str:
+    """compare.md: the table, formatted for people, the overlay plot and what the columns mean."""
+    from simdist.units import format_duration
+
+    def duration(value: Any) -> str:
+        return "—" if value is None or pd.isna(value) else format_duration(float(value))
+
+    lines = [
+        f"# simdist comparison: {', '.join(table['run'])}",
+        "",
+        f"Target test accuracy: **{target:g}**.",
+        "",
+        f"| run | strategy | steps | simulated time | time to {target:g} | step to {target:g} "
+        "| final test accuracy | examples/s | communication | mean staleness |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in table.itertuples(index=False):
+        lines.append(
+            f"| {row.run} | {row.strategy} | {_fmt(row.steps, '{:d}')} "
+            f"| {duration(row.simulated_time_s)} | {duration(row.time_to_target_s)} "
+            f"| {_fmt(row.step_to_target, '{:d}')} | {_fmt(row.final_test_accuracy, '{:.2%}')} "
+            f"| {_fmt(row.examples_per_s, '{:,.0f}')} | {_fmt(row.comm_share, '{:.1%}')} "
+            f"| {_fmt(row.staleness_mean, '{:.2f}')} |"
+        )
+    lines += [
+        "",
+        "— : never reached, or not measured (timing-only runs have no accuracy; "
+        "synchronous runs have no staleness).",
+        "",
+    ]
+    if plot:
+        lines += [f"![test accuracy vs simulated time]({plot})", ""]
+    lines += [
+        "Columns: *time to target* is the simulated time of the first evaluation at or above "
+        "the target; *examples/s* is training examples per second of simulated time; "
+        "*communication* is the mean share of the training devices' time spent communicating "
+        "(parallel transfers counted once); *mean staleness* is the mean, over applied "
+        "gradients, of the parameter version at apply minus the version computed from.",
+        "",
+        "Sources: " + ", ".join(f"`{s}`" for s in table["source"] if s),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_compare(
+    results: Sequence[Any],
+    out_dir: Path,
+    target: float = DEFAULT_TARGET,
+    sources: Sequence[str] = (),
+) -> pd.DataFrame:
+    """Write the comparison folder atomically; return the table written to compare.csv."""
+    from simdist.report.plots import plot_accuracy_overlay
+
+    table = compare_table(results, target, sources)
+    with AtomicFolder(Path(out_dir)) as tmp:
+        write_csv(table, tmp / "compare.csv")
+        runs = {label: r.metrics for label, r in zip(table["run"], results, strict=True)}
+        plot_accuracy_overlay(
+            runs, target, "test accuracy vs simulated time", tmp / "accuracy_vs_time.png"
+        )
+        (tmp / "compare.md").write_text(compare_markdown(table, target, "accuracy_vs_time.png"))
+    return table
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
+
+
+def compare(
+    sources: Sequence[str | Path],
+    *,
+    out: str | Path | None = None,
+    target: float = DEFAULT_TARGET,
+    overrides: Sequence[str] = (),
+    on_run: Callable[[str], None] | None = None,
+) -> tuple[Path, pd.DataFrame]:
+    """Run or load every source, then write one comparison report; return (folder, table).
+
+    A source is a scenario file (``overrides`` — ``--set`` strings — apply to
+    it) or a report folder.  Every scenario is validated and every report
+    loaded before anything runs, so a bad input fails fast.  ``out`` defaults
+    to ``reports/compare_<name>_<name>…``.  ``on_run(name)`` is called before
+    each simulation.
+    """
+    from simdist.api import load_report, run
+    from simdist.scenario import load_scenario
+
+    if not sources:
+        raise SimdistError("compare needs at least one scenario file or report folder")
+    if not 0 < target <= 1:
+        raise SimdistError(f"--target: got {target:g}; expected an accuracy in (0, 1], e.g. 0.9")
+    loaded: list[Any] = []
+    for source in map(Path, sources):
+        if source.is_dir():
+            loaded.append(load_report(source))
+        elif source.is_file():
+            loaded.append(load_scenario(source, overrides))
+        else:
+            raise SimdistError(
+                f"{source}: not found; expected a scenario .yaml file or a report folder"
+            )
+    results = []
+    for item in loaded:
+        if hasattr(item, "events"):
+            results.append(item)
+            continue
+        if on_run is not None:
+            on_run(item.name)
+        results.append(run(item))
+    names = [_slug(r.summary.get("name", r.scenario.name)) for r in results]
+    out_dir = Path(out) if out is not None else Path("reports") / ("compare_" + "_".join(names))
+    table = write_compare(results, out_dir, target, [str(s) for s in sources])
+    return out_dir, table

@@ -1,0 +1,211 @@
+"""``report.md``: the page a person opens first — what ran, the key numbers, the plots.
+
+The scenario is summarised from its resolved form (``scenario.yaml``), the
+numbers come from ``summary.json`` and the tables (the same figures
+``simdist compare`` tabulates), and the plots are linked by relative path so
+the folder can be moved or zipped as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
+from simdist.units import format_bandwidth, format_duration, format_size
+
+#: Plot file → (heading, one line on how to read it), in the order report.md shows them.
+PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
+    "loss_vs_time.png": (
+        "Loss and accuracy vs simulated time",
+        "Train loss (left axis) and test accuracy (right axis) as the simulated clock runs.",
+    ),
+    "loss_vs_step.png": (
+        "Loss and accuracy vs step",
+        "The same against applied updates: a run can learn well per step yet slowly per "
+        "second (communication), or fast per second yet poorly per step (stale gradients).",
+    ),
+    "throughput.png": (
+        "Throughput",
+        "Training examples per second of simulated time, over the run.",
+    ),
+    "staleness_hist.png": (
+        "Staleness",
+        "How many parameter versions behind each applied gradient was.",
+    ),
+    "timeline.png": (
+        "Timeline of the first steps",
+        "What each device and parameter server did, span by span "
+        "(the whole run is in `trace.json`).",
+    ),
+    "time_split.png": (
+        "Where the time goes",
+        "Share of simulated time each device spends computing, communicating, waiting, idle.",
+    ),
+}
+
+#: Files of a report folder and what they hold, listed at the end of report.md when present.
+FILE_NOTES: dict[str, str] = {
+    "summary.json": "the headline figures",
+    "metrics.csv": "`time_s, step, metric, value`: train loss, test loss / accuracy, examples/s",
+    "events.csv": "one row per simulated interval: "
+    "`start_s, end_s, host, device, kind, nbytes, step, detail`",
+    "updates.csv": "one row per applied gradient shard, with its staleness",
+    "dropped.csv": "gradients dropped by backup workers",
+    "trace.json": "the timeline: open it in https://ui.perfetto.dev or chrome://tracing",
+    "params.npz": "final parameters, keys = pytree paths (usable as `workload.init_from`)",
+    "scenario.yaml": "the fully resolved scenario: `simdist run` it to reproduce this run",
+}
+
+
+def _fmt(value: Any, fmt: str = "{:.4g}") -> str:
+    return "—" if value is None else fmt.format(value)
+
+
+def _options(mapping: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
+    parts = [f"{k} {v}" for k, v in mapping.items() if k not in skip and v not in (None, [], {})]
+    return ", ".join(parts)
+
+
+def scenario_lines(scenario: Any) -> list[str]:
+    """The scenario in a few bullet lines: strategy, cluster, workload, seed."""
+    from simdist.scenario import dump_scenario
+
+    data = yaml.safe_load(dump_scenario(scenario))
+    cluster, workload, strategy = data["cluster"], data["workload"], data["strategy"]
+    workers = [*cluster.get("chief", []), *cluster.get("worker", [])]
+    ps = cluster.get("ps", [])
+    per_host = cluster.get("devices_per_host", 1)
+    device = cluster.get("device", {})
+    device_text = device.get("profile", "cpu")
+    if "compute_time" in device:
+        device_text += f", compute fixed at {format_duration(device['compute_time'])}/step"
+    hosts = f"{len(workers)} worker host{'s' if len(workers) != 1 else ''}"
+    if len(workers) <= 8:
+        hosts += f" ({', '.join(workers)})"
+    line = (
+        f"- **Cluster**: {hosts} × {per_host} device{'s' if per_host != 1 else ''} ({device_text})"
+    )
+    if ps:
+        line += f" + {len(ps)} parameter server{'s' if len(ps) != 1 else ''} ({', '.join(ps)})"
+    links = cluster.get("links", {})
+    link_text = "; ".join(
+        f"{label} {format_bandwidth(links[key]['bandwidth'])}, "
+        f"{format_duration(links[key]['latency'])} latency"
+        for key, label in (("intra_host", "intra-host"), ("network", "network"))
+        if key in links
+    )
+    model = workload["model"]
+    model_text = model["name"] + (f" (hidden {model['hidden']})" if model.get("hidden") else "")
+    dataset = workload["dataset"]
+    dataset_text = dataset["name"] if isinstance(dataset, dict) else str(dataset)
+    optimizer = workload["optimizer"]
+    length = (
+        f"{workload['steps']} steps" if "steps" in workload else f"{workload.get('epochs')} epochs"
+    )
+    options = _options(strategy, skip=("kind",))
+    return [
+        f"- **Strategy**: `{strategy['kind']}`" + (f" — {options}" if options else ""),
+        line + (f"; links: {link_text}" if link_text else ""),
+        f"- **Workload**: {model_text} on {dataset_text}; batch {workload['batch_size']} "
+        f"per replica (global {scenario.global_batch}); {optimizer['name']} learning rate "
+        f"{optimizer['learning_rate']:g}; {length}, evaluated every {workload['eval_every']}",
+        f"- **Seed** {data['seed']}; numerics {'on' if data.get('numerics', True) else 'off'}",
+    ]
+
+
+def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, str]]:
+    """(what, value) rows of the key-numbers table, formatted for people."""
+    s = result.summary
+    rows = [
+        ("simulated time", format_duration(s["simulated_time_s"])),
+        ("steps (applied updates)", str(s["steps"])),
+        ("training examples / s (simulated)", _fmt(s.get("examples_per_s"), "{:,.0f}")),
+    ]
+    if s.get("numerics", True):
+        reached = time_to_target(result.metrics, target)
+        rows += [
+            ("final train loss", _fmt(s.get("final_train_loss"))),
+            ("final test loss", _fmt(s.get("final_test_loss"))),
+            ("final test accuracy", _fmt(s.get("final_test_accuracy"), "{:.2%}")),
+            (
+                f"time to {target:.0%} test accuracy",
+                "not reached"
+                if reached is None
+                else f"{format_duration(reached[0])} (step {reached[1]})",
+            ),
+        ]
+    else:
+        rows.append(("numerics", "off: timing-only run, no loss or accuracy"))
+    shares = device_shares(result)
+    rows.append(
+        (
+            "time split (training devices, mean)",
+            " · ".join(
+                f"{label} {shares.get(key, 0.0):.1%}"
+                for key, label in (
+                    ("compute", "compute"),
+                    ("comm", "communication"),
+                    ("waiting", "waiting"),
+                    ("idle", "idle"),
+                )
+            ),
+        )
+    )
+    staleness = s.get("staleness")
+    if isinstance(staleness, dict) and staleness.get("mean") is not None:
+        rows.append(
+            (
+                "staleness (mean / p50 / p95 / max)",
+                " / ".join(_fmt(staleness.get(k), "{:.3g}") for k in ("mean", "p50", "p95", "max")),
+            )
+        )
+    if s.get("dropped_gradients"):
+        rows.append(("dropped gradients (backup workers)", str(s["dropped_gradients"])))
+    rows += [
+        ("compute per replica step", format_duration(s["compute_s_per_replica_step"])),
+        ("parameters", format_size(s["param_bytes"])),
+    ]
+    if s.get("diverged"):
+        rows.append(("**diverged**", f"loss not finite at step {s.get('diverged_at_step')}"))
+    return rows
+
+
+def render_markdown(
+    result: Any, plots: Sequence[str], files: Sequence[str] = (), target: float = DEFAULT_TARGET
+) -> str:
+    """The text of report.md; ``plots`` and ``files`` are the names present in the folder."""
+    s = result.summary
+    lines = [f"# {s['name']} — {s['strategy']}", "", *scenario_lines(result.scenario), ""]
+    lines += ["## Key numbers", "", "| | |", "| --- | --- |"]
+    lines += [f"| {what} | {value} |" for what, value in key_numbers(result, target)]
+    lines.append("")
+    ordered = [p for p in PLOT_CAPTIONS if p in plots] + [
+        p for p in plots if p not in PLOT_CAPTIONS
+    ]
+    for plot in ordered:
+        heading, caption = PLOT_CAPTIONS.get(plot, (Path(plot).stem.replace("_", " "), ""))
+        lines += [f"## {heading}", "", caption, "", f"![{heading}]({plot})", ""]
+    listed = [f for f in FILE_NOTES if f in files]
+    present = listed + [f for f in files if f not in listed and f not in plots and f != "report.md"]
+    if present:
+        lines += ["## Files", ""]
+        lines += [
+            f"- [`{f}`]({f}): {FILE_NOTES.get(f, 'extra table' if f.endswith('.csv') else 'file')}"
+            for f in present
+        ]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_markdown(
+    result: Any, path: Path, plots: Sequence[str], target: float = DEFAULT_TARGET
+) -> None:
+    """Write report.md next to the files already in its folder (only those are linked)."""
+    path = Path(path)
+    files = sorted(p.name for p in path.parent.iterdir() if p.is_file())
+    plots = [p for p in plots if p in files]
+    path.write_text(render_markdown(result, plots, files, target))

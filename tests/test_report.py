@@ -1,0 +1,178 @@
+"""The report folder people read: trace.json, plots, report.md (sync and parameter_server runs)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+from helpers import tiny
+
+import simdist
+from simdist.report.plots import write_plots
+from simdist.report.trace import (
+    assign_lanes,
+    build_trace,
+    dumps_trace,
+    split_category,
+    time_split_by_device,
+)
+
+NET = {"bandwidth": "1GB/s", "latency": "10us"}
+SCENARIOS = {
+    "mirrored": tiny(**{"strategy.kind": "mirrored", "cluster.devices_per_host": 2}),
+    "ps": tiny(
+        **{
+            "name": "tiny_ps",
+            "strategy": {"kind": "parameter_server"},
+            "cluster.hosts": 3,
+            "cluster.ps": 2,
+            "cluster.links.network": NET,
+            "workload.steps": 24,
+        }
+    ),
+}
+SYNC_PLOTS = {"loss_vs_time.png", "loss_vs_step.png", "throughput.png", "timeline.png"}
+SYNC_PLOTS |= {"time_split.png"}
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    """Each scenario run once, its report written; name → (Result, folder)."""
+    out = {}
+    for name, data in SCENARIOS.items():
+        folder = tmp_path_factory.mktemp(name) / "report"
+        out[name] = (simdist.run(data, out=folder), folder)
+    return out
+
+
+def _spans(trace):
+    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_trace_spans_lie_in_the_run_do_not_overlap_and_add_up(reports, name):
+    result, folder = reports[name]
+    trace = json.loads((folder / "trace.json").read_text())
+    end_us = result.summary["simulated_time_s"] * 1e6
+    spans = _spans(trace)
+    assert spans
+    for span in spans:
+        assert span["ts"] >= 0 and span["dur"] > 0
+        assert span["ts"] + span["dur"] <= end_us * (1 + 1e-12) + 1e-6
+
+    by_track = defaultdict(list)
+    for span in spans:
+        by_track[span["pid"], span["tid"]].append(span)
+    for track in by_track.values():
+        track.sort(key=lambda s: s["ts"])
+        for a, b in itertools.pairwise(track):
+            assert b["ts"] >= a["ts"] + a["dur"] - 1e-6, (a, b)
+
+    totals = defaultdict(float)
+    for span in spans:
+        if span["cat"] != "link":
+            totals[span["cat"]] += span["dur"] / 1e6
+    events = pd.read_csv(folder / "events.csv", keep_default_na=False)
+    expected = (events["end_s"] - events["start_s"]).groupby(events["kind"]).sum()
+    assert set(totals) == set(expected.index)
+    for kind, seconds in expected.items():
+        assert totals[kind] == pytest.approx(seconds, rel=1e-9)
+
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert set(events["device"]) <= {n.removesuffix(" (parameter server)") for n in names}
+    assert any(n.endswith("/intra") or n.endswith("/nic") for n in names)
+
+
+def test_parameter_server_trace_has_server_tracks_and_staleness_counters(reports):
+    result, folder = reports["ps"]
+    trace = json.loads((folder / "trace.json").read_text())
+    processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert {"ps0 (parameter server)", "ps1 (parameter server)"} <= processes
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"ps0/nic", "ps1/nic"} <= threads
+    assert not any(t.endswith("/intra") for t in threads)
+    staleness = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "staleness"]
+    assert len(staleness) == len(result.tables["updates"])
+    details = {s["args"].get("detail", "") for s in _spans(trace)}
+    assert any(d.startswith("pull") for d in details) and any(d.startswith("push") for d in details)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_reloaded_report_gives_the_same_trace_and_plots_bytes(reports, name, tmp_path):
+    _, folder = reports[name]
+    loaded = simdist.load_report(folder)
+    trace = build_trace(
+        loaded.events,
+        scenario=loaded.scenario,
+        metrics=loaded.metrics,
+        tables=loaded.tables,
+        summary=loaded.summary,
+    )
+    assert dumps_trace(trace) == (folder / "trace.json").read_text()
+    written = write_plots(loaded, tmp_path)
+    expected = SYNC_PLOTS - {"loss_vs_time.png"}
+    assert set(written) == (expected | {"staleness_hist.png"} if name == "ps" else expected)
+    for png in written:
+        data = (tmp_path / png).read_bytes()
+        assert data.startswith(b"\x89PNG") and b"Software" not in data
+        assert data == (folder / png).read_bytes(), png
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_report_md_shows_key_numbers_and_links_existing_plots(reports, name):
+    result, folder = reports[name]
+    text = (folder / "report.md").read_text()
+    summary = result.summary
+    assert text.startswith(f"# {summary['name']} — {summary['strategy']}")
+    assert f"{summary['final_test_accuracy']:.2%}" in text
+    assert f"{summary['examples_per_s']:,.0f}" in text
+    assert f"| steps (applied updates) | {summary['steps']} |" in text
+    linked = set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text))
+    pngs = {p.name for p in folder.glob("*.png")}
+    assert linked == pngs
+    assert SYNC_PLOTS <= pngs
+    assert ("staleness_hist.png" in pngs) == (name == "ps")
+    if name == "ps":
+        assert "staleness (mean / p50 / p95 / max)" in text
+    assert "[`trace.json`](trace.json)" in text
+
+
+def test_lanes_keep_overlapping_spans_apart():
+    assert assign_lanes([0, 1, 2, 5], [3, 2, 4, 6]) == [0, 1, 1, 0]
+    assert assign_lanes([0, 1], [1, 2]) == [0, 0]
+
+
+def test_time_split_counts_overlaps_once_and_sorts_future_kinds():
+    events = pd.DataFrame(
+        [
+            (0.0, 2.0, "h", "d", "comm", 8, 0, "pull a"),
+            (1.0, 3.0, "h", "d", "comm", 8, 0, "pull b"),
+            (2.5, 4.0, "h", "d", "compute", 0, 0, ""),
+            (4.0, 5.0, "h", "d", "input_wait", 0, 1, ""),
+            (5.0, 5.5, "h", "d", "checkpoint", 0, 1, ""),
+            (5.5, 6.0, "h", "d", "failure", 0, 1, ""),
+        ],
+        columns=["start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail"],
+    )
+    split = time_split_by_device(events, 8.0).loc["d"]
+    assert split.to_dict() == {
+        "compute": 1.5,
+        "comm": 2.5,
+        "waiting": 1.0,
+        "other": 1.0,
+        "idle": 2.0,
+    }
+    assert [split_category(k) for k in ("straggle", "idle", "input_wait", "apply")] == [
+        "compute",
+        "waiting",
+        "waiting",
+        "other",
+    ]
+    trace = build_trace(events)
+    assert {s["cat"] for s in _spans(trace)} >= {"input_wait", "checkpoint", "failure"}
+    threads = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
+    assert threads == ["d", "d #2", "h/intra", "h/intra #2"]
