@@ -24,6 +24,12 @@ EVENT_KINDS = {
     "idle": "a device waits for others (barrier) or for a link",
     "apply": "an optimizer update is applied",
     "eval": "the chief evaluates on the test set",
+    "straggle": "the extra compute time of a straggling device (beyond its normal compute)",
+    "input_wait": "a device waits for its next batch from the input pipeline",
+    "checkpoint": "the chief writes parameters + optimizer state to storage",
+    "failure": "a task is down (on the failed host's own track)",
+    "restart": "devices wait for a failed task to restart",
+    "restore": "devices wait while the last checkpoint is read back",
 }
 
 

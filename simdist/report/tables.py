@@ -29,16 +29,19 @@ def _last(metrics: pd.DataFrame, name: str) -> float | None:
 def time_split(events: pd.DataFrame, devices: Sequence[str], sim_time_s: float) -> dict[str, float]:
     """Share of the training devices' time spent computing, communicating, and idle.
 
-    Shares are of ``len(devices) × sim_time_s`` device-seconds; idle is what
-    is neither compute nor communication (barriers, waiting for links).
+    Shares are of ``len(devices) × sim_time_s`` device-seconds, with
+    overlapping spans on one device counted once (a worker pulling from two
+    parameter servers at once communicates, not twice). Compute includes a
+    straggler's excess; idle is everything else (barriers, waits, failures).
     """
+    from simdist.report.trace import time_split_by_device
+
     total = len(devices) * sim_time_s
     if total <= 0:
         return {"compute": 0.0, "comm": 0.0, "idle": 0.0}
-    mine = events[events["device"].isin(list(devices))]
-    seconds = (mine["end_s"] - mine["start_s"]).groupby(mine["kind"]).sum()
-    compute = float(seconds.get("compute", 0.0)) / total
-    comm = float(seconds.get("comm", 0.0)) / total
+    split = time_split_by_device(events, sim_time_s, devices).sum()
+    compute = float(split["compute"]) / total
+    comm = float(split["comm"]) / total
     return {"compute": compute, "comm": comm, "idle": max(0.0, 1.0 - compute - comm)}
 
 
