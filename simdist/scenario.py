@@ -1122,7 +1122,8 @@ def apply_overrides(
     """A copy of ``data`` with each ``"a.b.c=value"`` applied (value read as YAML).
 
     Missing intermediate mappings are created, and a shorthand such as ``strategy: mirrored``
-    is expanded so that ``strategy.all_reduce=tree`` works on top of it.
+    is expanded so that ``strategy.all_reduce=tree`` works on top of it. ``cluster.hosts=N``
+    replaces a ``cluster.worker`` list (its workers are then named worker0, worker1, ...).
     """
     result = copy.deepcopy(data)
     for item in overrides:
@@ -1154,6 +1155,9 @@ def apply_overrides(
                     source, key, f"cannot set {key!r}: {where} is {_show(child)}, not a mapping"
                 )
             node = child
+        if parts == ["cluster", "hosts"]:
+            # A count given on the command line replaces a TF_CONFIG-style worker list.
+            node.pop("worker", None)
         node[parts[-1]] = value
     return result
 

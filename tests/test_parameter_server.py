@@ -264,3 +264,31 @@ def test_ps_runs_with_faults_are_deterministic():
     assert a.events.equals(b.events) and a.metrics.equals(b.metrics)
     assert a.tables["updates"].equals(b.tables["updates"])
     assert a.summary["failures"] >= 1
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"strategy": {"kind": "parameter_server", "mode": "sync", "backup_workers": 2}},
+        {"faults": {"failures": [{"target": "worker 1", "mtbf": "5ms", "restart_after": "1ms"}]}},
+    ],
+    ids=["dropped-backups", "worker-failures"],
+)
+def test_cut_work_never_overlaps_the_next_span_on_a_device(extra):
+    data = {**ps(workers=8, servers=2, steps=40), **extra}
+    data["faults"] = {
+        **data.get("faults", {}),
+        "stragglers": [{"probability": 0.2, "slowdown": {"kind": "pareto", "alpha": 1.5}}],
+    }
+    events = run(scenario_from_dict(data)).events.sort_values(["device", "start_s"], kind="stable")
+    for _, spans in events.groupby("device"):
+        gaps = spans["start_s"].to_numpy()[1:] - spans["end_s"].to_numpy()[:-1]
+        assert (gaps >= -1e-15).all()
+
+
+def test_a_host_count_on_the_command_line_replaces_the_worker_list(tmp_path):
+    from simdist.scenario import load_scenario
+
+    scenario = load_scenario("scenarios/ps_4w2s.yaml", ["cluster.hosts=8"])
+    assert scenario.cluster.worker_names == [f"worker{i}" for i in range(8)]
+    assert scenario.replicas == 8

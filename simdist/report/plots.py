@@ -13,12 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import StrMethodFormatter
 
@@ -64,12 +62,11 @@ _SPLIT_LABELS = {
 }
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     if fig.get_layout_engine() is None:
         fig.tight_layout()
     # No timestamp in the PNG metadata, so identical runs write identical files.
     fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
 
 
 def _accuracy_floor(values: pd.Series) -> float:
@@ -94,7 +91,7 @@ def _metric(metrics: pd.DataFrame, name: str) -> pd.DataFrame:
     return metrics[metrics["metric"] == name]
 
 
-def _no_data(ax: plt.Axes, message: str) -> None:
+def _no_data(ax: Axes, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
@@ -106,7 +103,8 @@ def _smooth(values: pd.Series) -> tuple[pd.Series, int]:
 
 def _plot_loss_accuracy(metrics: pd.DataFrame, title: str, path: Path, x: str) -> None:
     """Loss (left axis) and test accuracy (right axis) against ``x``: ``time_s`` or ``step``."""
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     if x == "time_s":
         factor, unit = time_unit(float(metrics["time_s"].max()) if len(metrics) else 0.0)
         xlabel, against = f"simulated time ({unit})", "simulated time"
@@ -190,7 +188,8 @@ def plot_throughput(
     A moving rate over the last ~2 % of steps shows slow phases; the running
     average (examples so far / time so far) ends at the summary's figure.
     """
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     done = step_completions(metrics)
     steps = int(summary.get("steps") or 0)
     per_step = summary["examples"] / steps if steps else 0.0
@@ -242,7 +241,8 @@ def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
     the SSP measure (iterations ahead of the slowest worker) is drawn beside
     it when recorded.
     """
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     values = updates["staleness"].to_numpy(float) if "staleness" in updates else np.array([])
     if values.size == 0:
         _no_data(ax, "no gradient applied")
@@ -311,7 +311,8 @@ def plot_timeline(
     window = events[events["start_s"] < end_s]
     tracks, spans = timeline_spans(window, scenario, links=False)
     height = min(14.0, 1.6 + 0.32 * max(1, len(tracks)))
-    fig, ax = plt.subplots(figsize=(10, height), layout="constrained")
+    fig = Figure(figsize=(10, height), layout="constrained")
+    ax = fig.subplots()
     if not tracks:
         _no_data(ax, "no events recorded")
         _save(fig, path)
@@ -375,7 +376,8 @@ def plot_time_split(
     shares = split / sim_time_s if sim_time_s > 0 else split * 0.0
     other_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "other")
     waiting_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "waiting")
-    fig, ax = plt.subplots(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
+    fig = Figure(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
+    ax = fig.subplots()
     y = np.arange(len(shares))[::-1]
     left = np.zeros(len(shares))
     for category in SPLIT_CATEGORIES:
@@ -418,7 +420,8 @@ def plot_accuracy_overlay(
     runs: Mapping[str, pd.DataFrame], target: float | None, title: str, path: Path
 ) -> None:
     """Test accuracy against simulated time for several runs on one axis (``compare``)."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.subplots()
     end = max((float(m["time_s"].max()) for m in runs.values() if len(m)), default=0.0)
     factor, unit = time_unit(end)
     drawn = []

@@ -142,6 +142,15 @@ class ParameterServers:
         self.per_leaf: dict[int, list[int]] = {}
         for i, shard in enumerate(self.shards):
             self.per_leaf.setdefault(shard.leaf, []).append(i)
+        # assemble / split run once per gradient: their keys and slices are fixed here.
+        self._keys = [self._key(i) for i in range(len(self.shards))]
+        self._leaf_keys = [
+            [self._keys[i] for i in self.per_leaf[leaf]] for leaf in range(len(self.shapes))
+        ]
+        self._ps_slices = [
+            [(self._keys[i], self.shards[i].leaf, self._rows(i)) for i in self.by_ps[ps]]
+            for ps in range(n_ps)
+        ]
         self.values: list[dict[str, Any]] = []
         for ps in range(n_ps):
             self.values.append({self._key(i): self._slice(leaves, i) for i in self.by_ps[ps]})
@@ -151,6 +160,13 @@ class ParameterServers:
     @staticmethod
     def _key(i: int) -> str:
         return f"{i:06d}"
+
+    def _rows(self, i: int) -> slice | None:
+        """Rows of its variable that shard ``i`` holds; None when it holds all of it."""
+        shard = self.shards[i]
+        if len(self.per_leaf[shard.leaf]) == 1:
+            return None
+        return slice(shard.start, shard.stop)
 
     def _slice(self, leaves: Sequence[Any], i: int) -> Any:
         shard = self.shards[i]
@@ -172,8 +188,8 @@ class ParameterServers:
         for values in pulled:
             flat.update(values)
         leaves = []
-        for leaf in range(len(self.shapes)):
-            parts = [flat[self._key(i)] for i in self.per_leaf[leaf]]
+        for keys in self._leaf_keys:
+            parts = [flat[key] for key in keys]
             leaves.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0))
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
@@ -186,7 +202,10 @@ class ParameterServers:
         import jax
 
         leaves = jax.tree_util.tree_leaves(grads)
-        return {self._key(i): self._slice(leaves, i) for i in self.by_ps[ps]}
+        return {
+            key: leaves[leaf] if rows is None else leaves[leaf][rows]
+            for key, leaf, rows in self._ps_slices[ps]
+        }
 
     def apply(self, ps: int, grads: dict[str, Any], lr_scale: float = 1.0) -> int:
         """Apply a gradient shard on ``ps`` with its own optimizer state; return its new version."""
@@ -315,15 +334,24 @@ class ParameterServerStrategy(Strategy):
         busy = nbytes / min(link.bandwidth_Bps for link in links)
         self.recorder.event(start, start + busy, ps.name, ps.name, "comm", nbytes, step, detail)
 
+    def _span(self, seconds: float, record: Any) -> Generator[Any, Any, None]:
+        """Wait ``seconds``, then ``record(end_s)``: up to the interruption if a failure cuts it."""
+        try:
+            yield self.env.timeout(seconds)
+        finally:
+            record(self.env.now)
+
     def _phase(
         self, w: int, moves: list[Any], step: int, detail: str, nbytes: int
     ) -> Generator[Any, Any, None]:
         """Wait for parallel transfers; record them on the worker as one comm span."""
         start = self.env.now
         self._children[w] = moves
-        yield self.env.all_of(moves)
-        self._children[w] = []
-        self._record_worker(w, start, self.env.now, "comm", step, detail, nbytes)
+        try:
+            yield self.env.all_of(moves)
+        finally:
+            self._children[w] = []
+            self._record_worker(w, start, self.env.now, "comm", step, detail, nbytes)
 
     def _compute(self, w: int, iteration: int) -> Generator[Any, Any, None]:
         """Wait for the batch, then every device of worker ``w`` computes (max rule)."""
@@ -332,18 +360,31 @@ class ParameterServerStrategy(Strategy):
             now = self.env.now
             ready = pipeline.take(now)
             if ready > now:
-                self._record_worker(w, now, ready, "input_wait", iteration)
-                yield self.env.timeout(ready - now)
+                yield from self._span(
+                    ready - now,
+                    lambda end: self._record_worker(w, now, end, "input_wait", iteration),
+                )
         host = self.cluster.workers[w]
         start = self.env.now
         seconds = [self.compute_s(d, iteration) for d in host.devices]
         longest = max(seconds)
-        for device, s in zip(host.devices, seconds, strict=True):
-            self.record_compute(device, start, s, iteration)
-            self.recorder.event(
-                start + s, start + longest, host.name, device.name, "idle", 0, iteration, "barrier"
-            )
-        yield self.env.timeout(longest)
+
+        def record(end: float) -> None:
+            for device, s in zip(host.devices, seconds, strict=True):
+                done = min(start + s, end)
+                self.record_compute(device, start, done - start, iteration)
+                self.recorder.event(
+                    done,
+                    min(start + longest, end),
+                    host.name,
+                    device.name,
+                    "idle",
+                    0,
+                    iteration,
+                    "barrier",
+                )
+
+        yield from self._span(longest, record)
         if len(host.devices) > 1:
             a, b = yield from run_allreduce(self.env, [host.intra], self._local_allreduce_s())
             self._record_worker(
