@@ -6,12 +6,12 @@ Timing only: nothing here imports JAX.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import simpy
-import simpy.resources.resource
 
 from simdist.errors import SimdistError
 
@@ -46,10 +46,10 @@ class Link:
     """A channel with a latency and a bandwidth that carries one transfer at a time.
 
     Cost follows the alpha–beta (Hockney) model, ``latency_s + nbytes / bandwidth_Bps``.
-    The link is a ``simpy.Resource`` of capacity 1 whose queue is FIFO, so transfers that
-    want it at the same time serialise: contention on a shared NIC or PCIe bus appears
-    without special cases. ``busy_s`` adds up the simulated time the link was held, for
-    utilisation reports.
+    A transfer or collective takes all the links it needs at once, when all are free
+    (:class:`LinkArbiter`), so transfers that want a link at the same time serialise:
+    contention on a shared NIC or PCIe bus appears without special cases. ``busy_s`` adds
+    up the simulated time the link was held, for utilisation reports.
     """
 
     def __init__(
@@ -62,7 +62,8 @@ class Link:
         self.name = name
         self.latency_s = float(latency_s)
         self.bandwidth_Bps = float(bandwidth_Bps)
-        self.resource = simpy.Resource(env, capacity=1)
+        self.arbiter = LinkArbiter.of(env)
+        self.busy = False
         self.busy_s = 0.0
 
     def transfer_time(self, nbytes: float) -> float:
@@ -237,36 +238,110 @@ def _ordered(links: Sequence[Link]) -> list[Link]:
     return sorted(unique.values(), key=lambda link: link.name)
 
 
+class _Claim:
+    """One pending or granted claim on a set of links."""
+
+    __slots__ = ("event", "granted", "links")
+
+    def __init__(self, event: simpy.Event, links: list[Link]) -> None:
+        self.event = event
+        self.links = links
+        self.granted = False
+
+
+class LinkArbiter:
+    """Grants sets of links atomically: a claim gets all its links when all are free.
+
+    Taking links one by one (even in a global order, which avoids deadlock) lets
+    a transfer hold the links it already has while it waits for the others: a
+    parameter server's NIC would then sit idle, reserved by a transfer waiting
+    for a busy worker NIC, and the convoy serialises everything. Here a claim
+    holds nothing until it can have everything. Claims are served in arrival
+    order, and a later claim whose links are all free goes ahead of an earlier
+    one that is still blocked (backfilling), so a free link is never left idle
+    while some claim could use it. Deterministic: the order is the order of
+    arrival on the SimPy clock.
+    """
+
+    _by_env: ClassVar[weakref.WeakKeyDictionary[simpy.Environment, LinkArbiter]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.pending: list[_Claim] = []
+
+    @classmethod
+    def of(cls, env: simpy.Environment) -> LinkArbiter:
+        """The arbiter of ``env`` (one per SimPy environment)."""
+        arbiter = cls._by_env.get(env)
+        if arbiter is None:
+            arbiter = cls._by_env[env] = cls(env)
+        return arbiter
+
+    def claim(self, links: list[Link]) -> _Claim:
+        """Ask for ``links``; ``claim.event`` fires when they are all held."""
+        claim = _Claim(self.env.event(), links)
+        if not self.pending and not any(link.busy for link in links):
+            self._grant(claim)
+        else:
+            self.pending.append(claim)
+            self._dispatch()
+        return claim
+
+    def release(self, claim: _Claim, held_s: float) -> None:
+        """Give the links of a granted claim back; withdraw a pending one."""
+        if claim.granted:
+            for link in claim.links:
+                link.busy = False
+                link.busy_s += held_s
+            claim.granted = False
+            self._dispatch()
+        elif claim in self.pending:
+            self.pending.remove(claim)
+
+    def _grant(self, claim: _Claim) -> None:
+        for link in claim.links:
+            link.busy = True
+        claim.granted = True
+        claim.event.succeed()
+
+    def _dispatch(self) -> None:
+        waiting = []
+        for claim in self.pending:
+            if any(link.busy for link in claim.links):
+                waiting.append(claim)
+            else:
+                self._grant(claim)
+        self.pending = waiting
+
+
 def hold_links(
     env: simpy.Environment, links: Sequence[Link], seconds: float
 ) -> Generator[simpy.Event, Any, tuple[float, float]]:
-    """SimPy process: wait for every link, hold them all for ``seconds``, release them.
+    """SimPy process: wait until every link is free, hold them all for ``seconds``.
 
-    Links are requested one by one in name order (the classic resource-ordering rule
-    against deadlock). Returns ``(start_s, end_s)``, the interval actually held, after any
-    queueing. If the process is interrupted, pending requests are withdrawn, held links
-    released and the partial hold still counted in ``busy_s``.
+    The links are taken together (see :class:`LinkArbiter`). Returns
+    ``(start_s, end_s)``, the interval actually held, after any queueing. If the
+    process is interrupted, a pending claim is withdrawn, held links are released
+    and the partial hold still counted in ``busy_s``.
     """
     if seconds < 0:
         raise ValueError(f"cannot hold links for a negative time: {seconds}")
     ordered = _ordered(links)
-    requests: list[simpy.resources.resource.Request] = []
+    if not ordered:
+        yield env.timeout(seconds)
+        return env.now - seconds, env.now
+    arbiter = ordered[0].arbiter
+    claim = arbiter.claim(ordered)
     start: float | None = None
     try:
-        for link in ordered:
-            request = link.resource.request()
-            requests.append(request)
-            yield request
+        yield claim.event
         start = env.now
         yield env.timeout(seconds)
         return start, env.now
     finally:
-        if start is not None:
-            for link in ordered:
-                link.busy_s += env.now - start
-        for request in requests:
-            request.cancel()
-            request.resource.release(request)
+        arbiter.release(claim, env.now - start if start is not None else 0.0)
 
 
 def transfer(
