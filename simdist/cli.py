@@ -403,6 +403,13 @@ def sweep(
         f"{out_dir / 'sweep.csv'} · {result.plot}",
         highlight=False,
     )
+    if spec.metric not in result.table.columns:
+        err_console.print(
+            f"[yellow]note:[/] --metric {spec.metric!r} is not a column of sweep.csv, so the "
+            "plot is empty; columns include final_test_accuracy, examples_per_s, staleness.mean",
+            highlight=False,
+            soft_wrap=True,
+        )
     for point, error in list(result.errors.items())[:5]:
         err_console.print(f"[red]failed[/] {point}: {error}", highlight=False, soft_wrap=True)
     if result.failed:

@@ -153,6 +153,7 @@ class Workload:
         self._devices: dict[tuple[int, int], Callable] = {}
         self._stacked: dict[int, Callable] = {}
         self._flops: dict[int, float] = {}
+        self._lr_scales: dict[float, jax.Array] = {}
         self._apply = jax.jit(self._apply_impl)
         self._evaluate = jax.jit(self._evaluate_impl)
 
@@ -265,14 +266,18 @@ class Workload:
         return fn
 
     def _stacked_fn(self, global_batch: int) -> Callable:
-        """Jitted: tuples of K param trees, xs, ys -> K losses and K stacked grads."""
+        """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses, K grads.
+
+        The batches come stacked on the host (two transfers instead of 2K per
+        call); the parameter versions are device arrays and are stacked inside.
+        """
         fn = self._stacked.get(global_batch)
         if fn is None:
             vm = jax.vmap(lambda p, x, y: self._lag_impl(p, x, y, global_batch))
 
-            def stacked(ps: tuple, xs: tuple, ys: tuple) -> tuple:
+            def stacked(ps: tuple, xs: jax.Array, ys: jax.Array) -> tuple:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)
-                return vm(p, jnp.stack(xs), jnp.stack(ys))
+                return vm(p, xs, ys)
 
             fn = jax.jit(stacked)
             self._stacked[global_batch] = fn
@@ -283,8 +288,17 @@ class Workload:
         return self.optimizer.init(params)
 
     def apply(self, params: Any, opt_state: Any, grads: Any, lr_scale: float = 1.0) -> tuple:
-        """One optimizer step; ``lr_scale`` scales this step's learning rate (see optim)."""
-        return self._apply(params, opt_state, grads, np.float32(lr_scale))
+        """One optimizer step; ``lr_scale`` scales this step's learning rate (see optim).
+
+        The scale is kept on the device per value: parameter servers apply
+        thousands of small updates, mostly with the same few scales.
+        """
+        scale = self._lr_scales.get(lr_scale)
+        if scale is None:
+            scale = jnp.asarray(np.float32(lr_scale))
+            if len(self._lr_scales) < 4096:
+                self._lr_scales[lr_scale] = scale
+        return self._apply(params, opt_state, grads, scale)
 
     def evaluate(self, params: Any) -> dict[str, float]:
         """Mean test loss (and accuracy for classification) over the whole test set."""
@@ -381,7 +395,7 @@ class DeferredGradients:
                 chunk = items[start : start + k]
                 padded = chunk + [chunk[-1]] * (k - len(chunk))
                 _, ps, xs, ys = zip(*padded, strict=True)
-                losses, grads = jax.device_get(self._fn(ps, xs, ys))
+                losses, grads = jax.device_get(self._fn(ps, np.stack(xs), np.stack(ys)))
                 self.calls += 1
                 for i, (ticket, *_) in enumerate(chunk):
                     self._done[ticket] = (losses[i], jax.tree.map(lambda g, i=i: g[i], grads))

@@ -285,12 +285,13 @@ def time_split_by_device(
     start = events["start_s"].clip(0.0, sim_time_s).to_numpy()
     end = events["end_s"].clip(0.0, sim_time_s).to_numpy()
     by_device = events.groupby("device", sort=False).indices
+    all_cats = cats.to_numpy()
     rows = []
     for device in devices:
         idx = by_device.get(device, np.array([], dtype=np.int64))
         covered, row = 0.0, {}
         mask = np.zeros(len(idx), dtype=bool)
-        dev_cats = cats.to_numpy()[idx]
+        dev_cats = all_cats[idx]
         for category in SPLIT_CATEGORIES[:-1]:
             mask |= dev_cats == category
             total = union_seconds(start[idx][mask], end[idx][mask])

@@ -1,0 +1,80 @@
+"""Benchmark 2: simulated events per second of wall time in timing-only runs, 64–1024 devices.
+
+An *event* here is one row of ``events.csv``: one interval of simulated
+time on one device or host (a compute, a transfer, an all-reduce, a wait).
+That is what a user gets out of the simulator, and what per-device
+recording costs.  Alongside, SimPy events processed per second
+(``Environment.step`` calls, counted in a separate, untimed run: the counter
+itself costs time) show the engine's raw rate; the two differ because
+one SimPy timeout can stand for a step of 1024 devices, while one transfer
+between a worker and a PS takes several SimPy events.
+
+Wall time is ``simdist.engine.run`` (simulation, tables, summary; report
+files not written), best of a few runs after a warm-up run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from common import best_interleaved, counting_simpy_events, sync_scenario
+
+from simdist import engine
+from simdist.strategies import STRATEGY_CLASSES
+
+SIZES = (64, 256, 1024)
+KINDS = ("mirrored", "parameter_server", "multi_worker_mirrored", "central_storage", "tpu")
+#: Rows to aim for per run, so that fixed costs (cluster set-up, tables) are amortised.
+TARGET_ROWS = 200_000
+
+
+def _work(kind: str, devices: int, rows: int) -> int:
+    """Steps (sync) or gradients (parameter_server) giving about ``rows`` events."""
+    if kind == "parameter_server":
+        return max(4 * devices, rows // 7)
+    return max(5, rows // (2 * devices))
+
+
+def measure(kind: str, devices: int, repeat: int, rows: int = TARGET_ROWS) -> dict[str, Any]:
+    """One row of the table: ``kind`` on ``devices`` devices, timing-only."""
+    scenario = sync_scenario(kind, devices, _work(kind, devices, rows), numerics=False)
+    engine.run(scenario)
+    best = best_interleaved({"run": lambda: engine.run(scenario)}, repeat)
+    seconds, result = best["run"]
+    with counting_simpy_events() as simpy_events:
+        engine.run(scenario)
+    return {
+        "strategy": kind,
+        "devices": devices,
+        "steps": result.summary["steps"],
+        "events": len(result.events),
+        "simpy_events": simpy_events[0],
+        "wall_s": seconds,
+        "events_per_s": len(result.events) / seconds,
+        "simpy_events_per_s": simpy_events[0] / seconds,
+    }
+
+
+def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
+    """Every implemented strategy at every size."""
+    rows = TARGET_ROWS // 4 if quick else TARGET_ROWS
+    kinds = [k for k in KINDS if k in STRATEGY_CLASSES]
+    return [measure(kind, n, repeat, rows) for kind in kinds for n in SIZES]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    for row in run(args.repeat, args.quick):
+        print(
+            f"{row['strategy']:>22} {row['devices']:>5}: {row['events']:>8} events "
+            f"in {row['wall_s']:.3f}s = {row['events_per_s']:>10,.0f}/s "
+            f"(SimPy {row['simpy_events_per_s']:>10,.0f}/s)"
+        )
+
+
+if __name__ == "__main__":
+    main()

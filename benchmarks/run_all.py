@@ -1,0 +1,393 @@
+"""Run every benchmark and write docs/PERFORMANCE.md.
+
+    python benchmarks/run_all.py            # about five minutes on 2 cores
+    python benchmarks/run_all.py --quick    # smaller runs, for a smoke test
+    python benchmarks/run_all.py --render benchmarks/last_results.json   # page only
+
+Each figure is a ratio of wall times measured in this one process (both
+sides alternated, best of ``--repeat``), or a rate with its definition; the
+page says which targets are met and, where not, what the time goes to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_overhead
+import bench_timing_only
+import bench_update_cost
+
+ROOT = Path(__file__).resolve().parent.parent
+RATIO_TARGET_PS = 1.5  # issue 3
+RATIO_TARGET = 1.3  # issue 7
+EVENTS_TARGET = 300_000  # issue 7
+FLAT_TOLERANCE = 1.2  # "flat": 64 workers cost at most 20 % more per update than 8
+
+
+def _versions() -> str:
+    import jax
+    import numpy
+    import pandas
+    import simpy
+
+    return (
+        f"Python {platform.python_version()}, JAX {jax.__version__}, SimPy {simpy.__version__}, "
+        f"NumPy {numpy.__version__}, pandas {pandas.__version__}"
+    )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _count_larger(costs: tuple[float, ...], floor: float) -> str:
+    n = sum(cost > floor for cost in costs)
+    return {len(costs): "Each of the three", 0: "None of the three"}.get(n, f"{n} of the three")
+
+
+def _ok(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def render(
+    overhead: list[dict[str, Any]],
+    parts: dict[str, float],
+    events: list[dict[str, Any]],
+    updates: list[dict[str, Any]],
+    meta: dict[str, Any],
+) -> str:
+    """The whole of docs/PERFORMANCE.md."""
+    out: list[str] = []
+    add = out.append
+    add("# Performance\n")
+    add(
+        "Written by `python benchmarks/run_all.py` — do not edit by hand; rerun it. "
+        f"This run: {meta['cpus']} CPU cores ({meta['machine']}), {meta['versions']}; "
+        f"load average {meta['load']:.1f} when it started, {meta['minutes']:.1f} min in all"
+        f"{' (--quick)' if meta['quick'] else ''}. "
+        "Every ratio compares two wall times measured in this one process, the two sides "
+        f"alternated and each the best of {meta['repeat']}, so background load "
+        "(the machine is shared) touches both sides alike; absolute times are shown for scale "
+        "only.\n"
+    )
+
+    add("## Targets\n")
+    ps_rows = [r for r in overhead if r["strategy"] == "parameter_server" and "128," in r["model"]]
+    mirrored_rows = [r for r in overhead if r["strategy"] == "mirrored"]
+    worst_ps = max(r["ratio"] for r in ps_rows)
+    worst_mirrored = max(r["ratio"] for r in mirrored_rows)
+    slowest = min(events, key=lambda r: r["events_per_s"])
+    flat = updates[-1]["full_vs_8"]
+    add(
+        _table(
+            ["benchmark", "target", "measured", ""],
+            [
+                [
+                    "1. full run / bare loop, parameter_server 4–64 workers",
+                    f"≤ {RATIO_TARGET_PS} (issue 3), ≤ {RATIO_TARGET} (issue 7)",
+                    f"{min(r['ratio'] for r in ps_rows):.1f} – {worst_ps:.1f}",
+                    _ok(worst_ps <= RATIO_TARGET_PS),
+                ],
+                [
+                    "1. full run / bare loop, mirrored 4–64 devices",
+                    f"≤ {RATIO_TARGET}",
+                    f"{min(r['ratio'] for r in mirrored_rows):.2f} – {worst_mirrored:.2f}",
+                    _ok(worst_mirrored <= RATIO_TARGET),
+                ],
+                [
+                    "2. timing-only events/s, 64–1024 devices",
+                    f"≥ {EVENTS_TARGET:,}",
+                    f"{slowest['events_per_s']:,.0f} (slowest: {slowest['strategy']}, "
+                    f"{slowest['devices']}) – "
+                    f"{max(r['events_per_s'] for r in events):,.0f}",
+                    _ok(slowest["events_per_s"] >= EVENTS_TARGET),
+                ],
+                [
+                    "3. cost per applied update, 8 → 64 workers",
+                    f"flat (≤ ×{FLAT_TOLERANCE})",
+                    f"×{flat:.2f} (full), ×{updates[-1]['timing_vs_8']:.2f} (timing-only)",
+                    _ok(flat <= FLAT_TOLERANCE),
+                ],
+            ],
+        )
+        + "\n"
+    )
+
+    add("## 1. A full run against the bare arithmetic\n")
+    add(
+        "*Full run*: `simdist.engine.run` of the scenario — simulation, numerics, optimizer "
+        "updates, tables and summary (no report files), evaluation only at the end "
+        "(`eval_every: 0`). *Bare loop*: the same number of gradients of the same model on "
+        "batches of the same size, in a jitted `vmap` loop with the inputs already on the "
+        "device — parameter_server: ceil(G/8) calls over 8 parameter versions (the bucket "
+        "size of `DeferredGradients`); mirrored: one call per step over the N replicas. Both "
+        "compiled before timing (the run's Workload is reused from an untimed first run). "
+        "*Simulation share*: the timing-only run of the same scenario over the full run. "
+        "*Gradients per bucket*: how full the run's 8-wide buckets were on average.\n"
+    )
+    rows = []
+    for r in overhead:
+        per_bucket = r["gradients_per_bucket"]
+        rows.append(
+            [
+                r["strategy"],
+                str(r["size"]),
+                r["model"],
+                str(r["gradients"]),
+                f"{r['full_s']:.3f}",
+                f"{r['bare_s']:.3f}",
+                f"**{r['ratio']:.2f}**",
+                f"{r['simulation_share']:.0%}",
+                f"{r['overhead_us_per_gradient']:.0f}",
+                "—" if per_bucket is None else f"{per_bucket:.1f}",
+            ]
+        )
+    add(
+        _table(
+            [
+                "strategy",
+                "workers / devices",
+                "model",
+                "gradients",
+                "full (s)",
+                "bare (s)",
+                "ratio",
+                "simulation share",
+                "overhead µs / gradient",
+                "gradients per bucket",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+    add(
+        "Where a parameter_server run's time goes, per applied gradient (8 workers, "
+        "mlp 128, batch 32; timers around the methods, best of the repeats):\n"
+    )
+    add(_table(["part", "µs per gradient"], [[k, f"{v:.0f}"] for k, v in parts.items()]) + "\n")
+    full, bare = parts["full run"], parts["bare loop (same gradients)"]
+    simulation = parts["simulation (timing-only run)"]
+    flush = parts["gradients (DeferredGradients.flush)"]
+    apply = parts["optimizer updates (ParameterServers.apply)"]
+    fill = next(r["gradients_per_bucket"] for r in ps_rows if r["size"] == 8)
+    ps_events = [r for r in events if r["strategy"] == "parameter_server"]
+    simpy_per_gradient = ps_events[0]["simpy_events"] / ps_events[0]["steps"]
+    add(
+        f"**Why parameter_server misses ≤ {RATIO_TARGET_PS}.** The model of ps_4w2s is tiny: "
+        f"its arithmetic costs about {bare:.0f} µs per gradient in the bare loop, while the "
+        f"run spends {full:.0f} µs. {_count_larger((simulation, flush, apply), bare)} "
+        "costs below is larger than the arithmetic itself:\n\n"
+        f"* *The simulation* ({simulation:.0f} µs): a gradient is a pull and a push per PS "
+        "task, each a SimPy process that claims two NICs, holds them, waits for the "
+        f"latency and releases them — {simpy_per_gradient:.0f} SimPy events per gradient "
+        "(benchmark 2), each a few µs in SimPy's pure-Python core with the strategy's "
+        "bookkeeping around it.\n"
+        f"* *Half-empty buckets* ({flush:.0f} µs in `DeferredGradients.flush`): a gradient is "
+        f"needed when its first shard reaches a PS; by then only {fill:.1f} others are "
+        "pending on average, so each 8-wide bucket is mostly padding. Smaller buckets would "
+        "waste less, but a lane's result depends on the vmap width in XLA:CPU (checked: "
+        "widths 1, 2 and 4 change the bits of mlp, cnn and softmax gradients against 8), "
+        "so the fixed width of 8 is what keeps results independent of timing and "
+        "byte-identical between runs. Deferring evaluation further would need the PS "
+        "updates deferred too, but a gradient's loss decides at its arrival whether the run "
+        "has diverged and stops.\n"
+        f"* *One optimizer dispatch per PS per gradient* ({apply:.0f} µs): each PS applies "
+        "its shard on arrival (asynchronous SGD), a jitted call of a few tens of µs each.\n\n"
+        "With a heavier model the fixed per-gradient costs matter less and the ratio falls "
+        "(the mlp 512-512 row), down to the bucket fill: 8 / gradients per bucket.\n"
+    )
+    add(
+        f"**mirrored** comes within reach of ≤ {RATIO_TARGET} as the replicas' arithmetic grows "
+        "(64 devices); with 4 or 8 devices of this tiny model a step's fixed costs — "
+        "fetching and sharding the global batch, the optimizer update, reading the loss "
+        "(which waits for the step to finish), recording the step — are of the order of the "
+        "arithmetic itself.\n"
+    )
+
+    add("## 2. Timing-only simulation speed\n")
+    add(
+        "`numerics: false`, every strategy that exists, `simdist.engine.run` wall time "
+        "(simulation, tables, summary; no report files), best of the repeats after a warm-up "
+        "run. **An event is one row of `events.csv`**: one interval of simulated time on one "
+        "device or host (compute, a transfer, an all-reduce, a wait). *SimPy events* are "
+        "`simpy.Environment.step` calls, counted in a separate run (the counter costs time); "
+        "one SimPy timeout can stand for a step of 1024 devices, while one worker–PS transfer "
+        "takes several SimPy events, so the two rates differ by strategy.\n"
+    )
+    rows = [
+        [
+            r["strategy"],
+            str(r["devices"]),
+            str(r["steps"]),
+            f"{r['events']:,}",
+            f"{r['simpy_events']:,}",
+            f"{r['wall_s']:.2f}",
+            f"**{r['events_per_s']:,.0f}**",
+            f"{r['simpy_events_per_s']:,.0f}",
+            _ok(r["events_per_s"] >= EVENTS_TARGET),
+        ]
+        for r in events
+    ]
+    add(
+        _table(
+            [
+                "strategy",
+                "devices",
+                "steps",
+                "events",
+                "SimPy events",
+                "wall (s)",
+                "events / s",
+                "SimPy events / s",
+                f"≥ {EVENTS_TARGET // 1000}k",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+    add(
+        "The synchronous strategies record a few events per device per step and run few "
+        "SimPy events, so recording and building the tables dominate. parameter_server and "
+        "central_storage move bytes between hosts: every transfer is a SimPy process with "
+        "link requests, so they run at SimPy's own speed, and each events.csv row costs "
+        "several SimPy events; they miss the target by that factor.\n"
+    )
+
+    add("## 3. Cost per applied update against worker count\n")
+    add(
+        "parameter_server, the same number of applied gradients at every worker count, "
+        "wall time per applied update, relative to 8 workers.\n"
+    )
+    add(
+        _table(
+            [
+                "workers",
+                "updates",
+                "full µs / update",
+                "× 8 workers",
+                "timing-only µs / update",
+                "× 8 workers",
+            ],
+            [
+                [
+                    str(r["workers"]),
+                    str(r["updates"]),
+                    f"{r['full_us_per_update']:.0f}",
+                    f"{r['full_vs_8']:.2f}",
+                    f"{r['timing_us_per_update']:.0f}",
+                    f"{r['timing_vs_8']:.2f}",
+                ]
+                for r in updates
+            ],
+        )
+        + "\n"
+    )
+    add(
+        "Nothing in the worker loop grows with the number of workers except SSP's minimum "
+        "over the worker clocks (O(W), only with `staleness_bound`) and the SimPy heap "
+        "(O(log n) per event); the gradients per bucket do not grow either (benchmark 1), "
+        "so the cost per update stays flat up to noise.\n"
+    )
+
+    add("## What was optimised\n")
+    add(
+        "All without changing any recorded output: the report folders of a fixed set of "
+        "scenarios (every strategy; parameter_server async, SSP, lr/staleness, min_size "
+        "shards, sync with backup workers, devices per host, failures and checkpoints; "
+        "timing-only at 64 workers) are byte-identical before and after.\n\n"
+        "* `cluster.LinkArbiter` rescanned every waiting transfer whenever a link was "
+        "released — quadratic when a thousand workers queue on a PS NIC (7.3 s instead of "
+        "0.4 s for 2048 updates with 1024 workers). It now reads only the queues of the "
+        "links just freed, in arrival order, and stops at each once it is taken again: the "
+        "same grants in the same order.\n"
+        "* `report.trace.time_split_by_device` converted the whole event-kind column to "
+        "NumPy once per device — quadratic: 24 s of a 1024-device mirrored run's 25 s. Once "
+        "per run now.\n"
+        "* The engine pauses Python's cyclic garbage collector while it simulates and builds "
+        "the tables: every full collection walked all recorded events again (30–50 % of "
+        "large timing-only runs); a run makes a few hundred cyclic objects at most.\n"
+        "* `Recorder.event` stores values as given; the float / int conversions happen once "
+        "per column when the table is built (3× cheaper per event).\n"
+        "* `DeferredGradients` stacks a bucket's batches on the host: two transfers per "
+        "bucket instead of 16 (bit-identical results: checked on every model of the zoo).\n"
+        "* `Workload.apply` keeps learning-rate scales on the device; `ParameterServers` "
+        "precomputes the keys and slices of `assemble` and `split`.\n"
+        "* Runs reuse the last few Workloads of the process (a sweep worker, a benchmark, a "
+        "notebook): no retracing and recompiling of the same model; timing-only runs share "
+        "one Workload across seeds, batch sizes and step counts, so XLA's cost analysis runs "
+        "once per model and batch size.\n"
+    )
+    add("## Left as they are\n")
+    add(
+        "* The SimPy processes and events of each transfer (`cluster.transfer`: a claim, "
+        "the hold, the latency, the process around it) are the largest single cost of "
+        "parameter_server and central_storage. Fewer events per transfer means a different "
+        "scheduling order at equal simulated times, hence different outputs: a model "
+        "change, not an optimisation.\n"
+        "* Bucket width: see benchmark 1. Keeping results independent of timing forbids "
+        "narrower buckets on XLA:CPU.\n"
+    )
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs per side")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "PERFORMANCE.md")
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="only rewrite the page from the raw results of an earlier run",
+    )
+    args = parser.parse_args()
+    raw = Path(__file__).resolve().parent / "last_results.json"
+    if args.render is not None:
+        data = json.loads(args.render.read_text())
+        args.out.write_text(render(**data))
+        print(f"wrote {args.out}")
+        return
+    start = time.perf_counter()
+    meta = {
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "versions": _versions(),
+        "load": os.getloadavg()[0],
+        "repeat": args.repeat,
+        "quick": args.quick,
+    }
+    print("1/3 full run vs bare loop …", flush=True)
+    overhead = bench_overhead.run(args.repeat, args.quick)
+    parts = bench_overhead.breakdown(gradients=256 if args.quick else 1024, repeat=args.repeat)
+    print("2/3 timing-only events per second …", flush=True)
+    events = bench_timing_only.run(args.repeat, args.quick)
+    print("3/3 cost per applied update …", flush=True)
+    updates = bench_update_cost.run(args.repeat, args.quick)
+    meta["minutes"] = (time.perf_counter() - start) / 60
+    data = {
+        "overhead": overhead,
+        "parts": parts,
+        "events": events,
+        "updates": updates,
+        "meta": meta,
+    }
+    raw.write_text(json.dumps(data, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(render(**data))
+    print(f"wrote {args.out} (raw results: {raw})")
+
+
+if __name__ == "__main__":
+    main()
