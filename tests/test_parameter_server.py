@@ -271,8 +271,18 @@ def test_ps_runs_with_faults_are_deterministic():
     [
         {"strategy": {"kind": "parameter_server", "mode": "sync", "backup_workers": 2}},
         {"faults": {"failures": [{"target": "worker 1", "mtbf": "5ms", "restart_after": "1ms"}]}},
+        {
+            "checkpoint": {"every_steps": 10, "storage_bandwidth": "10MB/s"},
+            "faults": {
+                "failures": [
+                    {"target": "ps 0", "mtbf": "6ms", "restart_after": "1ms"},
+                    {"target": "ps 1", "mtbf": "7ms", "restart_after": "2ms"},
+                    {"target": "worker 1", "mtbf": "2ms", "restart_after": "1ms"},
+                ]
+            },
+        },
     ],
-    ids=["dropped-backups", "worker-failures"],
+    ids=["dropped-backups", "worker-failures", "ps-and-worker-failures"],
 )
 def test_cut_work_never_overlaps_the_next_span_on_a_device(extra):
     data = {**ps(workers=8, servers=2, steps=40), **extra}

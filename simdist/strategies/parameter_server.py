@@ -275,6 +275,8 @@ class ParameterServerStrategy(Strategy):
         self._saved = self._snapshot()
         self._saved_s = 0.0
         self._checkpointing = False
+        self._restoring = False  # a PS failure is being recovered: workers wait for _resume
+        self._epoch = 0  # PS failures so far; a checkpoint begun before one is void
         chief = self.scenario.cluster.chief_names
         self._chief = chief[0] if chief else "chief"
 
@@ -346,12 +348,12 @@ class ParameterServerStrategy(Strategy):
     ) -> Generator[Any, Any, None]:
         """Wait for parallel transfers; record them on the worker as one comm span."""
         start = self.env.now
-        self._children[w] = moves
+        self._children[w] = moves  # a failure interrupts them (see _abandon)
         try:
             yield self.env.all_of(moves)
         finally:
-            self._children[w] = []
             self._record_worker(w, start, self.env.now, "comm", step, detail, nbytes)
+        self._children[w] = []
 
     def _compute(self, w: int, iteration: int) -> Generator[Any, Any, None]:
         """Wait for the batch, then every device of worker ``w`` computes (max rule)."""
@@ -559,9 +561,12 @@ class ParameterServerStrategy(Strategy):
     def _write_checkpoint(self) -> Generator[Any, Any, None]:
         """The chief saves the PS variables in the background; valid once written."""
         self._checkpointing = True
-        state, start = self._snapshot(), self.env.now
+        state, start, epoch = self._snapshot(), self.env.now, self._epoch
         state["written"] = True
         yield self.env.timeout(self.checkpoint_s)
+        if epoch != self._epoch:  # a PS failed while the chief was reading it
+            self._checkpointing = False
+            return
         self.recorder.event(
             start,
             self.env.now,
@@ -609,6 +614,10 @@ class ParameterServerStrategy(Strategy):
             self._down[w] = False
             self._record_worker(w, start, self.env.now, "restart", self.clock[w])
             self.time_lost_s += restart_s
+            while self._restoring:  # restarted while the PS tasks are being restored
+                waited = self.env.now
+                yield self._resume
+                self._record_worker(w, waited, self.env.now, "restore", self.clock[w])
         self._pipelines[w] = self.new_pipeline()
 
     def _worker_for(self, spec: Any) -> int:
@@ -626,7 +635,8 @@ class ParameterServerStrategy(Strategy):
             if self._stop or self.applied >= self.total_steps:
                 return
             if spec.role == "ps":
-                yield from self._ps_failure(spec)
+                if not self._restoring:  # a failure while everyone is already down is moot
+                    yield from self._ps_failure(spec)
                 continue
             w = self._worker_for(spec)
             if self._down[w] or not self._procs[w].is_alive:
@@ -665,6 +675,9 @@ class ParameterServerStrategy(Strategy):
             "checkpoint" if saved["written"] else "initial state",
         )
         self._resume = self.env.event()
+        self._restoring = True
+        self._epoch += 1
+        self._checkpointing = False
         for w, proc in enumerate(self._procs):
             if proc.is_alive:
                 proc.interrupt("ps")
@@ -680,6 +693,7 @@ class ParameterServerStrategy(Strategy):
             self.servers.opt_states = list(saved["opt_states"])
             self.servers.versions = list(saved["versions"])
         self._saved_s = self.env.now
+        self._restoring = False
         self._resume.succeed()
 
     # -- synchronous mode with backup workers ----------------------------
