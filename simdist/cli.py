@@ -101,7 +101,10 @@ def run(
     from simdist.report import write_report
 
     loaded = _load(scenario, set_, seed)
+    from simdist.report.tables import check_output_folder
+
     out_dir = out if out is not None else Path("reports") / loaded.name
+    _guarded(lambda: check_output_folder(out_dir))
     progress = Progress(
         "[progress.description]{task.description}",
         BarColumn(),

@@ -844,6 +844,27 @@ def _check_strategy(s: Scenario) -> None:
                 f"got {c.ps}; parameter_server needs at least one parameter-server task, "
                 "e.g. ps: 2",
             )
+        if st.mode == "sync":
+            ignored = [
+                key
+                for key, value in (
+                    ("staleness_bound", st.staleness_bound),
+                    ("lr_staleness", None if st.lr_staleness == "none" else st.lr_staleness),
+                )
+                if value is not None
+            ]
+            if ignored:
+                raise _fail(
+                    f"strategy.{ignored[0]}",
+                    "has no effect with mode: sync (every gradient of a step is computed "
+                    "from the same version); remove it or use mode: async",
+                )
+            if s.checkpoint is not None:
+                raise _fail(
+                    "checkpoint",
+                    "checkpoints are simulated for parameter_server in mode: async only; "
+                    "remove checkpoint or use mode: async",
+                )
         if st.backup_workers > 0:
             if st.mode != "sync":
                 raise _fail(

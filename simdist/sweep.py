@@ -455,6 +455,11 @@ def dask_client(scheduler: str | None = None, processes: int | None = None) -> I
     if scheduler:
         try:
             client = Client(scheduler, timeout="10s")
+        except ValueError as exc:
+            raise SimdistError(
+                f"--scheduler: got {scheduler!r}, not a scheduler address ({exc}); "
+                "expected e.g. tcp://scheduler-host:8786"
+            ) from None
         except OSError as exc:
             raise SimdistError(
                 f"--scheduler: cannot reach the Dask scheduler at {scheduler}: {exc}"

@@ -138,3 +138,28 @@ def test_every_malformed_scenario_exits_2_naming_the_field(tmp_path, case):
     flat = " ".join(result.output.split())
     assert f"bad.yaml: {field}" in flat if field else "bad.yaml:" in flat
     assert not out.exists()
+
+
+def test_out_never_replaces_a_folder_that_is_not_a_report(tmp_path):
+    scenario = write(tmp_path, tiny(**{"workload.steps": 2}))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    result = runner.invoke(app, ["run", str(scenario), "--out", str(mine), "-q"])
+    assert result.exit_code == 2
+    assert "not a simdist report" in " ".join(result.output.split())
+    assert (mine / "notes.txt").read_text() == "keep me"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    result = runner.invoke(app, ["run", str(scenario), "--out", str(a_file / "sub"), "-q"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    # a report folder, or an empty one, is fine
+    (tmp_path / "empty").mkdir()
+    assert (
+        runner.invoke(app, ["run", str(scenario), "--out", str(tmp_path / "empty"), "-q"]).exit_code
+        == 0
+    )
+    assert (
+        runner.invoke(app, ["run", str(scenario), "--out", str(tmp_path / "empty"), "-q"]).exit_code
+        == 0
+    )

@@ -228,3 +228,30 @@ def test_bad_fault_settings_are_scenario_errors(extra, field, fragment):
         scenario_from_dict({**tiny(), **extra})
     assert info.value.field == field
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("strategy", "extra", "field"),
+    [
+        ({"staleness_bound": 1}, {}, "strategy.staleness_bound"),
+        ({"lr_staleness": "inverse"}, {}, "strategy.lr_staleness"),
+        ({}, {"checkpoint": {"every_steps": 5, "storage_bandwidth": "1GB/s"}}, "checkpoint"),
+        (
+            {},
+            {"faults": {"failures": [{"target": "worker 0", "at": 1, "restart_after": 1}]}},
+            "faults.failures[0]",
+        ),
+    ],
+)
+def test_options_sync_parameter_servers_would_ignore_are_errors(strategy, extra, field):
+    data = tiny(
+        **{
+            "strategy": {"kind": "parameter_server", "mode": "sync", **strategy},
+            "cluster.hosts": 2,
+            "cluster.ps": 1,
+        }
+    )
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict({**data, **extra})
+    assert info.value.field == field
+    assert "mode: async" in info.value.message

@@ -176,6 +176,8 @@ def test_overrides_apply_and_are_validated(tmp_path):
             "workload.optimizer.learning_rate=0.1",
             "strategy.mode=sync",
             "strategy.backup_workers=1",
+            "strategy.staleness_bound=null",
+            "strategy.lr_staleness=none",
         ],
         seed=9,
     )

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from simdist.errors import SimdistError
-from simdist.report.tables import AtomicFolder, write_csv
+from simdist.report.tables import AtomicFolder, check_output_folder, write_csv
 from simdist.report.trace import time_split_by_device, training_devices
 
 DEFAULT_TARGET = 0.9
@@ -223,6 +223,8 @@ def compare(
             raise SimdistError(
                 f"{source}: not found; expected a scenario .yaml file or a report folder"
             )
+    if out is not None:
+        check_output_folder(Path(out))
     results = []
     for item in loaded:
         if hasattr(item, "events"):

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from simdist.errors import SimdistError
+
 SUMMARY_VERSION = 1
 
 
@@ -108,12 +110,40 @@ def write_json(data: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(_jsonable(data), indent=2, sort_keys=True) + "\n")
 
 
+#: Files that mark a folder as written by simdist, so it may be replaced.
+REPORT_MARKERS = ("summary.json", "compare.csv", "sweep.csv")
+
+
+def check_output_folder(target: Path) -> None:
+    """Refuse to replace a folder that simdist did not write, or that cannot be written.
+
+    A report folder is replaced whole; a folder holding anything else (the
+    user's files) is never deleted. Checked before a run starts, so a bad
+    ``--out`` costs no simulation.
+    """
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise SimdistError(f"--out {target}: exists and is not a folder; choose another path")
+    if target.is_dir() and any(target.iterdir()):
+        if not any((target / marker).is_file() for marker in REPORT_MARKERS):
+            raise SimdistError(
+                f"--out {target}: the folder exists and is not a simdist report "
+                f"(no {' / '.join(REPORT_MARKERS)}); refusing to replace it — "
+                "choose a new or empty folder, e.g. --out reports/my_run"
+            )
+    parent = next((p for p in [target.parent, *target.parent.parents] if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise SimdistError(f"--out {target}: cannot create it: {parent} is not a writable folder")
+
+
 class AtomicFolder:
     """A temporary folder beside ``target`` that replaces ``target`` on success.
 
     Used as a context manager: on a clean exit the temporary folder is renamed
-    to ``target`` (an older ``target`` is removed first); on any exception,
-    Ctrl-C included, it is deleted and ``target`` is left as it was.
+    to ``target`` (an older report in ``target`` is removed first); on any
+    exception, Ctrl-C included, it is deleted and ``target`` is left as it was.
+    A ``target`` that is not a simdist report is refused (:func:`check_output_folder`),
+    and file-system errors become one :class:`SimdistError`.
     """
 
     def __init__(self, target: Path) -> None:
@@ -121,19 +151,32 @@ class AtomicFolder:
         self.tmp: Path | None = None
 
     def __enter__(self) -> Path:
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent))
+        check_output_folder(self.target)
+        try:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            self.tmp = Path(
+                tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent)
+            )
+        except OSError as exc:
+            raise SimdistError(f"cannot write the report folder {self.target}: {exc}") from None
         return self.tmp
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         assert self.tmp is not None
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
-            return
+            if issubclass(exc_type, OSError):
+                raise SimdistError(f"cannot write the report folder {self.target}: {exc}") from None
+            return False
         old = None
-        if self.target.exists():
-            old = self.target.with_name(f".{self.target.name}.old.{os.getpid()}")
-            self.target.rename(old)
-        self.tmp.rename(self.target)
+        try:
+            if self.target.exists():
+                old = self.target.with_name(f".{self.target.name}.old.{os.getpid()}")
+                self.target.rename(old)
+            self.tmp.rename(self.target)
+        except OSError as error:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise SimdistError(f"cannot write the report folder {self.target}: {error}") from None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+        return False
