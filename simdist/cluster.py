@@ -9,7 +9,7 @@ import heapq
 import math
 import weakref
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
@@ -236,6 +236,13 @@ def _names(given: Sequence[str] | None, n: int, prefix: str) -> list[str]:
 
 def _ordered(links: Sequence[Link]) -> list[Link]:
     """Links deduplicated and sorted by name: one global acquisition order avoids deadlock."""
+    if len(links) == 1:
+        return [links[0]]
+    if len(links) == 2:  # a worker–PS route: the common case, without the dict and sort
+        a, b = links
+        if a is b:
+            return [a]
+        return [a, b] if a.name <= b.name else [b, a]
     unique = {id(link): link for link in links}
     return sorted(unique.values(), key=lambda link: link.name)
 
@@ -300,13 +307,16 @@ class LinkArbiter:
         granted at once exactly when its own links are free.
         """
         claim = _Claim(self.env.event(), links)
-        if not any(link.busy for link in links):
-            self._grant(claim)
+        for link in links:
+            if link.busy:
+                break
         else:
-            self._seq += 1
-            claim.seq, claim.waiting = self._seq, True
-            for link in links:
-                self._queues.setdefault(id(link), deque()).append(claim)
+            self._grant(claim)
+            return claim
+        self._seq += 1
+        claim.seq, claim.waiting = self._seq, True
+        for link in links:
+            self._queues.setdefault(id(link), deque()).append(claim)
         return claim
 
     def release(self, claim: _Claim, held_s: float) -> None:
@@ -345,17 +355,24 @@ class LinkArbiter:
                 rest = iter(queue)
                 first = next(rest)
                 heads.append((first.seq, id(link), first, rest, link))
+        if not heads:
+            return
         heapq.heapify(heads)
         while heads:
             _, key, claim, rest, link = heapq.heappop(heads)
             if link.busy:
                 continue
-            if claim.waiting and not any(other.busy for other in claim.links):
-                self._grant(claim)
-                continue
-            following = next((c for c in rest if c.waiting), None)
-            if following is not None:
-                heapq.heappush(heads, (following.seq, key, following, rest, link))
+            if claim.waiting:
+                for other in claim.links:
+                    if other.busy:
+                        break
+                else:
+                    self._grant(claim)
+                    continue
+            for following in rest:
+                if following.waiting:
+                    heapq.heappush(heads, (following.seq, key, following, rest, link))
+                    break
         for link in freed:
             queue = self._queues.get(id(link))
             while queue and not queue[0].waiting:
@@ -413,6 +430,98 @@ def transfer(
     start, _ = yield from hold_links(env, ordered, serialise_s)
     yield env.timeout(sum(link.latency_s for link in ordered))
     return start, env.now
+
+
+class Transfer:
+    """:func:`transfer` driven by callbacks instead of a SimPy process.
+
+    Same claim, serialisation, release and latency, each step scheduled at the
+    moment (and so in the same order among simultaneous events) the generator
+    would schedule it; only the process around it (its start and end events, the
+    generator resumes) is gone, which is what parameter_server and
+    central_storage pay per worker–PS or device–host transfer. ``done`` fires
+    with ``(start_s, arrival_s)`` in the step after the arrival, where the
+    process's end would have fired; ``on_arrival(start_s, arrival_s)`` runs at
+    the arrival itself, before ``done`` is scheduled, as code after ``yield from
+    transfer(...)`` inside a process would. :meth:`cancel` stands for
+    interrupting that process: it withdraws a pending claim or releases held
+    links (counting the partial hold in ``busy_s``), and nothing more happens.
+    """
+
+    __slots__ = (
+        "_arbiter",
+        "_claim",
+        "_latency_s",
+        "_on_arrival",
+        "_serialise_s",
+        "done",
+        "env",
+        "start_s",
+        "state",
+    )
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        links: Sequence[Link],
+        nbytes: float,
+        on_arrival: Callable[[float, float], None] | None = None,
+    ) -> None:
+        if nbytes < 0:
+            raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
+        ordered = _ordered(links)
+        if not ordered:
+            raise ValueError("a Transfer needs at least one link")
+        self.env = env
+        self.done = env.event()
+        self.start_s: float | None = None
+        self.state = "claimed"  # claimed → serialising → in flight → arrived | cancelled
+        self._on_arrival = on_arrival
+        self._serialise_s = nbytes / min(link.bandwidth_Bps for link in ordered)
+        self._latency_s = sum(link.latency_s for link in ordered)
+        self._arbiter = ordered[0].arbiter
+        self._claim = self._arbiter.claim(ordered)
+        self._claim.event.callbacks.append(self._granted)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the transfer has neither arrived nor been cancelled."""
+        return self.state in ("claimed", "serialising", "in flight")
+
+    def _granted(self, _: simpy.Event) -> None:
+        if self.state != "claimed":
+            return
+        self.state = "serialising"
+        self.start_s = self.env.now
+        self.env.timeout(self._serialise_s).callbacks.append(self._serialised)
+
+    def _serialised(self, _: simpy.Event) -> None:
+        if self.state != "serialising":
+            return
+        assert self.start_s is not None
+        self._arbiter.release(self._claim, self.env.now - self.start_s)
+        self.state = "in flight"
+        self.env.timeout(self._latency_s).callbacks.append(self._arrived)
+
+    def _arrived(self, _: simpy.Event) -> None:
+        if self.state != "in flight":
+            return
+        self.state = "arrived"
+        assert self.start_s is not None
+        if self._on_arrival is not None:
+            self._on_arrival(self.start_s, self.env.now)
+        self.done.succeed((self.start_s, self.env.now))
+
+    def cancel(self) -> None:
+        """Cut the transfer (a failure): free its claim or links; it never arrives."""
+        if self.state == "claimed":
+            self._arbiter.release(self._claim, 0.0)
+        elif self.state == "serialising":
+            assert self.start_s is not None
+            self._arbiter.release(self._claim, self.env.now - self.start_s)
+        elif self.state != "in flight":
+            return
+        self.state = "cancelled"
 
 
 def path_time_s(links: Sequence[Link], nbytes: float) -> float:

@@ -6,7 +6,7 @@ computes its gradient on global_batch / N examples, and sends the gradient back 
 same link; the CPU sums the N gradients and applies one update. Numerically it is
 mirrored (and so one_device with the global batch); only the timing differs.
 
-Timing. Every fetch and push is a :func:`simdist.cluster.transfer` on the one shared link
+Timing. Every fetch and push is a :class:`simdist.cluster.Transfer` on the one shared link
 (FIFO; only bytes / bandwidth occupies it, latency does not). Each device starts computing
 as soon as its own fetch has arrived and pushes as soon as it has computed. With N
 devices, S gradient bytes (= variable bytes), link latency α and bandwidth B, compute
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from simdist.cluster import Device, Host, transfer
+from simdist.cluster import Device, Host, Transfer
 from simdist.strategies.base import SynchronousStrategy
 
 
@@ -67,14 +67,14 @@ class CentralStorageStrategy(SynchronousStrategy):
         env, rec, link, nbytes = self.env, self.recorder, self.host.intra, self.costs.grad_nbytes
         host, name = device.host, device.name
         asked = env.now
-        start, fetched = yield env.process(transfer(env, [link], nbytes))
+        start, fetched = yield Transfer(env, [link], nbytes).done
         rec.event(asked, start, host, name, "idle", 0, step, "waiting for the host link")
         rec.event(start, fetched, host, name, "comm", nbytes, step, "fetch variables")
         seconds = self.compute_s(device, step)
         self.record_compute(device, fetched, seconds, step)
         yield env.timeout(seconds)
         ready = env.now
-        start, pushed = yield env.process(transfer(env, [link], nbytes))
+        start, pushed = yield Transfer(env, [link], nbytes).done
         rec.event(ready, start, host, name, "idle", 0, step, "waiting for the host link")
         rec.event(start, pushed, host, name, "comm", nbytes, step, "push gradient")
         return pushed

@@ -32,14 +32,14 @@ SimPy; the timing half is the worker processes below.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
 
-from simdist.cluster import Device, Host, route, transfer
+from simdist.cluster import Device, Host, Link, Transfer, route
 from simdist.collectives import ring_allreduce_s, run_allreduce
 from simdist.strategies.base import Strategy
 
@@ -267,7 +267,8 @@ class ParameterServerStrategy(Strategy):
         self._progress = self.env.event()
         self._stop = False
         self._procs: list[Any] = []
-        self._children: list[list[Any]] = [[] for _ in range(self.n_workers)]
+        self._children: list[list[Transfer]] = [[] for _ in range(self.n_workers)]
+        self._routes: dict[tuple[str, str, int], tuple[list[Link], float]] = {}
         self._inflight: list[dict[str, Any] | None] = [None] * self.n_workers
         self._down = [False] * self.n_workers
         self._resume = self.env.event()
@@ -318,23 +319,37 @@ class ParameterServerStrategy(Strategy):
             self.recorder.event(start, end, host.name, device.name, kind, nbytes, step, detail)
 
     def _move(
-        self, src: Host, dst: Host, nbytes: int, step: int, detail: str
-    ) -> Generator[Any, Any, None]:
-        """Transfer ``nbytes`` between a worker and a PS.
+        self,
+        src: Host,
+        dst: Host,
+        nbytes: int,
+        step: int,
+        detail: str,
+        then: Callable[[], None] | None = None,
+    ) -> Transfer:
+        """Start moving ``nbytes`` between a worker and a PS; ``then()`` runs on arrival.
 
         The PS's track records the interval its NIC serialised these bytes (one
         at a time, so spans never overlap); the worker records its whole pull
-        or push phase instead (see :meth:`_phase`). An interrupted transfer (a
+        or push phase instead (see :meth:`_phase`). A cancelled transfer (a
         failure) releases its links and records nothing.
         """
-        links = route(src, dst)
-        try:
-            start, _ = yield from transfer(self.env, links, nbytes)
-        except simpy.Interrupt:
-            return
+        key = (src.name, dst.name, nbytes)
+        cached = self._routes.get(key)
+        if cached is None:
+            links = route(src, dst)
+            busy = nbytes / min(link.bandwidth_Bps for link in links)
+            cached = self._routes[key] = (links, busy)
+        links, busy = cached
         ps = src if src.role == "ps" else dst
-        busy = nbytes / min(link.bandwidth_Bps for link in links)
-        self.recorder.event(start, start + busy, ps.name, ps.name, "comm", nbytes, step, detail)
+        recorder = self.recorder
+
+        def arrived(start: float, _: float) -> None:
+            recorder.event(start, start + busy, ps.name, ps.name, "comm", nbytes, step, detail)
+            if then is not None:
+                then()
+
+        return Transfer(self.env, links, nbytes, arrived)
 
     def _span(self, seconds: float, record: Any) -> Generator[Any, Any, None]:
         """Wait ``seconds``, then ``record(end_s)``: up to the interruption if a failure cuts it."""
@@ -344,16 +359,38 @@ class ParameterServerStrategy(Strategy):
             record(self.env.now)
 
     def _phase(
-        self, w: int, moves: list[Any], step: int, detail: str, nbytes: int
+        self, w: int, moves: list[Transfer], step: int, detail: str, nbytes: int
     ) -> Generator[Any, Any, None]:
         """Wait for parallel transfers; record them on the worker as one comm span."""
         start = self.env.now
-        self._children[w] = moves  # a failure interrupts them (see _abandon)
+        self._children[w] = moves  # a failure cancels them (see _abandon)
         try:
-            yield self.env.all_of(moves)
+            yield self._join(moves)
         finally:
             self._record_worker(w, start, self.env.now, "comm", step, detail, nbytes)
         self._children[w] = []
+
+    def _join(self, moves: list[Transfer]) -> simpy.Event:
+        """An event that fires when every move is done, as ``env.all_of`` of their ``done``.
+
+        Scheduled in the same step as ``all_of`` would be (the one processing the last
+        ``done``), so simultaneous events keep their order; it skips the condition's
+        bookkeeping, which nobody reads here.
+        """
+        joined = self.env.event()
+        remaining = len(moves)
+        if remaining == 0:
+            return joined.succeed()
+
+        def arrived(_: simpy.Event) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0:
+                joined.succeed()
+
+        for move in moves:
+            move.done.callbacks.append(arrived)
+        return joined
 
     def _compute(self, w: int, iteration: int) -> Generator[Any, Any, None]:
         """Wait for the batch, then every device of worker ``w`` computes (max rule)."""
@@ -405,10 +442,8 @@ class ParameterServerStrategy(Strategy):
                 version = self.versions[ps]
             versions.append(version)
         moves = [
-            self.env.process(
-                self._move(
-                    self.cluster.ps_hosts[ps], host, self.ps_nbytes[ps], iteration, f"pull ps{ps}"
-                )
+            self._move(
+                self.cluster.ps_hosts[ps], host, self.ps_nbytes[ps], iteration, f"pull ps{ps}"
             )
             for ps in range(self.n_ps)
         ]
@@ -471,15 +506,23 @@ class ParameterServerStrategy(Strategy):
             x, y = self._batch(w, iteration)
             gradient["ticket"] = self.deferred.submit(self.servers.assemble(pulled), x, y)
         yield from self._compute(w, iteration)
+        host = self.cluster.workers[w]
         pushes = [
-            self.env.process(self._push_and_apply(w, ps, versions[ps], ssp, iteration, gradient))
+            self._move(
+                host,
+                self.cluster.ps_hosts[ps],
+                self.ps_nbytes[ps],
+                iteration,
+                f"push ps{ps}",
+                lambda ps=ps: self._apply(w, ps, versions[ps], ssp, iteration, gradient),
+            )
             for ps in range(self.n_ps)
         ]
         yield from self._phase(w, pushes, iteration, "push", self.costs.grad_nbytes)
         self._inflight[w] = None
         self._tick(w)
 
-    def _push_and_apply(
+    def _apply(
         self,
         w: int,
         ps: int,
@@ -487,11 +530,10 @@ class ParameterServerStrategy(Strategy):
         ssp: int,
         iteration: int,
         gradient: dict[str, Any],
-    ) -> Generator[Any, Any, None]:
-        host, server = self.cluster.workers[w], self.cluster.ps_hosts[ps]
-        yield from self._move(host, server, self.ps_nbytes[ps], iteration, f"push ps{ps}")
+    ) -> None:
+        """A gradient shard has reached its PS: apply it there (asynchronous SGD)."""
         if self._inflight[w] is not gradient or self._stop:
-            return  # the worker failed while this shard was on the wire
+            return  # training diverged, or the worker failed (its moves are cancelled)
         staleness = self.versions[ps] - pulled_version
         loss = math.nan
         if self.servers is not None:
@@ -583,8 +625,7 @@ class ParameterServerStrategy(Strategy):
     def _abandon(self, w: int) -> None:
         """Worker ``w`` stops: its transfers are cut and its in-flight gradient is lost."""
         for child in self._children[w]:
-            if child.is_alive:
-                child.interrupt("failure")
+            child.cancel()
         self._children[w] = []
         gradient = self._inflight[w]
         if gradient is not None:
@@ -716,10 +757,8 @@ class ParameterServerStrategy(Strategy):
                 ticket = self.deferred.submit(self.servers.assemble(pulled), x, y)
             yield from self._compute(w, step)
             pushes = [
-                self.env.process(
-                    self._move(
-                        host, self.cluster.ps_hosts[ps], self.ps_nbytes[ps], step, f"push ps{ps}"
-                    )
+                self._move(
+                    host, self.cluster.ps_hosts[ps], self.ps_nbytes[ps], step, f"push ps{ps}"
                 )
                 for ps in range(self.n_ps)
             ]
@@ -730,8 +769,7 @@ class ParameterServerStrategy(Strategy):
         except simpy.Interrupt:
             # A late (backup) worker: its transfers are cut and its gradient dropped.
             for child in self._children[w]:
-                if child.is_alive:
-                    child.interrupt("dropped")
+                child.cancel()
             self._children[w] = []
             if ticket is not None:
                 self.deferred.discard(ticket)
