@@ -235,6 +235,9 @@ def test_worker_failure_loses_its_gradient_and_the_others_go_on():
     assert s["failures"] == 1
     assert s["lost_gradients"] == 1
     assert s["applied_updates"] == 60 - s["lost_gradients"]
+    # the final parameters are evaluated although step 60 was never reached
+    accuracy = result.metrics.query("metric == 'test_accuracy'")
+    assert accuracy["step"].iloc[-1] == s["applied_updates"]
     assert set(result.events["kind"]) >= {"failure", "restart"}
     restart = result.events.query("kind == 'restart'")
     assert (restart["end_s"] - restart["start_s"]).to_numpy() == pytest.approx(2e-3)
@@ -302,3 +305,12 @@ def test_a_host_count_on_the_command_line_replaces_the_worker_list(tmp_path):
     scenario = load_scenario("scenarios/ps_4w2s.yaml", ["cluster.hosts=8"])
     assert scenario.cluster.worker_names == [f"worker{i}" for i in range(8)]
     assert scenario.replicas == 8
+
+
+def test_a_worker_still_restarting_does_not_stretch_the_run():
+    data = ps(workers=3, servers=1, steps=30)
+    data["faults"] = {"failures": [{"target": "worker 1", "at": "2ms", "restart_after": "1s"}]}
+    result = run(scenario_from_dict(data))
+    last_update = result.tables["updates"]["time_s"].max()
+    assert result.summary["simulated_time_s"] == last_update
+    assert result.summary["simulated_time_s"] < 0.5

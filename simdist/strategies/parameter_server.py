@@ -277,6 +277,7 @@ class ParameterServerStrategy(Strategy):
         self._saved_s = 0.0
         self._checkpointing = False
         self._restoring = False  # a PS failure is being recovered: workers wait for _resume
+        self._finished = self.env.event()
         self._epoch = 0  # PS failures so far; a checkpoint begun before one is void
         chief = self.scenario.cluster.chief_names
         self._chief = chief[0] if chief else "chief"
@@ -469,6 +470,19 @@ class ParameterServerStrategy(Strategy):
         self.clock[w] += 1
         event, self._progress = self._progress, self.env.event()
         event.succeed()
+        self._check_finished()
+
+    def _check_finished(self) -> None:
+        """Training ends when the budget is spent and nothing is in flight.
+
+        Not when every worker process has returned: a worker still sitting
+        out a restart must not stretch the run past its last update.
+        """
+        if self._finished.triggered:
+            return
+        spent = self.claimed >= self.total_steps and not self._restoring
+        if self._stop or (spent and all(g is None for g in self._inflight)):
+            self._finished.succeed()
 
     def _gradient(self, ticket: int) -> tuple[float, Any]:
         loss, grads = self.deferred.result(ticket)
@@ -634,6 +648,7 @@ class ParameterServerStrategy(Strategy):
                 self.deferred.discard(gradient["ticket"])
         self._inflight[w] = None
         self._pipelines[w] = None
+        self._check_finished()
 
     def _worker_down(self, w: int, cause: Any) -> Generator[Any, Any, None]:
         """Sit out a worker restart, or wait for the PS tasks to be restored."""
@@ -794,6 +809,11 @@ class ParameterServerStrategy(Strategy):
                     proc.interrupt("late: backup worker dropped")
             # Let the interrupted processes record their drop at this instant.
             yield self.env.timeout(0)
+            for w, ticket in arrivals[needed:]:  # arrived at the same instant, too late
+                if ticket is not None:
+                    self.deferred.discard(ticket)
+                self.dropped += 1
+                self.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
             loss = math.nan
             if self.servers is not None:
                 results = [self._gradient(t) for _, t in arrivals[:needed]]
@@ -846,7 +866,12 @@ class ParameterServerStrategy(Strategy):
         self._procs = [self.env.process(self._async_worker(w)) for w in range(self.n_workers)]
         for entry, spec in enumerate(self.scenario.faults.failures):
             self.env.process(self._failures(entry, spec))
-        yield self.env.all_of(self._procs)
+        yield self.env.any_of([self.env.all_of(self._procs), self._finished])
+        # Lost gradients (worker failures) spend budget, so the last applied step
+        # may not be an evaluation point: evaluate the final parameters anyway.
+        if self.servers is not None and self.diverged_at is None and self.applied:
+            if not self.eval_due(self.applied):
+                self.evaluate(self.applied, self.servers.current())
 
     def summary(self) -> dict[str, Any]:
         values = np.asarray(self.staleness, dtype=float)
