@@ -162,6 +162,45 @@ class Strategy(ABC):
             "time_lost_s": self.time_lost_s,
         }
 
+    def record_devices(
+        self,
+        devices: list[Device],
+        start_s: float,
+        end_s: float,
+        kind: str,
+        step: int,
+        detail: str = "",
+        nbytes: float = 0,
+    ) -> None:
+        """Each of ``devices`` spent [start_s, end_s] in ``kind``."""
+        for device in devices:
+            self.recorder.event(
+                start_s, end_s, device.host, device.name, kind, nbytes, step, detail
+            )
+
+    def end_step(
+        self, start_s: float, done: int, loss: float | None, params: Callable[[], Any]
+    ) -> bool:
+        """Record finished step ``done``: throughput, its loss, an evaluation when due.
+
+        ``loss`` is None in timing-only runs; ``params`` gives the parameters to
+        evaluate (only called when an evaluation is due). Returns False when the
+        loss is not finite: the run stops there and reports the divergence.
+        """
+        now = self.env.now
+        rate = self.examples_per_step / (now - start_s) if now > start_s else math.inf
+        self.recorder.metric(now, done, "examples_per_s", rate)
+        self.steps_done = done
+        if loss is not None:
+            self.recorder.metric(now, done, "train_loss", loss)
+            if not math.isfinite(loss):
+                self.diverged_at = done
+                return False
+            if self.eval_due(done):
+                self.evaluate(done, params())
+        self.on_step(done)
+        return True
+
     def compute_s(self, device: Device, step: int) -> float:
         """Simulated time for ``device`` to compute its gradient of step ``step``."""
         return self.costs.compute_s * self.slowdown(device, step)
@@ -300,17 +339,13 @@ class SynchronousStrategy(Strategy):
         self, start_s: float, end_s: float, kind: str, step: int, detail: str = ""
     ) -> None:
         """Every training device spent [start_s, end_s] in ``kind``."""
-        for device in self.training_devices:
-            self.recorder.event(start_s, end_s, device.host, device.name, kind, 0, step, detail)
+        self.record_devices(self.training_devices, start_s, end_s, kind, step, detail)
 
     def record_comm(
         self, start_s: float, end_s: float, nbytes: float, step: int, detail: str
     ) -> None:
         """A collective occupied every training device from ``start_s`` to ``end_s``."""
-        for device in self.training_devices:
-            self.recorder.event(
-                start_s, end_s, device.host, device.name, "comm", nbytes, step, detail
-            )
+        self.record_devices(self.training_devices, start_s, end_s, "comm", step, detail, nbytes)
 
     @property
     def chief_devices(self) -> list[Device]:
@@ -377,7 +412,6 @@ class SynchronousStrategy(Strategy):
         return step, self.trainer.params, self.trainer.opt_state, self.env.now, written
 
     def process(self) -> Generator[Any, Any, None]:
-        batch = self.examples_per_step
         failures = FailureSchedule(
             self.scenario.faults.failures, self.scenario.seed, ("worker", "device")
         )
@@ -400,21 +434,9 @@ class SynchronousStrategy(Strategy):
                 pipeline = self.new_pipeline()
                 step = saved[0]
                 continue
-            now = self.env.now
-            self.recorder.metric(
-                now, done, "examples_per_s", batch / (now - start) if now > start else math.inf
-            )
-            if self.trainer is not None:
-                loss = self.trainer.step(step)
-                self.recorder.metric(now, done, "train_loss", loss)
-                if not math.isfinite(loss):
-                    self.diverged_at = done
-                    self.steps_done = done
-                    return
-                if self.eval_due(done):
-                    self.evaluate(done, self.trainer.params)
+            loss = self.trainer.step(step) if self.trainer is not None else None
+            if not self.end_step(start, done, loss, lambda: self.final_params):
+                return
             if checkpoint:
                 saved = self._snapshot(done, written=True)
             step = done
-            self.steps_done = done
-            self.on_step(done)

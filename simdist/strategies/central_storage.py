@@ -95,8 +95,7 @@ class CentralStorageStrategy(SynchronousStrategy):
         start, end = self.env.now, self.env.now + self.reduce_s
         cpu = f"{self.host.name}/host-cpu"
         self.recorder.event(start, end, self.host.name, cpu, "apply", 0, step, "reduce + apply")
-        for d in self.training_devices:
-            self.recorder.event(start, end, d.host, d.name, "idle", 0, step, "CPU update")
+        self.record_all(start, end, "idle", step, "CPU update")
         yield self.env.timeout(self.reduce_s)
 
     def summary(self) -> dict[str, Any]:

@@ -315,9 +315,7 @@ class ParameterServerStrategy(Strategy):
         detail: str = "",
         nbytes: int = 0,
     ) -> None:
-        host = self.cluster.workers[w]
-        for device in host.devices:
-            self.recorder.event(start, end, host.name, device.name, kind, nbytes, step, detail)
+        self.record_devices(self.cluster.workers[w].devices, start, end, kind, step, detail, nbytes)
 
     def _move(
         self,
@@ -793,7 +791,6 @@ class ParameterServerStrategy(Strategy):
 
     def _sync_loop(self) -> Generator[Any, Any, None]:
         needed = self.n_workers - self.options.backup_workers
-        batch = self.examples_per_step
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: list[tuple[int, int | None]] = []
@@ -814,7 +811,7 @@ class ParameterServerStrategy(Strategy):
                     self.deferred.discard(ticket)
                 self.dropped += 1
                 self.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
-            loss = math.nan
+            loss = None
             if self.servers is not None:
                 results = [self._gradient(t) for _, t in arrivals[:needed]]
                 loss = sum(r[0] for r in results) / needed
@@ -836,26 +833,11 @@ class ParameterServerStrategy(Strategy):
                     version=self.versions[0],
                     staleness=0,
                     ssp_staleness=0,
-                    loss=loss,
+                    loss=math.nan if loss is None else loss,
                 )
-            now = self.env.now
             self.applied = step + 1
-            self.recorder.metric(
-                now,
-                self.applied,
-                "examples_per_s",
-                batch / (now - start) if now > start else math.inf,
-            )
-            if self.servers is not None:
-                self.recorder.metric(now, self.applied, "train_loss", loss)
-                if not math.isfinite(loss):
-                    self.diverged_at = self.applied
-                    self.steps_done = self.applied
-                    return
-                if self.eval_due(self.applied):
-                    self.evaluate(self.applied, self.servers.current())
-            self.steps_done = self.applied
-            self.on_step(self.applied)
+            if not self.end_step(start, self.applied, loss, lambda: self.final_params):
+                return
 
     # -- the run -----------------------------------------------------------
 
