@@ -19,7 +19,6 @@ the full run is the simulation itself.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from typing import Any
@@ -28,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from common import best_interleaved, ps_scenario, sync_scenario
+from common import best_interleaved, parse_args, ps_scenario, sync_scenario
 
 from simdist import engine
 from simdist.numerics import executor
@@ -236,10 +235,7 @@ def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     for row in run(args.repeat, args.quick):
         print(
             f"{row['strategy']:>16} {row['size']:>4} ({row['model']}): full {row['full_s']:.3f}s "

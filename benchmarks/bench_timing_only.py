@@ -15,10 +15,9 @@ files not written), best of a few runs after a warm-up run.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from common import best_interleaved, counting_simpy_events, sync_scenario
+from common import best_interleaved, counting_simpy_events, parse_args, sync_scenario
 
 from simdist import engine
 from simdist.strategies import STRATEGY_CLASSES
@@ -64,10 +63,7 @@ def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     for row in run(args.repeat, args.quick):
         print(
             f"{row['strategy']:>22} {row['devices']:>5}: {row['events']:>8} events "

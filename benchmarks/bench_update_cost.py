@@ -8,10 +8,9 @@ each relative to 8 workers.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from common import best_interleaved, ps_scenario
+from common import best_interleaved, parse_args, ps_scenario
 
 from simdist import engine
 
@@ -49,10 +48,7 @@ def run(repeat: int = 3, quick: bool = False, gradients: int = 2048) -> list[dic
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    args = parse_args(__doc__)
     for row in run(args.repeat, args.quick):
         print(
             f"{row['workers']:>3} workers: full {row['full_us_per_update']:.0f} µs/update "

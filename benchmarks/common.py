@@ -7,6 +7,7 @@ describe simdist, not the machine or whatever else runs on it.
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -117,3 +118,11 @@ def counting_simpy_events() -> Iterator[list[int]]:
         yield count
     finally:
         simpy.Environment.step = original  # type: ignore[method-assign]
+
+
+def parse_args(doc: str) -> argparse.Namespace:
+    """``--repeat N`` and ``--quick``, the options every benchmark script takes."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    return parser.parse_args()

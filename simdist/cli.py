@@ -56,6 +56,20 @@ def _fmt(value: Any, fmt: str = "{:.4g}") -> str:
     return "—" if value is None else fmt.format(value)
 
 
+def _progress_bar(quiet: bool) -> Any:
+    """A rich progress bar on stderr, off with --quiet or when stderr is not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=quiet or not err_console.is_terminal,
+    )
+
+
 def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
     """The short terminal summary printed at the end of a run."""
     from simdist.units import format_duration
@@ -95,24 +109,14 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Simulate SCENARIO and write its report folder."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from simdist.engine import run as run_scenario
     from simdist.report import write_report
-
-    loaded = _load(scenario, set_, seed)
     from simdist.report.tables import check_output_folder
 
+    loaded = _load(scenario, set_, seed)
     out_dir = out if out is not None else Path("reports") / loaded.name
     _guarded(lambda: check_output_folder(out_dir))
-    progress = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet or not err_console.is_terminal,
-    )
+    progress = _progress_bar(quiet)
     with progress:
         task = progress.add_task(f"{loaded.name}: simulating", total=None)
 
@@ -352,8 +356,6 @@ def sweep(
     again; a failing point is recorded with its error and the others go on
     (exit status 1 when any failed).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from simdist.sweep import load_sweep, prepare, run_sweep
 
     spec = _guarded(
@@ -363,14 +365,7 @@ def sweep(
     )
     _guarded(lambda: prepare(spec))
     out_dir = out if out is not None else Path("reports") / spec.name
-    progress = Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        disable=quiet or not err_console.is_terminal,
-    )
+    progress = _progress_bar(quiet)
     with progress:
         task = progress.add_task(f"{spec.name}: points", total=len(spec.points()))
 
