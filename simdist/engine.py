@@ -43,17 +43,15 @@ class Result:
 
 def build_workload(scenario: Scenario) -> Any:
     """The JAX side of the run: model, data, optimizer, initial parameters."""
-    from simdist.numerics.data import load_dataset
     from simdist.numerics.executor import Workload
 
     w = scenario.workload
-    n_train = len(load_dataset(w.dataset, scenario.seed).x_train)
     return Workload(
         w.model,
         w.dataset,
         w.optimizer,
         seed=scenario.seed,
-        total_steps=w.total_steps(n_train),
+        total_steps=w.total_steps,
         init_from=w.init_from,
     )
 

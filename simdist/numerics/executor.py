@@ -126,11 +126,15 @@ class Workload:
         optimizer_spec: Any,
         *,
         seed: int,
-        total_steps: int,
+        total_steps: int | Callable[[int], int],
         init_from: Path | None = None,
     ) -> None:
+        """``total_steps`` (for learning-rate schedules) may be a function of the
+        training-set size, as ``epochs`` needs, so the data is loaded only here."""
         self.seed = int(seed)
         self.dataset: Dataset = load_dataset(dataset_spec, self.seed)
+        if callable(total_steps):
+            total_steps = total_steps(self.dataset.n_train)
         self.task = self.dataset.task
         self.model = make_model(model_spec, self.dataset.n_outputs, self.dataset.input_shape)
         self.batches = BatchStream(self.dataset, self.seed)
