@@ -421,31 +421,30 @@ def transfer(
     ``latency + k·nbytes/bandwidth`` for k = 1..n. Store-and-forward is not
     modelled. Use as ``start, end = yield env.process(transfer(env, route(a, b), n))``.
     """
-    if nbytes < 0:
-        raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
-    ordered = _ordered(links)
-    if not ordered:
+    if not links:
+        if nbytes < 0:
+            raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
         return env.now, env.now
-    serialise_s = nbytes / min(link.bandwidth_Bps for link in ordered)
-    start, _ = yield from hold_links(env, ordered, serialise_s)
-    yield env.timeout(sum(link.latency_s for link in ordered))
-    return start, env.now
+    moving = Transfer(env, links, nbytes)
+    try:
+        return (yield moving.done)
+    except simpy.Interrupt:
+        moving.cancel()
+        raise
 
 
 class Transfer:
-    """:func:`transfer` driven by callbacks instead of a SimPy process.
+    """One message on its way: the model of :func:`transfer`, driven by callbacks.
 
-    Same claim, serialisation, release and latency, each step scheduled at the
-    moment (and so in the same order among simultaneous events) the generator
-    would schedule it; only the process around it (its start and end events, the
-    generator resumes) is gone, which is what parameter_server and
-    central_storage pay per worker–PS or device–host transfer. ``done`` fires
-    with ``(start_s, arrival_s)`` in the step after the arrival, where the
-    process's end would have fired; ``on_arrival(start_s, arrival_s)`` runs at
-    the arrival itself, before ``done`` is scheduled, as code after ``yield from
-    transfer(...)`` inside a process would. :meth:`cancel` stands for
-    interrupting that process: it withdraws a pending claim or releases held
-    links (counting the partial hold in ``busy_s``), and nothing more happens.
+    Claim the route's links, hold them for the serialisation, release them,
+    arrive after the latency — without a SimPy process of its own, which is
+    what parameter_server and central_storage would otherwise pay per
+    worker–PS or device–host transfer; :func:`transfer` wraps it in a process.
+    ``done`` fires with ``(start_s, arrival_s)`` in the step after the arrival;
+    ``on_arrival(start_s, arrival_s)`` runs at the arrival itself, before
+    ``done`` is scheduled. :meth:`cancel` (a failure) withdraws a pending claim
+    or releases held links (counting the partial hold in ``busy_s``), and
+    nothing more happens.
     """
 
     __slots__ = (

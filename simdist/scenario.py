@@ -783,10 +783,6 @@ class Scenario(_Spec):
         """Examples per step over all replicas."""
         return self.workload.batch_size * self.replicas
 
-    def total_steps(self, n_train: int) -> int:
-        """Training steps for a training set of ``n_train`` examples."""
-        return self.workload.total_steps(n_train)
-
 
 def _replicas(strategy: Any, cluster: ClusterSpec) -> int:
     kind = strategy.kind
