@@ -1,4 +1,5 @@
-"""The Python API for notebooks and scripts: ``run`` a scenario, ``load_report`` a folder.
+"""The Python API for notebooks and scripts: ``run`` a scenario, ``load_report`` a folder,
+``compare`` several runs.
 
 Both return a :class:`~simdist.engine.Result` whose DataFrames equal the CSV
 files of the report folder, dtypes included: ``run(...).events`` and
@@ -13,14 +14,19 @@ import simdist
 result = simdist.run("scenarios/ps_4w2s.yaml", cluster__hosts=8, strategy__staleness_bound=2)
 result.metrics.query("metric == 'test_accuracy'")
 same = simdist.load_report("reports/ps_4w2s")
+folder, table = simdist.api.compare(["scenarios/ps_4w2s.yaml", "reports/mirrored_4dev"])
 ```
+
+The API runs and loads; :mod:`simdist.report` only writes (report folders,
+comparison folders) and never imports the API or the engine.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,21 +35,10 @@ import pandas as pd
 
 from simdist.engine import Result
 from simdist.errors import SimdistError
-from simdist.recorder import EVENT_COLUMNS, METRIC_COLUMNS
+from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
 
-__all__ = ["Result", "load_report", "read_params", "read_table", "run"]
+__all__ = ["Result", "compare", "load_report", "read_params", "read_table", "run"]
 
-#: dtypes of events.csv and metrics.csv, as the recorder produces them.
-EVENT_DTYPES: dict[str, str] = dict(
-    zip(
-        EVENT_COLUMNS,
-        ("float64", "float64", "str", "str", "str", "int64", "int64", "str"),
-        strict=True,
-    )
-)
-METRIC_DTYPES: dict[str, str] = dict(
-    zip(METRIC_COLUMNS, ("float64", "int64", "str", "float64"), strict=True)
-)
 #: CSV files of a report folder that are not extra tables.
 _NOT_TABLES = ("metrics", "events")
 
@@ -135,6 +130,7 @@ def run(
     *,
     out: str | Path | None = None,
     overrides: Mapping[str, Any] | Sequence[str] = (),
+    on_step: Callable[[int, int], None] | None = None,
     **kw: Any,
 ) -> Result:
     """Simulate a scenario and return its :class:`Result`; write its report if ``out`` is given.
@@ -143,12 +139,18 @@ def run(
     Overrides: ``overrides=["cluster.hosts=8"]`` (``--set`` strings),
     ``overrides={"cluster.hosts": 8}``, or keywords with ``__`` for dots:
     ``run("x.yaml", cluster__hosts=8, seed=3)``.  Bad input raises
-    :class:`~simdist.errors.ScenarioError` before anything runs.
+    :class:`~simdist.errors.ScenarioError` before anything runs, and so does
+    an ``out`` that cannot be a report folder.  ``on_step(step, total)`` is
+    called as the simulation advances (a progress bar).
     """
     from simdist.engine import run as run_engine
 
     scenario = resolve_scenario(path_or_scenario, overrides, **kw)
-    result = run_engine(scenario)
+    if out is not None:
+        from simdist.report.tables import check_output_folder
+
+        check_output_folder(Path(out))
+    result = run_engine(scenario, on_step=on_step)
     result.events = conform(result.events, EVENT_DTYPES)
     result.metrics = conform(result.metrics, METRIC_DTYPES)
     if out is not None:
@@ -221,3 +223,61 @@ def load_report(path: str | Path, *, params: Literal["tree", "flat"] = "tree") -
         tables=tables,
         out_dir=folder,
     )
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
+
+
+def compare(
+    sources: Sequence[str | Path],
+    *,
+    out: str | Path | None = None,
+    target: float | None = None,
+    overrides: Sequence[str] = (),
+    on_run: Callable[[str], None] | None = None,
+) -> tuple[Path, pd.DataFrame]:
+    """Run or load every source, then write one comparison report; return (folder, table).
+
+    A source is a scenario file (``overrides`` — ``--set`` strings — apply to
+    it) or a report folder (:func:`load_report`).  Every scenario is validated
+    and every report loaded before anything runs, so a bad input fails fast.
+    ``target`` is the test accuracy of "time to target" (default
+    :data:`simdist.report.compare.DEFAULT_TARGET`, 0.9).  ``out`` defaults to
+    ``reports/compare_<name>_<name>…``.  ``on_run(name)`` is called before each
+    simulation.  The table is :func:`simdist.report.compare.compare_table`'s,
+    as written to ``compare.csv``.
+    """
+    from simdist.report.compare import DEFAULT_TARGET, write_compare
+    from simdist.report.tables import check_output_folder
+    from simdist.scenario import load_scenario
+
+    target = DEFAULT_TARGET if target is None else target
+    if not sources:
+        raise SimdistError("compare needs at least one scenario file or report folder")
+    if not 0 < target <= 1:
+        raise SimdistError(f"--target: got {target:g}; expected an accuracy in (0, 1], e.g. 0.9")
+    loaded: list[Any] = []
+    for source in map(Path, sources):
+        if source.is_dir():
+            loaded.append(load_report(source))
+        elif source.is_file():
+            loaded.append(load_scenario(source, overrides))
+        else:
+            raise SimdistError(
+                f"{source}: not found; expected a scenario .yaml file or a report folder"
+            )
+    if out is not None:
+        check_output_folder(Path(out))
+    results = []
+    for item in loaded:
+        if isinstance(item, Result):
+            results.append(item)
+            continue
+        if on_run is not None:
+            on_run(item.name)
+        results.append(run(item))
+    names = [_slug(r.summary.get("name", r.scenario.name)) for r in results]
+    out_dir = Path(out) if out is not None else Path("reports") / ("compare_" + "_".join(names))
+    table = write_compare(results, out_dir, target, [str(s) for s in sources])
+    return out_dir, table

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simdist.errors import SimdistError
-from simdist.units import UnitError
+from simdist.units import UnitError, format_number
 
 app = typer.Typer(
     name="simdist",
@@ -52,10 +52,6 @@ def _load(scenario: Path, overrides: list[str] | None, seed: int | None) -> Any:
     return _guarded(lambda: load_scenario(scenario, overrides or (), seed=seed))
 
 
-def _fmt(value: Any, fmt: str = "{:.4g}") -> str:
-    return "—" if value is None else fmt.format(value)
-
-
 def _progress_bar(quiet: bool) -> Any:
     """A rich progress bar on stderr, off with --quiet or when stderr is not a terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -79,10 +75,12 @@ def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
     table.add_column()
     table.add_row("simulated time", format_duration(summary["simulated_time_s"]))
     table.add_row("steps", str(summary["steps"]))
-    table.add_row("examples/s (simulated)", _fmt(summary["examples_per_s"], "{:,.1f}"))
+    table.add_row("examples/s (simulated)", format_number(summary["examples_per_s"], "{:,.1f}"))
     if summary["numerics"]:
-        table.add_row("final train loss", _fmt(summary["final_train_loss"]))
-        table.add_row("final test accuracy", _fmt(summary["final_test_accuracy"], "{:.2%}"))
+        table.add_row("final train loss", format_number(summary["final_train_loss"]))
+        table.add_row(
+            "final test accuracy", format_number(summary["final_test_accuracy"], "{:.2%}")
+        )
     else:
         table.add_row("numerics", "off (timing-only run: no loss or accuracy computed)")
     split = summary["time_split"]
@@ -109,13 +107,10 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Simulate SCENARIO and write its report folder."""
-    from simdist.engine import run as run_scenario
-    from simdist.report import write_report
-    from simdist.report.tables import check_output_folder
+    from simdist.api import run as run_scenario
 
     loaded = _load(scenario, set_, seed)
     out_dir = out if out is not None else Path("reports") / loaded.name
-    _guarded(lambda: check_output_folder(out_dir))
     progress = _progress_bar(quiet)
     with progress:
         task = progress.add_task(f"{loaded.name}: simulating", total=None)
@@ -123,8 +118,7 @@ def run(
         def on_step(step: int, total: int) -> None:
             progress.update(task, completed=step, total=total)
 
-        result = _guarded(lambda: run_scenario(loaded, on_step=on_step))
-        _guarded(lambda: write_report(result, out_dir))
+        result = _guarded(lambda: run_scenario(loaded, out=out_dir, on_step=on_step))
     print_summary(result.summary, out_dir)
 
 
@@ -144,18 +138,14 @@ def validate(
 @app.command("list")
 def list_() -> None:
     """Show strategies, models, datasets, optimizers and device profiles."""
-    from simdist.cluster import DEVICE_PROFILES
-    from simdist.scenario import DATASETS, MODELS, OPTIMIZERS, SCHEDULES, STRATEGIES
-    from simdist.strategies import STRATEGY_CLASSES
+    from simdist.catalog import DATASETS, MODELS, OPTIMIZERS, SCHEDULES
+    from simdist.profiles import DEVICE_PROFILES
+    from simdist.strategies import STRATEGIES
 
     table = Table(title="simdist building blocks", show_lines=False)
     table.add_column("kind", style="bold")
     table.add_column("names")
-    implemented = [s for s in STRATEGIES if s in STRATEGY_CLASSES]
-    table.add_row("strategies", ", ".join(implemented))
-    planned = [s for s in STRATEGIES if s not in STRATEGY_CLASSES]
-    if planned:
-        table.add_row("strategies (schema only, not runnable yet)", ", ".join(planned))
+    table.add_row("strategies", ", ".join(STRATEGIES))
     table.add_row("models", ", ".join(MODELS))
     table.add_row("datasets", ", ".join(DATASETS))
     table.add_row("optimizers", ", ".join(OPTIMIZERS))
@@ -432,7 +422,7 @@ def compare(
     """Run or load several scenarios and write one comparison report (compare.csv, .md, plot)."""
     import math
 
-    from simdist.report.compare import compare as compare_runs
+    from simdist.api import compare as compare_runs
     from simdist.units import format_duration
 
     def on_run(name: str) -> None:
@@ -451,9 +441,9 @@ def compare(
             str(row.run),
             str(row.strategy),
             "—" if math.isnan(reached) else format_duration(reached),
-            _fmt(None if math.isnan(accuracy) else accuracy, "{:.2%}"),
-            _fmt(row.examples_per_s, "{:,.0f}"),
-            _fmt(row.comm_share, "{:.1%}"),
+            format_number(None if math.isnan(accuracy) else accuracy, "{:.2%}"),
+            format_number(row.examples_per_s, "{:,.0f}"),
+            format_number(row.comm_share, "{:.1%}"),
         )
     console.print(table)
     console.print(f"report: {out_dir}", highlight=False)

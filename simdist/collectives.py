@@ -1,23 +1,21 @@
-"""All-reduce cost: closed-form times per algorithm, and the process that makes them occupy links.
+"""Collective costs in closed form: all-reduce per algorithm, broadcast, reduce, and tables.
 
-Strategies decide *what* is reduced; this module says *how long* it takes. Every formula
+Strategies decide *what* is reduced; these formulas say *how long* it takes, and
+:mod:`simdist.network` applies them to a topology's links. Every formula
 uses the alpha–beta model: ``latency_s`` (α) per message, ``bandwidth_Bps`` (B) per link,
 ``nbytes`` (S) the size of the buffer each participant contributes; the reduction
 arithmetic itself is taken as free (γ = 0), as in nccl-tests' bus-bandwidth view.
 One participant (n == 1) has nothing to exchange and costs 0 s.
 
-Timing only: nothing here imports JAX.
+Pure arithmetic: nothing here imports SimPy or JAX.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
-import simpy
-
-from simdist.cluster import Link, hold_links
 from simdist.errors import SimdistError
 
 ALGORITHMS: tuple[str, ...] = ("ring", "tree", "halving_doubling", "hierarchical", "torus2d")
@@ -150,6 +148,33 @@ def torus2d_allreduce_s(
     return 2 * (along_x + along_y)
 
 
+def broadcast_s(n: int, nbytes: float, latency_s: float, bandwidth_Bps: float) -> float:
+    """Binomial-tree broadcast: the root's buffer reaches all ``n`` in ⌈log2 n⌉ rounds.
+
+    Each round every holder sends the whole buffer to one more participant, so
+    the holders double; the model of choice for short and medium buffers.
+    """
+    _check(n, nbytes, latency_s, bandwidth_Bps)
+    if n == 1:
+        return 0.0
+    # Thakur, Rabenseifner & Gropp 2005, "Optimization of collective communication
+    # operations in MPICH", §4.1 (binomial tree): T = ⌈log2 n⌉·(α + S/B).
+    return math.ceil(math.log2(n)) * (latency_s + nbytes / bandwidth_Bps)
+
+
+def reduce_s(n: int, nbytes: float, latency_s: float, bandwidth_Bps: float) -> float:
+    """Binomial-tree reduce to one root: the mirror image of :func:`broadcast_s`.
+
+    The reduction arithmetic is free (γ = 0), so it costs what the broadcast costs.
+    """
+    _check(n, nbytes, latency_s, bandwidth_Bps)
+    if n == 1:
+        return 0.0
+    # Thakur, Rabenseifner & Gropp 2005, §4.4 (binomial tree reduce, γ = 0):
+    # T = ⌈log2 n⌉·(α + S/B).
+    return math.ceil(math.log2(n)) * (latency_s + nbytes / bandwidth_Bps)
+
+
 def square_factors(n: int) -> tuple[int, int]:
     """The most square (x, y) with x·y = n and x ≥ y; a prime n gives (n, 1)."""
     if int(n) != n or n < 1:
@@ -246,19 +271,6 @@ def allreduce_figures(nbytes: float, time_s: float, n: int) -> dict[str, float |
         "algbw_Bps": algbw_Bps(nbytes, time_s),
         "busbw_Bps": busbw_Bps(nbytes, time_s, n),
     }
-
-
-def run_allreduce(
-    env: simpy.Environment, links: Sequence[Link], seconds: float
-) -> Generator[simpy.Event, Any, tuple[float, float]]:
-    """SimPy process: occupy ``links`` for ``seconds`` (a collective's formula time).
-
-    The closed form gives the duration; holding the links makes the collective contend
-    with any other traffic on them. Links are acquired in name order, as in
-    ``cluster.transfer``. Returns ``(start_s, end_s)`` after any queueing. Use as
-    ``start, end = yield env.process(run_allreduce(env, links, allreduce_s(...)))``.
-    """
-    return (yield from hold_links(env, links, seconds))
 
 
 def _skip_reason(algo: str, n: int, devices_per_host: int | None) -> str | None:

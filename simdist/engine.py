@@ -21,11 +21,14 @@ from typing import Any
 import pandas as pd
 import simpy
 
+from simdist.cluster import Cluster, effective_profile
+from simdist.network import Network, build_topology
 from simdist.recorder import Recorder
-from simdist.report.tables import build_summary
 from simdist.scenario import Scenario, load_scenario
 from simdist.strategies import strategy_class
-from simdist.strategies.base import Costs, resolve_execution
+from simdist.strategies.base import Costs
+from simdist.strategies.sync import resolve_execution
+from simdist.summary import build_summary
 
 
 @dataclass
@@ -134,6 +137,7 @@ def measure_costs(scenario: Scenario, workload: Any, peak_flops: float, efficien
         ),
         opt_state_nbytes=opt_nbytes,
         example_nbytes=int(x[0].size * x.dtype.itemsize),
+        test_examples=len(workload.dataset.x_test),
     )
 
 
@@ -178,24 +182,32 @@ def run(
     if scenario.numerics:
         prepare_devices(scenario)
 
+    workload = cached_workload(scenario)
+    profile = effective_profile(scenario.cluster.device)
+    costs = measure_costs(scenario, workload, profile.peak_flops, profile.efficiency)
+    progress = (lambda step: on_step(step, costs.total_steps)) if on_step else None
+    return simulate(scenario, costs, workload if scenario.numerics else None, on_step=progress)
+
+
+def simulate(
+    scenario: Scenario,
+    costs: Costs,
+    workload: Any | None = None,
+    *,
+    on_step: Callable[[int], None] | None = None,
+) -> Result:
+    """Run ``scenario``'s strategy on the SimPy clock with the given per-step ``costs``.
+
+    With ``workload=None`` nothing numeric happens (no JAX): the timing half
+    alone, as in timing-only runs and in tests that pin step times from
+    hand-made :class:`Costs`.
+    """
     env = simpy.Environment()
     recorder = Recorder()
     cls = strategy_class(scenario.strategy.kind)
-    cluster = cls.build_cluster(env, scenario)
-    workload = cached_workload(scenario)
-    device = cluster.devices[0]
-    costs = measure_costs(scenario, workload, device.peak_flops, device.efficiency)
-
-    progress = (lambda step: on_step(step, costs.total_steps)) if on_step else None
-    strategy = cls(
-        scenario,
-        env,
-        cluster,
-        recorder,
-        workload if scenario.numerics else None,
-        costs,
-        on_step=progress,
-    )
+    cluster = Cluster(scenario.cluster)
+    network = Network(env, build_topology(cls.topology, env, cluster, scenario), recorder)
+    strategy = cls(scenario, env, cluster, network, recorder, workload, costs, on_step=on_step)
     main = env.process(strategy.process())
     # Until training ends: background processes (failure renewals, a checkpoint
     # being written) must not move the clock past the last step.
@@ -217,7 +229,7 @@ def run(
     )
     summary["execution"] = (
         resolve_execution(getattr(scenario.strategy, "execution", "batched"), scenario.replicas)
-        if scenario.numerics
+        if workload is not None
         else "none"
     )
     return Result(

@@ -14,8 +14,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-EVENT_COLUMNS = ("start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail")
+EVENT_COLUMNS = ("start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail", "links")
 METRIC_COLUMNS = ("time_s", "step", "metric", "value")
+#: dtypes of events.csv and metrics.csv, as :meth:`Recorder.events_frame` and
+#: :meth:`Recorder.metrics_frame` produce them.
+EVENT_DTYPES: dict[str, str] = dict(
+    zip(
+        EVENT_COLUMNS,
+        ("float64", "float64", "str", "str", "str", "int64", "int64", "str", "str"),
+        strict=True,
+    )
+)
+METRIC_DTYPES: dict[str, str] = dict(
+    zip(METRIC_COLUMNS, ("float64", "int64", "str", "float64"), strict=True)
+)
 
 #: Event kinds and what they mean, for docs and for ``simdist list``.
 EVENT_KINDS = {
@@ -51,15 +63,18 @@ class Recorder:
         nbytes: float = 0,
         step: int = -1,
         detail: str = "",
+        links: str = "",
     ) -> None:
         """Record that ``device`` on ``host`` spent [start_s, end_s] doing ``kind``.
 
-        Called once per device per phase (a 1024-device step makes thousands of
-        calls), so the values are stored as given and converted to float / int
-        columns once, in :meth:`events_frame`.
+        ``links`` names the links of ``host`` the interval occupied (``w0/nic``;
+        several joined by ``;``); only the network layer fills it. Called once
+        per device per phase (a 1024-device step makes thousands of calls), so
+        the values are stored as given and converted to float / int columns
+        once, in :meth:`events_frame`.
         """
         if end_s > start_s:
-            self._events.append((start_s, end_s, host, device, kind, nbytes, step, detail))
+            self._events.append((start_s, end_s, host, device, kind, nbytes, step, detail, links))
 
     def metric(self, time_s: float, step: int, name: str, value: float) -> None:
         """Record the value of metric ``name`` at simulated time ``time_s``."""
@@ -73,7 +88,9 @@ class Recorder:
         """All events, one row per simulated interval, stably sorted by start time."""
         if not self._events:
             return pd.DataFrame(self._events, columns=list(EVENT_COLUMNS))
-        start, end, host, device, kind, nbytes, step, detail = zip(*self._events, strict=True)
+        start, end, host, device, kind, nbytes, step, detail, links = zip(
+            *self._events, strict=True
+        )
         n = len(start)
         frame = pd.DataFrame(
             {
@@ -85,6 +102,7 @@ class Recorder:
                 "nbytes": np.fromiter(map(int, nbytes), np.int64, n),
                 "step": np.fromiter(map(int, step), np.int64, n),
                 "detail": list(detail),
+                "links": list(links),
             }
         )
         return frame.sort_values("start_s", kind="stable", ignore_index=True)

@@ -18,6 +18,7 @@ __all__ = [
     "format_bandwidth",
     "format_duration",
     "format_flops",
+    "format_number",
     "format_size",
     "parse_bandwidth",
     "parse_duration",
@@ -154,6 +155,19 @@ def _scaled(value: float, steps: list[tuple[float, str]], fmt: Callable[[float],
 
 def _sig3(x: float) -> str:
     return f"{x:.3g}"
+
+
+#: What a report shows for a figure that was not measured (``None``).
+MISSING = "—"
+
+
+def format_number(value: float | None, fmt: str = "{:.4g}") -> str:
+    """``value`` through the format string ``fmt``, or ``"—"`` when it is None (not measured).
+
+    Only None is missing: a NaN is a value (a diverged loss prints ``nan``), so
+    tables that mark missing cells with NaN convert them to None first.
+    """
+    return MISSING if value is None else fmt.format(value)
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

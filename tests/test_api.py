@@ -100,6 +100,34 @@ def test_override_forms_agree(tmp_path):
         resolve_scenario(path, cluster__hosts=-1)
 
 
+def test_run_checks_out_before_simulating_and_reports_progress(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not a report")
+    steps: list[tuple[int, int]] = []
+    with pytest.raises(SimdistError, match="not a simdist report"):
+        simdist.run(tiny(), out=mine, on_step=lambda step, total: steps.append((step, total)))
+    assert steps == [] and (mine / "notes.txt").read_text() == "not a report"
+    simdist.run(tiny(**{"workload.steps": 3}), on_step=lambda s, t: steps.append((s, t)))
+    assert steps and steps[-1] == (3, 3)
+
+
+def test_compare_loads_reports_and_runs_scenarios(ran, tmp_path):
+    result, out = ran
+    names: list[str] = []
+    scenario = write(tmp_path, tiny(**{"name": "api_cmp", "workload.steps": 4}))
+    folder, table = simdist.api.compare(
+        [out, scenario], out=tmp_path / "cmp", target=0.5, on_run=names.append
+    )
+    assert folder == tmp_path / "cmp" and names == ["api_cmp"]  # the report is not re-run
+    assert table["run"].tolist() == ["api_ps", "api_cmp"]
+    assert table["simulated_time_s"].iloc[0] == result.summary["simulated_time_s"]
+    written = pd.read_csv(folder / "compare.csv", keep_default_na=False, na_values=[""])
+    assert_frame_equal(written, table, check_dtype=False)
+    with pytest.raises(SimdistError, match="--target"):
+        simdist.api.compare([out], target=0)
+
+
 def test_load_report_rejects_other_folders(tmp_path):
     with pytest.raises(SimdistError, match="not a simdist report folder"):
         simdist.load_report(tmp_path)

@@ -32,7 +32,13 @@ def test_run_writes_the_whole_report(tmp_path):
     assert summary["steps"] == 12
     assert 0 < summary["final_test_accuracy"] <= 1
     events = pd.read_csv(out / "events.csv")
-    assert set(events["kind"]) <= {"compute", "comm", "idle", "eval"}
+    kinds = set(events["kind"])
+    assert "compute" in kinds and kinds <= {"compute", "comm", "idle", "eval"}
+    # one device, compute fixed at 1 ms: one compute span per step, back to back.
+    compute = events[events["kind"] == "compute"]
+    assert compute["step"].tolist() == list(range(12))
+    assert compute["start_s"].tolist() == pytest.approx([i * 1e-3 for i in range(12)])
+    assert compute["end_s"].tolist() == pytest.approx([(i + 1) * 1e-3 for i in range(12)])
     assert "simulated time" in result.output
     # the resolved scenario reproduces the run
     again = runner.invoke(

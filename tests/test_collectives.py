@@ -1,13 +1,11 @@
-"""All-reduce closed forms against hand-computed numbers, and their SimPy occupancy."""
+"""Collective closed forms against hand-computed numbers (their occupancy: test_network)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-import simpy
 
-from simdist.cluster import Link, transfer
 from simdist.collectives import (
     ALGORITHMS,
     algbw_Bps,
@@ -17,7 +15,6 @@ from simdist.collectives import (
     halving_doubling_allreduce_s,
     hierarchical_allreduce_s,
     ring_allreduce_s,
-    run_allreduce,
     square_factors,
     torus2d_allreduce_s,
     tree_allreduce_s,
@@ -135,43 +132,6 @@ def test_square_factors():
     assert square_factors(8) == (4, 2)
     assert square_factors(12) == (4, 3)
     assert square_factors(7) == (7, 1)
-
-
-def test_run_allreduce_ends_at_formula_time():
-    env = simpy.Environment()
-    links = [Link(env, f"worker{i}/nic", ALPHA, B) for i in range(4)]
-    seconds = ring_allreduce_s(4, S, ALPHA, B)
-    log = []
-
-    def step():
-        log.append((yield env.process(run_allreduce(env, links, seconds))))
-
-    env.process(step())
-    env.run()
-    assert log == [(0.0, seconds)]
-    assert all(link.busy_s == seconds for link in links)
-
-
-def test_run_allreduce_contends_with_a_transfer():
-    env = simpy.Environment()
-    nic0 = Link(env, "worker0/nic", ALPHA, B)
-    nic1 = Link(env, "worker1/nic", ALPHA, B)
-    seconds = ring_allreduce_s(2, S, ALPHA, B)
-    log = []
-
-    def checkpoint():
-        log.append(("transfer", *(yield env.process(transfer(env, [nic1], S)))))
-
-    def allreduce():
-        log.append(("allreduce", *(yield env.process(run_allreduce(env, [nic0, nic1], seconds)))))
-
-    env.process(checkpoint())
-    env.process(allreduce())
-    env.run()
-    # the transfer holds nic1 while its bytes are serialised (S / B); its latency
-    # is propagation, so the all-reduce may start on the link before it arrives
-    t = S / B
-    assert log == [("transfer", 0.0, ALPHA + t), ("allreduce", t, t + seconds)]
 
 
 def test_collectives_table_rows_and_skips():

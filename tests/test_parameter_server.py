@@ -13,7 +13,13 @@ from helpers import assert_trees_close, tiny, write
 
 from simdist.engine import run
 from simdist.scenario import scenario_from_dict
-from simdist.strategies.parameter_server import bytes_per_ps, partition
+from simdist.strategies.parameter_server import (
+    ParameterServers,
+    Pulled,
+    ServerState,
+    bytes_per_ps,
+    partition,
+)
 
 NET = {"bandwidth": "1GB/s", "latency": "10us"}
 
@@ -85,6 +91,61 @@ def test_min_size_shards_respect_the_minimum_and_the_maximum():
     assert len(partition(LEAVES[1:2], 3, "min_size", 1 << 20, 16)) == 1
 
 
+# -- the parameter servers' state (no SimPy) ------------------------------------
+
+
+def test_servers_without_a_workload_keep_only_the_versions():
+    servers = ParameterServers(partition(LEAVES, 2, "round_robin"), 2)
+    assert not servers.numeric
+    assert servers.pull_all() == Pulled(None, (0, 0))
+    assert servers.apply(1, None) == 1
+    assert servers.apply(1, None) == 2
+    saved = servers.state()
+    assert saved == ServerState((0, 2), None, None)
+    servers.apply(0, None)
+    assert servers.versions == [1, 2]
+    servers.restore(saved)
+    assert servers.versions == [0, 2]
+
+
+def test_servers_split_apply_and_restore_row_shards_of_a_real_model():
+    from simdist.engine import build_workload
+
+    workload = build_workload(scenario_from_dict(tiny()))
+    params = workload.params
+    leaves = jax.tree_util.tree_leaves(params)
+    param_leaves = [
+        (path, leaf.shape, nbytes)
+        for (path, nbytes), leaf in zip(workload.param_leaves, leaves, strict=True)
+    ]
+    shards = partition(param_leaves, 3, "min_size", 256, 4)
+    assert len(shards) == 9  # both kernels are cut into row shards
+    servers = ParameterServers(shards, 3, workload)
+    pulled = servers.pull_all()
+    assert pulled.versions == (0, 0, 0)
+    assert_trees_close(servers.assemble(pulled.values), params, atol=0)
+    # a gradient cut per PS and put together again is the same pytree
+    grads = jax.tree.map(lambda p: np.full(p.shape, 0.5, np.float32), params)
+    parts = [servers.split(grads, ps) for ps in range(3)]
+    assert_trees_close(servers.assemble(parts), grads, atol=0)
+    # PS 1 applies its shard (SGD, learning rate 0.1): only its rows move, by -0.05
+    assert servers.apply(1, parts[1]) == 1
+    moved = [pulled.values[0], {k: v - 0.05 for k, v in pulled.values[1].items()}]
+    expected = servers.assemble([*moved, pulled.values[2]])
+    assert_trees_close(servers.current(), expected)
+    assert servers.versions == [0, 1, 0]
+    # a snapshot is not changed by later updates, and a restore puts it back
+    saved = servers.state()
+    servers.apply(1, parts[1])
+    servers.apply(2, parts[2])
+    assert servers.versions == [0, 2, 1]
+    servers.restore(saved)
+    assert servers.versions == [0, 1, 0]
+    assert_trees_close(servers.current(), expected)
+    # the pulled snapshot of the start still holds the initial values
+    assert_trees_close(servers.assemble(pulled.values), params, atol=0)
+
+
 # -- numerics -----------------------------------------------------------------
 
 
@@ -133,12 +194,25 @@ def test_identical_workers_reach_staleness_workers_minus_one(workers):
 
 
 def test_staleness_is_pulled_version_distance():
-    result = run(scenario_from_dict(ps(workers=3, steps=30)))
+    # 3 identical workers, 1 PS, compute (1 ms) far above the wire (~5 us): gradients land
+    # in worker order, round after round. In round 0 all three pulled version 0, and worker
+    # k's gradient lands on version k. Afterwards a worker pulls right after its own
+    # gradient landed and the two others land before its next one: staleness 2, and the
+    # j-th gradient was computed from version j - 2.
+    steps = 30
+    result = run(scenario_from_dict(ps(workers=3, steps=steps)))
     updates = result.tables["updates"]
-    # version after apply − 1 − staleness = the version the worker pulled
+    j = np.arange(steps)
+    assert updates["worker"].tolist() == (j % 3).tolist()
+    assert updates["iteration"].tolist() == (j // 3).tolist()
+    assert updates["version"].tolist() == (j + 1).tolist()
+    assert updates["staleness"].tolist() == np.minimum(j, 2).tolist()
+    # staleness = version at apply - version pulled, so the pulled versions are
     pulled = updates["version"] - 1 - updates["staleness"]
-    assert (pulled >= 0).all()
-    assert (updates.groupby("worker")["iteration"].diff().dropna() == 1).all()
+    assert pulled.tolist() == np.maximum(j - 2, 0).tolist()
+    # SSP staleness at the pull: when workers 0 and 1 pull, worker 2 is still one
+    # iteration behind; when worker 2 pulls, all clocks agree
+    assert updates["ssp_staleness"].tolist() == [0, 0, 0] + [1, 1, 0] * (steps // 3 - 1)
 
 
 # -- synchronous mode with backup workers ---------------------------------------

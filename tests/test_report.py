@@ -12,14 +12,10 @@ import pytest
 from helpers import tiny
 
 import simdist
+from simdist.recorder import EVENT_COLUMNS
 from simdist.report.plots import write_plots
-from simdist.report.trace import (
-    assign_lanes,
-    build_trace,
-    dumps_trace,
-    split_category,
-    time_split_by_device,
-)
+from simdist.report.trace import assign_lanes, build_trace, dumps_trace
+from simdist.summary import split_category, time_split_by_device
 
 NET = {"bandwidth": "1GB/s", "latency": "10us"}
 SCENARIOS = {
@@ -149,14 +145,14 @@ def test_lanes_keep_overlapping_spans_apart():
 def test_time_split_counts_overlaps_once_and_sorts_future_kinds():
     events = pd.DataFrame(
         [
-            (0.0, 2.0, "h", "d", "comm", 8, 0, "pull a"),
-            (1.0, 3.0, "h", "d", "comm", 8, 0, "pull b"),
-            (2.5, 4.0, "h", "d", "compute", 0, 0, ""),
-            (4.0, 5.0, "h", "d", "input_wait", 0, 1, ""),
-            (5.0, 5.5, "h", "d", "checkpoint", 0, 1, ""),
-            (5.5, 6.0, "h", "d", "failure", 0, 1, ""),
+            (0.0, 2.0, "h", "d", "comm", 8, 0, "pull a", "h/nic"),
+            (1.0, 3.0, "h", "d", "comm", 8, 0, "pull b", "h/intra;h/nic"),
+            (2.5, 4.0, "h", "d", "compute", 0, 0, "", ""),
+            (4.0, 5.0, "h", "d", "input_wait", 0, 1, "", ""),
+            (5.0, 5.5, "h", "d", "checkpoint", 0, 1, "", ""),
+            (5.5, 6.0, "h", "d", "failure", 0, 1, "", ""),
         ],
-        columns=["start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail"],
+        columns=list(EVENT_COLUMNS),
     )
     split = time_split_by_device(events, 8.0).loc["d"]
     assert split.to_dict() == {
@@ -175,4 +171,5 @@ def test_time_split_counts_overlaps_once_and_sorts_future_kinds():
     trace = build_trace(events)
     assert {s["cat"] for s in _spans(trace)} >= {"input_wait", "checkpoint", "failure"}
     threads = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
-    assert threads == ["d", "d #2", "h/intra", "h/intra #2"]
+    # link tracks are the links the rows name: h/nic carries both (overlapping) pulls
+    assert threads == ["d", "d #2", "h/intra", "h/nic", "h/nic #2"]

@@ -1,25 +1,30 @@
 """Scenario loading: SI values, overrides, round-trips, and one clear error per bad file."""
 
+import subprocess
+import sys
 import textwrap
+import typing
 
 import numpy as np
 import pytest
 import yaml
 
-from simdist.errors import ScenarioError
+from simdist.cluster import effective_profile
+from simdist.errors import ScenarioError, SimdistError
 from simdist.scenario import (
     DATASETS,
     MODELS,
     OPTIMIZERS,
     SCHEDULES,
     STRATEGIES,
-    ParameterServerStrategy,
     Scenario,
+    StrategySpec,
     apply_overrides,
     dump_scenario,
     load_scenario,
     scenario_from_dict,
 )
+from simdist.strategies import MODULES, parameter_server, spec_classes, strategy_class
 
 FULL = """\
 name: ps_4w2s
@@ -67,21 +72,22 @@ def test_full_scenario_has_si_values(tmp_path):
     c = s.cluster
     assert s.name == "ps_4w2s" and s.seed == 3 and s.numerics is True
     assert c.hosts == 4 and c.worker_names == ["w0", "w1", "w2", "w3"]
-    assert c.host_names == c.worker_names
     assert c.ps == 2 and c.ps_names == ["ps0", "ps1"]
     assert c.links.network.bandwidth_Bps == 1.25e9
     assert c.links.network.latency_s == 5e-5
     assert c.links.intra_host.bandwidth_Bps == 300e9
     assert c.links.intra_host.latency_s == 2e-6
     assert c.device.profile == "v100" and c.device.efficiency == 0.5
-    assert c.device.resolved_peak_flops == 15.7e12
+    assert c.device.peak_flops is None  # not given: the cluster takes the profile's
+    profile = effective_profile(c.device)
+    assert (profile.peak_flops, profile.efficiency) == (15.7e12, 0.5)
     w = s.workload
     assert w.model.name == "mlp" and w.model.hidden == [64, 32]
     assert w.dataset.name == "digits" and w.dataset.test_fraction == 0.2
     assert w.optimizer.schedule is not None and w.optimizer.schedule.decay_steps == 500
     assert w.batch_size == 32 and w.global_batch_size == 128
     assert w.total_steps(10_000) == 2000
-    assert isinstance(s.strategy, ParameterServerStrategy)
+    assert isinstance(s.strategy, parameter_server.Spec)
     assert s.strategy.min_shard_bytes == 4 * 2**20 and s.strategy.staleness_bound == 2
     assert s.replicas == 4 and s.global_batch == 128
 
@@ -535,3 +541,161 @@ def test_first_error_is_reported_in_a_stable_order():
         with pytest.raises(ScenarioError) as info:
             scenario_from_dict(data, source="x.yaml")
         assert info.value.field == "name"
+
+
+# ---------------------------------------------------------------- the strategy registry
+
+_FAILURE = "faults: {failures: [{target: %s, at: 1ms, restart_after: 1ms}]}\n"
+_SYNC_ONLY = (
+    "has no effect with mode: sync (every gradient of a step is computed from the same "
+    "version); remove it or use mode: async"
+)
+
+# Each strategy module's Spec.check (and the generic checks that ask it) keeps the exact
+# messages they gave before the checks moved out of the scenario schema.
+STRATEGY_CHECKS = [
+    (
+        "cluster: {hosts: 2}\nstrategy: tpu\n",
+        "cluster.hosts",
+        "got 2; strategy tpu puts all 2x2 chips on one host linked by intra_host (the ICI); "
+        "use hosts: 1 and size the torus with strategy.topology",
+    ),
+    (
+        "cluster: {devices_per_host: 3}\nstrategy: tpu\n",
+        "cluster.devices_per_host",
+        "got 3; strategy tpu takes its chip count from strategy.topology (2x2 = 4 chips); "
+        "remove devices_per_host",
+    ),
+    (
+        "cluster: {hosts: 2}\nstrategy: central_storage\n",
+        "cluster.hosts",
+        "got 2; strategy central_storage runs on one host (hosts: 1); "
+        "for several hosts use strategy: multi_worker_mirrored",
+    ),
+    (
+        "cluster: {ps: 1}\nstrategy: default\n",
+        "cluster.ps",
+        "got 1; parameter-server tasks are only used by strategy: parameter_server "
+        "(strategy here is default); remove ps or use ps: 0",
+    ),
+    (
+        "cluster: {ps: 1}\nstrategy: {kind: parameter_server, mode: sync, staleness_bound: 1}\n",
+        "strategy.staleness_bound",
+        _SYNC_ONLY,
+    ),
+    (
+        "cluster: {ps: 1}\nstrategy: {kind: parameter_server, mode: sync, lr_staleness: inverse}\n",
+        "strategy.lr_staleness",
+        _SYNC_ONLY,
+    ),
+    (
+        "cluster: {ps: 1}\nstrategy: {kind: parameter_server, mode: sync}\n"
+        "checkpoint: {every_steps: 10, storage_bandwidth: 1GB/s}\n",
+        "checkpoint",
+        "checkpoints are simulated for parameter_server in mode: async only; "
+        "remove checkpoint or use mode: async",
+    ),
+    (
+        "cluster: {hosts: 2, ps: 1}\nstrategy: {kind: parameter_server, mode: sync}\n"
+        + _FAILURE % "worker 1",
+        "faults.failures[0]",
+        "failures are simulated for parameter_server in mode: async only (sync mode with "
+        "failures is not modelled yet); use mode: async, or a synchronous strategy such as "
+        "multi_worker_mirrored",
+    ),
+    (
+        "cluster: {hosts: 2}\nstrategy: multi_worker_mirrored\n" + _FAILURE % "ps 0",
+        "faults.failures[0].target",
+        "got 'ps 0'; only parameter_server has ps tasks; e.g. target: worker 0",
+    ),
+    (
+        "cluster: {hosts: 2, ps: 1}\nstrategy: parameter_server\n" + _FAILURE % "ps 1",
+        "faults.failures[0].target",
+        "got 'ps 1'; this cluster has ps 0..0, e.g. target: ps 0",
+    ),
+    (
+        "cluster: {hosts: 2}\nfaults: {stragglers: [{worker: 1, slowdown: 2}]}\n",
+        "faults.stragglers[0].worker",
+        "got 1; this cluster has workers 0..0, e.g. worker: 0",
+    ),
+    (
+        "cluster: {devices_per_host: 2}\nstrategy: mirrored\n"
+        "faults: {stragglers: [{device: 2, slowdown: 2}]}\n",
+        "faults.stragglers[0].device",
+        "got 2; this run has devices 0..1, e.g. device: 0",
+    ),
+    (
+        "cluster: {ps: 1}\nstrategy: {kind: parameter_server, max_shards: 0}\n",
+        "strategy.max_shards",
+        "got 0; expected a value >= 1, e.g. max_shards: 4",
+    ),
+    (
+        "strategy: {kind: tpu, topology: [2]}\n",
+        "strategy.topology",
+        "got [2]; list should have at least 2 items after validation, not 1, e.g. topology: [2, 2]",
+    ),
+    (
+        "cluster: {ps: 1}\nstrategy: {kind: parameter_server, mode: sink}\n",
+        "strategy.mode",
+        "got 'sink'; expected one of 'async', 'sync', e.g. mode: async",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "message"), STRATEGY_CHECKS)
+def test_strategy_checks_give_their_exact_message(text, field, message):
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(yaml.safe_load("name: a\n" + text + WORKLOAD))
+    assert (info.value.field, info.value.message) == (field, message)
+
+
+def test_strategy_union_is_built_from_the_registry():
+    union = typing.get_args(typing.get_args(StrategySpec)[0])
+    assert union == spec_classes()
+    assert STRATEGIES == tuple(kind for spec in spec_classes() for kind in spec.kinds())
+    assert STRATEGIES == (
+        "one_device",
+        "default",
+        "mirrored",
+        "multi_worker_mirrored",
+        "central_storage",
+        "tpu",
+        "parameter_server",
+    )
+
+
+@pytest.mark.parametrize("kind", STRATEGIES)
+def test_every_registered_kind_validates(kind):
+    cluster = "{ps: 1}" if kind == "parameter_server" else "{}"
+    s = scenario_from_dict(
+        yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n" + WORKLOAD)
+    )
+    spec = type(s.strategy)
+    assert s.strategy.kind == kind and spec in spec_classes() and kind in spec.kinds()
+    assert s.replicas == s.strategy.replicas(s.cluster) >= 1
+    module = MODULES[spec_classes().index(spec)]  # the Spec and the class share a module
+    assert spec.__module__.split(".")[2] == strategy_class(kind).__module__.split(".")[2] == module
+    assert scenario_from_dict(yaml.safe_load(dump_scenario(s))) == s
+
+
+def test_unknown_kind_lists_every_registered_kind():
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(yaml.safe_load("name: a\nstrategy: horovod\n" + WORKLOAD))
+    listed = ", ".join(repr(kind) for kind in STRATEGIES)
+    assert info.value.field == "strategy.kind"
+    expected = f"got 'horovod'; expected one of {listed}, e.g. strategy: one_device"
+    assert info.value.message == expected
+    with pytest.raises(SimdistError, match="unknown strategy 'horovod'"):
+        strategy_class("horovod")
+
+
+def test_the_registry_imports_no_strategy_module():
+    code = (
+        "import sys, simdist.strategies as s\n"
+        "assert len(s.MODULES) == 6\n"
+        "heavy = ('simpy', 'jax', 'pandas')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
+        "or m.split('.')[0] in heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

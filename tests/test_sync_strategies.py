@@ -207,10 +207,10 @@ def test_tf_config_cluster_gives_the_same_run_as_counts():
     assert listed.summary["chief"] == "w0" and with_chief.summary["chief"] == "c0"
     for result, names in ((listed, ("w0", "w1")), (with_chief, ("c0", "w0"))):
         events = result.events.copy()
-        for column in ("host", "device"):
+        for column in ("host", "device", "links"):
             for given, counted_name in zip(names, ("worker0", "worker1"), strict=True):
                 events[column] = events[column].str.replace(
-                    f"^{given}(?=/|$)", counted_name, regex=True
+                    f"(^|;){given}(?=/|$)", rf"\g<1>{counted_name}", regex=True
                 )
         assert events.equals(counted.events)
         assert result.metrics.equals(counted.metrics)

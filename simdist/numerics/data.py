@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from simdist.catalog import DATASETS
 from simdist.errors import SimdistError
 from simdist.seeds import rng
 
-DATASETS: tuple[str, ...] = ("digits", "synthetic_regression", "npz")
 NPZ_KEYS: tuple[str, ...] = ("x_train", "y_train", "x_test", "y_test")
 
 

@@ -152,7 +152,7 @@ class Workload:
         self.param_bytes = sum(n for _, n in self.param_leaves)
         self._x_test = jnp.asarray(self.dataset.x_test)
         self._y_test = jnp.asarray(self.dataset.y_test)
-        self._lag: dict[int, Callable] = {}
+        self._loss_and_grad_fns: dict[int, Callable] = {}
         self._batched: dict[int, Callable] = {}
         self._devices: dict[tuple[int, int], Callable] = {}
         self._stacked: dict[int, Callable] = {}
@@ -170,7 +170,9 @@ class Workload:
             return optax.softmax_cross_entropy_with_integer_labels(out, y).sum()
         return 0.5 * jnp.sum((out - y) ** 2)
 
-    def _lag_impl(self, params: Any, x: jax.Array, y: jax.Array, global_batch: int) -> tuple:
+    def _loss_and_grad_impl(
+        self, params: Any, x: jax.Array, y: jax.Array, global_batch: int
+    ) -> tuple:
         # tf.nn.compute_average_loss: per-replica sum scaled by 1/global_batch, so the
         # all-reduced sum is the global-batch mean.
         # https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss
@@ -189,11 +191,11 @@ class Workload:
 
     # -- jitted entry points ------------------------------------------------
 
-    def _lag_fn(self, global_batch: int) -> Callable:
-        fn = self._lag.get(global_batch)
+    def _loss_and_grad_fn(self, global_batch: int) -> Callable:
+        fn = self._loss_and_grad_fns.get(global_batch)
         if fn is None:
-            fn = jax.jit(lambda p, x, y: self._lag_impl(p, x, y, global_batch))
-            self._lag[global_batch] = fn
+            fn = jax.jit(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
+            self._loss_and_grad_fns[global_batch] = fn
         return fn
 
     def loss_and_grads(self, params: Any, x: Any, y: Any, global_batch: int) -> tuple[Any, Any]:
@@ -202,7 +204,7 @@ class Workload:
         Cross-entropy for classification, ``0.5 * (pred - y)**2`` summed over outputs
         for regression. Jitted once per ``global_batch`` (and input shape).
         """
-        return self._lag_fn(int(global_batch))(params, x, y)
+        return self._loss_and_grad_fn(int(global_batch))(params, x, y)
 
     def replica_grads(
         self, params: Any, xs: Any, ys: Any, global_batch: int, execution: str = "batched"
@@ -218,7 +220,9 @@ class Workload:
         if execution == "batched":
             fn = self._batched.get(global_batch)
             if fn is None:
-                vm = jax.vmap(lambda p, x, y: self._lag_impl(p, x, y, global_batch), (None, 0, 0))
+                vm = jax.vmap(
+                    lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch), (None, 0, 0)
+                )
                 fn = jax.jit(lambda p, xs, ys: jax.tree.map(lambda a: a.sum(0), vm(p, xs, ys)))
                 self._batched[global_batch] = fn
             return fn(params, xs, ys)
@@ -244,7 +248,7 @@ class Workload:
             # check_vma=False the gradient w.r.t. the replicated params stays per-device
             # (with vma checking on, autodiff would insert the psum itself and this
             # explicit all-reduce would count every replica N times).
-            loss, grads = self._lag_impl(p, xs[0], ys[0], global_batch)
+            loss, grads = self._loss_and_grad_impl(p, xs[0], ys[0], global_batch)
             return jax.lax.psum((loss, grads), "replica")
 
         mapped = jax.shard_map(
@@ -277,7 +281,7 @@ class Workload:
         """
         fn = self._stacked.get(global_batch)
         if fn is None:
-            vm = jax.vmap(lambda p, x, y: self._lag_impl(p, x, y, global_batch))
+            vm = jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
 
             def stacked(ps: tuple, xs: jax.Array, ys: jax.Array) -> tuple:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)
@@ -320,7 +324,7 @@ class Workload:
             x = jax.ShapeDtypeStruct((batch, *self.dataset.input_shape), jnp.float32)
             ytr = self.dataset.y_train
             y = jax.ShapeDtypeStruct((batch, *ytr.shape[1:]), ytr.dtype)
-            cost = self._lag_fn(batch).lower(self.params, x, y).compile().cost_analysis()
+            cost = self._loss_and_grad_fn(batch).lower(self.params, x, y).compile().cost_analysis()
             if isinstance(cost, list | tuple):
                 flops = sum(float(c.get("flops", 0.0)) for c in cost)
             else:

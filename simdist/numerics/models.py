@@ -14,9 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from simdist.catalog import MODELS
 from simdist.errors import SimdistError
-
-MODELS: tuple[str, ...] = ("softmax", "mlp", "cnn")
 
 
 def _flatten(x: jax.Array) -> jax.Array:

@@ -13,16 +13,8 @@ from typing import Any
 import jax
 import optax
 
+from simdist.catalog import OPTIMIZERS, SCHEDULES
 from simdist.errors import SimdistError
-
-OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam")
-SCHEDULES: tuple[str, ...] = (
-    "constant",
-    "cosine",
-    "exponential",
-    "warmup_cosine",
-    "piecewise_constant",
-)
 
 
 def make_schedule(spec: Any, learning_rate: float, total_steps: int) -> optax.ScalarOrSchedule:

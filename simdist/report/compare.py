@@ -1,7 +1,8 @@
-"""``simdist compare``: several runs side by side in one report folder.
+"""``simdist compare``'s figures, table and folder: several runs side by side.
 
-Each input is a scenario file (run now) or an existing report folder (loaded).
-The comparison folder holds ``compare.csv`` (one row per run), ``compare.md``
+Running or loading the runs is :func:`simdist.api.compare`'s job; this
+module only computes each run's figures and writes them.  The comparison
+folder holds ``compare.csv`` (one row per run), ``compare.md``
 (the same table, formatted, with the plot) and ``accuracy_vs_time.png`` (test
 accuracy of every run against simulated time).  It is written atomically,
 like a run's report.
@@ -12,16 +13,15 @@ run's ``report.md``, so a comparison row and a report always agree.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from simdist.errors import SimdistError
-from simdist.report.tables import AtomicFolder, check_output_folder, write_csv
-from simdist.report.trace import time_split_by_device, training_devices
+from simdist.report.tables import AtomicFolder, write_csv
+from simdist.summary import time_split_by_device, training_devices
+from simdist.units import MISSING, format_duration, format_number
 
 DEFAULT_TARGET = 0.9
 
@@ -55,7 +55,7 @@ def time_to_target(metrics: pd.DataFrame, target: float) -> tuple[float, int] | 
 def device_shares(result: Any) -> dict[str, float]:
     """Mean share of simulated time the training devices spend in each time-split category.
 
-    Overlapping events count once (:func:`~simdist.report.trace.time_split_by_device`),
+    Overlapping events count once (:func:`~simdist.summary.time_split_by_device`),
     so the shares add up to 1 even when a worker pulls from several
     parameter servers at once.  Falls back to ``summary["time_split"]``
     when no device computed.
@@ -117,16 +117,13 @@ def compare_table(
     return frame
 
 
-def _fmt(value: Any, fmt: str) -> str:
-    return "—" if value is None or pd.isna(value) else fmt.format(value)
-
-
 def compare_markdown(table: pd.DataFrame, target: float, plot: str | None) -> str:
     """compare.md: the table, formatted for people, the overlay plot and what the columns mean."""
-    from simdist.units import format_duration
+    # Missing cells (NaN, or <NA> in the integer columns) become None, which reads as "—".
+    cells = table.astype(object).where(table.notna(), None)
 
     def duration(value: Any) -> str:
-        return "—" if value is None or pd.isna(value) else format_duration(float(value))
+        return MISSING if value is None else format_duration(float(value))
 
     lines = [
         f"# simdist comparison: {', '.join(table['run'])}",
@@ -137,13 +134,15 @@ def compare_markdown(table: pd.DataFrame, target: float, plot: str | None) -> st
         "| final test accuracy | examples/s | communication | mean staleness |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for row in table.itertuples(index=False):
+    for row in cells.itertuples(index=False):
         lines.append(
-            f"| {row.run} | {row.strategy} | {_fmt(row.steps, '{:d}')} "
+            f"| {row.run} | {row.strategy} | {format_number(row.steps, '{:d}')} "
             f"| {duration(row.simulated_time_s)} | {duration(row.time_to_target_s)} "
-            f"| {_fmt(row.step_to_target, '{:d}')} | {_fmt(row.final_test_accuracy, '{:.2%}')} "
-            f"| {_fmt(row.examples_per_s, '{:,.0f}')} | {_fmt(row.comm_share, '{:.1%}')} "
-            f"| {_fmt(row.staleness_mean, '{:.2f}')} |"
+            f"| {format_number(row.step_to_target, '{:d}')} "
+            f"| {format_number(row.final_test_accuracy, '{:.2%}')} "
+            f"| {format_number(row.examples_per_s, '{:,.0f}')} "
+            f"| {format_number(row.comm_share, '{:.1%}')} "
+            f"| {format_number(row.staleness_mean, '{:.2f}')} |"
         )
     lines += [
         "",
@@ -184,56 +183,3 @@ def write_compare(
         )
         (tmp / "compare.md").write_text(compare_markdown(table, target, "accuracy_vs_time.png"))
     return table
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
-
-
-def compare(
-    sources: Sequence[str | Path],
-    *,
-    out: str | Path | None = None,
-    target: float = DEFAULT_TARGET,
-    overrides: Sequence[str] = (),
-    on_run: Callable[[str], None] | None = None,
-) -> tuple[Path, pd.DataFrame]:
-    """Run or load every source, then write one comparison report; return (folder, table).
-
-    A source is a scenario file (``overrides`` — ``--set`` strings — apply to
-    it) or a report folder.  Every scenario is validated and every report
-    loaded before anything runs, so a bad input fails fast.  ``out`` defaults
-    to ``reports/compare_<name>_<name>…``.  ``on_run(name)`` is called before
-    each simulation.
-    """
-    from simdist.api import load_report, run
-    from simdist.scenario import load_scenario
-
-    if not sources:
-        raise SimdistError("compare needs at least one scenario file or report folder")
-    if not 0 < target <= 1:
-        raise SimdistError(f"--target: got {target:g}; expected an accuracy in (0, 1], e.g. 0.9")
-    loaded: list[Any] = []
-    for source in map(Path, sources):
-        if source.is_dir():
-            loaded.append(load_report(source))
-        elif source.is_file():
-            loaded.append(load_scenario(source, overrides))
-        else:
-            raise SimdistError(
-                f"{source}: not found; expected a scenario .yaml file or a report folder"
-            )
-    if out is not None:
-        check_output_folder(Path(out))
-    results = []
-    for item in loaded:
-        if hasattr(item, "events"):
-            results.append(item)
-            continue
-        if on_run is not None:
-            on_run(item.name)
-        results.append(run(item))
-    names = [_slug(r.summary.get("name", r.scenario.name)) for r in results]
-    out_dir = Path(out) if out is not None else Path("reports") / ("compare_" + "_".join(names))
-    table = write_compare(results, out_dir, target, [str(s) for s in sources])
-    return out_dir, table

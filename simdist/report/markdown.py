@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
-from simdist.units import format_bandwidth, format_duration, format_size
+from simdist.units import format_bandwidth, format_duration, format_number, format_size
 
 #: Plot file → (heading, one line on how to read it), in the order report.md shows them.
 PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
@@ -59,10 +59,6 @@ FILE_NOTES: dict[str, str] = {
     "params.npz": "final parameters, keys = pytree paths (usable as `workload.init_from`)",
     "scenario.yaml": "the fully resolved scenario: `simdist run` it to reproduce this run",
 }
-
-
-def _fmt(value: Any, fmt: str = "{:.4g}") -> str:
-    return "—" if value is None else fmt.format(value)
 
 
 def _options(mapping: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
@@ -123,14 +119,14 @@ def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, 
     rows = [
         ("simulated time", format_duration(s["simulated_time_s"])),
         ("steps (applied updates)", str(s["steps"])),
-        ("training examples / s (simulated)", _fmt(s.get("examples_per_s"), "{:,.0f}")),
+        ("training examples / s (simulated)", format_number(s.get("examples_per_s"), "{:,.0f}")),
     ]
     if s.get("numerics", True):
         reached = time_to_target(result.metrics, target)
         rows += [
-            ("final train loss", _fmt(s.get("final_train_loss"))),
-            ("final test loss", _fmt(s.get("final_test_loss"))),
-            ("final test accuracy", _fmt(s.get("final_test_accuracy"), "{:.2%}")),
+            ("final train loss", format_number(s.get("final_train_loss"))),
+            ("final test loss", format_number(s.get("final_test_loss"))),
+            ("final test accuracy", format_number(s.get("final_test_accuracy"), "{:.2%}")),
             (
                 f"time to {target:.0%} test accuracy",
                 "not reached"
@@ -160,7 +156,9 @@ def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, 
         rows.append(
             (
                 "staleness (mean / p50 / p95 / max)",
-                " / ".join(_fmt(staleness.get(k), "{:.3g}") for k in ("mean", "p50", "p95", "max")),
+                " / ".join(
+                    format_number(staleness.get(k), "{:.3g}") for k in ("mean", "p50", "p95", "max")
+                ),
             )
         )
     if s.get("dropped_gradients"):

@@ -20,12 +20,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import StrMethodFormatter
 
-from simdist.report.trace import (
+from simdist.report.trace import timeline_spans
+from simdist.summary import (
     SPLIT_CATEGORIES,
     natural_key,
     split_category,
     time_split_by_device,
-    timeline_spans,
     training_devices,
 )
 
@@ -366,7 +366,7 @@ def plot_time_split(
     """Stacked bars: the share of simulated time each device computes, communicates, waits, idles.
 
     Overlapping events count once, in the priority compute > communication >
-    waiting > other (see :func:`simdist.report.trace.time_split_by_device`).
+    waiting > other (see :func:`simdist.summary.time_split_by_device`).
     Training devices come first, then parameter-server tasks.  Returns the
     shares drawn (fractions of ``sim_time_s``).
     """

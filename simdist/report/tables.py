@@ -1,8 +1,9 @@
-"""summary.json and the tidy CSV tables of a run, written atomically.
+"""Writing a run's tables: CSV and JSON with stable bytes, into a folder replaced atomically.
 
 A report folder appears whole or not at all: everything is written into a
 temporary sibling folder which is renamed into place at the end, so an error
-or Ctrl-C never leaves a half-written report.
+or Ctrl-C never leaves a half-written report.  summary.json's figures are
+built by :mod:`simdist.summary`; this module only writes them.
 """
 
 from __future__ import annotations
@@ -12,80 +13,12 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from simdist.errors import SimdistError
-
-SUMMARY_VERSION = 1
-
-
-def _last(metrics: pd.DataFrame, name: str) -> float | None:
-    rows = metrics[metrics["metric"] == name]
-    return None if rows.empty else float(rows["value"].iloc[-1])
-
-
-def time_split(events: pd.DataFrame, devices: Sequence[str], sim_time_s: float) -> dict[str, float]:
-    """Share of the training devices' time spent computing, communicating, and idle.
-
-    Shares are of ``len(devices) × sim_time_s`` device-seconds, with
-    overlapping spans on one device counted once (a worker pulling from two
-    parameter servers at once communicates, not twice). Compute includes a
-    straggler's excess; idle is everything else (barriers, waits, failures).
-    """
-    from simdist.report.trace import time_split_by_device
-
-    total = len(devices) * sim_time_s
-    if total <= 0:
-        return {"compute": 0.0, "comm": 0.0, "idle": 0.0}
-    split = time_split_by_device(events, sim_time_s, devices).sum()
-    compute = float(split["compute"]) / total
-    comm = float(split["comm"]) / total
-    return {"compute": compute, "comm": comm, "idle": max(0.0, 1.0 - compute - comm)}
-
-
-def build_summary(
-    *,
-    scenario: Any,
-    metrics: pd.DataFrame,
-    events: pd.DataFrame,
-    sim_time_s: float,
-    steps: int,
-    costs: Any,
-    devices: Sequence[str],
-    examples_per_step: int,
-    diverged_at: int | None,
-    extra: dict[str, Any],
-) -> dict[str, Any]:
-    """The headline figures of one run, as plain JSON-able values."""
-    examples = steps * examples_per_step
-    summary: dict[str, Any] = {
-        "summary_version": SUMMARY_VERSION,
-        "name": scenario.name,
-        "strategy": scenario.strategy.kind,
-        "seed": scenario.seed,
-        "numerics": bool(scenario.numerics),
-        "replicas": scenario.replicas,
-        "global_batch": scenario.global_batch,
-        "steps": steps,
-        "simulated_time_s": sim_time_s,
-        "examples": examples,
-        "examples_per_s": examples / sim_time_s if sim_time_s > 0 else None,
-        "compute_s_per_replica_step": costs.compute_s,
-        "flops_per_replica_step": costs.flops_per_replica_step,
-        "param_bytes": costs.grad_nbytes,
-        "final_train_loss": _last(metrics, "train_loss"),
-        "final_test_loss": _last(metrics, "test_loss"),
-        "final_test_accuracy": _last(metrics, "test_accuracy"),
-        "diverged": diverged_at is not None,
-        "diverged_at_step": diverged_at,
-        "time_split": time_split(events, devices, sim_time_s),
-    }
-    summary.update(extra)
-    return summary
 
 
 def _jsonable(value: Any) -> Any:

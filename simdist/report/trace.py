@@ -1,4 +1,4 @@
-"""The run as a timeline: tracks, lanes, per-device time split, and ``trace.json``.
+"""The run as a timeline: tracks, lanes and ``trace.json`` (the time split: simdist.summary).
 
 ``trace.json`` is in the Chrome trace-event format (a JSON object with
 ``traceEvents``), which https://ui.perfetto.dev and chrome://tracing open.
@@ -25,22 +25,16 @@ parameter server serves several transfers whose latencies overlap).  Such
 spans are spread over extra *lanes*: threads named ``w0/cpu0 #2``, ``#3`` …
 beside the device's own, first-fit, so each thread's spans never overlap.
 
-What link tracks can and cannot show.  ``events.csv`` has no link column:
-each strategy records a transfer on the tracks of the devices or tasks
-involved.  Link spans are therefore derived (:func:`link_of`): rows of kind
-``comm`` with identical (start, end, bytes, step, detail) are one transfer;
-on several hosts it is drawn on each host's NIC; on a parameter-server task
-on that task's NIC; on several devices of one host (a collective) or in a
-single-host run on the host's intra link.  A transfer recorded on one device
-of a multi-host run with no matching peer row (parameter_server workers
-record their whole pull or push phase, the servers each shard's
-serialisation) cannot be placed and is left off the link tracks — the
-worker's NIC is therefore not drawn in parameter_server runs, while each
-server's NIC is.  Spans cover what the strategy recorded (serialisation
-only, or start → arrival with latency); queueing before a transfer and the
-hops of a collective inside the network are not shown, and two transfers with
-identical times, size, step and detail are drawn as one.  Nothing is drawn
-where no event was recorded: unrecorded time is idle.
+Link tracks come from the ``links`` column of ``events.csv``, which the
+network layer fills (:mod:`simdist.network`): every ``comm`` row names the links
+of its host that the bytes occupied, and each is drawn on that link's track
+(identical spans recorded by several devices of one host are drawn once).
+Spans cover what was recorded: a collective from the moment it holds its links
+to its end, a device's message from grant to arrival, a parameter server's
+message for the time its NIC serialised it, a worker's parallel pulls or pushes
+as one phase. Queueing before a transfer is drawn on the waiting device, not on
+the link. Roles and the order of hosts come from the scenario's cluster
+(:attr:`simdist.cluster.Cluster.roles`); hosts it does not name come last.
 
 Times are microseconds (``ts``, ``dur``); bytes are identical for identical
 runs (stable ordering, one event per line, floats in shortest round-trip form).
@@ -48,11 +42,9 @@ runs (stable ordering, one event per line, floats in shortest round-trip form).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,39 +52,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from simdist.summary import natural_key
+
 #: Spans closer than this (seconds) do not count as overlapping: float noise only.
 OVERLAP_TOL_S = 1e-12
-
-#: Time-split categories, in priority order: an instant in which a device both
-#: computes and communicates counts as compute.
-SPLIT_CATEGORIES = ("compute", "comm", "waiting", "other", "idle")
-
-
-def split_category(kind: str) -> str:
-    """The time-split category of an event kind.
-
-    ``compute`` includes ``straggle`` (the slow excess of a straggler's
-    compute: the device is still computing); ``waiting`` gathers recorded
-    waits (``idle`` rows: barriers, staleness bounds; ``input_wait``; any kind
-    mentioning "wait"); ``other`` is anything else recorded (eval, apply,
-    checkpoint, failure, restart, …).  The category ``idle`` is time with no
-    event at all.
-    """
-    if kind in ("compute", "straggle"):
-        return "compute"
-    if kind == "comm":
-        return kind
-    if kind == "idle" or "wait" in kind:
-        return "waiting"
-    return "other"
-
-
-@functools.lru_cache(maxsize=4096)
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sort key under which ``w2`` comes before ``w10``."""
-    return tuple(
-        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)
-    )
 
 
 def assign_lanes(starts: Sequence[float], ends: Sequence[float]) -> list[int]:
@@ -117,52 +80,26 @@ def assign_lanes(starts: Sequence[float], ends: Sequence[float]) -> list[int]:
     return lanes
 
 
-def union_seconds(starts: np.ndarray, ends: np.ndarray) -> float:
-    """Length of the union of intervals ``[starts[i], ends[i]]``."""
-    if len(starts) == 0:
-        return 0.0
-    order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts, float)[order], np.asarray(ends, float)[order]
-    reach = np.maximum.accumulate(e)
-    before = np.concatenate(([-np.inf], reach[:-1]))
-    return float(np.clip(e - np.maximum(s, before), 0.0, None).sum())
-
-
 # ---------------------------------------------------------------------------
 # Hosts, roles and tracks
 # ---------------------------------------------------------------------------
 
 
 def host_roles(events: pd.DataFrame, scenario: Any = None) -> dict[str, str]:
-    """Every host with events, in display order → its role.
+    """Every host with events, in display order → its role (``worker``, ``chief`` or ``ps``).
 
-    Roles are ``worker``, ``chief`` (when it does not train) or ``ps``; the
-    scenario's host lists give the order and the parameter-server tasks;
-    without a scenario, a host whose events all sit on a track named after
-    itself is taken for a parameter-server task.
+    Roles and order come from the scenario's cluster: workers, the coordinator,
+    the parameter-server tasks. Hosts the scenario does not name (or every host,
+    without a scenario) follow as ``worker``, in natural order.
     """
-    cluster = getattr(scenario, "cluster", None)
-    workers = list(getattr(cluster, "worker_names", []))
-    chiefs = list(getattr(cluster, "chief_names", []))
-    ps_names = list(getattr(cluster, "ps_names", []))
+    seen = set(events["host"])
     roles: dict[str, str] = {}
-    seen = sorted(set(events["host"]), key=natural_key)
-    for name in workers:
-        if name in seen:
-            roles.setdefault(name, "worker")
-    for name in chiefs:
-        if name in seen:
-            roles.setdefault(name, "chief")
-    if not ps_names:
-        only_self = (events["host"] == events["device"]).groupby(events["host"]).all()
-        ps_names = [h for h in seen if only_self.get(h, False) and h not in roles]
-    for name in seen:
-        if name not in roles and name not in ps_names:
-            # parameter_server records its checkpoints on an implicit "chief" task.
-            roles[name] = "chief" if name.startswith("chief") else "worker"
-    for name in ps_names:
-        if name in seen:
-            roles[name] = "ps"
+    if scenario is not None:
+        from simdist.cluster import Cluster
+
+        roles = {h: r for h, r in Cluster(scenario.cluster).roles.items() if h in seen}
+    for name in sorted(seen - set(roles), key=natural_key):
+        roles[name] = "worker"
     return roles
 
 
@@ -181,53 +118,28 @@ class Track:
         return self.name if self.lane == 0 else f"{self.name} #{self.lane + 1}"
 
 
-def link_of(hosts: Sequence[str], devices: int, roles: Mapping[str, str]) -> str | None:
-    """The link a transfer recorded on ``hosts`` (by ``devices`` tracks) went over, if known.
+def link_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """The spans of every link, from the ``links`` column of the ``comm`` events.
 
-    Several hosts: their network links (``nic``).  One host: its ``nic`` if
-    it is a parameter-server task (it has no devices to talk to inside), its
-    ``intra`` link if several of its devices took part (a collective inside
-    the host) or if the run has a single host.  Otherwise — one device of one
-    host among several, e.g. a worker's pull phase — the peer is unknown and
-    None is returned.
-    """
-    if len(hosts) > 1:
-        return "nic"
-    if roles.get(hosts[0]) == "ps":
-        return "nic"
-    if devices > 1 or len(roles) == 1:
-        return "intra"
-    return None
-
-
-def link_spans(events: pd.DataFrame, roles: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Transfers drawn on links, derived from comm events (see the module docstring).
-
-    Rows of kind ``comm`` with identical (start, end, bytes, step, detail)
-    are one transfer; :func:`link_of` says which link it used.  ``roles``
-    defaults to :func:`host_roles` without a scenario.  Columns:
-    ``start_s, end_s, host, link, nbytes, step, detail``.
+    Columns: ``start_s, end_s, host, link, nbytes, step, detail``; a span that
+    several rows name (the devices of one host in a collective) appears once.
     """
     columns = ["start_s", "end_s", "host", "link", "nbytes", "step", "detail"]
-    comm = events[events["kind"] == "comm"]
+    if "links" not in events.columns:
+        return pd.DataFrame(columns=columns)
+    comm = events[(events["kind"] == "comm") & (events["links"] != "")]
     if comm.empty:
         return pd.DataFrame(columns=columns)
-    roles = host_roles(events) if roles is None else roles
-    key_cols = ["start_s", "end_s", "nbytes", "step", "detail"]
-    hosts_of: dict[tuple[Any, ...], set[str]] = {}
-    devices_of: dict[tuple[Any, ...], set[str]] = {}
-    keys = zip(*(comm[c].tolist() for c in key_cols), strict=True)
-    for key, host, device in zip(keys, comm["host"].tolist(), comm["device"].tolist(), strict=True):
-        hosts_of.setdefault(key, set()).add(host)
-        devices_of.setdefault(key, set()).add(device)
-    rows = []
-    for key in sorted(hosts_of):
-        hosts = sorted(hosts_of[key], key=natural_key)
-        link = link_of(hosts, len(devices_of[key]), roles)
-        if link is None:
-            continue
-        start, end, nbytes, step, detail = key
-        rows.extend((start, end, h, f"{h}/{link}", nbytes, step, detail) for h in hosts)
+    cols = ["start_s", "end_s", "host", "links", "nbytes", "step", "detail"]
+    rows, seen = [], set()
+    for start, end, host, cell, nbytes, step, detail in zip(
+        *(comm[c].tolist() for c in cols), strict=True
+    ):
+        for link in cell.split(";"):
+            row = (start, end, host, link, nbytes, step, detail)
+            if row not in seen:
+                seen.add(row)
+                rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -241,9 +153,9 @@ def timeline_spans(
     asked for, have kind ``comm`` and ``link`` set to the link's name.
     """
     roles = host_roles(events, scenario)
-    frames = [events.assign(link="")]
+    frames = [events.drop(columns="links", errors="ignore").assign(link="")]
     if links:
-        spans = link_spans(events, roles)
+        spans = link_spans(events)
         if not spans.empty:
             frames.append(spans.assign(device=spans["link"], kind="comm"))
     spans = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -264,47 +176,6 @@ def timeline_spans(
         tracks.extend(Track(host, str(name), kind, lane) for lane in range(max(lanes) + 1))
         track_col[idx] = base + np.asarray(lanes, dtype=np.int64)
     return tracks, spans.assign(track=track_col)
-
-
-def time_split_by_device(
-    events: pd.DataFrame, sim_time_s: float, devices: Iterable[str] | None = None
-) -> pd.DataFrame:
-    """Seconds each device spends in each :data:`SPLIT_CATEGORIES`, overlaps counted once.
-
-    At each instant a device is in the highest-priority category of the
-    events covering it (compute > comm > waiting > other); ``idle`` is the rest
-    of ``[0, sim_time_s]``.  Unlike summing durations, parallel transfers
-    (a worker pulling from two parameter servers at once) are not counted
-    twice, so the categories add up to ``sim_time_s``.  ``devices`` defaults
-    to every device with events, in natural order.
-    """
-    if devices is None:
-        devices = sorted(set(events["device"]), key=natural_key)
-    devices = list(devices)
-    cats = events["kind"].map(split_category)
-    start = events["start_s"].clip(0.0, sim_time_s).to_numpy()
-    end = events["end_s"].clip(0.0, sim_time_s).to_numpy()
-    by_device = events.groupby("device", sort=False).indices
-    all_cats = cats.to_numpy()
-    rows = []
-    for device in devices:
-        idx = by_device.get(device, np.array([], dtype=np.int64))
-        covered, row = 0.0, {}
-        mask = np.zeros(len(idx), dtype=bool)
-        dev_cats = all_cats[idx]
-        for category in SPLIT_CATEGORIES[:-1]:
-            mask |= dev_cats == category
-            total = union_seconds(start[idx][mask], end[idx][mask])
-            row[category] = max(0.0, total - covered)
-            covered = max(covered, total)
-        row["idle"] = max(0.0, sim_time_s - covered)
-        rows.append(row)
-    return pd.DataFrame(rows, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
-
-
-def training_devices(events: pd.DataFrame) -> list[str]:
-    """Devices that computed at least one gradient, in natural order."""
-    return sorted(set(events.loc[events["kind"] == "compute", "device"]), key=natural_key)
 
 
 # ---------------------------------------------------------------------------

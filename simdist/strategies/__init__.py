@@ -1,27 +1,68 @@
-"""Strategies by ``kind``; each module holds one tf.distribute-style strategy."""
+"""Strategies by ``kind``: a lazy registry of the strategy modules.
+
+Each module ``simdist.strategies.<module>`` holds one tf.distribute-style strategy class
+and its scenario section, a pydantic class named ``Spec`` (a
+:class:`simdist.spec.StrategySpecBase`: the options, the replica count, the cross-checks).
+The scenario schema builds its ``strategy:`` union from :func:`spec_classes`, and the
+engine asks :func:`strategy_class` for the class to run. Importing this package imports
+no strategy module, so it pulls in neither SimPy, JAX nor pandas.
+
+Adding a strategy is one new module with a ``Spec`` and a strategy class, plus its line in
+``_CLASS_NAMES`` below.
+"""
 
 from __future__ import annotations
 
-from simdist.strategies.base import Strategy
-from simdist.strategies.central_storage import CentralStorageStrategy
-from simdist.strategies.mirrored import MirroredStrategy
-from simdist.strategies.multi_worker_mirrored import MultiWorkerMirroredStrategy
-from simdist.strategies.one_device import OneDeviceStrategy
-from simdist.strategies.parameter_server import ParameterServerStrategy
-from simdist.strategies.tpu import TPUStrategy
+from functools import cache
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-_CLASSES: tuple[type[Strategy], ...] = (
-    OneDeviceStrategy,
-    MirroredStrategy,
-    ParameterServerStrategy,
-    MultiWorkerMirroredStrategy,
-    CentralStorageStrategy,
-    TPUStrategy,
-)
+from simdist.errors import SimdistError
 
-STRATEGY_CLASSES: dict[str, type[Strategy]] = {kind: cls for cls in _CLASSES for kind in cls.kinds}
+if TYPE_CHECKING:
+    from simdist.spec import StrategySpecBase
+    from simdist.strategies.base import Strategy
+
+__all__ = ["MODULES", "STRATEGIES", "STRATEGY_CLASSES", "spec_classes", "strategy_class"]
+
+# Module (under simdist.strategies) -> the strategy class it defines. This order is the
+# order of the scenario's union, of ``simdist list`` and of error messages; the first
+# module's Spec, with its default kind, is the strategy of a scenario that names none.
+_CLASS_NAMES: dict[str, str] = {
+    "one_device": "OneDeviceStrategy",
+    "mirrored": "MirroredStrategy",
+    "multi_worker_mirrored": "MultiWorkerMirroredStrategy",
+    "central_storage": "CentralStorageStrategy",
+    "tpu": "TPUStrategy",
+    "parameter_server": "ParameterServerStrategy",
+}
+
+MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)
+
+
+@cache
+def spec_classes() -> tuple[type[StrategySpecBase], ...]:
+    """Every registered strategy's scenario ``Spec``, in registry order."""
+    return tuple(import_module(f"{__name__}.{module}").Spec for module in MODULES)
+
+
+def _kinds() -> tuple[str, ...]:
+    return tuple(kind for spec in spec_classes() for kind in spec.kinds())
 
 
 def strategy_class(kind: str) -> type[Strategy]:
-    """The class implementing strategy ``kind`` (the scenario has validated the name)."""
-    return STRATEGY_CLASSES[kind]
+    """The class implementing strategy ``kind`` (``default`` is ``one_device``'s alias)."""
+    for module, spec in zip(MODULES, spec_classes(), strict=True):
+        if kind in spec.kinds():
+            return getattr(import_module(f"{__name__}.{module}"), _CLASS_NAMES[module])
+    raise SimdistError(f"unknown strategy {kind!r}; expected one of {', '.join(_kinds())}")
+
+
+def __getattr__(name: str) -> Any:
+    """``STRATEGIES`` (every kind, aliases included) and ``STRATEGY_CLASSES`` (kind -> class),
+    computed on first use so that importing the package stays light (PEP 562)."""
+    if name == "STRATEGIES":
+        return _kinds()
+    if name == "STRATEGY_CLASSES":
+        return {kind: strategy_class(kind) for kind in _kinds()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,23 +1,29 @@
-"""The small interface every strategy implements, and the synchronous family's shared loop.
+"""The small interface every strategy implements, and what all strategies share.
 
-A strategy decides *what* moves and *which* update is applied.  How long a
-computation or a transfer takes is asked of the cluster (devices, links) and
-of the collectives module.  The numeric half of a synchronous strategy,
-:class:`SyncTrainer`, runs without SimPy; the timing half runs without JAX when
-the scenario turns numerics off.
+A strategy decides *what* moves and *which* update is applied. How long a
+computation takes is the device's (:attr:`Costs.compute_s` × the straggler
+factor); how long bytes take is the network's (:mod:`simdist.network`), which
+also records them. The numeric half of a strategy runs without SimPy; its
+timing half runs without JAX (``workload=None``, hand-made :class:`Costs`).
+
+Light on purpose: importing a strategy module (to read its scenario ``Spec``)
+imports neither SimPy, JAX nor pandas.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from simdist.cluster import Cluster, Device
-from simdist.faults import FailureSchedule, InputPipeline, Stragglers
-from simdist.recorder import Recorder
+from simdist.faults import InputPipeline, Stragglers
+
+if TYPE_CHECKING:
+    from simdist.cluster import Cluster, Device
+    from simdist.network import Network
+    from simdist.recorder import Recorder
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class Costs:
     param_leaves: tuple[tuple[str, tuple[int, ...], int], ...] = ()  # (path, shape, nbytes)
     opt_state_nbytes: int = 0  # bytes of the optimizer state (momentum, Adam moments, ...)
     example_nbytes: int = 0  # bytes of one input example, for the input pipeline's bandwidth
+    test_examples: int = 0  # size of the test set, for the chief's evaluation cost
 
     @property
     def checkpoint_nbytes(self) -> int:
@@ -38,66 +45,21 @@ class Costs:
         return self.grad_nbytes + self.opt_state_nbytes
 
 
-def resolve_execution(requested: str, replicas: int) -> str:
-    """``auto`` → ``devices`` when enough real accelerators exist, else ``batched``."""
-    if requested != "auto":
-        return requested
-    import jax
-
-    if jax.default_backend() != "cpu" and jax.device_count() >= replicas:
-        return "devices"
-    return "batched"
-
-
-class SyncTrainer:
-    """N replicas compute gradients of one global batch; every replica applies the sum.
-
-    Step ``k`` uses global batch ``k`` of the data order, split into N
-    contiguous shards, so N replicas × batch b see exactly the examples one
-    device sees with batch N·b.  The loss of each replica is its summed
-    per-example loss divided by the *global* batch (``tf.nn.compute_average_loss``),
-    so the summed gradient is the gradient of the global mean loss.
-    """
-
-    def __init__(self, workload: Any, replicas: int, per_replica_batch: int, execution: str):
-        self.workload = workload
-        self.replicas = replicas
-        self.global_batch = replicas * per_replica_batch
-        self.execution = execution
-        self.params = workload.params
-        self.opt_state = workload.init_opt_state(self.params)
-
-    def gradients(self, step: int, params: Any) -> tuple[float, Any]:
-        """Mean loss and summed gradient of global batch ``step`` at ``params``."""
-        from simdist.numerics.data import shard
-
-        x, y = self.workload.batches.batch(step, self.global_batch)
-        if self.replicas == 1:
-            loss, grads = self.workload.loss_and_grads(params, x, y, self.global_batch)
-        else:
-            xs, ys = shard(x, self.replicas), shard(y, self.replicas)
-            loss, grads = self.workload.replica_grads(
-                params, xs, ys, self.global_batch, self.execution
-            )
-        return float(loss), grads
-
-    def step(self, step: int) -> float:
-        """Run training step ``step`` in place; return its mean loss."""
-        loss, grads = self.gradients(step, self.params)
-        self.params, self.opt_state = self.workload.apply(self.params, self.opt_state, grads)
-        return loss
-
-
 class Strategy(ABC):
     """One tf.distribute-style strategy: a SimPy process that trains the workload."""
 
     kinds: ClassVar[tuple[str, ...]] = ()
+    #: The network topology this strategy's cluster is wired as (see simdist.network).
+    topology: ClassVar[str] = "switch"
+    #: Seconds after an evaluation point at which its test metrics are stamped.
+    eval_delay_s: float = 0.0
 
     def __init__(
         self,
         scenario: Any,
         env: Any,
         cluster: Cluster,
+        network: Network,
         recorder: Recorder,
         workload: Any | None,
         costs: Costs,
@@ -106,6 +68,7 @@ class Strategy(ABC):
         self.scenario = scenario
         self.env = env
         self.cluster = cluster
+        self.net = network
         self.recorder = recorder
         self.workload = workload
         self.costs = costs
@@ -124,11 +87,6 @@ class Strategy(ABC):
         self.failures = 0
         self.lost_steps = 0
         self.time_lost_s = 0.0
-
-    @classmethod
-    def build_cluster(cls, env: Any, scenario: Any) -> Cluster:
-        """The cluster this strategy runs on; tpu overrides it to lay out a torus."""
-        return Cluster(env, scenario.cluster)
 
     @abstractmethod
     def process(self) -> Generator[Any, Any, None]:
@@ -162,9 +120,11 @@ class Strategy(ABC):
             "time_lost_s": self.time_lost_s,
         }
 
+    # -- recording what devices do -------------------------------------------
+
     def record_devices(
         self,
-        devices: list[Device],
+        devices: Sequence[Device],
         start_s: float,
         end_s: float,
         kind: str,
@@ -173,10 +133,142 @@ class Strategy(ABC):
         nbytes: float = 0,
     ) -> None:
         """Each of ``devices`` spent [start_s, end_s] in ``kind``."""
+        event = self.recorder.event
         for device in devices:
+            event(start_s, end_s, device.host, device.name, kind, nbytes, step, detail)
+
+    def record_task(
+        self,
+        task: str,
+        start_s: float,
+        end_s: float,
+        kind: str,
+        step: int,
+        detail: str = "",
+        nbytes: float = 0,
+    ) -> None:
+        """A device-less task (a failed host, a PS task, the coordinator) spent [start_s, end_s]."""
+        self.recorder.event(start_s, end_s, task, task, kind, nbytes, step, detail)
+
+    def record_compute(self, device: Device, start_s: float, seconds: float, step: int) -> None:
+        """A compute span, split into the normal part and the straggling excess."""
+        base = min(self.costs.compute_s, seconds)
+        self.recorder.event(start_s, start_s + base, device.host, device.name, "compute", 0, step)
+        if seconds > base:
             self.recorder.event(
-                start_s, end_s, device.host, device.name, kind, nbytes, step, detail
+                start_s + base,
+                start_s + seconds,
+                device.host,
+                device.name,
+                "straggle",
+                0,
+                step,
+                f"x{seconds / self.costs.compute_s:.3g}",
             )
+
+    # -- compute -------------------------------------------------------------
+
+    def compute_s(self, device: Device, step: int) -> float:
+        """Simulated time for ``device`` to compute its gradient of step ``step``."""
+        return self.costs.compute_s * self.slowdown(device, step)
+
+    def slowdown(self, device: Device, step: int) -> float:
+        """The straggler factor (>= 1) of ``device`` at ``step``."""
+        if not self.stragglers:
+            return 1.0
+        host, local = self._device_keys[device.name]
+        return self.stragglers.factor(host, local, step)
+
+    def compute_phase(
+        self,
+        devices: Sequence[Device],
+        step: int,
+        *,
+        eval_s: float = 0.0,
+        eval_host: str | None = None,
+    ) -> Generator[Any, Any, None]:
+        """``devices`` compute in parallel; the phase lasts as long as the slowest (max rule).
+
+        Devices of ``eval_host`` first evaluate for ``eval_s`` (the chief writing
+        summaries). Each device records ``eval``, ``compute`` (+ ``straggle``)
+        and an ``idle: barrier`` until the slowest is done. A failure that
+        interrupts the phase cuts the spans at that moment.
+        """
+        start = self.env.now
+        plan = [
+            (d, eval_s if d.host == eval_host else 0.0, self.compute_s(d, step)) for d in devices
+        ]
+        longest = max(offset + seconds for _, offset, seconds in plan)
+        try:
+            yield self.env.timeout(longest)
+        finally:
+            now = self.env.now
+            finished = now >= start + longest
+            event = self.recorder.event
+            for d, offset, seconds in plan:
+                begin = start + offset
+                if finished:
+                    done, end = begin + seconds, start + longest
+                else:
+                    begin = min(begin, now)
+                    done, end = min(begin + seconds, now), min(start + longest, now)
+                    seconds = done - begin
+                event(start, begin, d.host, d.name, "eval", 0, step, "chief")
+                self.record_compute(d, begin, seconds, step)
+                event(done, end, d.host, d.name, "idle", 0, step, "barrier")
+
+    def input_wait(
+        self, devices: Sequence[Device], pipeline: InputPipeline | None, step: int
+    ) -> Generator[Any, Any, None]:
+        """Wait for this step's batch when loading has not kept up (``input_wait``)."""
+        if pipeline is None:
+            return
+        now = self.env.now
+        ready = pipeline.take(now)
+        if ready > now:
+            try:
+                yield self.env.timeout(ready - now)
+            finally:
+                self.record_devices(devices, now, self.env.now, "input_wait", step)
+
+    @property
+    def load_s(self) -> float:
+        """Seconds to load one replica's batch (0 without an ``input`` section)."""
+        spec = self.scenario.input
+        if spec is None:
+            return 0.0
+        batch = self.scenario.workload.batch_size
+        if spec.per_example_s is not None:
+            return batch * spec.per_example_s
+        return batch * self.costs.example_nbytes / spec.bandwidth_Bps
+
+    def new_pipeline(self) -> InputPipeline | None:
+        """A fresh input loader starting now (after a restart its buffer is empty)."""
+        spec = self.scenario.input
+        if spec is None:
+            return None
+        return InputPipeline(self.load_s, spec.prefetch, self.env.now)
+
+    # -- checkpoints ---------------------------------------------------------
+
+    @property
+    def checkpoint_s(self) -> float:
+        """Seconds to write (or read back) one checkpoint: bytes / storage bandwidth."""
+        spec = self.scenario.checkpoint
+        if spec is None:
+            return 0.0
+        return self.costs.checkpoint_nbytes / spec.storage_bandwidth_Bps
+
+    def checkpoint_due(self, step: int, last_s: float) -> bool:
+        """Whether a checkpoint is written after ``step`` (last one finished at ``last_s``)."""
+        spec = self.scenario.checkpoint
+        if spec is None:
+            return False
+        if spec.every_steps is not None:
+            return step % spec.every_steps == 0
+        return self.env.now - last_s >= spec.every_s
+
+    # -- end of a step -------------------------------------------------------
 
     def end_step(
         self, start_s: float, done: int, loss: float | None, params: Callable[[], Any]
@@ -201,242 +293,15 @@ class Strategy(ABC):
         self.on_step(done)
         return True
 
-    def compute_s(self, device: Device, step: int) -> float:
-        """Simulated time for ``device`` to compute its gradient of step ``step``."""
-        return self.costs.compute_s * self.slowdown(device, step)
-
-    def slowdown(self, device: Device, step: int) -> float:
-        """The straggler factor (>= 1) of ``device`` at ``step``."""
-        if not self.stragglers:
-            return 1.0
-        host, local = self._device_keys[device.name]
-        return self.stragglers.factor(host, local, step)
-
-    def record_compute(self, device: Device, start_s: float, seconds: float, step: int) -> None:
-        """A compute span, split into the normal part and the straggling excess."""
-        base = min(self.costs.compute_s, seconds)
-        self.recorder.event(start_s, start_s + base, device.host, device.name, "compute", 0, step)
-        if seconds > base:
-            self.recorder.event(
-                start_s + base,
-                start_s + seconds,
-                device.host,
-                device.name,
-                "straggle",
-                0,
-                step,
-                f"x{seconds / self.costs.compute_s:.3g}",
-            )
-
-    @property
-    def load_s(self) -> float:
-        """Seconds to load one replica's batch (0 without an ``input`` section)."""
-        spec = self.scenario.input
-        if spec is None:
-            return 0.0
-        batch = self.scenario.workload.batch_size
-        if spec.per_example_s is not None:
-            return batch * spec.per_example_s
-        return batch * self.costs.example_nbytes / spec.bandwidth_Bps
-
-    def new_pipeline(self) -> InputPipeline | None:
-        """A fresh input loader starting now (after a restart its buffer is empty)."""
-        spec = self.scenario.input
-        if spec is None:
-            return None
-        return InputPipeline(self.load_s, spec.prefetch, self.env.now)
-
-    @property
-    def checkpoint_s(self) -> float:
-        """Seconds to write (or read back) one checkpoint: bytes / storage bandwidth."""
-        spec = self.scenario.checkpoint
-        if spec is None:
-            return 0.0
-        return self.costs.checkpoint_nbytes / spec.storage_bandwidth_Bps
-
-    def checkpoint_due(self, step: int, last_s: float) -> bool:
-        """Whether a checkpoint is written after ``step`` (last one finished at ``last_s``)."""
-        spec = self.scenario.checkpoint
-        if spec is None:
-            return False
-        if spec.every_steps is not None:
-            return step % spec.every_steps == 0
-        return self.env.now - last_s >= spec.every_s
-
     def evaluate(self, step: int, params: Any) -> None:
-        """Record test metrics at the current simulated time."""
+        """Record test metrics, stamped ``eval_delay_s`` from now (when the evaluator is done)."""
         if self.workload is None:
             return
+        stamp = self.env.now + self.eval_delay_s
         for name, value in self.workload.evaluate(params).items():
-            self.recorder.metric(self.env.now, step, name, value)
+            self.recorder.metric(stamp, step, name, value)
 
     def eval_due(self, step: int) -> bool:
         """Whether the (1-based) ``step`` just finished is an evaluation point."""
         every = self.scenario.workload.eval_every
         return step == self.total_steps or (every > 0 and step % every == 0)
-
-
-class SynchronousStrategy(Strategy):
-    """Lock-step training: all replicas compute, communicate, then apply one update.
-
-    Subclasses say what moves between compute and apply (:meth:`communicate`).
-    The step ends when the slowest replica has finished (max rule), so a
-    straggler's extra time shows up as idle time on every other device.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.trainer: SyncTrainer | None = None
-        if self.workload is not None:
-            execution = resolve_execution(
-                getattr(self.scenario.strategy, "execution", "batched"), self.scenario.replicas
-            )
-            self.trainer = SyncTrainer(
-                self.workload,
-                self.scenario.replicas,
-                self.scenario.workload.batch_size,
-                execution,
-            )
-
-    @property
-    def final_params(self) -> Any | None:
-        return None if self.trainer is None else self.trainer.params
-
-    @abstractmethod
-    def communicate(self, step: int) -> Generator[Any, Any, None]:
-        """Move this step's gradients (and parameters) between devices; record comm events."""
-
-    def compute_phase(self, step: int) -> Generator[Any, Any, None]:
-        """Every replica computes in parallel; the phase lasts as long as the slowest."""
-        env, start = self.env, self.env.now
-        durations = [(d, self.compute_s(d, step)) for d in self.training_devices]
-        longest = max(seconds for _, seconds in durations)
-        for device, seconds in durations:
-            self.record_compute(device, start, seconds, step)
-            self.recorder.event(
-                start + seconds,
-                start + longest,
-                device.host,
-                device.name,
-                "idle",
-                0,
-                step,
-                "barrier",
-            )
-        yield env.timeout(longest)
-
-    def input_phase(self, step: int, pipeline: InputPipeline | None) -> Generator[Any, Any, None]:
-        """Wait for this step's batch when loading has not kept up (``input_wait``)."""
-        if pipeline is None:
-            return
-        now = self.env.now
-        ready = pipeline.take(now)
-        if ready > now:
-            self.record_all(now, ready, "input_wait", step)
-            yield self.env.timeout(ready - now)
-
-    def record_all(
-        self, start_s: float, end_s: float, kind: str, step: int, detail: str = ""
-    ) -> None:
-        """Every training device spent [start_s, end_s] in ``kind``."""
-        self.record_devices(self.training_devices, start_s, end_s, kind, step, detail)
-
-    def record_comm(
-        self, start_s: float, end_s: float, nbytes: float, step: int, detail: str
-    ) -> None:
-        """A collective occupied every training device from ``start_s`` to ``end_s``."""
-        self.record_devices(self.training_devices, start_s, end_s, "comm", step, detail, nbytes)
-
-    @property
-    def chief_devices(self) -> list[Device]:
-        """The devices of worker 0, the chief, which writes checkpoints and summaries."""
-        chief = self.cluster.workers[0].name
-        return [d for d in self.training_devices if d.host == chief]
-
-    def write_checkpoint(self, step: int) -> Generator[Any, Any, None]:
-        """The chief writes parameters + optimizer state; everyone waits (synchronous)."""
-        start, seconds = self.env.now, self.checkpoint_s
-        chief = set(self.chief_devices)
-        for device in self.training_devices:
-            kind, detail = ("checkpoint", "write") if device in chief else ("idle", "checkpoint")
-            self.recorder.event(
-                start,
-                start + seconds,
-                device.host,
-                device.name,
-                kind,
-                self.costs.checkpoint_nbytes if device in chief else 0,
-                step,
-                detail,
-            )
-        yield self.env.timeout(seconds)
-
-    def _failed_host(self, spec: Any) -> str:
-        if spec.role == "worker":
-            return self.cluster.workers[spec.index].name
-        return self.training_devices[spec.index].host
-
-    def recover(
-        self, failed_s: float, spec: Any, step: int, saved: tuple[int, Any, Any, float, bool]
-    ) -> Generator[Any, Any, None]:
-        """Stop, restart the failed task, restore the last checkpoint (time and numerics).
-
-        The surviving replicas notice the failure at the step's collective, i.e.
-        when the step in progress would have ended (now); its work is lost with
-        every step since the checkpoint, which are then redone.
-        """
-        saved_step, params, opt_state, saved_s, written = saved
-        host = self._failed_host(spec)
-        now = self.env.now
-        self.recorder.event(failed_s, now, host, host, "failure", 0, step, spec.target)
-        restart_s = spec.restart_s
-        restore_s = self.checkpoint_s if written else 0.0
-        self.record_all(now, now + restart_s, "restart", step, spec.target)
-        self.record_all(
-            now + restart_s,
-            now + restart_s + restore_s,
-            "restore",
-            saved_step,
-            f"checkpoint of step {saved_step}" if written else "initial state",
-        )
-        self.failures += 1
-        self.lost_steps += step + 1 - saved_step
-        self.time_lost_s += (now - saved_s) + restart_s + restore_s
-        yield self.env.timeout(restart_s + restore_s)
-        if self.trainer is not None:
-            self.trainer.params, self.trainer.opt_state = params, opt_state
-
-    def _snapshot(self, step: int, written: bool) -> tuple[int, Any, Any, float, bool]:
-        if self.trainer is None:
-            return step, None, None, self.env.now, written
-        return step, self.trainer.params, self.trainer.opt_state, self.env.now, written
-
-    def process(self) -> Generator[Any, Any, None]:
-        failures = FailureSchedule(
-            self.scenario.faults.failures, self.scenario.seed, ("worker", "device")
-        )
-        pipeline = self.new_pipeline()
-        saved = self._snapshot(0, written=False)  # no checkpoint yet: restart from scratch
-        step = 0
-        while step < self.total_steps:
-            start = self.env.now
-            yield from self.input_phase(step, pipeline)
-            yield from self.compute_phase(step)
-            yield from self.communicate(step)
-            done = step + 1
-            checkpoint = self.checkpoint_due(done, saved[3])
-            if checkpoint:
-                yield from self.write_checkpoint(done)
-            hit = failures.pop_before(self.env.now)
-            if hit is not None:
-                yield from self.recover(hit[0], hit[1], step, saved)
-                failures.skip_until(self.env.now)
-                pipeline = self.new_pipeline()
-                step = saved[0]
-                continue
-            loss = self.trainer.step(step) if self.trainer is not None else None
-            if not self.end_step(start, done, loss, lambda: self.final_params):
-                return
-            if checkpoint:
-                saved = self._snapshot(done, written=True)
-            step = done

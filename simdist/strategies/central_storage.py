@@ -6,7 +6,7 @@ computes its gradient on global_batch / N examples, and sends the gradient back 
 same link; the CPU sums the N gradients and applies one update. Numerically it is
 mirrored (and so one_device with the global batch); only the timing differs.
 
-Timing. Every fetch and push is a :class:`simdist.cluster.Transfer` on the one shared link
+Timing. Every fetch and push is a message (``net.send``) over the one shared link
 (FIFO; only bytes / bandwidth occupies it, latency does not). Each device starts computing
 as soon as its own fetch has arrived and pushes as soon as it has computed. With N
 devices, S gradient bytes (= variable bytes), link latency α and bandwidth B, compute
@@ -26,10 +26,37 @@ compute times; the simulation does not need it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from simdist.cluster import Device, Host, Transfer
-from simdist.strategies.base import SynchronousStrategy
+from pydantic import Field
+
+from simdist.catalog import Execution
+from simdist.spec import Bandwidth, StrategySpecBase
+from simdist.strategies.sync import SynchronousStrategy
+
+if TYPE_CHECKING:
+    from simdist.cluster import Device, Host
+
+
+class Spec(StrategySpecBase):
+    """Variables on the host CPU; devices fetch them and send gradients back.
+
+    ``reduce_bandwidth`` is the rate at which the CPU streams the N gradients it sums;
+    the default, 25.6GB/s, is one DDR4-3200 channel (3200 MT/s × 8 bytes, JEDEC JESD79-4).
+    """
+
+    kind: Literal["central_storage"]
+    execution: Execution = "auto"
+    reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth", examples=["25.6GB/s"])
+
+    def replicas(self, cluster: Any) -> int:
+        """One replica per device of the one host."""
+        return cluster.devices_per_host
+
+    def check(self, scenario: Any) -> None:
+        """One host (``hosts: 1``), no parameter-server tasks."""
+        self.check_one_host(scenario)
+        super().check(scenario)
 
 
 def central_storage_step_s(
@@ -64,22 +91,20 @@ class CentralStorageStrategy(SynchronousStrategy):
 
     def _replica(self, device: Device, step: int) -> Generator[Any, Any, float]:
         """Fetch the variables, compute, push the gradient; return when the push arrives."""
-        env, rec, link, nbytes = self.env, self.recorder, self.host.intra, self.costs.grad_nbytes
-        host, name = device.host, device.name
-        asked = env.now
-        start, fetched = yield Transfer(env, [link], nbytes).done
-        rec.event(asked, start, host, name, "idle", 0, step, "waiting for the host link")
-        rec.event(start, fetched, host, name, "comm", nbytes, step, "fetch variables")
+        net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
+        wait = "waiting for the host link"
+        _, fetched = yield net.send(
+            host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
+        ).done
         seconds = self.compute_s(device, step)
         self.record_compute(device, fetched, seconds, step)
-        yield env.timeout(seconds)
-        ready = env.now
-        start, pushed = yield Transfer(env, [link], nbytes).done
-        rec.event(ready, start, host, name, "idle", 0, step, "waiting for the host link")
-        rec.event(start, pushed, host, name, "comm", nbytes, step, "push gradient")
+        yield self.env.timeout(seconds)
+        _, pushed = yield net.send(
+            device, host, nbytes, step=step, detail="push gradient", wait_detail=wait
+        ).done
         return pushed
 
-    def compute_phase(self, step: int) -> Generator[Any, Any, None]:
+    def compute(self, step: int) -> Generator[Any, Any, None]:
         """Every device fetches, computes and pushes; the phase ends with the last push."""
         env = self.env
         devices = self.training_devices
@@ -95,12 +120,12 @@ class CentralStorageStrategy(SynchronousStrategy):
         start, end = self.env.now, self.env.now + self.reduce_s
         cpu = f"{self.host.name}/host-cpu"
         self.recorder.event(start, end, self.host.name, cpu, "apply", 0, step, "reduce + apply")
-        self.record_all(start, end, "idle", step, "CPU update")
+        self.record_devices(self.training_devices, start, end, "idle", step, "CPU update")
         yield self.env.timeout(self.reduce_s)
 
     def summary(self) -> dict[str, Any]:
         n, nbytes = self.scenario.replicas, self.costs.grad_nbytes
-        link = self.host.intra
+        (link,) = self.net.route(self.host, self.training_devices[0])
         return {
             "host_link_bytes_per_step": 2 * n * nbytes,
             "host_link_bandwidth_Bps": link.bandwidth_Bps,

@@ -8,10 +8,30 @@ PCIe) and every replica applies the identical update.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
-from simdist.collectives import allreduce_s, run_allreduce
-from simdist.strategies.base import SynchronousStrategy
+from pydantic import Field
+
+from simdist.catalog import Execution
+from simdist.spec import StrategySpecBase
+from simdist.strategies.sync import SynchronousStrategy
+
+
+class Spec(StrategySpecBase):
+    """Synchronous replicas on the devices of one host, all-reduce over intra-host links."""
+
+    kind: Literal["mirrored"]
+    execution: Execution = "auto"
+    all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
+
+    def replicas(self, cluster: Any) -> int:
+        """One replica per device of the one host."""
+        return cluster.devices_per_host
+
+    def check(self, scenario: Any) -> None:
+        """One host (``hosts: 1``), no parameter-server tasks."""
+        self.check_one_host(scenario)
+        super().check(scenario)
 
 
 class MirroredStrategy(SynchronousStrategy):
@@ -19,28 +39,8 @@ class MirroredStrategy(SynchronousStrategy):
 
     kinds = ("mirrored",)
 
-    def allreduce_seconds(self) -> float:
-        """Duration of one all-reduce of the gradient over the intra-host link."""
-        link = self.scenario.cluster.links.intra_host
-        return allreduce_s(
-            self.scenario.strategy.all_reduce,
-            self.scenario.replicas,
-            self.costs.grad_nbytes,
-            link.latency_s,
-            link.bandwidth_Bps,
-        )
-
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         if self.scenario.replicas == 1:
             return
-        host = self.cluster.workers[0]
-        start, end = yield self.env.process(
-            run_allreduce(self.env, [host.intra], self.allreduce_seconds())
-        )
-        self.record_comm(
-            start,
-            end,
-            self.costs.grad_nbytes,
-            step,
-            f"all-reduce {self.scenario.strategy.all_reduce}",
-        )
+        algo = self.scenario.strategy.all_reduce
+        yield self.net.allreduce(self.training_devices, self.costs.grad_nbytes, algo, step=step)

@@ -18,7 +18,8 @@ CommunicationImplementation``):
 * ``auto`` — ``nccl`` when the device profile is a GPU, else ``ring``: TensorFlow's NCCL
   implementation exists only for GPUs, and its ring (CollectiveRing) runs everywhere.
 
-Either way the all-reduce holds every worker's NIC and intra-host link while it runs.
+The network (:mod:`simdist.network.switch`) prices either and holds every worker's NIC and
+intra-host link while it runs.
 
 Packs (``bytes_per_pack``): the gradient is cut into ⌈S / bytes_per_pack⌉ packs of
 ``bytes_per_pack`` bytes (the last one holds the rest), each its own all-reduce. Packs do
@@ -40,20 +41,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
-from simdist.cluster import Link
-from simdist.collectives import (
-    allreduce_figures,
-    hierarchical_allreduce_s,
-    ring_allreduce_s,
-    run_allreduce,
-)
-from simdist.strategies.base import SynchronousStrategy
+from pydantic import Field
+
+from simdist.catalog import Execution
+from simdist.collectives import allreduce_figures
+from simdist.spec import Bytes, StrategySpecBase
+from simdist.strategies.sync import SynchronousStrategy
+
+
+class Spec(StrategySpecBase):
+    """Synchronous replicas on every device of every host; hierarchical collectives."""
+
+    kind: Literal["multi_worker_mirrored"]
+    communication: Literal["auto", "ring", "nccl"] = Field("auto", examples=["ring"])
+    bytes_per_pack: Bytes = Field(0, ge=0, examples=["4MiB"])
+    execution: Execution = "auto"
+
+    def replicas(self, cluster: Any) -> int:
+        """One replica per device of every worker host."""
+        return cluster.hosts * cluster.devices_per_host
+
 
 # Backward ≈ 2 × forward, so a training step is ≈ 3 forward passes (Kaplan et al. 2020,
 # "Scaling laws for neural language models", §2.1: C_forward ≈ 2N, C_train ≈ 6N per token).
 TRAIN_FLOPS_PER_FORWARD = 3.0
+
+#: The all-reduce algorithm behind each TF communication implementation.
+ALGORITHM = {"ring": "ring", "nccl": "hierarchical"}
 
 
 def resolve_communication(requested: str, device_kind: str) -> str:
@@ -69,29 +85,6 @@ def pack_sizes(nbytes: int, bytes_per_pack: int) -> list[int]:
         return [nbytes]
     full, rest = divmod(nbytes, bytes_per_pack)
     return [bytes_per_pack] * full + ([rest] if rest else [])
-
-
-def mwm_allreduce_s(
-    communication: str,
-    hosts: int,
-    devices_per_host: int,
-    nbytes: float,
-    intra: Link,
-    network: Link,
-) -> float:
-    """Seconds for one all-reduce of ``nbytes`` over hosts × devices_per_host replicas."""
-    if communication == "nccl":
-        return hierarchical_allreduce_s(
-            hosts,
-            devices_per_host,
-            nbytes,
-            intra.latency_s,
-            intra.bandwidth_Bps,
-            network.latency_s,
-            network.bandwidth_Bps,
-        )
-    link = intra if hosts == 1 else network
-    return ring_allreduce_s(hosts * devices_per_host, nbytes, link.latency_s, link.bandwidth_Bps)
 
 
 def chief_eval_s(compute_s: float, batch_size: int, n_test: int, chief_devices: int) -> float:
@@ -114,74 +107,34 @@ class MultiWorkerMirroredStrategy(SynchronousStrategy):
         spec = self.scenario.strategy
         cluster = self.cluster
         self.communication = resolve_communication(spec.communication, cluster.profile.kind)
+        self.algorithm = ALGORITHM[self.communication]
         self.packs = pack_sizes(self.costs.grad_nbytes, spec.bytes_per_pack)
-        chief = cluster.chief
-        self.pack_seconds = [
-            mwm_allreduce_s(
-                self.communication,
-                len(cluster.workers),
-                cluster.devices_per_host,
-                nbytes,
-                chief.intra,
-                chief.nic,
-            )
-            for nbytes in self.packs
-        ]
-        self.links: list[Link] = (
-            [chief.intra]
-            if len(cluster.workers) == 1
-            else [link for host in cluster.workers for link in (host.nic, host.intra)]
-        )
         self.eval_s = chief_eval_s(
             self.costs.compute_s,
             self.scenario.workload.batch_size,
-            self._n_test(),
-            len(chief.devices),
+            self.costs.test_examples,
+            len(cluster.chief.devices),
         )
+        self.eval_delay_s = self.eval_s
 
-    def _n_test(self) -> int:
-        """Test-set size; in timing-only mode the dataset is loaded just to count it."""
-        if self.workload is not None:
-            return len(self.workload.dataset.x_test)
-        from simdist.numerics.data import load_dataset
-
-        return len(load_dataset(self.scenario.workload.dataset, self.scenario.seed).x_test)
-
-    def compute_phase(self, step: int) -> Generator[Any, Any, None]:
-        """As the base phase, except that after an evaluation point the chief evaluates first."""
-        env, start = self.env, self.env.now
-        chief = self.cluster.chief.name
+    def compute(self, step: int) -> Generator[Any, Any, None]:
+        """Every replica computes; after an evaluation point the chief evaluates first."""
         eval_s = self.eval_s if step > 0 and self.eval_due(step) else 0.0
-        plan = [
-            (d, eval_s if d.host == chief else 0.0, self.compute_s(d, step))
-            for d in self.training_devices
-        ]
-        longest = max(offset + seconds for _, offset, seconds in plan)
-        end = start + longest
-        for d, offset, seconds in plan:
-            begin, done = start + offset, start + offset + seconds
-            self.recorder.event(start, begin, d.host, d.name, "eval", 0, step, "chief")
-            self.record_compute(d, begin, seconds, step)
-            self.recorder.event(done, end, d.host, d.name, "idle", 0, step, "barrier")
-        yield env.timeout(longest)
+        yield from self.compute_phase(
+            self.training_devices, step, eval_s=eval_s, eval_host=self.cluster.chief.name
+        )
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         if self.scenario.replicas == 1:
             return
         count = len(self.packs)
-        for i, (nbytes, seconds) in enumerate(zip(self.packs, self.pack_seconds, strict=True)):
-            start, end = yield self.env.process(run_allreduce(self.env, self.links, seconds))
+        for i, nbytes in enumerate(self.packs):
             detail = f"all-reduce {self.communication}"
             if count > 1:
                 detail += f" pack {i + 1}/{count}"
-            self.record_comm(start, end, nbytes, step, detail)
-
-    def evaluate(self, step: int, params: Any) -> None:
-        """Test metrics, stamped when the chief finishes evaluating (``eval_s`` from now)."""
-        if self.workload is None:
-            return
-        for name, value in self.workload.evaluate(params).items():
-            self.recorder.metric(self.env.now + self.eval_s, step, name, value)
+            yield self.net.allreduce(
+                self.training_devices, nbytes, self.algorithm, step=step, detail=detail
+            )
 
     def process(self) -> Generator[Any, Any, None]:
         yield from super().process()
@@ -196,7 +149,11 @@ class MultiWorkerMirroredStrategy(SynchronousStrategy):
         yield self.env.timeout(self.eval_s)
 
     def summary(self) -> dict[str, Any]:
-        allreduce_s = sum(self.pack_seconds)
+        devices = self.training_devices
+        allreduce_s = sum(
+            self.net.collective_s("allreduce", devices, nbytes, self.algorithm)
+            for nbytes in self.packs
+        )
         return {
             "communication": self.communication,
             "packs": len(self.packs),

@@ -6,9 +6,26 @@ The baseline every other strategy is checked against.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
-from simdist.strategies.base import SynchronousStrategy
+from simdist.spec import StrategySpecBase
+from simdist.strategies.sync import SynchronousStrategy
+
+
+class Spec(StrategySpecBase):
+    """A single replica on one device: the baseline."""
+
+    kind: Literal["one_device", "default"] = "one_device"
+
+    def replicas(self, cluster: Any) -> int:
+        """One replica, however many hosts and devices the cluster has."""
+        del cluster
+        return 1
+
+    def workers(self, cluster: Any) -> int:
+        """One worker: only the first host trains."""
+        del cluster
+        return 1
 
 
 class OneDeviceStrategy(SynchronousStrategy):

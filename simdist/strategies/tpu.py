@@ -12,51 +12,83 @@ not change the all-reduce; the scenario therefore keeps ``hosts: 1`` and takes t
 count from the topology. The device profile defaults to ``tpu-v4``.
 
 All-reduce: :func:`simdist.collectives.torus2d_allreduce_s` — reduce-scatter along x, then
-along y, then the two all-gathers back — with the ICI's α and B, holding the ICI link.
+along y, then the two all-gathers back — with the ICI's α and B, holding the ICI link
+(the ``torus`` topology, :mod:`simdist.network.torus`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
-from simdist.cluster import Cluster
-from simdist.collectives import allreduce_figures, run_allreduce, torus2d_allreduce_s
-from simdist.strategies.base import SynchronousStrategy
+from pydantic import Field
+
+from simdist.catalog import Execution
+from simdist.collectives import allreduce_figures
+from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.strategies.sync import SynchronousStrategy
+
+
+class Spec(StrategySpecBase):
+    """Synchronous replicas on a 2D torus of TPU chips."""
+
+    kind: Literal["tpu"]
+    topology: list[PositiveInt] = Field(
+        default_factory=lambda: [2, 2], min_length=2, max_length=2, examples=[[2, 2]]
+    )
+    execution: Execution = "auto"
+
+    def replicas(self, cluster: Any) -> int:
+        """One replica per chip of the x × y torus."""
+        del cluster
+        x, y = self.topology
+        return x * y
+
+    def check(self, scenario: Any) -> None:
+        """All x·y chips on one host (see the module docstring): ``hosts: 1``, and
+        ``devices_per_host`` 1 or x·y, which it sets to x·y; the profile defaults to tpu-v4."""
+        super().check(scenario)
+        c, (x, y) = scenario.cluster, self.topology
+        if c.hosts != 1:
+            raise fail(
+                "cluster.hosts",
+                f"got {c.hosts}; strategy tpu puts all {x}x{y} chips on one host linked by "
+                "intra_host (the ICI); use hosts: 1 and size the torus with strategy.topology",
+            )
+        if c.devices_per_host not in (1, x * y):
+            raise fail(
+                "cluster.devices_per_host",
+                f"got {c.devices_per_host}; strategy tpu takes its chip count from "
+                f"strategy.topology ({x}x{y} = {x * y} chips); remove devices_per_host",
+            )
+        c.devices_per_host = x * y
+        if "profile" not in c.device.model_fields_set:
+            c.device.profile = "tpu-v4"
 
 
 class TPUStrategy(SynchronousStrategy):
     """x·y chips on one host, one 2D-torus all-reduce of the gradient per step."""
 
     kinds = ("tpu",)
-
-    @classmethod
-    def build_cluster(cls, env: Any, scenario: Any) -> Cluster:
-        """One host holding the x·y chips of the torus; its intra-host link is the ICI."""
-        x, y = scenario.strategy.topology
-        return Cluster(env, scenario.cluster, n_hosts=1, devices_per_host=x * y)
-
-    def allreduce_seconds(self) -> float:
-        """Duration of one 2D-torus all-reduce of the gradient over the ICI."""
-        x, y = self.scenario.strategy.topology
-        ici = self.cluster.workers[0].intra
-        return torus2d_allreduce_s(x, y, self.costs.grad_nbytes, ici.latency_s, ici.bandwidth_Bps)
+    topology = "torus"
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         if self.scenario.replicas == 1:
             return
-        ici = self.cluster.workers[0].intra
-        start, end = yield self.env.process(
-            run_allreduce(self.env, [ici], self.allreduce_seconds())
-        )
         x, y = self.scenario.strategy.topology
-        self.record_comm(start, end, self.costs.grad_nbytes, step, f"all-reduce torus2d {x}x{y}")
+        yield self.net.allreduce(
+            self.training_devices,
+            self.costs.grad_nbytes,
+            "torus2d",
+            step=step,
+            detail=f"all-reduce torus2d {x}x{y}",
+        )
 
     def summary(self) -> dict[str, Any]:
         x, y = self.scenario.strategy.topology
+        nbytes = self.costs.grad_nbytes
+        seconds = self.net.collective_s("allreduce", self.training_devices, nbytes, "torus2d")
         return {
             "topology": [x, y],
-            **allreduce_figures(
-                self.costs.grad_nbytes, self.allreduce_seconds(), self.scenario.replicas
-            ),
+            **allreduce_figures(nbytes, seconds, self.scenario.replicas),
         }

@@ -1,0 +1,42 @@
+"""Time on the wire: links, topologies, and the :class:`Network` that sends and reduces.
+
+``Network.send`` / ``allreduce`` / ``broadcast`` / ``reduce`` are SimPy events
+that route, price, hold links and record. A topology is one module with one
+:class:`Topology` subclass, listed in :data:`TOPOLOGIES`.
+
+Timing only: nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simdist.cluster import Cluster
+from simdist.network.core import Network, links_on
+from simdist.network.links import Link, LinkArbiter, Transfer, hold_links
+from simdist.network.switch import SwitchTopology
+from simdist.network.topology import Endpoint, Topology
+from simdist.network.torus import TorusTopology
+
+TOPOLOGIES: dict[str, type[Topology]] = {cls.name: cls for cls in (SwitchTopology, TorusTopology)}
+
+
+def build_topology(name: str, env: Any, cluster: Cluster, scenario: Any) -> Topology:
+    """Topology ``name`` for ``scenario``'s cluster, with its links on ``env``."""
+    return TOPOLOGIES[name].from_scenario(env, cluster, scenario)
+
+
+__all__ = [
+    "TOPOLOGIES",
+    "Endpoint",
+    "Link",
+    "LinkArbiter",
+    "Network",
+    "SwitchTopology",
+    "Topology",
+    "TorusTopology",
+    "Transfer",
+    "build_topology",
+    "hold_links",
+    "links_on",
+]

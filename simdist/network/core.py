@@ -1,0 +1,226 @@
+"""The network: the one place that decides how long bytes take, and records it.
+
+Strategies say *what* moves (``net.send(worker, ps, nbytes)``,
+``net.allreduce(devices, nbytes, "ring")``); the network routes it through its
+:class:`~simdist.network.topology.Topology`, prices it, holds the links on the
+SimPy clock (so concurrent traffic contends) and records the interval — as in
+ASTRA-sim's ``send(src, dst, nbytes) -> delay``. Every recorded ``comm`` row
+names, in its ``links`` column, the links of its own host that the bytes
+occupied, so timelines draw link tracks from what happened, not from guesses.
+
+What is recorded where:
+
+* a collective: one ``comm`` row per participating device, from the moment it
+  holds its links to its end (closed-form duration);
+* a point-to-point message, on each end point that is a *device*: ``idle``
+  while it waits for its links (``wait_detail``), then ``comm`` until the bytes
+  arrive; on each end point that is a device-less task (a parameter server):
+  ``comm`` for the time its NIC serialised the bytes (latency excluded, so
+  spans on one NIC never overlap); a host end point with devices (a worker's
+  CPU) records nothing by itself — :meth:`Network.wait_all` records a phase of
+  parallel messages on its devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from simdist.cluster import Device
+from simdist.network.links import Link, Transfer, hold_links
+from simdist.network.topology import Endpoint, Topology
+
+if TYPE_CHECKING:
+    import simpy
+
+    from simdist.recorder import Recorder
+
+
+def links_on(links: Iterable[Link], host: str) -> str:
+    """The ``links`` cell of a row on ``host``'s track: its links among ``links``, by name."""
+    return ";".join(sorted({link.name for link in links if link.host == host}))
+
+
+class Network:
+    """Sends, collectives and their recording, on one topology and one SimPy clock."""
+
+    def __init__(self, env: simpy.Environment, topology: Topology, recorder: Recorder) -> None:
+        self.env = env
+        self.topology = topology
+        self.recorder = recorder
+        self._routes: dict[tuple[str, str], list[Link]] = {}
+
+    # -- point to point ------------------------------------------------------
+
+    def route(self, src: Endpoint, dst: Endpoint) -> list[Link]:
+        """The links a message from ``src`` to ``dst`` occupies (cached per pair)."""
+        key = (src.name, dst.name)
+        links = self._routes.get(key)
+        if links is None:
+            links = self._routes[key] = self.topology.route(src, dst)
+        return links
+
+    def send(
+        self,
+        src: Endpoint,
+        dst: Endpoint,
+        nbytes: float,
+        *,
+        step: int,
+        detail: str,
+        wait_detail: str = "waiting for a link",
+        then: Any = None,
+    ) -> Transfer:
+        """Start moving ``nbytes`` from ``src`` to ``dst``; ``then()`` runs on arrival.
+
+        Returns the :class:`Transfer`: ``yield transfer.done`` waits for the
+        arrival (its value is ``(start_s, arrival_s)``), ``transfer.cancel()``
+        cuts it (a failure; nothing is recorded then).
+        """
+        links = self.route(src, dst)
+        asked = self.env.now
+        recorder = self.recorder
+        ends = (src, dst)
+
+        def arrived(start: float, arrival: float) -> None:
+            for end in ends:
+                if isinstance(end, Device):
+                    host = end.host
+                    cell = links_on(links, host)
+                    recorder.event(asked, start, host, end.name, "idle", 0, step, wait_detail)
+                    recorder.event(
+                        start, arrival, host, end.name, "comm", nbytes, step, detail, cell
+                    )
+                elif not end.devices:
+                    busy = start + moving.serialise_s
+                    cell = links_on(links, end.name)
+                    recorder.event(
+                        start, busy, end.name, end.name, "comm", nbytes, step, detail, cell
+                    )
+            if then is not None:
+                then()
+
+        moving = Transfer(self.env, links, nbytes, arrived)
+        return moving
+
+    def wait_all(
+        self,
+        devices: Sequence[Device],
+        moves: Sequence[Transfer],
+        *,
+        step: int,
+        detail: str,
+        nbytes: float,
+    ) -> Generator[Any, Any, None]:
+        """Wait for parallel messages of one host; record them on its devices as one span.
+
+        The span runs from now to the last arrival — or to an interruption (a
+        failure), which is re-raised after recording.
+        """
+        start = self.env.now
+        try:
+            yield self.join(moves)
+        finally:
+            for device in devices:
+                host = device.host
+                cell = links_on((link for move in moves for link in move.links), host)
+                self.recorder.event(
+                    start, self.env.now, host, device.name, "comm", nbytes, step, detail, cell
+                )
+
+    def join(self, moves: Sequence[Transfer]) -> simpy.Event:
+        """An event that fires when every move is done, as ``env.all_of`` of their ``done``.
+
+        Scheduled in the same step as ``all_of`` would be (the one processing the last
+        ``done``), so simultaneous events keep their order; it skips the condition's
+        bookkeeping, which nobody reads here.
+        """
+        joined = self.env.event()
+        remaining = len(moves)
+        if remaining == 0:
+            return joined.succeed()
+
+        def arrived(_: simpy.Event) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0:
+                joined.succeed()
+
+        for move in moves:
+            move.done.callbacks.append(arrived)
+        return joined
+
+    # -- collectives ---------------------------------------------------------
+
+    def collective_s(self, op: str, devices: Sequence[Device], nbytes: float, algo: str) -> float:
+        """Closed-form seconds of collective ``op`` over ``devices`` (no queueing)."""
+        return self.topology.collective(op, devices, nbytes, algo)[0]
+
+    def allreduce(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str,
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """All-reduce ``nbytes`` over ``devices``; the event's value is ``(start_s, end_s)``."""
+        return self._collective("allreduce", devices, nbytes, algo, step, detail)
+
+    def broadcast(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """Broadcast ``nbytes`` from ``devices[0]`` to the others (binomial tree)."""
+        return self._collective("broadcast", devices, nbytes, "tree", step, detail)
+
+    def reduce(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """Reduce ``nbytes`` from every device onto ``devices[0]`` (binomial tree)."""
+        return self._collective("reduce", devices, nbytes, "tree", step, detail)
+
+    def _collective(
+        self,
+        op: str,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str,
+        step: int,
+        detail: str | None,
+    ) -> simpy.Process:
+        seconds, links = self.topology.collective(op, devices, nbytes, algo)
+        label = detail if detail is not None else f"{_LABELS[op]} {algo}"
+        return self.env.process(self._hold(devices, links, seconds, nbytes, step, label))
+
+    def _hold(
+        self,
+        devices: Sequence[Device],
+        links: list[Link],
+        seconds: float,
+        nbytes: float,
+        step: int,
+        detail: str,
+    ) -> Generator[Any, Any, tuple[float, float]]:
+        start, end = yield from hold_links(self.env, links, seconds)
+        cells: dict[str, str] = {}
+        for device in devices:
+            host = device.host
+            cell = cells.get(host)
+            if cell is None:
+                cell = cells[host] = links_on(links, host)
+            self.recorder.event(start, end, host, device.name, "comm", nbytes, step, detail, cell)
+        return start, end
+
+
+_LABELS = {"allreduce": "all-reduce", "broadcast": "broadcast", "reduce": "reduce"}

@@ -1,0 +1,92 @@
+"""``torus``: x × y TPU chips on one host, joined by the inter-chip interconnect (ICI).
+
+TPU chips exchange gradients over the ICI directly, never through a host's NIC,
+so simdist keeps every chip on one host and models the ICI as one link
+(``<host>/ici``, the scenario's ``links.intra_host``). ``torus2d`` all-reduces
+follow :func:`simdist.collectives.torus2d_allreduce_s` with the ICI's α and B;
+other algorithms and collectives run flat over the ICI. Messages between hosts
+(none today) leave through the host NICs, as on a switch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from simdist.cluster import Cluster, Device
+from simdist.collectives import allreduce_s, broadcast_s, reduce_s, torus2d_allreduce_s
+from simdist.errors import SimdistError
+from simdist.network.links import Link
+from simdist.network.topology import Endpoint, Topology, host_name
+
+
+class TorusTopology(Topology):
+    """x·y chips of one host on a 2D torus: the ICI carries every collective."""
+
+    name: ClassVar[str] = "torus"
+
+    def __init__(
+        self,
+        env: Any,
+        cluster: Cluster,
+        x: int,
+        y: int,
+        *,
+        ici_latency_s: float,
+        ici_bandwidth_Bps: float,
+        nic_latency_s: float,
+        nic_bandwidth_Bps: float,
+    ) -> None:
+        super().__init__(cluster)
+        if x * y != len(cluster.devices):
+            raise SimdistError(
+                f"a {x}x{y} torus needs {x * y} chips, the cluster has {len(cluster.devices)}"
+            )
+        self.x, self.y = x, y
+        self.ici: dict[str, Link] = {}
+        self.nic: dict[str, Link] = {}
+        for host in cluster.hosts:
+            name = host.name
+            self.ici[name] = Link(env, f"{name}/ici", ici_latency_s, ici_bandwidth_Bps, name)
+            self.nic[name] = Link(env, f"{name}/nic", nic_latency_s, nic_bandwidth_Bps, name)
+
+    @classmethod
+    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> TorusTopology:
+        x, y = scenario.strategy.topology
+        links = scenario.cluster.links
+        return cls(
+            env,
+            cluster,
+            x,
+            y,
+            ici_latency_s=links.intra_host.latency_s,
+            ici_bandwidth_Bps=links.intra_host.bandwidth_Bps,
+            nic_latency_s=links.network.latency_s,
+            nic_bandwidth_Bps=links.network.bandwidth_Bps,
+        )
+
+    def route(self, src: Endpoint, dst: Endpoint) -> list[Link]:
+        a, b = host_name(src), host_name(dst)
+        if a == b:
+            return [self.ici[a]]
+        return [self.nic[a], self.nic[b]]
+
+    def collective(
+        self, op: str, devices: Sequence[Device], nbytes: float, algo: str
+    ) -> tuple[float, list[Link]]:
+        hosts = {d.host for d in devices}
+        if len(hosts) != 1:
+            raise SimdistError(f"a torus collective runs on the chips of one host, got {hosts}")
+        ici = self.ici[hosts.pop()]
+        n = len(devices)
+        if op == "allreduce" and algo == "torus2d" and n == self.x * self.y:
+            seconds = torus2d_allreduce_s(self.x, self.y, nbytes, ici.latency_s, ici.bandwidth_Bps)
+        elif op == "allreduce":
+            seconds = allreduce_s(algo, n, nbytes, ici.latency_s, ici.bandwidth_Bps)
+        elif op == "broadcast":
+            seconds = broadcast_s(n, nbytes, ici.latency_s, ici.bandwidth_Bps)
+        elif op == "reduce":
+            seconds = reduce_s(n, nbytes, ici.latency_s, ici.bandwidth_Bps)
+        else:
+            raise ValueError(f"unknown collective {op!r}")
+        return seconds, [ici]

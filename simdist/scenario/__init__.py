@@ -1,0 +1,75 @@
+"""Scenario files: the YAML schema, its validation, ``--set`` overrides and error messages.
+
+A scenario is the one input of a run. It is validated completely before anything is
+built, and the first problem is reported as a single :class:`~simdist.errors.ScenarioError`
+naming the file, the dotted field path, the bad value and an accepted example, because
+users edit these files by hand and a pydantic traceback tells them none of that.
+
+* :mod:`~simdist.scenario.schema` — the sections and the checks across them; the
+  ``strategy:`` section is built from the strategy registry.
+* :mod:`~simdist.scenario.messages` — a pydantic error to one clear message.
+* :mod:`~simdist.scenario.overrides` — ``--set a.b=value``.
+* :mod:`~simdist.scenario.load` — file or dict in, :class:`Scenario` out, and back to YAML.
+
+The base class and unit-typed fields every section uses are in :mod:`simdist.spec`.
+"""
+
+from simdist.scenario.load import dump_scenario, load_scenario, scenario_from_dict
+from simdist.scenario.overrides import apply_overrides
+from simdist.scenario.schema import (
+    DATASETS,
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULES,
+    STRATEGIES,
+    CheckpointSpec,
+    ClusterSpec,
+    DatasetSpec,
+    DeviceSpec,
+    FailureSpec,
+    FaultsSpec,
+    InputSpec,
+    IntraHostLinkSpec,
+    LinkSpec,
+    LinksSpec,
+    ModelSpec,
+    NetworkLinkSpec,
+    OptimizerSpec,
+    Scenario,
+    ScheduleSpec,
+    SlowdownSpec,
+    StragglerSpec,
+    StrategySpec,
+    WorkloadSpec,
+)
+
+__all__ = [
+    "DATASETS",
+    "MODELS",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "STRATEGIES",
+    "CheckpointSpec",
+    "ClusterSpec",
+    "DatasetSpec",
+    "DeviceSpec",
+    "FailureSpec",
+    "FaultsSpec",
+    "InputSpec",
+    "IntraHostLinkSpec",
+    "LinkSpec",
+    "LinksSpec",
+    "ModelSpec",
+    "NetworkLinkSpec",
+    "OptimizerSpec",
+    "Scenario",
+    "ScheduleSpec",
+    "SlowdownSpec",
+    "StragglerSpec",
+    "StrategySpec",
+    "WorkloadSpec",
+    "apply_overrides",
+    "dump_scenario",
+    "load_scenario",
+    "scenario_from_dict",
+]

@@ -1,0 +1,61 @@
+"""``--set a.b.c=value``: edit a scenario's plain data before it is validated."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from simdist.errors import ScenarioError
+from simdist.scenario.messages import SHORTHAND_KEYS
+from simdist.spec import show
+
+__all__ = ["apply_overrides"]
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: Sequence[str], source: str = "--set"
+) -> dict[str, Any]:
+    """A copy of ``data`` with each ``"a.b.c=value"`` applied (value read as YAML).
+
+    Missing intermediate mappings are created, and a shorthand such as ``strategy: mirrored``
+    is expanded so that ``strategy.all_reduce=tree`` works on top of it. ``cluster.hosts=N``
+    replaces a ``cluster.worker`` list (its workers are then named worker0, worker1, ...).
+    """
+    result = copy.deepcopy(data)
+    for item in overrides:
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ScenarioError(
+                source, key, f"no '=' in {item!r}; expected path=value, e.g. cluster.hosts=8"
+            )
+        parts = key.split(".")
+        if not key or any(not p for p in parts):
+            raise ScenarioError(
+                source, key, f"bad path in {item!r}; expected dotted keys, e.g. cluster.hosts=8"
+            )
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ScenarioError(source, key, f"value {raw!r} is not valid YAML: {exc}") from None
+        node = result
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str) and part in SHORTHAND_KEYS:
+                child = node[part] = {SHORTHAND_KEYS[part]: child}
+            elif not isinstance(child, dict):
+                where = ".".join(parts[: depth + 1])
+                raise ScenarioError(
+                    source, key, f"cannot set {key!r}: {where} is {show(child)}, not a mapping"
+                )
+            node = child
+        if parts == ["cluster", "hosts"]:
+            # A count given on the command line replaces a TF_CONFIG-style worker list.
+            node.pop("worker", None)
+        node[parts[-1]] = value
+    return result

@@ -1,0 +1,642 @@
+"""The scenario schema: one pydantic model per section, and the checks across sections.
+
+Adding a top-level section (faults, checkpoint, input, ...) means one model class, one
+field on :class:`Scenario`, and optionally a few entries in
+:data:`simdist.scenario.messages.EXAMPLES`; loading and error reporting are generic.
+
+The ``strategy:`` section is the union of every registered strategy's ``Spec``
+(:func:`simdist.strategies.spec_classes`), discriminated on ``kind``; each strategy module
+owns its fields, its replica count and its cross-checks, so this module names none of them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from simdist.catalog import (
+    DATASETS,
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULES,
+    DatasetName,
+    ModelName,
+    OptimizerName,
+    ScheduleKind,
+)
+from simdist.profiles import DEVICE_PROFILES
+from simdist.scenario.messages import EXAMPLES, choice_message
+from simdist.spec import (
+    Bandwidth,
+    Float,
+    Flops,
+    Int,
+    Latency,
+    PositiveDuration,
+    PositiveInt,
+    Spec,
+    fail,
+    show,
+)
+from simdist.strategies import spec_classes
+
+__all__ = [
+    "DATASETS",
+    "MODELS",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "STRATEGIES",
+    "CheckpointSpec",
+    "ClusterSpec",
+    "DatasetSpec",
+    "DeviceSpec",
+    "FailureSpec",
+    "FaultsSpec",
+    "InputSpec",
+    "IntraHostLinkSpec",
+    "LinkSpec",
+    "LinksSpec",
+    "ModelSpec",
+    "NetworkLinkSpec",
+    "OptimizerSpec",
+    "Scenario",
+    "ScheduleSpec",
+    "SlowdownSpec",
+    "StragglerSpec",
+    "StrategySpec",
+    "WorkloadSpec",
+]
+
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_TASK_RE = re.compile(r"(?P<host>[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?")
+
+
+def _shorthand(key: str) -> Callable[[object], object]:
+    """Let ``strategy: mirrored`` stand for ``strategy: {kind: mirrored}`` (and similar)."""
+
+    def expand(value: object) -> object:
+        return {key: value} if isinstance(value, str) else value
+
+    return expand
+
+
+# ---------------------------------------------------------------- cluster
+
+
+class LinkSpec(Spec):
+    """One kind of link: alpha-beta cost ``latency_s + nbytes / bandwidth_Bps``."""
+
+    bandwidth_Bps: Bandwidth = Field(alias="bandwidth")
+    latency_s: Latency = Field(alias="latency")
+
+
+class IntraHostLinkSpec(LinkSpec):
+    """PCIe / NVLink inside a host; defaults to 300GB/s and 2us."""
+
+    bandwidth_Bps: Bandwidth = Field(300e9, alias="bandwidth")
+    latency_s: Latency = Field(2e-6, alias="latency")
+
+
+class NetworkLinkSpec(LinkSpec):
+    """Each host's NIC; defaults to 10Gbit/s and 50us."""
+
+    bandwidth_Bps: Bandwidth = Field(1.25e9, alias="bandwidth")
+    latency_s: Latency = Field(50e-6, alias="latency")
+
+
+class LinksSpec(Spec):
+    """The links of every host."""
+
+    intra_host: IntraHostLinkSpec = Field(default_factory=IntraHostLinkSpec)
+    network: NetworkLinkSpec = Field(default_factory=NetworkLinkSpec)
+
+
+class DeviceSpec(Spec):
+    """The accelerator of every replica: a named profile, optionally overridden.
+
+    ``peak_flops`` and ``efficiency`` stay ``None`` unless given; the cluster combines
+    them with the profile (:func:`simdist.cluster.effective_profile`).
+    """
+
+    profile: str = "cpu"
+    peak_flops: Flops | None = None
+    efficiency: Float | None = Field(None, gt=0, le=1)
+    compute_time_s: PositiveDuration | None = Field(None, alias="compute_time")
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in DEVICE_PROFILES:
+            raise ValueError(choice_message(value, tuple(DEVICE_PROFILES), "profile"))
+        return value
+
+
+def _task_names(value: object, key: str) -> list[str]:
+    """Validated TF_CONFIG-style ``["w0:2222", ...]`` task addresses."""
+    if not isinstance(value, list):
+        raise fail(key, f"got {show(value)}; expected a list of host:port, e.g. {EXAMPLES[key]}")
+    names = []
+    for i, entry in enumerate(value):
+        match = _TASK_RE.fullmatch(entry) if isinstance(entry, str) else None
+        if match is None:
+            raise fail(
+                f"{key}[{i}]",
+                f"got {show(entry)}; expected host:port such as 'w0:2222', e.g. {EXAMPLES[key]}",
+            )
+        names.append(entry)
+    return names
+
+
+def _host_part(address: str) -> str:
+    return address.rsplit(":", 1)[0] if ":" in address else address
+
+
+class ClusterSpec(Spec):
+    """Hosts and their devices and links, given as counts or TF_CONFIG-style task lists.
+
+    Task names are the host part of each address (``w0:2222`` -> ``w0``), unless two tasks
+    share a host (``localhost:2222``, ``localhost:2223``): then the full addresses are kept.
+
+    After validation ``hosts == len(worker_names)`` (training hosts, worker 0 first, chief
+    included when it trains), ``ps == len(ps_names)``; see :class:`Scenario` for the chief
+    rule.
+    """
+
+    hosts: Int = Field(1, ge=1)
+    worker_names: list[str] = Field(default_factory=list, alias="worker")
+    chief_names: list[str] = Field(default_factory=list, alias="chief")
+    ps: Int = Field(0, ge=0)
+    ps_names: list[str] = Field(default_factory=list, exclude=True)
+    devices_per_host: Int = Field(1, ge=1)
+    device: DeviceSpec = Field(default_factory=DeviceSpec)
+    links: LinksSpec = Field(default_factory=LinksSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_lists(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        data.pop("ps_names", None)
+        for key, attr in (("worker", "worker_names"), ("chief", "chief_names")):
+            for k in (key, attr):
+                if k in data:
+                    data[k] = _task_names(data[k], key)
+        if len(data.get("chief", data.get("chief_names", []))) > 1:
+            raise fail("chief", "expected at most one chief task, e.g. chief: [c0:2222]")
+        if isinstance(data.get("ps"), list):
+            data["ps_names"] = _task_names(data["ps"], "ps")
+            data["ps"] = len(data["ps_names"])
+        lists = [
+            k for k in ("worker", "worker_names", "chief", "chief_names", "ps_names") if k in data
+        ]
+        hosts = [_host_part(a) for k in lists for a in data[k]]
+        if len(set(hosts)) == len(hosts):
+            for k in lists:
+                data[k] = [_host_part(a) for a in data[k]]
+        return data
+
+    @model_validator(mode="after")
+    def _ps_names(self) -> ClusterSpec:
+        if not self.ps_names:
+            self.ps_names = [f"ps{i}" for i in range(self.ps)]
+        return self
+
+
+# ---------------------------------------------------------------- workload
+
+
+class ModelSpec(Spec):
+    """Which model of the zoo, and its hidden layer widths."""
+
+    name: ModelName
+    hidden: list[PositiveInt] = Field(default_factory=lambda: [128])
+
+
+def _resolve_file(path: Path, info: ValidationInfo, field: str, what: str) -> Path:
+    base = (info.context or {}).get("base_dir")
+    full = path if path.is_absolute() or base is None else Path(base) / path
+    if not full.is_file():
+        raise fail(
+            field, f"file not found: {str(path)!r} (looked at {str(full)!r}); expected {what}"
+        )
+    return full.resolve()
+
+
+class DatasetSpec(Spec):
+    """A built-in dataset or an ``.npz`` file with ``x``/``y`` arrays."""
+
+    name: DatasetName
+    path: Path | None = None
+    test_fraction: Float = Field(0.2, gt=0, lt=1)
+    n_examples: Int = Field(2048, ge=1)
+    n_features: Int = Field(16, ge=1)
+    noise: Float = Field(0.1, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _npz_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "npz" in data:
+            data = dict(data)
+            if "path" in data:
+                raise fail("npz", "give npz: <file> or name: npz with path: <file>, not both")
+            data.setdefault("name", "npz")
+            data["path"] = data.pop("npz")
+        return data
+
+    @model_validator(mode="after")
+    def _resolve_path(self, info: ValidationInfo) -> DatasetSpec:
+        if self.name != "npz":
+            if self.path is not None:
+                raise fail("path", f"path is only used with npz datasets, not {self.name!r}")
+            return self
+        if self.path is None:
+            raise fail("npz", "missing; required for an npz dataset, e.g. dataset: {npz: d.npz}")
+        self.path = _resolve_file(self.path, info, "npz", "an .npz file with arrays x and y")
+        return self
+
+
+class ScheduleSpec(Spec):
+    """Learning-rate schedule, as the optax schedule of the same name."""
+
+    kind: ScheduleKind = "constant"
+    decay_steps: Int | None = Field(None, ge=1)
+    alpha: Float = 0.0
+    decay_rate: Float = Field(0.5, gt=0, le=1)
+    transition_steps: Int = Field(1000, ge=1)
+    warmup_steps: Int = Field(0, ge=0)
+    boundaries: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
+    scales: list[Float] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _piecewise(self) -> ScheduleSpec:
+        if self.kind == "piecewise_constant" and len(self.boundaries) != len(self.scales):
+            raise fail(
+                "scales",
+                f"got {len(self.scales)} scales for {len(self.boundaries)} boundaries; "
+                "give one scale per boundary, e.g. boundaries: [1000, 2000], scales: [0.1, 0.1]",
+            )
+        return self
+
+
+class OptimizerSpec(Spec):
+    """Optimizer and learning rate (per update, with the loss averaged over the global batch)."""
+
+    name: OptimizerName
+    learning_rate: Float = Field(gt=0)
+    momentum: Float = Field(0.9, ge=0, lt=1)
+    schedule: Annotated[ScheduleSpec | None, BeforeValidator(_shorthand("kind"))] = None
+
+
+class WorkloadSpec(Spec):
+    """What is trained, on what, for how long.
+
+    Exactly one of ``batch_size`` (per replica) and ``global_batch_size`` is given; the
+    scenario fills in the other, so both are ints after validation. Likewise exactly one
+    of ``steps`` and ``epochs``; use :meth:`total_steps`.
+    """
+
+    model: Annotated[ModelSpec, BeforeValidator(_shorthand("name"))]
+    dataset: Annotated[DatasetSpec, BeforeValidator(_shorthand("name"))]
+    batch_size: Int = Field(0, ge=1)
+    global_batch_size: Int = Field(0, ge=1)
+    optimizer: OptimizerSpec
+    steps: Int | None = Field(None, ge=1)
+    epochs: Float | None = Field(None, gt=0)
+    eval_every: Int = Field(100, ge=0)
+    init_from: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self, info: ValidationInfo) -> WorkloadSpec:
+        given = self.model_fields_set
+        if "batch_size" in given and "global_batch_size" in given:
+            raise fail(
+                "global_batch_size",
+                "give either batch_size (per replica) or global_batch_size, not both",
+            )
+        if "batch_size" not in given and "global_batch_size" not in given:
+            raise fail(
+                "batch_size",
+                "missing; give batch_size (per replica) or global_batch_size, e.g. batch_size: 32",
+            )
+        if self.steps is not None and self.epochs is not None:
+            raise fail("epochs", "give either steps or epochs, not both, e.g. steps: 1000")
+        if self.steps is None and self.epochs is None:
+            raise fail("steps", "missing; give steps or epochs, e.g. steps: 1000")
+        if self.init_from is not None:
+            self.init_from = _resolve_file(
+                self.init_from, info, "init_from", "a parameter file written by simdist"
+            )
+        return self
+
+    def total_steps(self, n_train: int) -> int:
+        """Number of training steps: ``steps``, or ``ceil(epochs * n_train / global batch)``."""
+        if self.steps is not None:
+            return self.steps
+        assert self.epochs is not None
+        return max(1, math.ceil(self.epochs * n_train / self.global_batch_size))
+
+
+# ---------------------------------------------------------------- strategy
+
+_STRATEGY_SPECS = spec_classes()
+
+StrategySpec = Annotated[Union[_STRATEGY_SPECS], Field(discriminator="kind")]  # noqa: UP007
+"""Any registered strategy's ``Spec``, chosen by ``kind``."""
+
+STRATEGIES: tuple[str, ...] = tuple(kind for spec in _STRATEGY_SPECS for kind in spec.kinds())
+"""Every strategy ``kind`` a scenario accepts, aliases (``default``) included."""
+
+
+# ---------------------------------------------------------------- system effects
+
+SlowdownKind = Literal["constant", "lognormal", "pareto"]
+_TARGET_RE = re.compile(r"(?P<role>worker|ps|device)\s*(?P<index>\d+)")
+
+
+class SlowdownSpec(Spec):
+    """How much slower a straggling step is: a factor >= 1, fixed or drawn per step."""
+
+    kind: SlowdownKind = "constant"
+    factor: Float = Field(2.0, ge=1)  # constant
+    mu: Float = 0.0  # lognormal: factor = max(1, exp(mu + sigma * N(0, 1)))
+    sigma: Float = Field(0.5, ge=0)
+    alpha: Float = Field(1.5, gt=0)  # pareto: factor = 1 + Lomax(alpha), heavy-tailed
+
+
+def _slowdown(value: object) -> object:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {"kind": "constant", "factor": value}
+    return _shorthand("kind")(value)
+
+
+class StragglerSpec(Spec):
+    """Slow compute: on one worker's devices, one device, or every device.
+
+    ``probability`` 1 (the default) makes a persistent straggler; below 1 each
+    step of each targeted device is slowed with that probability.
+    """
+
+    worker: Int | None = Field(None, ge=0)
+    device: Int | None = Field(None, ge=0)
+    slowdown: Annotated[SlowdownSpec, BeforeValidator(_slowdown)]
+    probability: Float = Field(1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> StragglerSpec:
+        if self.worker is not None and self.device is not None:
+            raise fail("device", "give worker or device, not both, e.g. worker: 3")
+        return self
+
+
+class FailureSpec(Spec):
+    """A task that fails at a time, or at a seeded rate, and restarts after a delay."""
+
+    target: str
+    at_s: PositiveDuration | None = Field(None, alias="at")
+    mtbf_s: PositiveDuration | None = Field(None, alias="mtbf")
+    restart_after_s: Latency | None = Field(None, alias="restart_after")
+    restart_at_s: PositiveDuration | None = Field(None, alias="restart_at", exclude=True)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        match = _TARGET_RE.fullmatch(value.strip())
+        if not match:
+            raise ValueError(
+                f"got {show(value)}; expected 'worker N', 'ps N' or 'device N', "
+                "e.g. target: worker 1"
+            )
+        return f"{match['role']} {int(match['index'])}"
+
+    @model_validator(mode="after")
+    def _when(self) -> FailureSpec:
+        if (self.at_s is None) == (self.mtbf_s is None):
+            raise fail("at", "give exactly one of at (a time) or mtbf (a rate), e.g. at: 50ms")
+        if (self.restart_after_s is None) == (self.restart_at_s is None):
+            raise fail(
+                "restart_after",
+                "give exactly one of restart_after or restart_at, e.g. restart_after: 20ms",
+            )
+        if self.restart_at_s is not None:
+            if self.at_s is None:
+                raise fail("restart_at", "restart_at needs at; with mtbf use restart_after")
+            if self.restart_at_s <= self.at_s:
+                raise fail(
+                    "restart_at",
+                    f"got {self.restart_at_s:g} s, not after the failure at {self.at_s:g} s; "
+                    "a task restarts after it fails, e.g. restart_after: 20ms",
+                )
+            self.restart_after_s = self.restart_at_s - self.at_s
+        return self
+
+    @property
+    def role(self) -> str:
+        """``worker``, ``ps`` or ``device``."""
+        return self.target.split()[0]
+
+    @property
+    def index(self) -> int:
+        """The task's (or device's) index."""
+        return int(self.target.split()[1])
+
+    @property
+    def restart_s(self) -> float:
+        """Seconds from the failure to the restart."""
+        assert self.restart_after_s is not None
+        return self.restart_after_s
+
+
+class FaultsSpec(Spec):
+    """What goes wrong: stragglers and failures."""
+
+    stragglers: list[StragglerSpec] = Field(default_factory=list)
+    failures: list[FailureSpec] = Field(default_factory=list)
+
+
+class CheckpointSpec(Spec):
+    """The chief writes parameters + optimizer state every K steps or T seconds."""
+
+    every_steps: Int | None = Field(None, ge=1)
+    every_s: PositiveDuration | None = None
+    storage_bandwidth_Bps: Bandwidth | None = Field(None, alias="storage_bandwidth")
+
+    @model_validator(mode="after")
+    def _complete(self) -> CheckpointSpec:
+        if (self.every_steps is None) == (self.every_s is None):
+            raise fail(
+                "every_steps", "give exactly one of every_steps or every_s, e.g. every_steps: 100"
+            )
+        if self.storage_bandwidth_Bps is None:
+            raise fail(
+                "storage_bandwidth",
+                "missing; a checkpoint's cost is bytes / storage bandwidth, "
+                "e.g. storage_bandwidth: 1GB/s",
+            )
+        return self
+
+
+class InputSpec(Spec):
+    """Per-batch loading cost and prefetch depth (the tf.data prefetch picture)."""
+
+    per_example_s: Latency | None = Field(None, alias="per_example")
+    bandwidth_Bps: Bandwidth | None = Field(None, alias="bandwidth")
+    prefetch: Int = Field(1, ge=0)
+
+    @model_validator(mode="after")
+    def _one_cost(self) -> InputSpec:
+        if (self.per_example_s is None) == (self.bandwidth_Bps is None):
+            raise fail(
+                "per_example",
+                "give exactly one of per_example (seconds per example) or bandwidth "
+                "(bytes of examples per second), e.g. per_example: 20us",
+            )
+        return self
+
+
+# ---------------------------------------------------------------- scenario
+
+
+def _default_strategy() -> Any:
+    """The first registered spec with its own default kind: ``one_device``."""
+    return _STRATEGY_SPECS[0]()
+
+
+class Scenario(Spec):
+    """One validated run: cluster + workload + strategy + seed, units in SI.
+
+    The cross-checks run in this order: host names (the chief trains unless the strategy
+    says otherwise), the strategy's own :meth:`~simdist.spec.StrategySpecBase.check`, the
+    batch split over the replicas, and the fault targets. The first problem is raised.
+    """
+
+    name: str
+    seed: Int = Field(0, ge=0)
+    numerics: Annotated[bool, Field(strict=True)] = True
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    workload: WorkloadSpec
+    strategy: Annotated[StrategySpec, BeforeValidator(_shorthand("kind"))] = Field(
+        default_factory=_default_strategy
+    )
+    faults: FaultsSpec = Field(default_factory=FaultsSpec)
+    checkpoint: CheckpointSpec | None = None
+    input: InputSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        if not _NAME_RE.fullmatch(value):
+            raise ValueError(
+                f"got {show(value)}; expected only letters, digits, '_', '.' and '-' "
+                "(it names the report folder), e.g. name: ps_4w2s"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Scenario:
+        _resolve_hosts(self)
+        self.strategy.check(self)
+        _resolve_batch(self)
+        _check_faults(self)
+        return self
+
+    @property
+    def replicas(self) -> int:
+        """Number of model replicas computing a gradient in one step."""
+        return self.strategy.replicas(self.cluster)
+
+    @property
+    def global_batch(self) -> int:
+        """Examples per step over all replicas."""
+        return self.workload.batch_size * self.replicas
+
+    @property
+    def chief_trains(self) -> bool:
+        """Whether a ``chief`` task is given and trains as worker 0 (see ClusterSpec)."""
+        return bool(self.cluster.chief_names) and self.strategy.chief_trains
+
+
+def _resolve_hosts(s: Scenario) -> None:
+    c = s.cluster
+    chief_trains = s.chief_trains
+    given_workers = "worker_names" in c.model_fields_set
+    if given_workers:
+        names = (c.chief_names if chief_trains else []) + c.worker_names
+        if "hosts" in c.model_fields_set and c.hosts != len(names):
+            counted = " (chief included: it trains)" if chief_trains else ""
+            raise fail(
+                "cluster.hosts",
+                f"got {c.hosts} but cluster.worker lists {len(names)} hosts{counted}; "
+                "give one of the two, e.g. hosts: 4",
+            )
+    else:
+        n_tasks = c.hosts - len(c.chief_names) if chief_trains else c.hosts
+        if n_tasks < 0:
+            raise fail("cluster.hosts", "got 0 hosts besides the chief; expected hosts >= 1")
+        names = (c.chief_names if chief_trains else []) + [f"worker{i}" for i in range(n_tasks)]
+    if not names:
+        raise fail("cluster.worker", f"expected at least one worker, e.g. {EXAMPLES['worker']}")
+    every = names + ([] if chief_trains else c.chief_names) + c.ps_names
+    duplicates = sorted({n for n in every if every.count(n) > 1})
+    if duplicates:
+        raise fail("cluster", f"host name {duplicates[0]!r} is used twice; task names must differ")
+    c.worker_names = names
+    c.hosts = len(names)
+
+
+def _resolve_batch(s: Scenario) -> None:
+    w, n = s.workload, s.replicas
+    if "global_batch_size" in w.model_fields_set:
+        if w.global_batch_size % n:
+            up = -(-w.global_batch_size // n) * n
+            raise fail(
+                "workload.global_batch_size",
+                f"global_batch_size: {w.global_batch_size} is not divisible by {n} replicas; "
+                f"use a multiple of {n}, e.g. {up}",
+            )
+        w.batch_size = w.global_batch_size // n
+    else:
+        w.global_batch_size = w.batch_size * n
+
+
+def _check_faults(s: Scenario) -> None:
+    """Fault targets must exist in this cluster (the strategy has vetted the rest)."""
+    c = s.cluster
+    workers = s.strategy.workers(c)
+    devices = s.replicas
+    for i, st in enumerate(s.faults.stragglers):
+        if st.worker is not None and st.worker >= workers:
+            raise fail(
+                f"faults.stragglers[{i}].worker",
+                f"got {st.worker}; this cluster has workers 0..{workers - 1}, e.g. worker: 0",
+            )
+        if st.device is not None and st.device >= devices:
+            raise fail(
+                f"faults.stragglers[{i}].device",
+                f"got {st.device}; this run has devices 0..{devices - 1}, e.g. device: 0",
+            )
+    for i, f in enumerate(s.faults.failures):
+        limit = {"worker": workers, "ps": c.ps, "device": devices}[f.role]
+        if f.role == "ps" and c.ps == 0:
+            # Every strategy's check has made ps > 0 exactly when it uses ps tasks.
+            raise fail(
+                f"faults.failures[{i}].target",
+                f"got {f.target!r}; only parameter_server has ps tasks; e.g. target: worker 0",
+            )
+        if f.index >= limit:
+            raise fail(
+                f"faults.failures[{i}].target",
+                f"got {f.target!r}; this cluster has {f.role} 0..{limit - 1}, "
+                f"e.g. target: {f.role} 0",
+            )

@@ -1,0 +1,162 @@
+"""The strict base of every scenario section, its unit-typed fields, and its error helper.
+
+Both the scenario schema (:mod:`simdist.scenario`) and each strategy module (its ``Spec``)
+build their sections from these pieces, so this module imports neither: only pydantic,
+yaml, :mod:`simdist.units` and :mod:`simdist.errors`.
+
+YAML keys are the user-facing names (``bandwidth: 10Gbit/s``); attributes carry SI units in
+their names (``bandwidth_Bps == 1.25e9``). The unit types below parse once, at load time.
+"""
+
+from __future__ import annotations
+
+import typing
+from abc import abstractmethod
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+from simdist.units import UnitError, parse_bandwidth, parse_duration, parse_flops, parse_size
+
+__all__ = [
+    "Bandwidth",
+    "Bytes",
+    "Float",
+    "Flops",
+    "Int",
+    "Latency",
+    "PositiveDuration",
+    "PositiveInt",
+    "Spec",
+    "StrategySpecBase",
+    "fail",
+    "show",
+]
+
+
+def fail(field: str, message: str) -> PydanticCustomError:
+    """An error for ``field`` (relative to the model raising it) with a ready-made message.
+
+    The scenario's error translation prints ``message`` as is, after the field's dotted
+    path; raise it from a validator or a strategy's :meth:`StrategySpecBase.check`.
+    """
+    return PydanticCustomError("scenario", "{message}", {"field": field, "message": message})
+
+
+def show(value: object) -> str:
+    """A value as the user wrote it: strings quoted, mappings and lists in YAML flow style."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict | list):
+        return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# ---------------------------------------------------------------- field types
+
+
+def _no_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError(f"got {show(value)}; expected a number")
+    return value
+
+
+def _unit(parse: Callable[[object], float], positive: bool) -> Callable[[object], float]:
+    def validate(value: object) -> float:
+        try:
+            number = parse(value)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+        if positive and number == 0:
+            raise ValueError(f"got {show(value)}; expected a value greater than 0")
+        return number
+
+    return validate
+
+
+def _whole_bytes(value: object) -> int:
+    return round(_unit(parse_size, positive=False)(value))
+
+
+Bandwidth = Annotated[float, BeforeValidator(_unit(parse_bandwidth, positive=True))]
+Latency = Annotated[float, BeforeValidator(_unit(parse_duration, positive=False))]
+PositiveDuration = Annotated[float, BeforeValidator(_unit(parse_duration, positive=True))]
+Flops = Annotated[float, BeforeValidator(_unit(parse_flops, positive=True))]
+Bytes = Annotated[int, BeforeValidator(_whole_bytes)]
+Float = Annotated[float, BeforeValidator(_no_bool)]
+Int = Annotated[int, Field(strict=True)]
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+
+
+# ---------------------------------------------------------------- base classes
+
+
+class Spec(BaseModel):
+    """Base of every scenario section: unknown keys are errors; YAML keys or attribute names.
+
+    A field may carry ``Field(examples=[value])``: a wrong value of it is then reported
+    with ``e.g. key: value``.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class StrategySpecBase(Spec):
+    """Base of each strategy module's ``Spec``: the ``strategy:`` section of one kind.
+
+    A subclass narrows ``kind`` to a ``Literal`` of the names it answers to (the scenario's
+    union is discriminated on it), adds its options as fields, says how many replicas it
+    runs and checks itself against the rest of the scenario.
+    """
+
+    kind: str
+
+    # Whether a TF_CONFIG ``chief`` task trains like a worker (it does in every synchronous
+    # strategy; in parameter_server it only coordinates, as TF's ClusterCoordinator).
+    chief_trains: ClassVar[bool] = True
+
+    @classmethod
+    def kinds(cls) -> tuple[str, ...]:
+        """The ``kind`` names this spec answers to, e.g. ``("one_device", "default")``."""
+        return typing.get_args(cls.model_fields["kind"].annotation)
+
+    @abstractmethod
+    def replicas(self, cluster: Any) -> int:
+        """Model replicas computing a gradient in one step, on this ``ClusterSpec``."""
+
+    def workers(self, cluster: Any) -> int:
+        """Worker tasks that ``worker N`` faults may target: every training host."""
+        return cluster.hosts
+
+    def check(self, scenario: Any) -> None:
+        """Cross-check this strategy against the rest of a ``Scenario``; raise :func:`fail`.
+
+        Called once the cluster's host names are resolved and before the batch is split
+        over the replicas; it may fill in values this strategy decides (the tpu sets
+        ``devices_per_host``). The default: no parameter-server tasks, which only
+        parameter_server uses. Subclasses extend it with ``super().check(scenario)``.
+        """
+        c = scenario.cluster
+        if c.ps > 0:
+            raise fail(
+                "cluster.ps",
+                f"got {c.ps}; parameter-server tasks are only used by strategy: "
+                f"parameter_server (strategy here is {self.kind}); remove ps or use ps: 0",
+            )
+
+    def check_one_host(self, scenario: Any) -> None:
+        """For strategies whose replicas are the devices of one host: ``hosts: 1``."""
+        hosts = scenario.cluster.hosts
+        if hosts != 1:
+            raise fail(
+                "cluster.hosts",
+                f"got {hosts}; strategy {self.kind} runs on one host (hosts: 1); "
+                "for several hosts use strategy: multi_worker_mirrored",
+            )

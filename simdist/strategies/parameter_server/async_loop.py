@@ -1,0 +1,215 @@
+"""Asynchronous training: each worker loops on its own; each PS applies a shard on arrival.
+
+A worker's iteration: wait for the staleness bound (SSP), read every PS's
+values and versions, pull the shards, compute a gradient from those possibly
+stale values, push each gradient shard to its PS. A PS applies a shard the
+moment it arrives; a gradient applied on every PS is one global step.
+
+Two staleness measures are recorded per applied shard (``updates.csv``):
+``staleness`` = the PS's version at apply − the version pulled (how many other
+updates landed in between), and ``ssp_staleness`` = the worker's clock − the
+slowest worker's clock when it pulled (staleness in the SSP sense, in
+iterations; ``staleness_bound`` bounds this one).
+
+The run ends when the budget of gradients is claimed and none is in flight —
+not when every worker process has returned, so a worker still sitting out a
+restart does not stretch the run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import simpy
+
+from simdist.strategies.parameter_server.recovery import Recovery
+
+if TYPE_CHECKING:
+    from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
+
+
+class InFlight(NamedTuple):
+    """A worker's gradient from its pull until every PS has applied its shard."""
+
+    iteration: int  # the worker's clock when it pulled
+    ssp: int  # its clock − the slowest worker's clock at the pull
+    versions: tuple[int, ...]  # the version of each PS it pulled
+    waiting: int  # PS tasks that have not applied their shard yet
+    ticket: int | None = None  # its deferred gradient evaluation (numerics only)
+    result: tuple[float, Any] | None = None  # (loss, grads), once evaluated
+
+
+class AsyncTraining:
+    """The worker processes of one asynchronous run, their clocks and their gradients."""
+
+    def __init__(self, strategy: ParameterServerStrategy) -> None:
+        self.strategy = strategy
+        self.env = strategy.env
+        n = strategy.n_workers
+        self.clock = [0] * n  # completed iterations per worker
+        self.inflight: list[InFlight | None] = [None] * n
+        self.claimed = 0  # gradients started (the budget is strategy.total_steps)
+        self.stopped = False  # training diverged
+        self.procs: list[simpy.Process] = []
+        self.progress = self.env.event()  # fires whenever a worker's clock ticks
+        self.finished = self.env.event()
+        self.recovery = Recovery(strategy, self)
+
+    def run(self) -> Generator[Any, Any, None]:
+        """Start the workers (and the failures); return when training is done."""
+        env, s = self.env, self.strategy
+        self.procs = [env.process(self.worker(w)) for w in range(s.n_workers)]
+        if s.scenario.faults.failures:
+            env.process(self.recovery.failures())
+        yield env.any_of([env.all_of(self.procs), self.finished])
+        # Lost gradients (worker failures) spend budget, so the last applied step
+        # may not be an evaluation point: evaluate the final parameters anyway.
+        if s.numeric and s.diverged_at is None and s.applied and not s.eval_due(s.applied):
+            s.evaluate(s.applied, s.servers.current())
+
+    @property
+    def spent(self) -> bool:
+        """Whether no worker may start another gradient (diverged, or the budget is claimed)."""
+        return self.stopped or self.claimed >= self.strategy.total_steps
+
+    def worker(self, w: int) -> Generator[Any, Any, None]:
+        """Worker ``w``'s loop; a failure interrupts it wherever it is."""
+        cause: Any = None
+        while True:
+            try:
+                if cause is not None:
+                    pending, cause = cause, None
+                    yield from self.recovery.sit_out(w, pending)
+                if self.spent:
+                    return
+                yield from self.iteration(w)
+            except simpy.Interrupt as interrupt:
+                self.abandon(w)
+                cause = interrupt.cause
+
+    def iteration(self, w: int) -> Generator[Any, Any, None]:
+        """Pull, compute, push: one gradient of worker ``w``."""
+        s = self.strategy
+        yield from self.ssp_wait(w)
+        if self.spent:
+            return
+        self.claimed += 1
+        iteration = self.clock[w]
+        pulled = s.servers.pull_all()  # the values are read when the request is issued
+        gradient = InFlight(iteration, iteration - min(self.clock), pulled.versions, s.n_ps)
+        self.inflight[w] = gradient
+        yield from s.pull(w, iteration)
+        if pulled.values is not None:
+            self.inflight[w] = gradient._replace(ticket=s.submit(w, iteration, pulled.values))
+        yield from s.compute(w, iteration)
+        yield from s.push(w, iteration, lambda ps: self.apply(w, ps))
+        self.inflight[w] = None
+        self.tick(w)
+
+    def ssp_wait(self, w: int) -> Generator[Any, Any, None]:
+        """Stale synchronous parallel: wait while ``w`` is more than the bound ahead."""
+        bound = self.strategy.options.staleness_bound
+        if bound is None:
+            return
+        start = self.env.now
+        while self.clock[w] - min(self.clock) > bound:
+            yield self.progress
+        devices = self.strategy.cluster.workers[w].devices
+        self.strategy.record_devices(
+            devices, start, self.env.now, "idle", self.clock[w], "staleness bound"
+        )
+
+    def apply(self, w: int, ps: int) -> None:
+        """A gradient shard of ``w`` has reached PS ``ps``: apply it there (asynchronous SGD)."""
+        gradient = self.inflight[w]
+        if gradient is None or self.stopped:
+            return  # training diverged, or the worker failed (its moves are cancelled)
+        s = self.strategy
+        staleness = s.servers.versions[ps] - gradient.versions[ps]
+        loss, shard, scale = math.nan, None, 1.0
+        if s.numeric:
+            if gradient.result is None:
+                assert gradient.ticket is not None
+                gradient = gradient._replace(result=s.gradient(gradient.ticket))
+            loss, grads = gradient.result
+            if not math.isfinite(loss):
+                self.diverge()
+                return
+            if s.options.lr_staleness == "inverse":
+                scale = 1.0 / max(1, staleness)
+            shard = s.servers.split(grads, ps)
+        version = s.servers.apply(ps, shard, scale)
+        s.staleness.append(staleness)
+        now = self.env.now
+        s.recorder.row(
+            "updates",
+            time_s=now,
+            worker=w,
+            ps=ps,
+            iteration=gradient.iteration,
+            version=version,
+            staleness=staleness,
+            ssp_staleness=gradient.ssp,
+            loss=loss,
+        )
+        s.recorder.metric(now, s.applied, "staleness", staleness)
+        gradient = gradient._replace(waiting=gradient.waiting - 1)
+        self.inflight[w] = gradient
+        if gradient.waiting == 0:
+            self.step_done(loss)
+
+    def step_done(self, loss: float) -> None:
+        """One more gradient is applied on every PS: a global step."""
+        s = self.strategy
+        s.applied += 1
+        now = self.env.now
+        if s.numeric:
+            s.recorder.metric(now, s.applied, "train_loss", loss)
+            if s.eval_due(s.applied):
+                s.evaluate(s.applied, s.servers.current())
+        if now > 0:
+            rate = s.applied * s.examples_per_step / now
+            s.recorder.metric(now, s.applied, "examples_per_s", rate)
+        s.steps_done = s.applied
+        s.on_step(s.applied)
+        self.recovery.checkpoint_if_due()
+
+    def diverge(self) -> None:
+        """A non-finite loss: stop training (the step it would have made is reported)."""
+        if not self.stopped:
+            self.stopped = True
+            self.strategy.diverged_at = self.strategy.applied + 1
+
+    def tick(self, w: int) -> None:
+        """Worker ``w`` completed an iteration: wake workers waiting on the staleness bound."""
+        self.clock[w] += 1
+        event, self.progress = self.progress, self.env.event()
+        event.succeed()
+        self.check_finished()
+
+    def abandon(self, w: int) -> None:
+        """Worker ``w`` stops (a failure): its transfers are cut, its gradient is lost."""
+        s = self.strategy
+        s.cut(w)
+        gradient = self.inflight[w]
+        if gradient is not None:
+            s.lost_gradients += 1
+            if gradient.result is None:
+                s.discard(gradient.ticket)
+        self.inflight[w] = None
+        s.pipelines[w] = None
+        self.check_finished()
+
+    def check_finished(self) -> None:
+        """Training ends when the budget is spent and nothing is in flight.
+
+        Not when every worker process has returned: a worker still sitting
+        out a restart must not stretch the run past its last update.
+        """
+        if self.finished.triggered:
+            return
+        spent = self.claimed >= self.strategy.total_steps and not self.recovery.restoring
+        if self.stopped or (spent and all(g is None for g in self.inflight)):
+            self.finished.succeed()

@@ -1,0 +1,80 @@
+"""Placing variables (or row shards of them) on the parameter-server tasks.
+
+Pure arithmetic on ``(path, shape, nbytes)`` leaves: no SimPy, no JAX. The
+shards decide both what each PS holds (:mod:`.servers`) and how many bytes
+each pull and push moves between a worker and that PS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Rows ``[start, stop)`` along axis 0 of variable number ``leaf``, held by PS ``ps``."""
+
+    ps: int
+    leaf: int
+    path: str
+    start: int
+    stop: int
+    nbytes: int
+
+
+def _even_splits(rows: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous row ranges, sizes differing by at most one (larger first, as TF)."""
+    base, extra = divmod(rows, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def partition(
+    leaves: Sequence[tuple[str, tuple[int, ...], int]],
+    n_ps: int,
+    partitioner: str,
+    min_shard_bytes: float = 256 * 1024,
+    max_shards: int | None = None,
+) -> list[Shard]:
+    """Place variables (or shards of them) on ``n_ps`` parameter servers.
+
+    ``leaves`` are ``(path, shape, nbytes)`` in tree order.
+
+    * ``round_robin`` — whole variables, variable i on PS i mod S: what
+      ParameterServerStrategy does without a variable partitioner.
+    * ``min_size`` — TensorFlow's ``min_max_variable_partitioner``: a variable
+      is split along axis 0 into as many shards as keep each at least
+      ``min_shard_bytes``, at most ``max_shards`` (default: the number of PS
+      tasks); shards are then placed round-robin over the PS tasks.
+    """
+    if partitioner not in ("round_robin", "min_size"):
+        raise ValueError(f"unknown partitioner {partitioner!r}")
+    limit = max_shards if max_shards is not None else n_ps
+    shards: list[Shard] = []
+    next_ps = 0
+    for index, (path, shape, nbytes) in enumerate(leaves):
+        rows = shape[0] if shape else 1
+        parts = 1
+        if partitioner == "min_size" and shape:
+            bytes_per_row = nbytes / rows
+            rows_per_shard = max(1, math.ceil(min_shard_bytes / bytes_per_row))
+            parts = max(1, min(limit, math.ceil(rows / rows_per_shard), rows))
+        for start, stop in _even_splits(rows, parts):
+            size = nbytes * (stop - start) // rows if parts > 1 else nbytes
+            shards.append(Shard(next_ps, index, path, start, stop, int(size)))
+            next_ps = (next_ps + 1) % n_ps
+    return shards
+
+
+def bytes_per_ps(shards: Sequence[Shard], n_ps: int) -> list[int]:
+    """Total bytes of the shards each PS holds: what one pull or push moves to or from it."""
+    totals = [0] * n_ps
+    for shard in shards:
+        totals[shard.ps] += shard.nbytes
+    return totals

@@ -1,0 +1,86 @@
+"""The ``strategy:`` section of a parameter_server scenario: its options and cross-checks.
+
+Pure pydantic (no SimPy, no JAX): scenario loading reads it through
+``simdist.strategies.parameter_server.Spec``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from simdist.spec import Bytes, Int, StrategySpecBase, fail
+
+
+class Spec(StrategySpecBase):
+    """Workers pull variables from PS tasks and push gradients; async by default."""
+
+    kind: Literal["parameter_server"]
+    partitioner: Literal["round_robin", "min_size"] = Field("round_robin", examples=["round_robin"])
+    min_shard_bytes: Bytes = Field(256 * 1024, ge=0, examples=["256KiB"])
+    max_shards: Int | None = Field(None, ge=1, examples=[4])
+    staleness_bound: Int | None = Field(None, ge=0, examples=[4])
+    lr_staleness: Literal["none", "inverse"] = Field("none", examples=["inverse"])
+    mode: Literal["async", "sync"] = Field("async", examples=["sync"])
+    backup_workers: Int = Field(0, ge=0, examples=[1])
+
+    # The chief coordinates (TF's ClusterCoordinator) and does not train.
+    chief_trains: ClassVar[bool] = False
+
+    def replicas(self, cluster: Any) -> int:
+        """One replica per device of every worker host."""
+        return cluster.hosts * cluster.devices_per_host
+
+    def check(self, scenario: Any) -> None:
+        """At least one PS task. ``mode: sync`` takes no staleness options, and is simulated
+        without checkpoints and failures; backup workers need sync and fewer than workers."""
+        c = scenario.cluster
+        if c.ps < 1:
+            raise fail(
+                "cluster.ps",
+                f"got {c.ps}; parameter_server needs at least one parameter-server task, "
+                "e.g. ps: 2",
+            )
+        if self.mode == "sync":
+            ignored = [
+                key
+                for key, value in (
+                    ("staleness_bound", self.staleness_bound),
+                    ("lr_staleness", None if self.lr_staleness == "none" else self.lr_staleness),
+                )
+                if value is not None
+            ]
+            if ignored:
+                raise fail(
+                    f"strategy.{ignored[0]}",
+                    "has no effect with mode: sync (every gradient of a step is computed "
+                    "from the same version); remove it or use mode: async",
+                )
+            if scenario.checkpoint is not None:
+                raise fail(
+                    "checkpoint",
+                    "checkpoints are simulated for parameter_server in mode: async only; "
+                    "remove checkpoint or use mode: async",
+                )
+        if self.backup_workers > 0:
+            if self.mode != "sync":
+                raise fail(
+                    "strategy.backup_workers",
+                    f"got {self.backup_workers} with mode: {self.mode}; backup workers need "
+                    "mode: sync, e.g. strategy: {kind: parameter_server, mode: sync, "
+                    "backup_workers: 1}",
+                )
+            if self.backup_workers >= c.hosts:
+                raise fail(
+                    "strategy.backup_workers",
+                    f"got {self.backup_workers} with {c.hosts} workers; expected fewer backup "
+                    f"workers than workers, e.g. backup_workers: {max(c.hosts - 1, 0)}",
+                )
+        if self.mode == "sync" and scenario.faults.failures:
+            raise fail(
+                "faults.failures[0]",
+                "failures are simulated for parameter_server in mode: async only (sync mode "
+                "with failures is not modelled yet); use mode: async, or a synchronous "
+                "strategy such as multi_worker_mirrored",
+            )

@@ -1,0 +1,219 @@
+"""The parameter_server strategy: what a worker moves, tied to the loop of its mode.
+
+A worker's iteration is three phases — pull every shard, compute, push every
+gradient shard — each defined once here and shared by both modes: the
+asynchronous loop (:mod:`.async_loop`, with failures in :mod:`.recovery`) and
+synchronous steps with backup workers (:mod:`.sync_backup`). How long bytes take
+is the network's: every pull and push is one ``net.send`` between the worker's
+host and a PS task, which contend on the NICs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simdist.cluster import Device
+from simdist.network import Transfer
+from simdist.strategies.base import Strategy
+from simdist.strategies.parameter_server.async_loop import AsyncTraining
+from simdist.strategies.parameter_server.partition import bytes_per_ps, partition
+from simdist.strategies.parameter_server.servers import ParameterServers
+from simdist.strategies.parameter_server.sync_backup import SyncWithBackups
+
+
+class ParameterServerStrategy(Strategy):
+    """Asynchronous (or synchronous with backup workers) parameter-server training.
+
+    Failures (DESIGN.md §4, asynchronous mode): a failed worker drops out — its
+    in-flight gradient is lost — and rejoins after its restart with a fresh pull
+    while the others go on; a failed PS rolls every task back to the last
+    completed checkpoint (written by the coordinator in the background, without
+    stopping the workers) and everyone resumes after the PS's restart and the
+    restore.
+    """
+
+    kinds = ("parameter_server",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        options = self.scenario.strategy
+        self.options = options
+        self.n_workers = len(self.cluster.workers)
+        self.n_ps = len(self.cluster.ps_hosts)
+        self.worker_batch = (
+            self.scenario.workload.batch_size * self.scenario.cluster.devices_per_host
+        )
+        self.shards = partition(
+            self.costs.param_leaves,
+            self.n_ps,
+            options.partitioner,
+            options.min_shard_bytes,
+            options.max_shards,
+        )
+        self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
+        self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
+        self.deferred: Any = None
+        if self.workload is not None:
+            from simdist.numerics.executor import DeferredGradients
+
+            self.deferred = DeferredGradients(self.workload, self.worker_batch)
+        self.applied = 0  # gradients applied on every PS (global steps)
+        self.dropped = 0  # late gradients of backup workers
+        self.lost_gradients = 0  # in flight when their worker failed
+        self.staleness: list[int] = []  # per applied gradient
+        # What each worker has on the wire (transfers, a local all-reduce): a failure cuts it.
+        self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
+        self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
+
+    @property
+    def numeric(self) -> bool:
+        """Whether gradients are computed for real (False in timing-only runs)."""
+        return self.deferred is not None
+
+    @property
+    def final_params(self) -> Any | None:
+        return self.servers.current() if self.numeric else None
+
+    @property
+    def training_devices(self) -> list[Device]:
+        return list(self.cluster.devices)
+
+    @property
+    def examples_per_step(self) -> int:
+        """Async: one worker's batch per applied gradient; sync: the N−b accepted batches."""
+        if self.options.mode == "sync":
+            return (self.n_workers - self.options.backup_workers) * self.worker_batch
+        return self.worker_batch
+
+    # -- what one worker does ----------------------------------------------
+
+    def pull(self, w: int, step: int) -> Generator[Any, Any, None]:
+        """Worker ``w`` fetches every PS's shards in parallel.
+
+        The values were read when the request was issued (``servers.pull_all``).
+        """
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        moves = [
+            self.net.send(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
+            for ps, nbytes in enumerate(self.ps_nbytes)
+        ]
+        yield from self._wait(w, moves, step, "pull")
+
+    def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
+        """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
+        devices = self.cluster.workers[w].devices
+        yield from self.input_wait(devices, self.pipelines[w], step)
+        yield from self.compute_phase(devices, step)
+        if len(devices) > 1:
+            nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
+            reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
+            self.moving[w] = [reduce]
+            yield reduce
+            self.moving[w] = []
+
+    def push(
+        self, w: int, step: int, then: Callable[[int], None] | None = None
+    ) -> Generator[Any, Any, None]:
+        """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives."""
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        moves = [
+            self.net.send(
+                host,
+                ps_hosts[ps],
+                nbytes,
+                step=step,
+                detail=f"push ps{ps}",
+                then=None if then is None else (lambda ps=ps: then(ps)),
+            )
+            for ps, nbytes in enumerate(self.ps_nbytes)
+        ]
+        yield from self._wait(w, moves, step, "push")
+
+    def _wait(
+        self, w: int, moves: Sequence[Transfer], step: int, detail: str
+    ) -> Generator[Any, Any, None]:
+        """Wait for a parallel phase of ``w``'s messages, recorded on its devices as one span."""
+        self.moving[w] = list(moves)
+        devices = self.cluster.workers[w].devices
+        nbytes = self.costs.grad_nbytes
+        yield from self.net.wait_all(devices, moves, step=step, detail=detail, nbytes=nbytes)
+        self.moving[w] = []
+
+    def cut(self, w: int) -> None:
+        """Worker ``w`` stops (failed, or dropped as late): what it has on the wire stops too.
+
+        Transfers are cancelled (their links freed, nothing recorded); a local
+        all-reduce is interrupted, which releases the intra-host link.
+        """
+        for move in self.moving[w]:
+            if isinstance(move, Transfer):
+                move.cancel()
+            elif move.is_alive:
+                move.interrupt("worker stopped")
+                move.defused = True  # nobody waits for it any more
+        self.moving[w] = []
+
+    # -- numerics ----------------------------------------------------------
+
+    def _batch(self, w: int, iteration: int) -> tuple[Any, Any]:
+        """Worker ``w``'s ``iteration``-th batch: global batch ``iteration·W + w``.
+
+        A pure function of (seed, w, iteration), independent of timing; with one
+        worker it is one_device's order.
+        """
+        assert self.workload is not None
+        return self.workload.batches.batch(iteration * self.n_workers + w, self.worker_batch)
+
+    def submit(self, w: int, iteration: int, values: Sequence[dict[str, Any]]) -> int:
+        """Queue worker ``w``'s gradient at the ``values`` it pulled; return its ticket."""
+        x, y = self._batch(w, iteration)
+        return self.deferred.submit(self.servers.assemble(values), x, y)
+
+    def gradient(self, ticket: int) -> tuple[float, Any]:
+        """``(loss, grads)`` of a submitted gradient (evaluated with every pending one)."""
+        loss, grads = self.deferred.result(ticket)
+        return float(loss), grads
+
+    def discard(self, ticket: int | None) -> None:
+        """Forget a gradient that will never be applied (lost or dropped)."""
+        if ticket is not None:
+            self.deferred.discard(ticket)
+
+    # -- the run -----------------------------------------------------------
+
+    def process(self) -> Generator[Any, Any, None]:
+        if self.options.mode == "sync":
+            yield from SyncWithBackups(self).run()
+        else:
+            yield from AsyncTraining(self).run()
+
+    def summary(self) -> dict[str, Any]:
+        values = np.asarray(self.staleness, dtype=float)
+        now = self.env.now
+        stats = (
+            {
+                "mean": float(values.mean()),
+                "p50": float(np.percentile(values, 50)),
+                "p95": float(np.percentile(values, 95)),
+                "max": float(values.max()),
+            }
+            if values.size
+            else {"mean": None, "p50": None, "p95": None, "max": None}
+        )
+        return {
+            "workers": self.n_workers,
+            "ps_tasks": self.n_ps,
+            "mode": self.options.mode,
+            "partitioner": self.options.partitioner,
+            "shards": len(self.shards),
+            "bytes_per_ps": self.ps_nbytes,
+            "staleness": stats,
+            "applied_updates": self.applied,
+            "applied_updates_per_s": self.applied / now if now > 0 else None,
+            "dropped_gradients": self.dropped,
+            "lost_gradients": self.lost_gradients,
+        }

@@ -1,0 +1,120 @@
+"""``mode: sync`` with ``backup_workers: b``: synchronous steps that drop the b late gradients.
+
+Chen, Pan, Monga, Bengio & Jozefowicz 2016, "Revisiting distributed
+synchronous SGD": every step all N workers pull the same version, compute and
+push; the first N−b gradients to arrive are averaged and applied on every PS,
+and the b late ones are dropped — their workers are cut off wherever they are.
+With b = 0 a step is one_device's step with the global batch. Failures and
+checkpoints are not simulated in this mode (the scenario rejects them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import simpy
+
+if TYPE_CHECKING:
+    from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
+
+
+class Arrival(NamedTuple):
+    """A worker whose gradient of the step has reached every PS."""
+
+    worker: int
+    ticket: int | None  # its deferred gradient evaluation (numerics only)
+
+
+class SyncWithBackups:
+    """The synchronous loop: N workers per step, the first N−b gradients applied."""
+
+    def __init__(self, strategy: ParameterServerStrategy) -> None:
+        self.strategy = strategy
+        self.env = strategy.env
+        self.needed = strategy.n_workers - strategy.options.backup_workers
+
+    def run(self) -> Generator[Any, Any, None]:
+        """Every step: all workers pull, compute and push; apply the mean of the first N−b."""
+        s, env, needed = self.strategy, self.env, self.needed
+        for step in range(s.total_steps):
+            start = env.now
+            arrivals: list[Arrival] = []
+            enough = env.event()
+            procs = [
+                env.process(self.worker_step(w, step, arrivals, enough)) for w in range(s.n_workers)
+            ]
+            yield enough
+            accepted = {arrival.worker for arrival in arrivals[:needed]}
+            for w, proc in enumerate(procs):
+                if w not in accepted and proc.is_alive:
+                    proc.interrupt("late: backup worker dropped")
+            # Let the interrupted processes record their drop at this instant.
+            yield env.timeout(0)
+            for late in arrivals[needed:]:  # arrived at the same instant, too late
+                self.drop(late.worker, step, late.ticket)
+            loss = self.apply(step, arrivals[:needed])
+            s.applied = step + 1
+            if not s.end_step(start, s.applied, loss, lambda: s.final_params):
+                return
+
+    def worker_step(
+        self, w: int, step: int, arrivals: list[Arrival], enough: simpy.Event
+    ) -> Generator[Any, Any, None]:
+        """Worker ``w``'s part of step ``step``: pull, compute, push every shard."""
+        s = self.strategy
+        ticket = None
+        try:
+            pulled = s.servers.pull_all()  # the values are read when the request is issued
+            yield from s.pull(w, step)
+            if pulled.values is not None:
+                ticket = s.submit(w, step, pulled.values)
+            yield from s.compute(w, step)
+            yield from s.push(w, step)
+            arrivals.append(Arrival(w, ticket))
+            if len(arrivals) == self.needed:
+                enough.succeed()
+        except simpy.Interrupt:
+            # A late (backup) worker: its transfers are cut and its gradient dropped.
+            s.cut(w)
+            self.drop(w, step, ticket)
+
+    def drop(self, w: int, step: int, ticket: int | None) -> None:
+        """Worker ``w``'s gradient of ``step`` came too late: it is dropped."""
+        s = self.strategy
+        if ticket is not None:
+            s.discard(ticket)
+        s.dropped += 1
+        s.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
+
+    def apply(self, step: int, accepted: list[Arrival]) -> float | None:
+        """Every PS applies its shard of the mean accepted gradient; return the mean loss."""
+        s = self.strategy
+        loss = None
+        mean = None
+        if s.numeric:
+            import jax
+
+            tickets = [arrival.ticket for arrival in accepted]
+            results = [s.gradient(ticket) for ticket in tickets if ticket is not None]
+            n = len(results)
+            loss = sum(r[0] for r in results) / n
+            mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))
+        for ps in range(s.n_ps):
+            s.servers.apply(ps, None if mean is None else s.servers.split(mean, ps))
+        version = s.servers.versions[0]
+        for arrival in accepted:
+            s.staleness.append(0)
+            s.recorder.row(
+                "updates",
+                time_s=self.env.now,
+                worker=arrival.worker,
+                ps=-1,
+                iteration=step,
+                version=version,
+                staleness=0,
+                ssp_staleness=0,
+                loss=math.nan if loss is None else loss,
+            )
+        return loss

@@ -1,0 +1,168 @@
+"""summary.json's figures and the per-device time split, built from the recorder's tables.
+
+This sits next to the recorder, not in :mod:`simdist.report`: the engine
+builds the summary of every run, and the engine never imports the report
+writers (or matplotlib).  It needs pandas and NumPy only.
+
+The time split answers "where did each device's time go": at each instant a
+device is in the highest-priority :data:`SPLIT_CATEGORIES` of the events
+covering it, overlaps counted once.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SUMMARY_VERSION = 1
+
+#: Time-split categories, in priority order: an instant in which a device both
+#: computes and communicates counts as compute.
+SPLIT_CATEGORIES = ("compute", "comm", "waiting", "other", "idle")
+
+
+def split_category(kind: str) -> str:
+    """The time-split category of an event kind.
+
+    ``compute`` includes ``straggle`` (the slow excess of a straggler's
+    compute: the device is still computing); ``waiting`` gathers recorded
+    waits (``idle`` rows: barriers, staleness bounds; ``input_wait``; any kind
+    mentioning "wait"); ``other`` is anything else recorded (eval, apply,
+    checkpoint, failure, restart, …).  The category ``idle`` is time with no
+    event at all.
+    """
+    if kind in ("compute", "straggle"):
+        return "compute"
+    if kind == "comm":
+        return kind
+    if kind == "idle" or "wait" in kind:
+        return "waiting"
+    return "other"
+
+
+@functools.lru_cache(maxsize=4096)
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key under which ``w2`` comes before ``w10``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name)
+    )
+
+
+def union_seconds(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Length of the union of intervals ``[starts[i], ends[i]]``."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts, float)[order], np.asarray(ends, float)[order]
+    reach = np.maximum.accumulate(e)
+    before = np.concatenate(([-np.inf], reach[:-1]))
+    return float(np.clip(e - np.maximum(s, before), 0.0, None).sum())
+
+
+def time_split_by_device(
+    events: pd.DataFrame, sim_time_s: float, devices: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """Seconds each device spends in each :data:`SPLIT_CATEGORIES`, overlaps counted once.
+
+    At each instant a device is in the highest-priority category of the
+    events covering it (compute > comm > waiting > other); ``idle`` is the rest
+    of ``[0, sim_time_s]``.  Unlike summing durations, parallel transfers
+    (a worker pulling from two parameter servers at once) are not counted
+    twice, so the categories add up to ``sim_time_s``.  ``devices`` defaults
+    to every device with events, in natural order.
+    """
+    if devices is None:
+        devices = sorted(set(events["device"]), key=natural_key)
+    devices = list(devices)
+    cats = events["kind"].map(split_category)
+    start = events["start_s"].clip(0.0, sim_time_s).to_numpy()
+    end = events["end_s"].clip(0.0, sim_time_s).to_numpy()
+    by_device = events.groupby("device", sort=False).indices
+    all_cats = cats.to_numpy()
+    rows = []
+    for device in devices:
+        idx = by_device.get(device, np.array([], dtype=np.int64))
+        covered, row = 0.0, {}
+        mask = np.zeros(len(idx), dtype=bool)
+        dev_cats = all_cats[idx]
+        for category in SPLIT_CATEGORIES[:-1]:
+            mask |= dev_cats == category
+            total = union_seconds(start[idx][mask], end[idx][mask])
+            row[category] = max(0.0, total - covered)
+            covered = max(covered, total)
+        row["idle"] = max(0.0, sim_time_s - covered)
+        rows.append(row)
+    return pd.DataFrame(rows, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
+
+
+def training_devices(events: pd.DataFrame) -> list[str]:
+    """Devices that computed at least one gradient, in natural order."""
+    return sorted(set(events.loc[events["kind"] == "compute", "device"]), key=natural_key)
+
+
+def time_split(events: pd.DataFrame, devices: Sequence[str], sim_time_s: float) -> dict[str, float]:
+    """Share of the training devices' time spent computing, communicating, and idle.
+
+    Shares are of ``len(devices) × sim_time_s`` device-seconds, with
+    overlapping spans on one device counted once (a worker pulling from two
+    parameter servers at once communicates, not twice). Compute includes a
+    straggler's excess; idle is everything else (barriers, waits, failures).
+    """
+    total = len(devices) * sim_time_s
+    if total <= 0:
+        return {"compute": 0.0, "comm": 0.0, "idle": 0.0}
+    split = time_split_by_device(events, sim_time_s, devices).sum()
+    compute = float(split["compute"]) / total
+    comm = float(split["comm"]) / total
+    return {"compute": compute, "comm": comm, "idle": max(0.0, 1.0 - compute - comm)}
+
+
+def _last(metrics: pd.DataFrame, name: str) -> float | None:
+    rows = metrics[metrics["metric"] == name]
+    return None if rows.empty else float(rows["value"].iloc[-1])
+
+
+def build_summary(
+    *,
+    scenario: Any,
+    metrics: pd.DataFrame,
+    events: pd.DataFrame,
+    sim_time_s: float,
+    steps: int,
+    costs: Any,
+    devices: Sequence[str],
+    examples_per_step: int,
+    diverged_at: int | None,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """The headline figures of one run, as plain JSON-able values."""
+    examples = steps * examples_per_step
+    summary: dict[str, Any] = {
+        "summary_version": SUMMARY_VERSION,
+        "name": scenario.name,
+        "strategy": scenario.strategy.kind,
+        "seed": scenario.seed,
+        "numerics": bool(scenario.numerics),
+        "replicas": scenario.replicas,
+        "global_batch": scenario.global_batch,
+        "steps": steps,
+        "simulated_time_s": sim_time_s,
+        "examples": examples,
+        "examples_per_s": examples / sim_time_s if sim_time_s > 0 else None,
+        "compute_s_per_replica_step": costs.compute_s,
+        "flops_per_replica_step": costs.flops_per_replica_step,
+        "param_bytes": costs.grad_nbytes,
+        "final_train_loss": _last(metrics, "train_loss"),
+        "final_test_loss": _last(metrics, "test_loss"),
+        "final_test_accuracy": _last(metrics, "test_accuracy"),
+        "diverged": diverged_at is not None,
+        "diverged_at_step": diverged_at,
+        "time_split": time_split(events, devices, sim_time_s),
+    }
+    summary.update(extra)
+    return summary

@@ -1,0 +1,214 @@
+"""parameter_server timing without JAX: hand-made Costs, ``workload=None``, exact step times.
+
+Every quantity is a power of two, so the simulated times are exact binary fractions and
+the expected times can be compared with ``==``. The model (simdist.network): a pull or
+push of S bytes between a worker and a PS crosses both NICs, occupies them for σ = S/B
+and arrives L = α_w + α_ps later; a NIC serialises one message at a time (first come,
+first served) and latency does not occupy it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from simdist.engine import simulate
+from simdist.scenario import scenario_from_dict
+from simdist.strategies.base import Costs
+
+B = 2.0**30  # NIC bandwidth, bytes/s
+ALPHA = 2.0**-16  # latency of one NIC, s
+S = 2**20  # bytes of the parameters (= of a gradient)
+SIGMA = S / B  # 2**-10 s on a NIC per message
+L = 2 * ALPHA  # a message pays the worker's and the PS's NIC latency
+B_INTRA = 2.0**32
+ALPHA_INTRA = 2.0**-16
+
+
+def scenario(workers: int, ps: int = 1, devices_per_host: int = 1, **extra: object):
+    data = {
+        "name": "ps_timing",
+        "seed": 0,
+        "numerics": False,
+        "cluster": {
+            "hosts": workers,
+            "ps": ps,
+            "devices_per_host": devices_per_host,
+            "device": {"profile": "cpu"},
+            "links": {
+                "network": {"bandwidth": B, "latency": ALPHA},
+                "intra_host": {"bandwidth": B_INTRA, "latency": ALPHA_INTRA},
+            },
+        },
+        "workload": {
+            "model": "mlp",
+            "dataset": "digits",
+            "batch_size": 8,
+            "optimizer": {"name": "sgd", "learning_rate": 0.1},
+            "steps": 1,
+        },
+        "strategy": {"kind": "parameter_server"},
+        **extra,
+    }
+    return scenario_from_dict(data)
+
+
+def costs(compute_s: float, steps: int, leaves: tuple[int, ...] = (S,)) -> Costs:
+    param_leaves = tuple((f"params/w{i}", (n // 4,), n) for i, n in enumerate(leaves))
+    return Costs(
+        compute_s=compute_s,
+        grad_nbytes=sum(leaves),
+        flops_per_replica_step=0,
+        total_steps=steps,
+        param_leaves=param_leaves,
+    )
+
+
+def applied_times(result) -> list[float]:
+    return result.tables["updates"]["time_s"].tolist()
+
+
+# -- one worker ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("c", [2.0**-12, 2.0**-8])
+def test_one_worker_one_ps_step_is_compute_plus_pull_and_push(c):
+    steps = 5
+    result = simulate(scenario(1), costs(c, steps))
+    step_s = c + 2 * (ALPHA + ALPHA) + 2 * S / B
+    assert applied_times(result) == [k * step_s for k in range(1, steps + 1)]
+    assert result.summary["simulated_time_s"] == steps * step_s
+    # the PS's NIC is busy σ per message: [pull, push] of every step, latency excluded
+    ps_rows = result.events.query("host == 'ps0'")
+    spans = list(zip(ps_rows["start_s"], ps_rows["end_s"], strict=True))
+    expected = []
+    for k in range(steps):
+        t = k * step_s
+        expected += [(t, t + SIGMA), (t + SIGMA + L + c, t + 2 * SIGMA + L + c)]
+    assert spans == expected
+    assert list(ps_rows["detail"]) == ["pull ps0", "push ps0"] * steps
+    assert set(ps_rows["links"]) == {"ps0/nic"}
+    # the worker records each phase as one span, from the request to the arrival
+    worker = result.events.query("host == 'worker0' and step == 0")
+    assert list(zip(worker["kind"], worker["start_s"], worker["end_s"], strict=True)) == [
+        ("comm", 0.0, SIGMA + L),
+        ("compute", SIGMA + L, SIGMA + L + c),
+        ("comm", SIGMA + L + c, step_s),
+    ]
+    assert list(worker["detail"])[::2] == ["pull", "push"]
+
+
+def test_shards_of_two_ps_queue_on_the_worker_nic():
+    # Two variables of S0 and S1 bytes, one per PS: the pulls leave two PS NICs but enter
+    # one worker NIC, which serialises them, so the step pays (S0 + S1)/B twice.
+    s0, s1 = S, S // 2
+    c, steps = 2.0**-9, 3
+    result = simulate(scenario(1, ps=2), costs(c, steps, leaves=(s0, s1)))
+    step_s = c + 2 * L + 2 * (s0 + s1) / B
+    updates = result.tables["updates"]
+    assert list(updates["ps"]) == [0, 1] * steps
+    # ps0's shard is first on the worker NIC both ways; ps1's arrives (S1/B) after it
+    expected = []
+    for k in range(1, steps + 1):
+        expected += [k * step_s - s1 / B, k * step_s]
+    assert list(updates["time_s"]) == expected
+
+
+def test_local_all_reduce_adds_the_ring_over_the_intra_host_link():
+    c, steps = 2.0**-9, 3
+    result = simulate(scenario(1, devices_per_host=2), costs(c, steps))
+    allreduce_s = 2 * (2 - 1) * (ALPHA_INTRA + S / (2 * B_INTRA))  # ring over 2 devices
+    step_s = c + allreduce_s + 2 * L + 2 * SIGMA
+    assert applied_times(result) == [k * step_s for k in range(1, steps + 1)]
+    local = result.events.query("detail == 'local all-reduce'")
+    assert len(local) == 2 * steps  # one span per device per step
+    assert set(local["links"]) == {"worker0/intra"}
+    assert (local["end_s"] - local["start_s"]).tolist() == [allreduce_s] * (2 * steps)
+
+
+# -- contention on the PS NIC --------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_simultaneous_pulls_queue_on_the_ps_nic_compute_bound(workers):
+    # c + L >= (N-1)·σ: the pushes never meet the pulls. Pull k holds the PS NIC during
+    # [kσ, (k+1)σ] and arrives at (k+1)σ + L; push k leaves at (k+1)σ + L + c, spaced σ
+    # apart, so it never waits: it arrives at (k+2)σ + 2L + c.
+    c = 2.0**-8
+    assert c + L >= (workers - 1) * SIGMA
+    result = simulate(scenario(workers), costs(c, workers))
+    updates = result.tables["updates"]
+    assert list(updates["worker"]) == list(range(workers))
+    assert applied_times(result) == [(k + 2) * SIGMA + 2 * L + c for k in range(workers)]
+    assert list(updates["staleness"]) == list(range(workers))  # all pulled version 0
+    pulls = result.events.query("detail == 'pull' and step == 0")
+    assert list(pulls["end_s"]) == [(k + 1) * SIGMA + L for k in range(workers)]
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_the_ps_nic_saturates_when_it_is_the_bottleneck(workers):
+    # c + L <= (N-1)·σ: a push is ready before the last pull has left, and queues behind
+    # it. The PS NIC then never idles: each round it carries the N pulls, then the N
+    # pushes, in worker order, 2N·σ per round. Worker k's j-th gradient is the
+    # (N + k + 1)-th message of round j and arrives L after it leaves:
+    #     (2N·j + N + k + 1)·σ + L        (against c + 2L + 2σ alone)
+    c, rounds = 2.0**-12, 3
+    assert c + L <= (workers - 1) * SIGMA
+    result = simulate(scenario(workers), costs(c, workers * rounds))
+    updates = result.tables["updates"]
+    expected = [
+        (2 * workers * j + workers + k + 1) * SIGMA + L
+        for j in range(rounds)
+        for k in range(workers)
+    ]
+    assert applied_times(result) == expected
+    assert list(updates["worker"]) == list(range(workers)) * rounds
+    assert result.summary["simulated_time_s"] == 2 * workers * rounds * SIGMA + L
+    # the PS's NIC rows tile [0, 2N·σ·rounds] without a gap: pulls, then pushes
+    ps_rows = result.events.query("host == 'ps0'")
+    starts = ps_rows["start_s"].tolist()
+    assert starts == [i * SIGMA for i in range(2 * workers * rounds)]
+    assert (ps_rows["end_s"] - ps_rows["start_s"]).tolist() == [SIGMA] * len(starts)
+    details = ["pull ps0"] * workers + ["push ps0"] * workers
+    assert list(ps_rows["detail"]) == details * rounds
+
+
+# -- failures ------------------------------------------------------------------------
+
+
+def test_a_failure_during_the_local_all_reduce_cuts_it():
+    # worker0 pulls first: pull [0, σ + L], compute c, then the local all-reduce over
+    # its 2 devices; it fails halfway through that all-reduce.
+    c = 2.0**-9
+    allreduce_s = 2 * (ALPHA_INTRA + S / (2 * B_INTRA))
+    start = SIGMA + L + c
+    at = start + allreduce_s / 2
+    failures = {"failures": [{"target": "worker 0", "at": at, "restart_after": 2.0**-10}]}
+    result = simulate(scenario(2, devices_per_host=2, faults=failures), costs(c, 6))
+    events = result.events
+    local = events.query("host == 'worker0' and detail == 'local all-reduce'")
+    assert (local["start_s"] > at).all()  # the interrupted all-reduce records nothing
+    assert len(local) > 0  # ... and the iteration is redone after the restart
+    assert result.summary["failures"] == 1 and result.summary["lost_gradients"] == 1
+    assert result.summary["applied_updates"] == 6 - 1
+    # worker0's devices do nothing between the failure and the end of the restart
+    down = events.query("host == 'worker0' and kind not in ('failure', 'restart')")
+    assert not ((down["start_s"] < at + 2.0**-10) & (down["end_s"] > at)).any()
+    for _, spans in events.sort_values(["device", "start_s"], kind="stable").groupby("device"):
+        gaps = spans["start_s"].to_numpy()[1:] - spans["end_s"].to_numpy()[:-1]
+        assert (gaps >= 0).all()
+
+
+# -- layering ------------------------------------------------------------------------
+
+
+def test_importing_the_package_loads_neither_simpy_jax_nor_pandas():
+    code = (
+        "import sys, simdist.strategies.parameter_server as ps; "
+        "assert ps.Spec.kinds() == ('parameter_server',); "
+        "print(sorted(m for m in ('simpy', 'jax', 'pandas') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"

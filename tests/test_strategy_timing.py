@@ -1,0 +1,155 @@
+"""Strategy timing without JAX: step times pinned exactly from hand-made ``Costs``.
+
+``simdist.engine.simulate(scenario, costs, workload=None)`` runs the SimPy half of a
+strategy alone. With a fixed compute time c and gradient size S, each synchronous
+step lasts c plus what the network charges for its communication, so the simulated
+time of k steps is known to the last bit (the same float additions, in the same order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simdist.collectives import (
+    hierarchical_allreduce_s,
+    ring_allreduce_s,
+    torus2d_allreduce_s,
+    tree_allreduce_s,
+)
+from simdist.engine import simulate
+from simdist.scenario import load_scenario
+from simdist.strategies.base import Costs
+from simdist.strategies.central_storage import central_storage_step_s
+from simdist.strategies.multi_worker_mirrored import chief_eval_s
+
+C = 1e-3  # seconds of compute per replica step
+S = 1_000_000  # gradient bytes
+STEPS = 5
+
+
+def costs(steps: int = STEPS, test_examples: int = 0) -> Costs:
+    return Costs(
+        compute_s=C,
+        grad_nbytes=S,
+        flops_per_replica_step=0.0,
+        total_steps=steps,
+        param_leaves=(("params/w", (1000, 250), S),),
+        test_examples=test_examples,
+    )
+
+
+def run(path: str, *overrides: str, steps: int = STEPS, test_examples: int = 0):
+    scenario = load_scenario(path, ["numerics=false", *overrides])
+    return simulate(scenario, costs(steps, test_examples))
+
+
+def ends(steps: int, step_parts: list[float]) -> float:
+    """The clock after ``steps`` steps that each advance it by ``step_parts`` in turn."""
+    t = 0.0
+    for _ in range(steps):
+        for part in step_parts:
+            t += part
+    return t
+
+
+def test_one_device_steps_are_compute_only():
+    result = run("scenarios/one_device_digits.yaml")
+    assert result.summary["simulated_time_s"] == ends(STEPS, [C])
+    assert result.summary["steps"] == STEPS
+    assert set(result.events["kind"]) == {"compute"}
+    assert result.params is None
+
+
+@pytest.mark.parametrize("algo, formula", [("ring", ring_allreduce_s), ("tree", tree_allreduce_s)])
+def test_mirrored_step_is_compute_plus_intra_host_allreduce(algo, formula):
+    result = run("scenarios/mirrored_4dev.yaml", f"strategy.all_reduce={algo}")
+    link = result.scenario.cluster.links.intra_host
+    allreduce = formula(4, S, link.latency_s, link.bandwidth_Bps)
+    assert result.summary["simulated_time_s"] == ends(STEPS, [C, allreduce])
+    comm = result.events[result.events["kind"] == "comm"]
+    assert len(comm) == 4 * STEPS and set(comm["links"]) == {"worker0/intra"}
+
+
+def test_multi_worker_ring_is_priced_on_the_network():
+    result = run("scenarios/mwm_2x4_ring.yaml", "workload.eval_every=0")
+    net = result.scenario.cluster.links.network
+    allreduce = ring_allreduce_s(8, S, net.latency_s, net.bandwidth_Bps)
+    assert result.summary["simulated_time_s"] == ends(STEPS, [C, allreduce])
+    assert result.summary["allreduce_s"] == allreduce
+
+
+def test_multi_worker_nccl_is_hierarchical_and_packs_add_latency():
+    result = run("scenarios/mwm_2x4_nccl.yaml", "workload.eval_every=0")
+    links = result.scenario.cluster.links
+    intra, net = links.intra_host, links.network
+
+    def hier(nbytes: float) -> float:
+        return hierarchical_allreduce_s(
+            2, 4, nbytes, intra.latency_s, intra.bandwidth_Bps, net.latency_s, net.bandwidth_Bps
+        )
+
+    assert result.summary["simulated_time_s"] == ends(STEPS, [C, hier(S)])
+    packed = run(
+        "scenarios/mwm_2x4_nccl.yaml", "workload.eval_every=0", "strategy.bytes_per_pack=400000"
+    )
+    parts = [C, hier(400_000), hier(400_000), hier(200_000)]
+    assert packed.summary["simulated_time_s"] == ends(STEPS, parts)
+    assert packed.summary["packs"] == 3
+
+
+def test_multi_worker_chief_evaluates_before_the_next_step():
+    n_test = 360
+    result = run("scenarios/mwm_2x4_ring.yaml", "workload.eval_every=2", test_examples=n_test)
+    net = result.scenario.cluster.links.network
+    allreduce = ring_allreduce_s(8, S, net.latency_s, net.bandwidth_Bps)
+    eval_s = chief_eval_s(C, 16, n_test, 4)
+    assert eval_s == C * math.ceil(n_test / 4) / (3 * 16)
+    # evaluations after steps 2 and 4 delay steps 3 and 5; the final one (step 5) ends the run
+    expected = ends(1, [C, allreduce, C, allreduce, eval_s + C, allreduce, C, allreduce])
+    expected = ends(1, [expected, eval_s + C, allreduce, eval_s])
+    assert result.summary["simulated_time_s"] == pytest.approx(expected, rel=1e-15)
+    evals = result.events[result.events["kind"] == "eval"]
+    assert set(evals["host"]) == {"worker0"} and len(evals) == 3 * 4
+
+
+def test_central_storage_step_matches_its_closed_form():
+    result = run("scenarios/central_storage_4dev.yaml")
+    link = result.scenario.cluster.links.intra_host
+    cpu = result.scenario.strategy.reduce_bandwidth_Bps
+    step = central_storage_step_s(4, S, link.latency_s, link.bandwidth_Bps, C, cpu)
+    assert result.summary["simulated_time_s"] == pytest.approx(STEPS * step, rel=1e-12)
+    assert result.summary["predicted_step_s"] == step
+
+
+def test_tpu_step_is_compute_plus_torus_allreduce():
+    result = run("scenarios/tpu_2x2.yaml", "strategy.topology=[4, 2]")
+    ici = result.scenario.cluster.links.intra_host
+    allreduce = torus2d_allreduce_s(4, 2, S, ici.latency_s, ici.bandwidth_Bps)
+    assert result.summary["simulated_time_s"] == ends(STEPS, [C, allreduce])
+    assert set(result.events.loc[result.events["kind"] == "comm", "links"]) == {"worker0/ici"}
+
+
+def test_a_persistent_straggler_sets_the_pace_of_a_sync_step():
+    result = run("scenarios/mirrored_4dev.yaml", "faults.stragglers=[{device: 2, slowdown: 3}]")
+    link = result.scenario.cluster.links.intra_host
+    allreduce = ring_allreduce_s(4, S, link.latency_s, link.bandwidth_Bps)
+    assert result.summary["simulated_time_s"] == ends(STEPS, [3 * C, allreduce])
+    idle = result.events[(result.events["kind"] == "idle") & (result.events["step"] == 0)]
+    assert idle["end_s"].tolist() == [3 * C] * 3 and idle["start_s"].tolist() == [C] * 3
+
+
+def test_a_failure_costs_restart_restore_and_the_redone_steps():
+    # checkpoint after step 2 (written from 2C to 3C); the failure at 3.5C hits step 3,
+    # noticed at its end (4C): restart, restore, then steps 3, 4, 5 again
+    result = run(
+        "scenarios/one_device_digits.yaml",
+        "checkpoint={every_steps: 2, storage_bandwidth: 1GB/s}",
+        f"faults.failures=[{{target: worker 0, at: {3.5 * C}, restart_after: 10ms}}]",
+    )
+    ckpt = S / 1e9  # parameters only: the optimizer state is empty in these Costs
+    t = ends(1, [C, C, ckpt, C, 10e-3, ckpt, C, C, ckpt, C])
+    assert result.summary["simulated_time_s"] == pytest.approx(t, rel=1e-12)
+    assert result.summary["failures"] == 1 and result.summary["lost_steps"] == 1
+    assert result.summary["time_lost_s"] == pytest.approx(C + 10e-3 + ckpt, rel=1e-12)
