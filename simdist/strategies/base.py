@@ -48,7 +48,6 @@ class Costs:
 class Strategy(ABC):
     """One tf.distribute-style strategy: a SimPy process that trains the workload."""
 
-    kinds: ClassVar[tuple[str, ...]] = ()
     #: The network topology this strategy's cluster is wired as (see simdist.network).
     topology: ClassVar[str] = "switch"
     #: Seconds after an evaluation point at which its test metrics are stamped.

@@ -76,8 +76,6 @@ def central_storage_step_s(
 class CentralStorageStrategy(SynchronousStrategy):
     """One host: per-device fetch → compute → push over the shared PCIe, then a CPU reduce."""
 
-    kinds = ("central_storage",)
-
     @property
     def host(self) -> Host:
         """The one host whose CPU holds the variables."""

@@ -37,8 +37,6 @@ class Spec(StrategySpecBase):
 class MirroredStrategy(SynchronousStrategy):
     """One host, N replicas, one all-reduce of the full gradient per step."""
 
-    kinds = ("mirrored",)
-
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         if self.scenario.replicas == 1:
             return

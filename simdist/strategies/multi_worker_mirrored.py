@@ -100,8 +100,6 @@ def chief_eval_s(compute_s: float, batch_size: int, n_test: int, chief_devices: 
 class MultiWorkerMirroredStrategy(SynchronousStrategy):
     """W hosts × D replicas, one (possibly packed) all-reduce per step, a chief that evaluates."""
 
-    kinds = ("multi_worker_mirrored",)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         spec = self.scenario.strategy

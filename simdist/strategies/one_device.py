@@ -31,8 +31,6 @@ class Spec(StrategySpecBase):
 class OneDeviceStrategy(SynchronousStrategy):
     """One replica on the first device: compute, apply, nothing moves."""
 
-    kinds = ("one_device", "default")
-
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         del step
         yield from ()

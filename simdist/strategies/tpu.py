@@ -69,7 +69,6 @@ class Spec(StrategySpecBase):
 class TPUStrategy(SynchronousStrategy):
     """x·y chips on one host, one 2D-torus all-reduce of the gradient per step."""
 
-    kinds = ("tpu",)
     topology = "torus"
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:

@@ -36,8 +36,6 @@ class ParameterServerStrategy(Strategy):
     restore.
     """
 
-    kinds = ("parameter_server",)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         options = self.scenario.strategy
