@@ -164,5 +164,8 @@ def build_summary(
         "diverged_at_step": diverged_at,
         "time_split": time_split(events, devices, sim_time_s),
     }
+    # Communication not hidden behind compute: the seconds a training device spends
+    # communicating while it does not compute, averaged over the training devices.
+    summary["exposed_comm_s"] = summary["time_split"]["comm"] * sim_time_s
     summary.update(extra)
     return summary

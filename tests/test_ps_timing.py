@@ -212,3 +212,49 @@ def test_importing_the_package_loads_neither_simpy_jax_nor_pandas():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- overlap: per-variable pulls in forward order, pushes as gradients are ready ---------
+
+
+def test_overlap_one_worker_two_layers_hand_case():
+    from simdist.strategies.base import LayerCost
+
+    f, b = 2.0**-10, 2.0**-9  # each layer: forward σ, backward 2σ
+    layers = (
+        LayerCost("l0", f, b, S, ("params/w0",)),
+        LayerCost("l1", f, b, S, ("params/w1",)),
+    )
+    base = costs(2 * (f + b), 3, leaves=(S, S))
+    layered = Costs(**{**base.__dict__, "layers": layers})
+    strategy = {"kind": "parameter_server", "overlap": True}
+    result = simulate(scenario(1, strategy=strategy), layered)
+    # pulls queue on the NICs in forward order: w0 arrives at σ + L, w1 at 2σ + L;
+    # l0 forward [σ+L, 2σ+L], l1 forward [2σ+L, 3σ+L]; backward l1 ends at 5σ+L and
+    # its push arrives at 6σ+2L; l0's backward ends at 7σ+L, its push arrives at 8σ+2L,
+    # when the PS has the whole gradient: the iteration ends there.
+    iteration = 8 * SIGMA + 2 * L
+    assert result.summary["simulated_time_s"] == 3 * iteration
+    updates = result.tables["updates"]
+    assert updates["time_s"].tolist() == [iteration * k for k in (1, 2, 3)]
+    events = result.events[result.events["step"] == 0]
+    compute = events[events["kind"] == "compute"]
+    # l1's variables arrive exactly when l0's forward ends: two forward runs, no wait
+    assert compute[["start_s", "end_s", "detail"]].values.tolist() == [
+        [SIGMA + L, 2 * SIGMA + L, "forward"],
+        [2 * SIGMA + L, 3 * SIGMA + L, "forward"],
+        [3 * SIGMA + L, 7 * SIGMA + L, "backward"],
+    ]
+    waits = events[events["detail"] == "waiting for variables"]
+    assert waits[["start_s", "end_s"]].values.tolist() == [[0.0, SIGMA + L]]
+    pushes = events[(events["kind"] == "comm") & (events["host"] == "ps0")]
+    assert pushes[["start_s", "detail"]].values.tolist() == [
+        [0.0, "pull ps0"],
+        [SIGMA, "pull ps0"],
+        [5 * SIGMA + L, "push ps0"],
+        [7 * SIGMA + L, "push ps0"],
+    ]
+    # without overlap: pull both, compute, push both
+    plain = simulate(scenario(1), layered)
+    assert plain.summary["simulated_time_s"] == 3 * (2 * SIGMA + L + 6 * SIGMA + 2 * SIGMA + L)
+    assert result.summary["exposed_comm_s"] < plain.summary["exposed_comm_s"]

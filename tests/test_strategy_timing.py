@@ -20,9 +20,10 @@ from simdist.collectives import (
 )
 from simdist.engine import simulate
 from simdist.scenario import load_scenario
-from simdist.strategies.base import Costs
+from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.central_storage import central_storage_step_s
 from simdist.strategies.multi_worker_mirrored import chief_eval_s
+from simdist.strategies.sync import Bucket, gradient_buckets
 
 C = 1e-3  # seconds of compute per replica step
 S = 1_000_000  # gradient bytes
@@ -153,3 +154,98 @@ def test_a_failure_costs_restart_restore_and_the_redone_steps():
     assert result.summary["simulated_time_s"] == pytest.approx(t, rel=1e-12)
     assert result.summary["failures"] == 1 and result.summary["lost_steps"] == 1
     assert result.summary["time_lost_s"] == pytest.approx(C + 10e-3 + ckpt, rel=1e-12)
+
+
+# -- backward overlapped with bucketed all-reduces --------------------------------------
+
+MiB = 1024 * 1024
+
+
+def three_layers(grad_nbytes: int = 4 * MiB) -> tuple[LayerCost, ...]:
+    return tuple(LayerCost(f"l{i}", 1e-3, 2e-3, grad_nbytes) for i in range(3))
+
+
+def layered_costs(layers: tuple[LayerCost, ...], steps: int = STEPS) -> Costs:
+    return Costs(
+        compute_s=sum(layer.forward_s + layer.backward_s for layer in layers),
+        grad_nbytes=sum(layer.grad_nbytes for layer in layers),
+        flops_per_replica_step=0.0,
+        total_steps=steps,
+        layers=layers,
+    )
+
+
+def test_gradient_buckets_close_before_the_cap_in_backward_order():
+    layers = (
+        LayerCost("a", 0, 0, 4),
+        LayerCost("relu", 0, 0, 0),
+        LayerCost("b", 0, 0, 4),
+        LayerCost("c", 0, 0, 9),
+    )
+    # backward order c, b, relu, a: c alone exceeds the cap and gets its own bucket
+    assert gradient_buckets(layers, 8) == [Bucket(0, 1, 9), Bucket(1, 4, 8)]
+    assert gradient_buckets(layers, 7) == [Bucket(0, 1, 9), Bucket(1, 3, 4), Bucket(3, 4, 4)]
+    assert gradient_buckets(layers, 100) == [Bucket(0, 4, 17)]
+
+
+def test_overlap_hand_case_three_layers_two_buckets():
+    # forward 3 ms; backward l2, l1 (bucket 1: 8 MiB ready at 7 ms), l0 (bucket 2: 4 MiB
+    # ready at 9 ms); bucket 2 starts when it is ready and bucket 1's all-reduce has ended.
+    scenario = load_scenario(
+        "scenarios/mirrored_4dev.yaml", ["numerics=false", "strategy.bucket_bytes=8MiB"]
+    )
+    result = simulate(scenario, layered_costs(three_layers()))
+    link = scenario.cluster.links.intra_host
+    a8 = ring_allreduce_s(4, 8 * MiB, link.latency_s, link.bandwidth_Bps)
+    a4 = ring_allreduce_s(4, 4 * MiB, link.latency_s, link.bandwidth_Bps)
+    t = 0.0
+    for _ in range(STEPS):
+        start = t
+        first_end = (start + 7e-3) + a8
+        t = max(start + 9e-3, first_end) + a4
+    # exact up to the rounding of the clock's own additions (now + (ready - now))
+    assert result.summary["simulated_time_s"] == pytest.approx(t, rel=1e-13)
+    comm = result.events[(result.events["kind"] == "comm") & (result.events["step"] == 0)]
+    assert comm.drop_duplicates("detail")[["detail", "nbytes"]].values.tolist() == [
+        ["all-reduce ring bucket 1/2", 8 * MiB],
+        ["all-reduce ring bucket 2/2", 4 * MiB],
+    ]
+    # bucket 1's all-reduce runs during l0's backward: the timeline shows the overlap
+    first = comm.iloc[0]
+    assert first["start_s"] == 7e-3 and first["end_s"] > 7e-3
+    step = t / STEPS
+    assert result.summary["exposed_comm_s"] == pytest.approx(STEPS * (step - 9e-3), rel=1e-9)
+
+
+def test_overlap_off_computes_then_all_reduces_the_whole_gradient():
+    scenario = load_scenario(
+        "scenarios/mirrored_4dev.yaml", ["numerics=false", "strategy.overlap=false"]
+    )
+    costs = layered_costs(three_layers())
+    result = simulate(scenario, costs)
+    link = scenario.cluster.links.intra_host
+    allreduce = ring_allreduce_s(4, 12 * MiB, link.latency_s, link.bandwidth_Bps)
+    assert result.summary["simulated_time_s"] == ends(STEPS, [costs.compute_s, allreduce])
+    assert result.summary["exposed_comm_s"] == pytest.approx(STEPS * allreduce, rel=1e-9)
+
+
+def test_overlap_with_a_straggler_waits_for_its_buckets():
+    scenario = load_scenario(
+        "scenarios/mwm_2x4_ring.yaml",
+        [
+            "numerics=false",
+            "workload.eval_every=0",
+            "strategy.bucket_bytes=4MiB",
+            "faults.stragglers=[{device: 5, slowdown: 2}]",
+        ],
+    )
+    result = simulate(scenario, layered_costs(three_layers(), steps=1))
+    net = scenario.cluster.links.network
+    a4 = ring_allreduce_s(8, 4 * MiB, net.latency_s, net.bandwidth_Bps)
+    # the straggler's buckets are ready at 2x (5, 7, 9) ms = 10, 14, 18 ms
+    t = 10e-3 + a4
+    t = max(14e-3, t) + a4
+    t = max(18e-3, t) + a4
+    assert result.summary["simulated_time_s"] == pytest.approx(t, rel=1e-13)
+    straggle = result.events[result.events["kind"] == "straggle"]
+    assert set(straggle["device"]) == {"worker1/gpu1"} and len(straggle) == 4

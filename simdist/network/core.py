@@ -128,6 +128,36 @@ class Network:
                     start, self.env.now, host, device.name, "comm", nbytes, step, detail, cell
                 )
 
+    def phase(
+        self,
+        devices: Sequence[Device],
+        moves: Sequence[Transfer],
+        *,
+        step: int,
+        detail: str,
+        nbytes: float,
+        start_s: float | None = None,
+    ) -> simpy.Event:
+        """As :meth:`wait_all`, without a process: the returned event fires at the last arrival.
+
+        The phase, from ``start_s`` (default: now) to the last arrival, is recorded
+        on ``devices`` then; a phase whose messages are cut (a failure) is not recorded.
+        """
+        start = self.env.now if start_s is None else start_s
+        joined = self.join(moves)
+
+        def record(_: simpy.Event) -> None:
+            links = [link for move in moves for link in move.links]
+            cell = {d.host: links_on(links, d.host) for d in devices}
+            for device in devices:
+                host = device.host
+                self.recorder.event(
+                    start, self.env.now, host, device.name, "comm", nbytes, step, detail, cell[host]
+                )
+
+        joined.callbacks.append(record)
+        return joined
+
     def join(self, moves: Sequence[Transfer]) -> simpy.Event:
         """An event that fires when every move is done, as ``env.all_of`` of their ``done``.
 
@@ -136,7 +166,8 @@ class Network:
         bookkeeping, which nobody reads here.
         """
         joined = self.env.event()
-        remaining = len(moves)
+        pending = [move.done for move in moves if move.done.callbacks is not None]
+        remaining = len(pending)  # a processed ``done`` (callbacks None) has arrived already
         if remaining == 0:
             return joined.succeed()
 
@@ -146,8 +177,8 @@ class Network:
             if remaining == 0:
                 joined.succeed()
 
-        for move in moves:
-            move.done.callbacks.append(arrived)
+        for done in pending:
+            done.callbacks.append(arrived)
         return joined
 
     # -- collectives ---------------------------------------------------------

@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class LayerCost:
+    """One layer's share of a replica step: its compute times and its gradient's bytes."""
+
+    name: str
+    forward_s: float
+    backward_s: float
+    grad_nbytes: int
+    param_paths: tuple[str, ...] = ()  # pytree paths of its parameters, in tree order
+
+
+@dataclass(frozen=True)
 class Costs:
     """Per-step quantities the engine measures once, before the clock starts."""
 
@@ -38,6 +49,8 @@ class Costs:
     opt_state_nbytes: int = 0  # bytes of the optimizer state (momentum, Adam moments, ...)
     example_nbytes: int = 0  # bytes of one input example, for the input pipeline's bandwidth
     test_examples: int = 0  # size of the test set, for the chief's evaluation cost
+    # Per-layer times in forward order (their sum is compute_s); empty: one layer, the step.
+    layers: tuple[LayerCost, ...] = ()
 
     @property
     def checkpoint_nbytes(self) -> int:

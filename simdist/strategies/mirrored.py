@@ -2,19 +2,20 @@
 
 As ``tf.distribute.MirroredStrategy``: each replica gets global_batch/N
 examples, the gradients are all-reduced over the intra-host links (NVLink /
-PCIe) and every replica applies the identical update.
+PCIe) and every replica applies the identical update. With a per-layer cost
+profile the all-reduce runs in buckets that overlap with backward
+(``overlap``, ``bucket_bytes``; see :class:`~simdist.strategies.sync.AllReduceStrategy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any, Literal
 
 from pydantic import Field
 
 from simdist.catalog import Execution
-from simdist.spec import StrategySpecBase
-from simdist.strategies.sync import SynchronousStrategy
+from simdist.spec import Bytes, StrategySpecBase
+from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
 
 
 class Spec(StrategySpecBase):
@@ -23,6 +24,8 @@ class Spec(StrategySpecBase):
     kind: Literal["mirrored"]
     execution: Execution = "auto"
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
+    overlap: bool = overlap_field()
+    bucket_bytes: Bytes = bucket_bytes_field()
 
     def replicas(self, cluster: Any) -> int:
         """One replica per device of the one host."""
@@ -34,11 +37,10 @@ class Spec(StrategySpecBase):
         super().check(scenario)
 
 
-class MirroredStrategy(SynchronousStrategy):
-    """One host, N replicas, one all-reduce of the full gradient per step."""
+class MirroredStrategy(AllReduceStrategy):
+    """One host, N replicas, the gradient all-reduced over the intra-host link."""
 
-    def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1:
-            return
-        algo = self.scenario.strategy.all_reduce
-        yield self.net.allreduce(self.training_devices, self.costs.grad_nbytes, algo, step=step)
+    @property
+    def algorithm(self) -> str:
+        """``strategy.all_reduce``: ring or tree."""
+        return self.scenario.strategy.all_reduce

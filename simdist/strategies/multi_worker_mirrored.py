@@ -21,13 +21,14 @@ CommunicationImplementation``):
 The network (:mod:`simdist.network.switch`) prices either and holds every worker's NIC and
 intra-host link while it runs.
 
-Packs (``bytes_per_pack``): the gradient is cut into ⌈S / bytes_per_pack⌉ packs of
-``bytes_per_pack`` bytes (the last one holds the rest), each its own all-reduce. Packs do
-**not** overlap with the backward pass: they run back to back after the compute phase,
-each paying its own latency terms, so in simdist packing only adds latency. (TensorFlow
-packs so that weight *updates* can overlap with the all-reduce; updates are free here, so
-there is nothing to overlap with. TF also cuts at variable boundaries, simdist at bytes.)
-``bytes_per_pack: 0`` means one pack.
+Overlap (``overlap: true``, the default, with a per-layer cost profile): the gradients are
+all-reduced in buckets of ``bucket_bytes`` that start as soon as backward has produced them
+(:class:`simdist.strategies.sync.AllReduceStrategy`). Without overlap, packs
+(``bytes_per_pack``): the gradient is cut into ⌈S / bytes_per_pack⌉ packs of
+``bytes_per_pack`` bytes (the last one holds the rest), each its own all-reduce, run back to
+back after the compute phase, each paying its own latency terms, so packing only adds
+latency. (TF also cuts at variable boundaries, simdist at bytes.) ``bytes_per_pack: 0``
+means one pack.
 
 The chief (worker 0) alone pays for writing summaries: at every evaluation point it
 runs the forward pass over the test set, split over its own D devices, before joining the
@@ -48,7 +49,7 @@ from pydantic import Field
 from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
 from simdist.spec import Bytes, StrategySpecBase
-from simdist.strategies.sync import SynchronousStrategy
+from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
 
 
 class Spec(StrategySpecBase):
@@ -58,6 +59,8 @@ class Spec(StrategySpecBase):
     communication: Literal["auto", "ring", "nccl"] = Field("auto", examples=["ring"])
     bytes_per_pack: Bytes = Field(0, ge=0, examples=["4MiB"])
     execution: Execution = "auto"
+    overlap: bool = overlap_field()
+    bucket_bytes: Bytes = bucket_bytes_field()
 
     def replicas(self, cluster: Any) -> int:
         """One replica per device of every worker host."""
@@ -97,8 +100,8 @@ def chief_eval_s(compute_s: float, batch_size: int, n_test: int, chief_devices: 
     return compute_s * per_device / (TRAIN_FLOPS_PER_FORWARD * batch_size)
 
 
-class MultiWorkerMirroredStrategy(SynchronousStrategy):
-    """W hosts × D replicas, one (possibly packed) all-reduce per step, a chief that evaluates."""
+class MultiWorkerMirroredStrategy(AllReduceStrategy):
+    """W hosts × D replicas, bucketed or packed all-reduces, a chief that evaluates."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -115,21 +118,21 @@ class MultiWorkerMirroredStrategy(SynchronousStrategy):
         )
         self.eval_delay_s = self.eval_s
 
-    def compute(self, step: int) -> Generator[Any, Any, None]:
-        """Every replica computes; after an evaluation point the chief evaluates first."""
+    @property
+    def label(self) -> str:
+        return f"all-reduce {self.communication}"
+
+    def step_eval(self, step: int) -> tuple[float, str | None]:
+        """After an evaluation point the chief evaluates before it computes."""
         eval_s = self.eval_s if step > 0 and self.eval_due(step) else 0.0
-        yield from self.compute_phase(
-            self.training_devices, step, eval_s=eval_s, eval_host=self.cluster.chief.name
-        )
+        return eval_s, self.cluster.chief.name
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1:
+        if self.scenario.replicas == 1 or self.buckets:
             return
         count = len(self.packs)
         for i, nbytes in enumerate(self.packs):
-            detail = f"all-reduce {self.communication}"
-            if count > 1:
-                detail += f" pack {i + 1}/{count}"
+            detail = self.label if count == 1 else f"{self.label} pack {i + 1}/{count}"
             yield self.net.allreduce(
                 self.training_devices, nbytes, self.algorithm, step=step, detail=detail
             )

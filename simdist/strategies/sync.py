@@ -13,11 +13,57 @@ named snapshot of it. Neither needs SimPy.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
+from pydantic import Field
+
 from simdist.faults import FailureSchedule
-from simdist.strategies.base import Strategy
+from simdist.strategies.base import LayerCost, Strategy
+
+# PyTorch DistributedDataParallel's default bucket_cap_mb = 25 (torch.nn.parallel.
+# DistributedDataParallel docs); Horovod's tensor-fusion buffer defaults to 64 MB
+# (HOROVOD_FUSION_THRESHOLD, Horovod docs "Tensor Fusion").
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def overlap_field() -> Any:
+    """``strategy.overlap``: all-reduce gradient buckets during the backward pass (default)."""
+    return Field(True, examples=["false"])
+
+
+def bucket_bytes_field() -> Any:
+    """``strategy.bucket_bytes``: the size at which a gradient bucket is closed."""
+    return Field(DEFAULT_BUCKET_BYTES, gt=0, examples=["25MiB"])
+
+
+class Bucket(NamedTuple):
+    """Gradients all-reduced together: layers ``[first, stop)`` of the backward order."""
+
+    first: int
+    stop: int
+    nbytes: int
+
+
+def gradient_buckets(layers: Sequence[LayerCost], cap_nbytes: int) -> list[Bucket]:
+    """Group the layers' gradients, in backward (reverse) order, into buckets of ~``cap_nbytes``.
+
+    As PyTorch DDP (Li et al. 2020, "PyTorch Distributed: Experiences on accelerating data
+    parallel training", §3.2.3): gradients join the current bucket in the order backward
+    produces them; a bucket is closed when the next gradient would take it past the cap,
+    so a gradient larger than the cap gets a bucket of its own. Layers without parameters
+    join the bucket in progress.
+    """
+    buckets: list[Bucket] = []
+    first, nbytes = 0, 0
+    backward = list(reversed(layers))
+    for i, layer in enumerate(backward):
+        if nbytes and layer.grad_nbytes and nbytes + layer.grad_nbytes > cap_nbytes:
+            buckets.append(Bucket(first, i, nbytes))
+            first, nbytes = i, 0
+        nbytes += layer.grad_nbytes
+    buckets.append(Bucket(first, len(backward), nbytes))
+    return buckets
 
 
 class SyncState(NamedTuple):
@@ -133,6 +179,78 @@ class SynchronousStrategy(Strategy):
         """Every replica computes its gradient of step ``step``."""
         yield from self.compute_phase(self.training_devices, step)
 
+    def overlapped_step(
+        self,
+        step: int,
+        algo: str,
+        label: str,
+        buckets: Sequence[Bucket],
+        *,
+        eval_s: float = 0.0,
+        eval_host: str | None = None,
+    ) -> Generator[Any, Any, None]:
+        """Forward, then backward layer by layer, each bucket all-reduced as soon as it is ready.
+
+        Every device runs the forward pass, then the backward pass in reverse layer order
+        (times × its straggler factor; the chief's devices start ``eval_s`` late after an
+        evaluation point). A bucket is ready when its last gradient is ready on every
+        device; the buckets are all-reduced one after another, each starting when it is
+        ready and the previous one has ended, so communication overlaps with the rest of
+        backward. The step ends with the last all-reduce. Each device records ``forward``,
+        one ``backward`` span per bucket (``straggle`` for a straggler's excess) and an
+        ``idle: barrier`` until the slowest device has its last bucket ready; the network
+        records the all-reduces.
+        """
+        layers = self.costs.layers
+        backward = list(reversed(layers))
+        forward_s = sum(layer.forward_s for layer in layers)
+        start = self.env.now
+        devices = self.training_devices
+        ready: list[list[float]] = []
+        for device in devices:
+            factor = self.slowdown(device, step)
+            t = start + (eval_s if device.host == eval_host else 0.0)
+            self.recorder.event(start, t, device.host, device.name, "eval", 0, step, "chief")
+            self._record_span(device, t, forward_s, factor, step, "forward")
+            t += forward_s * factor
+            times = []
+            for b, bucket in enumerate(buckets):
+                seconds = sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
+                self._record_span(
+                    device, t, seconds, factor, step, f"backward {b + 1}/{len(buckets)}"
+                )
+                t += seconds * factor
+                times.append(t)
+            ready.append(times)
+        bucket_ready = [max(times[b] for times in ready) for b in range(len(buckets))]
+        for device, times in zip(devices, ready, strict=True):
+            self.recorder.event(
+                times[-1], bucket_ready[-1], device.host, device.name, "idle", 0, step, "barrier"
+            )
+        for b, bucket in enumerate(buckets):
+            if bucket_ready[b] > self.env.now:
+                yield self.env.timeout(bucket_ready[b] - self.env.now)
+            detail = f"{label} bucket {b + 1}/{len(buckets)}" if len(buckets) > 1 else label
+            yield self.net.allreduce(devices, bucket.nbytes, algo, step=step, detail=detail)
+
+    def _record_span(
+        self, device: Any, start_s: float, seconds: float, factor: float, step: int, detail: str
+    ) -> None:
+        """``compute`` for ``seconds`` from ``start_s``; a straggler's excess as ``straggle``."""
+        end = start_s + seconds
+        self.recorder.event(start_s, end, device.host, device.name, "compute", 0, step, detail)
+        if factor > 1.0:
+            self.recorder.event(
+                end,
+                start_s + seconds * factor,
+                device.host,
+                device.name,
+                "straggle",
+                0,
+                step,
+                f"x{factor:.3g}",
+            )
+
     @property
     def chief_devices(self) -> list[Any]:
         """The devices of worker 0, the chief, which writes checkpoints and summaries."""
@@ -224,3 +342,57 @@ class SynchronousStrategy(Strategy):
             if checkpoint:
                 saved = Checkpoint(done, self.state, self.env.now, written=True)
             step = done
+
+
+class AllReduceStrategy(SynchronousStrategy):
+    """A synchronous strategy whose gradients are summed by all-reduces: mirrored, mwm, tpu.
+
+    With ``strategy.overlap`` (the default) and a per-layer cost profile, backward
+    and the bucketed all-reduces overlap (:meth:`overlapped_step`); without it, or
+    when everything fits one bucket, the step computes and then all-reduces, as
+    :meth:`communicate` says (one all-reduce, or mwm's packs).
+    """
+
+    #: The all-reduce algorithm the network prices (``ring``, ``hierarchical``, ``torus2d``).
+    algorithm: str = "ring"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        spec = self.scenario.strategy
+        self.buckets: list[Bucket] = []
+        if getattr(spec, "overlap", False) and self.scenario.replicas > 1:
+            buckets = gradient_buckets(self.costs.layers, spec.bucket_bytes)
+            if len(buckets) > 1:
+                self.buckets = buckets
+
+    @property
+    def label(self) -> str:
+        """The ``detail`` of this strategy's all-reduce rows."""
+        return f"all-reduce {self.algorithm}"
+
+    def step_eval(self, step: int) -> tuple[float, str | None]:
+        """Seconds some host evaluates before computing step ``step``, and which host."""
+        del step
+        return 0.0, None
+
+    def compute(self, step: int) -> Generator[Any, Any, None]:
+        eval_s, eval_host = self.step_eval(step)
+        if self.buckets:
+            yield from self.overlapped_step(
+                step, self.algorithm, self.label, self.buckets, eval_s=eval_s, eval_host=eval_host
+            )
+        else:
+            yield from self.compute_phase(
+                self.training_devices, step, eval_s=eval_s, eval_host=eval_host
+            )
+
+    def communicate(self, step: int) -> Generator[Any, Any, None]:
+        if self.scenario.replicas == 1 or self.buckets:
+            return
+        yield self.net.allreduce(
+            self.training_devices,
+            self.costs.grad_nbytes,
+            self.algorithm,
+            step=step,
+            detail=self.label,
+        )

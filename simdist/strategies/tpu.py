@@ -18,15 +18,14 @@ along y, then the two all-gathers back — with the ICI's α and B, holding the 
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any, Literal
 
 from pydantic import Field
 
 from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
-from simdist.spec import PositiveInt, StrategySpecBase, fail
-from simdist.strategies.sync import SynchronousStrategy
+from simdist.spec import Bytes, PositiveInt, StrategySpecBase, fail
+from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
 
 
 class Spec(StrategySpecBase):
@@ -37,6 +36,8 @@ class Spec(StrategySpecBase):
         default_factory=lambda: [2, 2], min_length=2, max_length=2, examples=[[2, 2]]
     )
     execution: Execution = "auto"
+    overlap: bool = overlap_field()
+    bucket_bytes: Bytes = bucket_bytes_field()
 
     def replicas(self, cluster: Any) -> int:
         """One replica per chip of the x × y torus."""
@@ -66,22 +67,16 @@ class Spec(StrategySpecBase):
             c.device.profile = "tpu-v4"
 
 
-class TPUStrategy(SynchronousStrategy):
-    """x·y chips on one host, one 2D-torus all-reduce of the gradient per step."""
+class TPUStrategy(AllReduceStrategy):
+    """x·y chips on one host, 2D-torus all-reduces of the gradient over the ICI."""
 
     topology = "torus"
+    algorithm = "torus2d"
 
-    def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1:
-            return
+    @property
+    def label(self) -> str:
         x, y = self.scenario.strategy.topology
-        yield self.net.allreduce(
-            self.training_devices,
-            self.costs.grad_nbytes,
-            "torus2d",
-            step=step,
-            detail=f"all-reduce torus2d {x}x{y}",
-        )
+        return f"all-reduce torus2d {x}x{y}"
 
     def summary(self) -> dict[str, Any]:
         x, y = self.scenario.strategy.topology

@@ -100,11 +100,12 @@ class AsyncTraining:
         pulled = s.servers.pull_all()  # the values are read when the request is issued
         gradient = InFlight(iteration, iteration - min(self.clock), pulled.versions, s.n_ps)
         self.inflight[w] = gradient
-        yield from s.pull(w, iteration)
-        if pulled.values is not None:
-            self.inflight[w] = gradient._replace(ticket=s.submit(w, iteration, pulled.values))
-        yield from s.compute(w, iteration)
-        yield from s.push(w, iteration, lambda ps: self.apply(w, ps))
+
+        def submit() -> None:
+            if pulled.values is not None:
+                self.inflight[w] = gradient._replace(ticket=s.submit(w, iteration, pulled.values))
+
+        yield from s.work(w, iteration, lambda ps: self.apply(w, ps), submit)
         self.inflight[w] = None
         self.tick(w)
 

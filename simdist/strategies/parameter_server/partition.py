@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -78,3 +79,22 @@ def bytes_per_ps(shards: Sequence[Shard], n_ps: int) -> list[int]:
     for shard in shards:
         totals[shard.ps] += shard.nbytes
     return totals
+
+
+def layer_shards(layers: Sequence[Any], shards: Sequence[Shard]) -> list[list[int]]:
+    """The shards (indices into ``shards``) holding each layer's parameters, in forward order.
+
+    A layer's parameters are named by ``param_paths``; a shard belongs to the first
+    layer naming its variable's path. Shards no layer names go with the first layer
+    (they are needed before the forward pass can start).
+    """
+    if not layers:
+        return []
+    owner: dict[str, int] = {}
+    for index, layer in enumerate(layers):
+        for path in layer.param_paths:
+            owner.setdefault(path, index)
+    result: list[list[int]] = [[] for _ in layers]
+    for i, shard in enumerate(shards):
+        result[owner.get(shard.path, 0)].append(i)
+    return result

@@ -24,6 +24,10 @@ class Spec(StrategySpecBase):
     lr_staleness: Literal["none", "inverse"] = Field("none", examples=["inverse"])
     mode: Literal["async", "sync"] = Field("async", examples=["sync"])
     backup_workers: Int = Field(0, ge=0, examples=[1])
+    # Per-variable transfers overlapped with compute (TensorFlow's behaviour): pulls in
+    # the order forward needs them, each push as soon as its gradient is ready. Off by
+    # default: one transfer per PS task and phase, the classic pull-compute-push picture.
+    overlap: bool = Field(False, examples=["true"])
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False

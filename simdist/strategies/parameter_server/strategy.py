@@ -20,7 +20,7 @@ from simdist.cluster import Device
 from simdist.network import Transfer
 from simdist.strategies.base import Strategy
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
-from simdist.strategies.parameter_server.partition import bytes_per_ps, partition
+from simdist.strategies.parameter_server.partition import bytes_per_ps, layer_shards, partition
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.sync_backup import SyncWithBackups
 
@@ -66,6 +66,12 @@ class ParameterServerStrategy(Strategy):
         # What each worker has on the wire (transfers, a local all-reduce): a failure cuts it.
         self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
         self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
+        self.layer_shards = layer_shards(self.costs.layers, self.shards)
+        self.overlap = (
+            options.overlap
+            and len(self.costs.layers) > 1
+            and self.scenario.cluster.devices_per_host == 1
+        )
 
     @property
     def numeric(self) -> bool:
@@ -88,6 +94,150 @@ class ParameterServerStrategy(Strategy):
         return self.worker_batch
 
     # -- what one worker does ----------------------------------------------
+
+    def work(
+        self,
+        w: int,
+        step: int,
+        then: Callable[[int], None] | None = None,
+        on_pulled: Callable[[], None] | None = None,
+    ) -> Generator[Any, Any, None]:
+        """Worker ``w``'s iteration: pull, compute, push; ``on_pulled()`` once it may compute.
+
+        ``then(ps)`` runs when PS ``ps`` has received the whole of its gradient shard.
+        With ``overlap`` the three phases overlap variable by variable
+        (:meth:`overlapped`); otherwise each is one parallel phase after the other.
+        """
+        if self.overlap:
+            yield from self.overlapped(w, step, then, on_pulled)
+            return
+        yield from self.pull(w, step)
+        if on_pulled is not None:
+            on_pulled()
+        yield from self.compute(w, step)
+        yield from self.push(w, step, then)
+
+    def overlapped(
+        self,
+        w: int,
+        step: int,
+        then: Callable[[int], None] | None,
+        on_pulled: Callable[[], None] | None,
+    ) -> Generator[Any, Any, None]:
+        """One iteration with per-variable transfers overlapped with compute (TF's behaviour).
+
+        Every variable shard is pulled by a message of its own, requested in the order
+        the forward pass needs them, so they queue on the NICs in that order; layer i's
+        forward starts when layer i − 1's has ended and layer i's variables have
+        arrived. Backward runs in reverse layer order and each shard's gradient is
+        pushed as soon as its layer's backward has ended. A PS applies (``then(ps)``)
+        when all of its shards of this gradient have arrived. Devices of a host run
+        layer by layer in step (max rule per layer; one device per host is required).
+        """
+        env, net = self.env, self.net
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        devices = host.devices
+        nbytes = self.costs.grad_nbytes
+        issued = env.now
+        pulls: list[list[Transfer]] = []
+        for shards in self.layer_shards:
+            pulls.append(
+                [
+                    net.send(
+                        ps_hosts[self.shards[i].ps],
+                        host,
+                        self.shards[i].nbytes,
+                        step=step,
+                        detail=f"pull ps{self.shards[i].ps}",
+                    )
+                    for i in shards
+                ]
+            )
+        every_pull = [move for moves in pulls for move in moves]
+        self.moving[w] = list(every_pull)
+        net.phase(devices, every_pull, step=step, detail="pull", nbytes=nbytes, start_s=issued)
+        if on_pulled is not None:
+            on_pulled()
+        yield from self.input_wait(devices, self.pipelines[w], step)
+        factor = max(self.slowdown(d, step) for d in devices)
+        layers = self.costs.layers
+        # forward, layer by layer, each after its variables have arrived
+        run_start, run_s = env.now, 0.0
+        for layer, moves in zip(layers, pulls, strict=True):
+            if any(not move.done.triggered for move in moves):
+                if run_s:
+                    yield env.timeout(run_s * factor)
+                    self._record_run(devices, run_start, run_s, step, "forward")
+                waiting = env.now
+                yield net.join(moves)
+                self.record_devices(
+                    devices, waiting, env.now, "idle", step, "waiting for variables"
+                )
+                run_start, run_s = env.now, 0.0
+            run_s += layer.forward_s
+        if run_s:
+            yield env.timeout(run_s * factor)
+            self._record_run(devices, run_start, run_s, step, "forward")
+        # backward in reverse, each layer's shards pushed as soon as its gradient is ready
+        waiting_shards = [0] * self.n_ps
+        for shards in self.layer_shards:
+            for i in shards:
+                waiting_shards[self.shards[i].ps] += 1
+
+        def arrived(ps: int) -> None:
+            waiting_shards[ps] -= 1
+            if waiting_shards[ps] == 0 and then is not None:
+                then(ps)
+
+        backward_start, pushes = env.now, []
+        first_push: float | None = None
+        elapsed = 0.0
+        for layer, shards in zip(reversed(layers), reversed(self.layer_shards), strict=True):
+            elapsed += layer.backward_s
+            if shards:
+                target = backward_start + elapsed * factor
+                if target > env.now:
+                    yield env.timeout(target - env.now)
+                if first_push is None:
+                    first_push = env.now
+                for i in shards:
+                    shard = self.shards[i]
+                    pushes.append(
+                        net.send(
+                            host,
+                            ps_hosts[shard.ps],
+                            shard.nbytes,
+                            step=step,
+                            detail=f"push ps{shard.ps}",
+                            then=lambda ps=shard.ps: arrived(ps),
+                        )
+                    )
+                self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
+        target = backward_start + elapsed * factor
+        if target > env.now:
+            yield env.timeout(target - env.now)
+        self._record_run(devices, backward_start, elapsed, step, "backward")
+        yield net.phase(
+            devices, pushes, step=step, detail="push", nbytes=nbytes, start_s=first_push
+        )
+        self.moving[w] = []
+
+    def _record_run(
+        self, devices: Sequence[Device], start_s: float, seconds: float, step: int, detail: str
+    ) -> None:
+        """Layers computed back to back from ``start_s``: ``compute``, a straggler's excess
+        (``straggle``), and the faster devices' wait for the slowest (``idle: barrier``)."""
+        event = self.recorder.event
+        factors = [self.slowdown(d, step) for d in devices]
+        end = start_s + seconds * max(factors)
+        for device, factor in zip(devices, factors, strict=True):
+            done = start_s + seconds
+            event(start_s, done, device.host, device.name, "compute", 0, step, detail)
+            if factor > 1.0:
+                slow = start_s + seconds * factor
+                event(done, slow, device.host, device.name, "straggle", 0, step, f"x{factor:.3g}")
+                done = slow
+            event(done, end, device.host, device.name, "idle", 0, step, "barrier")
 
     def pull(self, w: int, step: int) -> Generator[Any, Any, None]:
         """Worker ``w`` fetches every PS's shards in parallel.

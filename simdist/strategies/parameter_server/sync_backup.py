@@ -65,13 +65,15 @@ class SyncWithBackups:
         """Worker ``w``'s part of step ``step``: pull, compute, push every shard."""
         s = self.strategy
         ticket = None
-        try:
-            pulled = s.servers.pull_all()  # the values are read when the request is issued
-            yield from s.pull(w, step)
+
+        def submit() -> None:
+            nonlocal ticket
             if pulled.values is not None:
                 ticket = s.submit(w, step, pulled.values)
-            yield from s.compute(w, step)
-            yield from s.push(w, step)
+
+        try:
+            pulled = s.servers.pull_all()  # the values are read when the request is issued
+            yield from s.work(w, step, on_pulled=submit)
             arrivals.append(Arrival(w, ticket))
             if len(arrivals) == self.needed:
                 enough.succeed()
