@@ -12,8 +12,10 @@ from typing import Literal
 
 __all__ = [
     "DATASETS",
+    "FULLSIZE_MODELS",
     "MODELS",
     "OPTIMIZERS",
+    "RESNET_DEFAULTS",
     "SCHEDULES",
     "DatasetName",
     "Execution",
@@ -22,7 +24,20 @@ __all__ = [
     "ScheduleKind",
 ]
 
-ModelName = Literal["softmax", "mlp", "cnn"]
+ModelName = Literal[
+    "softmax",
+    "mlp",
+    "cnn",
+    "resnet",
+    # Full-size models for the clock (simdist/numerics/fullsize.py): costed layer by layer from
+    # XLA's cost analysis, never allocated; they run with numerics: false.
+    "resnet50",
+    "resnet101",
+    "vgg16",
+    "inception_v3",
+    "bert_base",
+    "gpt2",
+]
 DatasetName = Literal["digits", "synthetic_regression", "npz"]
 OptimizerName = Literal["sgd", "momentum", "adam"]
 ScheduleKind = Literal["constant", "cosine", "exponential", "warmup_cosine", "piecewise_constant"]
@@ -31,6 +46,22 @@ ScheduleKind = Literal["constant", "cosine", "exponential", "warmup_cosine", "pi
 Execution = Literal["auto", "batched", "devices"]
 
 MODELS: tuple[str, ...] = typing.get_args(ModelName)
+FULLSIZE_MODELS: tuple[str, ...] = (
+    "resnet50",
+    "resnet101",
+    "vgg16",
+    "inception_v3",
+    "bert_base",
+    "gpt2",
+)
+# The zoo's resnet when its options are left out: small enough to train on digits in seconds
+# (ResNet-18 would be blocks [2, 2, 2, 2], width 64); momentum is Keras BatchNormalization's.
+RESNET_DEFAULTS: dict[str, object] = {
+    "blocks": [1, 1],
+    "width": 16,
+    "batch_norm_momentum": 0.99,
+    "sync_batch_norm": False,
+}
 DATASETS: tuple[str, ...] = typing.get_args(DatasetName)
 OPTIMIZERS: tuple[str, ...] = typing.get_args(OptimizerName)
 SCHEDULES: tuple[str, ...] = typing.get_args(ScheduleKind)

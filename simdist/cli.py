@@ -1,18 +1,28 @@
-"""The ``simdist`` command line: run, validate, list, collectives, sweep, compare.
+"""The ``simdist`` command line: run, validate, list, profile, collectives, sweep, compare.
 
 Every user error (bad scenario, bad option) is printed as one message and
 exits with status 2 — never a traceback, never a half-written report.
+
+Exit status: 0 done, 2 bad input (nothing written), 3 the run diverged (its report is
+written), 128 + the signal for a run stopped by SIGINT (130), SIGTERM (143) or SIGHUP
+(129), which writes no report and leaves no temporary folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from simdist.errors import SimdistError
@@ -34,9 +44,21 @@ SetOption = Annotated[
 ]
 
 
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+
+
 def _fail(error: BaseException) -> None:
-    err_console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
+    # escape: a message quoting a value such as [a] must not be read as rich markup
+    err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """A MemoryError (numpy's too), or XLA failing to allocate (RESOURCE_EXHAUSTED)."""
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
+    )
 
 
 def _guarded(fn: Callable[[], Any]) -> Any:
@@ -44,6 +66,157 @@ def _guarded(fn: Callable[[], Any]) -> Any:
         return fn()
     except SimdistError as error:
         _fail(error)
+    except (MemoryError, RuntimeError) as error:
+        if not _out_of_memory(error):
+            raise
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        _fail(
+            SimdistError(
+                f"out of memory ({detail[:200]}); the scenario's model, data set or cluster "
+                "is too large for this machine: make it smaller"
+            )
+        )
+
+
+def _warn(lines: Any) -> None:
+    for line in lines:
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP during a run: unwinds like Ctrl-C, remembering the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@dataclass
+class _Progress:
+    """How far a run got, for the line printed when it is interrupted, and the signal
+    that stopped it (kept in case its exception was swallowed, see :meth:`step_done`)."""
+
+    total: int | None = None
+    step: int = 0
+    now_s: float = 0.0
+    signum: int | None = None
+
+    def step_done(self, step: int, total: int) -> None:
+        """Record a finished step; raise again a stop request that got lost.
+
+        A signal handler's exception raised inside a garbage-collector callback or a
+        ``__del__`` is printed and dropped by Python ("Exception ignored in ..."), so the
+        run would go on; the next step re-raises it.
+        """
+        self.step, self.total = step, total
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+
+
+#: Seconds a signalled run has to unwind before it is ended without cleaning up.
+GRACE_S = 10.0
+
+
+def _watchdog(read_fd: int) -> None:
+    """Wait for a signal byte on ``read_fd``; if the run has not unwound (a zero byte)
+    :data:`GRACE_S` later, exit at once with 128 + the signal.
+
+    Python runs signal handlers only between bytecodes, so a run blocked inside
+    compiled code (XLA waiting on a buffer that failed to allocate never returns)
+    would otherwise ignore SIGTERM for good. A temporary folder left behind is
+    removed by the next run into the same parent.
+    """
+    import select
+
+    from simdist.report.tables import HELD_SIGNALS
+
+    while True:
+        byte = os.read(read_fd, 1)
+        if byte in (b"", b"\0"):
+            return
+        if byte[0] not in HELD_SIGNALS:
+            continue  # another library's signal: not a request to stop
+        deadline = time.monotonic() + GRACE_S
+        while (left := deadline - time.monotonic()) > 0:
+            if select.select([read_fd], [], [], left)[0] and os.read(read_fd, 1) in (b"", b"\0"):
+                return
+        name = signal.Signals(byte[0]).name
+        os.write(2, f"interrupted ({name}): not stopped in {GRACE_S:g} s; exiting now\n".encode())
+        os._exit(128 + byte[0])
+
+
+@contextlib.contextmanager
+def _watched() -> Iterator[None]:
+    """Run the block with :func:`_watchdog` watching the signals Python receives."""
+    import threading
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread: no handlers here either
+        os.close(read_fd)
+        os.close(write_fd)
+        yield
+        return
+    watcher = threading.Thread(target=_watchdog, args=(read_fd,), daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.write(write_fd, b"\0")
+        watcher.join()
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _count(n: int) -> str:
+    """``1,234`` or, for a count too long to read, ``about 10^30``."""
+    from simdist.spec import show
+
+    return f"{n:,}" if n < 10**15 else show(n)
+
+
+@contextlib.contextmanager
+def _interruptible(progress: _Progress, out_dir: Path) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP stop the run: one line, exit 128 + signal, no report.
+
+    The report writer removes its temporary folder as the exception passes through it.
+    A signal the parent set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
+    """
+    from simdist.report.tables import HELD_SIGNALS, MARKER
+
+    def stop(signum: int, frame: Any) -> None:
+        progress.signum = signum
+        raise Interrupted(signum)
+
+    previous = {}
+    for signum in HELD_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
+    started = time.time()
+    try:
+        with _watched():
+            yield
+    except KeyboardInterrupt as interrupt:
+        signum = interrupt.signum if isinstance(interrupt, Interrupted) else signal.SIGINT
+        from simdist.units import format_duration
+
+        marker = out_dir / MARKER
+        if marker.is_file() and marker.stat().st_mtime >= started:
+            what = f"after its report was written to {out_dir}"
+        else:
+            total = "?" if progress.total is None else _count(progress.total)
+            what = (
+                f"at simulated t = {format_duration(progress.now_s)}, step {progress.step:,} "
+                f"of {total}: no report written"
+            )
+        err_console.print(f"interrupted {escape(what)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(128 + signum) from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _load(scenario: Path, overrides: list[str] | None, seed: int | None) -> Any:
@@ -106,29 +279,72 @@ def run(
     seed: Annotated[int | None, typer.Option("--seed", help="Override the scenario seed.")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
-    """Simulate SCENARIO and write its report folder."""
+    """Simulate SCENARIO and write its report folder.
+
+    Exit status 0, 2 for bad input, 3 when the run diverged (the report is written),
+    130 / 143 / 129 when SIGINT / SIGTERM / SIGHUP stopped it (no report).
+    """
+    from simdist.api import preflight, warnings_after
     from simdist.api import run as run_scenario
 
     loaded = _load(scenario, set_, seed)
     out_dir = out if out is not None else Path("reports") / loaded.name
-    progress = _progress_bar(quiet)
-    with progress:
-        task = progress.add_task(f"{loaded.name}: simulating", total=None)
+    source = str(scenario)
+    where = _Progress()
+    bar = _progress_bar(quiet)
+    with _interruptible(where, out_dir):
+        checked = _guarded(lambda: preflight(loaded, out=out_dir, source=source))
+        _warn(checked.warnings)
+        where.total = checked.total_steps
+        with bar:
+            task = bar.add_task(f"{loaded.name}: simulating", total=None)
 
-        def on_step(step: int, total: int) -> None:
-            progress.update(task, completed=step, total=total)
+            def on_step(step: int, total: int) -> None:
+                where.step_done(step, total)
+                bar.update(task, completed=step, total=total)
 
-        result = _guarded(lambda: run_scenario(loaded, out=out_dir, on_step=on_step))
+            def on_time(now_s: float) -> None:
+                where.now_s = now_s
+
+            result = _guarded(
+                lambda: run_scenario(
+                    loaded, out=out_dir, on_step=on_step, on_time=on_time, source=source
+                )
+            )
     print_summary(result.summary, out_dir)
+    _warn(warnings_after(result, source))
+    if result.summary.get("diverged"):
+        err_console.print(
+            f"[bold red]diverged:[/] the loss was not finite at step "
+            f"{result.summary['diverged_at_step']}; report written to {escape(str(out_dir))} "
+            f"(exit status {EXIT_DIVERGED})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_DIVERGED)
 
 
 @app.command()
 def validate(
     scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
     set_: SetOption = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Report folder run would write (default reports/<name>)."),
+    ] = None,
 ) -> None:
-    """Check SCENARIO (and overrides) without running it."""
+    """Check SCENARIO (and overrides) without running it.
+
+    Catches what run would hit before its first step: the scenario, its data files, a
+    global batch larger than the training set, a model too large for the memory, an
+    --out that cannot be written; warns about a run that would take hours.
+    """
+    from simdist.api import preflight
+
     loaded = _load(scenario, set_, None)
+    out_dir = out if out is not None else Path("reports") / loaded.name
+    checked = _guarded(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
+    _warn(checked.warnings)
     console.print(
         f"[green]ok[/] {scenario}: {loaded.name} — {loaded.strategy.kind}, "
         f"{loaded.replicas} replica(s), global batch {loaded.global_batch}"
@@ -152,12 +368,155 @@ def list_() -> None:
     table.add_row("schedules", ", ".join(SCHEDULES))
     console.print(table)
 
-    profiles = Table(title="device profiles")
-    for column in ("profile", "kind", "peak FLOP/s", "efficiency", "source"):
+    profiles = Table(title="device profiles (peak × measured efficiency; * the default)")
+    for column in ("profile", "kind", "precisions: TFLOP/s × efficiency", "memory", "launch"):
         profiles.add_column(column)
     for p in DEVICE_PROFILES.values():
-        profiles.add_row(p.name, p.kind, f"{p.peak_flops:.3g}", f"{p.efficiency:g}", p.source)
+        peaks = ", ".join(
+            f"{k.precision}{'*' if k.precision == p.precision else ''} "
+            f"{k.flops / 1e12:.4g} × {k.efficiency:.3g}"
+            for k in p.peaks
+        )
+        memory = (
+            f"{p.memory_nbytes / 1e9:.3g} GB, "
+            f"{p.memory_bandwidth_Bps / 1e9:.4g} GB/s × {p.memory_efficiency:.3g}"
+        )
+        profiles.add_row(p.name, p.kind, peaks, memory, f"{p.launch_s * 1e6:g} us")
     console.print(profiles)
+    console.print("sources: simdist/profiles.py and README.md, Device profiles")
+    console.print(_models_table())
+
+
+def _models_table() -> Table:
+    """Each model's input, parameter count and forward GFLOPs per example (profiled once at
+    batch 1, then read from the disk cache)."""
+    from simdist.catalog import FULLSIZE_MODELS, MODELS
+    from simdist.layers import format_shape
+    from simdist.numerics.profile import cache_dir, profile_model
+
+    table = Table(
+        title="models",
+        caption=f"XLA cost analysis, batch 1 (zoo: digits-sized input); cached in {cache_dir()}",
+    )
+    for column in ("model", "kind", "input", "layers", "parameters", "GFLOPs / example"):
+        table.add_column(column, justify="left" if column in ("model", "kind") else "right")
+    with err_console.status("profiling models (once: cached afterwards) …"):
+        for name in MODELS:
+            p = _guarded(lambda name=name: profile_model(name, 1))
+            table.add_row(
+                name,
+                "full-size" if name in FULLSIZE_MODELS else "zoo",
+                format_shape(p.input_shape),
+                str(len(p.layers)),
+                f"{p.param_count:,}",
+                f"{p.forward_flops / 1e9:.4g}",
+            )
+    return table
+
+
+@app.command("profile")
+def profile_(
+    model: Annotated[
+        str, typer.Argument(help="A model name (see simdist list), or a layers.csv / ASTRA file.")
+    ],
+    batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch.")] = 32,
+    input_shape: Annotated[
+        str | None,
+        typer.Option(help="One example: 224x224x3 (images) or 128 (tokens); default the model's."),
+    ] = None,
+    n_outputs: Annotated[
+        int | None, typer.Option(min=1, help="Classifier outputs (default 1000; zoo: 10).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the table to this file.")] = None,
+    format_: Annotated[
+        str, typer.Option("--format", help="File format of --out: csv (layers.csv) or astra.")
+    ] = "csv",
+    device: Annotated[
+        str, typer.Option(help="Device whose roofline times an ASTRA-sim file gets.")
+    ] = "v100",
+    precision: Annotated[
+        str | None, typer.Option(help="Precision for those times (default: the device's).")
+    ] = None,
+) -> None:
+    """Print a model's per-layer FLOPs, bytes and gradient sizes; write layers.csv or ASTRA-sim."""
+    from simdist.layers import parse_shape, read_profile, write_astra, write_layers_csv
+
+    def load() -> Any:
+        if format_ not in ("csv", "astra"):
+            raise SimdistError(f"--format: got {format_!r}; expected csv or astra")
+        if Path(model).is_file():
+            return read_profile(model)
+        from simdist.numerics.profile import profile_model
+
+        shape = None if input_shape is None else parse_shape(input_shape)
+        with err_console.status(f"profiling {model} at batch {batch_size} …"):
+            return profile_model(model, batch_size, shape, n_outputs)
+
+    profile = _guarded(load)
+    console.print(_profile_table(profile))
+    if out is None:
+        return
+    if format_ == "csv":
+        _guarded(lambda: write_layers_csv(profile, out))
+    else:
+
+        def astra() -> None:
+            from simdist.profiles import DEVICE_PROFILES
+            from simdist.roofline import layer_times
+
+            if device not in DEVICE_PROFILES:
+                raise SimdistError(
+                    f"--device: got {device!r}; expected one of {', '.join(DEVICE_PROFILES)}"
+                )
+            spec = DEVICE_PROFILES[device]
+            times = layer_times(profile, spec, precision or spec.precision)
+            write_astra(profile, out, times)
+
+        _guarded(astra)
+    console.print(f"wrote {out}", highlight=False)
+
+
+def _profile_table(profile: Any) -> Table:
+    """The per-layer table of a :class:`~simdist.layers.ModelProfile`, with a total row."""
+    from simdist.layers import format_shape
+
+    shape = format_shape(profile.input_shape) or "?"
+    batch = profile.batch_size or "?"
+    table = Table(
+        title=f"{profile.model} · {len(profile.layers)} layers · batch {batch} · input {shape}",
+        caption=f"{profile.source}; whole batch; backward = input + weight gradient; "
+        "MB = 1e6 bytes; grad = the layer's parameters",
+    )
+    timed = profile.has_times
+    # A profile of times only (an ASTRA-sim file) has no FLOPs or bytes to show.
+    costed = any(x.forward_flops or x.backward_flops for x in profile.layers)
+    columns = ["layer"]
+    columns += ["fwd GFLOP", "bwd GFLOP", "fwd MB", "bwd MB", "out MB"] if costed else []
+    columns += ["grad MB"] + (["fwd ms", "bwd ms"] if timed else [])
+    for column in columns:
+        table.add_column(column, justify="left" if column == "layer" else "right")
+
+    def number(value: float) -> str:
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+    def row(name: str, layers: Any) -> list[str]:
+        def total(attr: str, scale: float) -> str:
+            return number(sum(getattr(x, attr) for x in layers) / scale)
+
+        cells = [name]
+        if costed:
+            cells += [total("forward_flops", 1e9), total("backward_flops", 1e9)]
+            cells += [total(a, 1e6) for a in ("forward_bytes", "backward_bytes", "output_nbytes")]
+        cells.append(total("param_nbytes", 1e6))
+        if timed:
+            cells += [total("forward_s", 1e-3), total("backward_s", 1e-3)]
+        return cells
+
+    for layer in profile.layers:
+        table.add_row(*row(layer.name, [layer]))
+    table.add_section()
+    table.add_row(*row("total", profile.layers), style="bold")
+    return table
 
 
 def _expand(text: str, parse: Callable[[str], float], option: str, example: str) -> list[float]:

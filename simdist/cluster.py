@@ -17,22 +17,12 @@ from simdist.profiles import DEVICE_PROFILES, DeviceProfile
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator (or CPU) that runs a model replica."""
+    """One accelerator (or CPU) that runs a model replica; its speed is the profile's."""
 
     name: str
     host: str
     index: int
     kind: str
-    peak_flops: float
-    efficiency: float
-
-    def compute_time_s(self, flops: float) -> float:
-        """Seconds this device needs for ``flops`` floating-point operations.
-
-        A training step reaches only ``efficiency`` of the datasheet peak (roofline view:
-        memory traffic and kernel launches keep real steps below peak).
-        """
-        return flops / (self.peak_flops * self.efficiency)
 
 
 HostRole = Literal["worker", "ps", "chief"]
@@ -70,17 +60,7 @@ class Cluster:
 
         def make_host(name: str, role: HostRole, n_devices: int) -> Host:
             kind = self.profile.kind
-            devices = tuple(
-                Device(
-                    f"{name}/{kind}{i}",
-                    name,
-                    i,
-                    kind,
-                    self.profile.peak_flops,
-                    self.profile.efficiency,
-                )
-                for i in range(n_devices)
-            )
+            devices = tuple(Device(f"{name}/{kind}{i}", name, i, kind) for i in range(n_devices))
             return Host(name, role, devices)
 
         worker_names = _names(getattr(spec, "worker_names", None), n_workers, "worker")
@@ -119,13 +99,22 @@ class Cluster:
 
 
 def effective_profile(device_spec: Any) -> DeviceProfile:
-    """The named profile with the scenario's ``peak_flops`` / ``efficiency`` overrides."""
+    """The named profile at the scenario's precision, with its ``peak_flops`` / ``efficiency``
+    overrides (which replace those of the selected precision)."""
     key = getattr(device_spec, "profile", None) or "cpu"
     if key not in DEVICE_PROFILES:
         raise SimdistError(
             f"unknown device profile {key!r}; expected one of {', '.join(DEVICE_PROFILES)}"
         )
     profile = DEVICE_PROFILES[key]
+    precision = getattr(device_spec, "precision", None)
+    if precision is not None:
+        if precision not in profile.precisions:
+            raise SimdistError(
+                f"device profile {key!r} has no {precision} peak; "
+                f"expected one of {', '.join(profile.precisions)}"
+            )
+        profile = profile.at_precision(precision)
     peak = getattr(device_spec, "peak_flops", None)
     efficiency = getattr(device_spec, "efficiency", None)
     if peak is None and efficiency is None:

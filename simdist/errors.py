@@ -16,3 +16,23 @@ class ScenarioError(SimdistError):
         self.message = message
         where = f"{source}: {field}" if field else source
         super().__init__(f"{where}: {message}")
+
+
+class DataError(SimdistError):
+    """What a scenario points to is unusable: a data file (``npz``, ``init_from``), or a
+    model too large for this machine.
+
+    ``path`` names the file (or the model); ``field`` is the scenario field that named it
+    (``workload.dataset.npz``), so the caller that knows the scenario's own file can report
+    all three: :meth:`in_scenario` makes that :class:`ScenarioError`.
+    """
+
+    def __init__(self, path: str, field: str, message: str) -> None:
+        self.path = path
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {path}: {message}")
+
+    def in_scenario(self, source: str) -> ScenarioError:
+        """The same error as one of the scenario file ``source``."""
+        return ScenarioError(source, self.field, f"{self.path}: {self.message}")

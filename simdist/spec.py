@@ -10,13 +10,14 @@ their names (``bandwidth_Bps == 1.25e9``). The unit types below parse once, at l
 
 from __future__ import annotations
 
+import math
 import typing
 from abc import abstractmethod
 from collections.abc import Callable
 from typing import Annotated, Any, ClassVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 from simdist.units import UnitError, parse_bandwidth, parse_duration, parse_flops, parse_size
@@ -46,17 +47,33 @@ def fail(field: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("scenario", "{message}", {"field": field, "message": message})
 
 
+#: Longest rendering of a value in a message; a longer one is cut with "…".
+SHOW_CHARS = 80
+
+
 def show(value: object) -> str:
-    """A value as the user wrote it: strings quoted, mappings and lists in YAML flow style."""
+    """A value as the user wrote it: strings quoted, mappings and lists in YAML flow style.
+
+    Cut to :data:`SHOW_CHARS` characters, so a megabyte of pasted text or a huge number
+    does not flood the one-line error message it appears in.
+    """
     if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, dict | list):
-        return yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+        text = repr(value[: SHOW_CHARS + 1])
+    elif isinstance(value, dict | list):
+        try:
+            text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+        except (yaml.YAMLError, RecursionError, ValueError, TypeError):
+            text = f"a {type(value).__name__}"
+    elif value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int) and abs(value) >= 10**15:
+        # The digits of a 400-digit number help nobody (and past 4300 str() refuses).
+        text = f"{'-' if value < 0 else ''}about 10^{math.floor(math.log10(abs(value)))}"
+    else:
+        text = str(value)
+    return text if len(text) <= SHOW_CHARS else text[: SHOW_CHARS - 1] + "…"
 
 
 # ---------------------------------------------------------------- field types
@@ -74,6 +91,8 @@ def _unit(parse: Callable[[object], float], positive: bool) -> Callable[[object]
             number = parse(value)
         except UnitError as exc:
             raise ValueError(str(exc)) from None
+        except OverflowError:
+            raise ValueError(f"got {show(value)}; too large to be a number") from None
         if positive and number == 0:
             raise ValueError(f"got {show(value)}; expected a value greater than 0")
         return number
@@ -90,7 +109,8 @@ Latency = Annotated[float, BeforeValidator(_unit(parse_duration, positive=False)
 PositiveDuration = Annotated[float, BeforeValidator(_unit(parse_duration, positive=True))]
 Flops = Annotated[float, BeforeValidator(_unit(parse_flops, positive=True))]
 Bytes = Annotated[int, BeforeValidator(_whole_bytes)]
-Float = Annotated[float, BeforeValidator(_no_bool)]
+# No inf or NaN: a learning rate of .inf is a typo, never a setting.
+Float = Annotated[float, BeforeValidator(_no_bool), AllowInfNan(False)]
 Int = Annotated[int, Field(strict=True)]
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 

@@ -52,7 +52,8 @@ def test_compare_scenario_files_and_report_folders(tmp_path, monkeypatch):
     result = runner.invoke(app, ["compare", *sources, "--target", str(target), "-q"])
     assert result.exit_code == 0, result.output
     out = tmp_path / "reports" / "compare_cmp_one_cmp_mir_cmp_ps"
-    assert {p.name for p in out.iterdir()} == {"compare.csv", "compare.md", "accuracy_vs_time.png"}
+    written = {p.name for p in out.iterdir()}
+    assert written == {"compare.csv", "compare.md", "accuracy_vs_time.png", ".simdist-report"}
     table = pd.read_csv(out / "compare.csv", keep_default_na=False, na_values=[""])
     assert tuple(table.columns) == COMPARE_COLUMNS
     assert table["run"].tolist() == ["cmp_one", "cmp_mir", "cmp_ps"]

@@ -22,6 +22,8 @@ NAMES = [
     "staleness_vs_accuracy.ipynb",
     "sync_vs_async.ipynb",
     "stragglers_and_backup_workers.ipynb",
+    "scaling_real_models.ipynb",
+    "pipeline_parallelism.ipynb",
 ]
 
 

@@ -350,9 +350,9 @@ MALFORMED = [
     ("top_level_scalar", "just words\n", "", "expected a mapping"),
     (
         "unknown_model",
-        _swap("model: mlp", "model: resnet"),
+        _swap("model: mlp", "model: transformer_xl"),
         "workload.model.name",
-        "expected one of 'softmax', 'mlp', 'cnn', e.g. model: softmax",
+        "expected one of 'softmax', 'mlp', 'cnn'",
     ),
     (
         "unknown_model_close",
@@ -661,6 +661,7 @@ def test_strategy_union_is_built_from_the_registry():
         "central_storage",
         "tpu",
         "parameter_server",
+        "pipeline",
     )
 
 
@@ -692,7 +693,7 @@ def test_unknown_kind_lists_every_registered_kind():
 def test_the_registry_imports_no_strategy_module():
     code = (
         "import sys, simdist.strategies as s\n"
-        "assert len(s.MODULES) == 6\n"
+        "assert len(s.MODULES) == 7\n"
         "heavy = ('simpy', 'jax', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
         "or m.split('.')[0] in heavy))\n"

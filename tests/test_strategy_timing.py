@@ -249,3 +249,30 @@ def test_overlap_with_a_straggler_waits_for_its_buckets():
     assert result.summary["simulated_time_s"] == pytest.approx(t, rel=1e-13)
     straggle = result.events[result.events["kind"] == "straggle"]
     assert set(straggle["device"]) == {"worker1/gpu1"} and len(straggle) == 4
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "scenarios/mirrored_4dev.yaml",
+        "scenarios/mwm_2x4_ring.yaml",
+        "scenarios/mwm_2x4_nccl.yaml",
+        "scenarios/tpu_2x2.yaml",
+        "scenarios/resnet50_4x8_25g.yaml",
+    ],
+)
+def test_overlap_off_is_the_single_compute_span_then_the_collective(path):
+    # overlap: false gives exactly the step of a whole-step compute span followed by the
+    # all-reduce (the model before per-layer costs), whatever the layer profile says.
+    from dataclasses import replace
+
+    from simdist.engine import cached_workload, measure_costs, needs_workload
+
+    scenario = load_scenario(path, ["numerics=false", "strategy.overlap=false", "workload.steps=3"])
+    workload = cached_workload(scenario) if needs_workload(scenario) else None
+    costs = measure_costs(scenario, workload)
+    assert len(costs.layers) > 1
+    layered = simulate(scenario, costs)
+    whole = simulate(scenario, replace(costs, layers=()))
+    assert layered.summary["simulated_time_s"] == whole.summary["simulated_time_s"]
+    assert layered.events.equals(whole.events)

@@ -23,12 +23,12 @@ What is recorded where:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Device
 from simdist.network.links import Link, Transfer, hold_links
-from simdist.network.topology import Endpoint, Topology
+from simdist.network.topology import Endpoint, Topology, host_name
 
 if TYPE_CHECKING:
     import simpy
@@ -48,17 +48,23 @@ class Network:
         self.env = env
         self.topology = topology
         self.recorder = recorder
-        self._routes: dict[tuple[str, str], list[Link]] = {}
+        self._routes: dict[tuple[str, str], tuple[list[Link], tuple[str, str]]] = {}
 
     # -- point to point ------------------------------------------------------
 
     def route(self, src: Endpoint, dst: Endpoint) -> list[Link]:
         """The links a message from ``src`` to ``dst`` occupies (cached per pair)."""
+        return self._route(src, dst)[0]
+
+    def _route(self, src: Endpoint, dst: Endpoint) -> tuple[list[Link], tuple[str, str]]:
+        """The route and the ``links`` cells of its two end points' hosts (cached per pair)."""
         key = (src.name, dst.name)
-        links = self._routes.get(key)
-        if links is None:
-            links = self._routes[key] = self.topology.route(src, dst)
-        return links
+        cached = self._routes.get(key)
+        if cached is None:
+            links = self.topology.route(src, dst)
+            cells = (links_on(links, host_name(src)), links_on(links, host_name(dst)))
+            cached = self._routes[key] = (links, cells)
+        return cached
 
     def send(
         self,
@@ -69,7 +75,7 @@ class Network:
         step: int,
         detail: str,
         wait_detail: str = "waiting for a link",
-        then: Any = None,
+        then: Callable[[], None] | None = None,
     ) -> Transfer:
         """Start moving ``nbytes`` from ``src`` to ``dst``; ``then()`` runs on arrival.
 
@@ -77,26 +83,19 @@ class Network:
         arrival (its value is ``(start_s, arrival_s)``), ``transfer.cancel()``
         cuts it (a failure; nothing is recorded then).
         """
-        links = self.route(src, dst)
+        links, cells = self._route(src, dst)
         asked = self.env.now
-        recorder = self.recorder
-        ends = (src, dst)
+        event = self.recorder.event
 
         def arrived(start: float, arrival: float) -> None:
-            for end in ends:
+            for end, cell in zip((src, dst), cells, strict=True):
                 if isinstance(end, Device):
                     host = end.host
-                    cell = links_on(links, host)
-                    recorder.event(asked, start, host, end.name, "idle", 0, step, wait_detail)
-                    recorder.event(
-                        start, arrival, host, end.name, "comm", nbytes, step, detail, cell
-                    )
+                    event(asked, start, host, end.name, "idle", 0, step, wait_detail)
+                    event(start, arrival, host, end.name, "comm", nbytes, step, detail, cell)
                 elif not end.devices:
                     busy = start + moving.serialise_s
-                    cell = links_on(links, end.name)
-                    recorder.event(
-                        start, busy, end.name, end.name, "comm", nbytes, step, detail, cell
-                    )
+                    event(start, busy, end.name, end.name, "comm", nbytes, step, detail, cell)
             if then is not None:
                 then()
 

@@ -9,6 +9,9 @@ is what makes their parameters comparable (DESIGN.md §3).
 
 from __future__ import annotations
 
+import struct
+import zipfile
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from simdist.catalog import DATASETS
-from simdist.errors import SimdistError
+from simdist.errors import DataError, SimdistError
 from simdist.seeds import rng
 
 NPZ_KEYS: tuple[str, ...] = ("x_train", "y_train", "x_test", "y_test")
@@ -46,12 +49,21 @@ class Dataset:
         return int(self.x_train.shape[0])
 
 
-def _n_test(n: int, test_fraction: float) -> int:
+#: Most classes an npz data set may have (largest label + 1): more is a mislabelled file,
+#: and each class is a column of the output layer.
+MAX_CLASSES = 100_000
+#: Data-set field of a scenario, for errors that name it.
+_NPZ_FIELD = "workload.dataset.npz"
+
+
+def _n_test(n: int, test_fraction: float, name: str = "dataset") -> int:
     n_test = round(n * float(test_fraction))
     if not 0 < n_test < n:
-        raise SimdistError(
-            f"dataset test_fraction {test_fraction} leaves {n_test} of {n} examples for testing; "
-            "choose a fraction that keeps both sets non-empty, e.g. 0.2"
+        raise DataError(
+            name,
+            "workload.dataset.test_fraction",
+            f"test_fraction {test_fraction} leaves {n_test} of {n} examples for testing; "
+            "choose a fraction that keeps both sets non-empty, e.g. 0.2",
         )
     return n_test
 
@@ -70,13 +82,18 @@ def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tu
     return gen.permutation(np.concatenate(train)), gen.permutation(np.concatenate(test))
 
 
-def _digits(spec: Any, seed: int) -> Dataset:
+@lru_cache(maxsize=1)
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     from sklearn.datasets import load_digits  # bundled with scikit-learn: no network
 
     bunch = load_digits()
     x = (bunch.images / 16.0).astype(np.float32)[..., None]  # pixel values are 0..16
-    y = bunch.target.astype(np.int32)
-    _n_test(len(y), spec.test_fraction)
+    return x, bunch.target.astype(np.int32)
+
+
+def _digits(spec: Any, seed: int) -> Dataset:
+    x, y = _digits_arrays()
+    _n_test(len(y), spec.test_fraction, "digits")
     tr, te = _stratified_split(y, spec.test_fraction, seed)
     return Dataset(x[tr], y[tr], x[te], y[te], "classification", 10, (8, 8, 1))
 
@@ -90,80 +107,222 @@ def _synthetic_regression(spec: Any, seed: int) -> Dataset:
     b = gen.standard_normal(1)
     x = gen.standard_normal((n, f))
     y = x @ w + b + noise * gen.standard_normal((n, 1))
-    n_test = _n_test(n, spec.test_fraction)
+    n_test = _n_test(n, spec.test_fraction, "synthetic_regression")
     perm = gen.permutation(n)
     te, tr = perm[:n_test], perm[n_test:]
     x, y = x.astype(np.float32), y.astype(np.float32)
     return Dataset(x[tr], y[tr], x[te], y[te], "regression", 1, (f,))
 
 
+# What np.load raises on a damaged archive: truncated, not a zip, a bad member, a header
+# that lies, an unsupported compression, object arrays (refused without pickle).
+_UNREADABLE = (
+    OSError,
+    ValueError,
+    EOFError,
+    KeyError,
+    NotImplementedError,
+    zipfile.BadZipFile,
+    zlib.error,
+    struct.error,
+)
+
+
+def read_npz(path: Path, field: str, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` (or only ``keys``), or one DataError naming ``field``.
+
+    No pickles (a data file cannot run code), and every way a damaged archive fails —
+    truncated, not a zip, too large for memory — becomes one message naming the file.
+    """
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise DataError(str(path), field, "holds one bare array (.npy); expected an .npz")
+        with loaded as f:
+            if keys is not None:
+                missing = [k for k in keys if k not in f.files]
+                if missing:
+                    raise DataError(
+                        str(path),
+                        field,
+                        f"missing key(s) {', '.join(missing)}; expected arrays "
+                        f"{', '.join(keys)} (it has {', '.join(f.files) or 'none'})",
+                    )
+            return {k: np.asarray(f[k]) for k in (keys if keys is not None else f.files)}
+    except MemoryError:
+        raise DataError(str(path), field, "too large to load into memory") from None
+    except _UNREADABLE as exc:
+        raise DataError(
+            str(path), field, f"not a readable .npz archive ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def check_values(path: Path, field: str, key: str, a: np.ndarray) -> None:
+    """Real numbers only (bool, int or float), all finite; else one DataError naming ``key``.
+
+    Strings and complex numbers would be cast (or fail to cast) silently downstream; a NaN
+    or inf in the data shows up only as a loss that is NaN at step 1.
+    """
+    kind = a.dtype.kind
+    if kind == "c":
+        raise DataError(
+            str(path),
+            field,
+            f"{key} holds complex numbers ({a.dtype}); expected real numbers "
+            "(the imaginary part would be dropped)",
+        )
+    if kind not in "biuf":
+        raise DataError(
+            str(path), field, f"{key} has dtype {a.dtype}; expected real numbers (int or float)"
+        )
+    if kind == "f":
+        with np.errstate(over="ignore"):
+            bad = ~np.isfinite(a.astype(np.float32, copy=False))
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            beyond = np.isfinite(a[where])
+            what = "values beyond float32's range" if beyond else "NaN or inf values"
+            raise DataError(
+                str(path),
+                field,
+                f"{key} has {int(bad.sum()):,} {what}, the first at index "
+                f"{list(where)}; expected finite numbers",
+            )
+
+
 def _npz(spec: Any) -> Dataset:
     path = getattr(spec, "path", None)
     if path is None:
-        raise SimdistError("dataset npz needs a path, e.g. dataset: {npz: data/mine.npz}")
+        raise DataError("npz", _NPZ_FIELD, "missing; e.g. dataset: {npz: data/mine.npz}")
     path = Path(path)
     if not path.is_file():
-        raise SimdistError(f"dataset file {path} does not exist")
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in NPZ_KEYS if k not in f.files]
-            if missing:
-                raise SimdistError(
-                    f"dataset file {path}: missing key(s) {', '.join(missing)}; "
-                    f"an npz dataset needs arrays {', '.join(NPZ_KEYS)} "
-                    f"(it has {', '.join(f.files) or 'none'})"
-                )
-            arrays = {k: np.asarray(f[k]) for k in NPZ_KEYS}
-    except (OSError, ValueError) as exc:
-        raise SimdistError(f"dataset file {path} is not a readable .npz archive: {exc}") from exc
+        raise DataError(str(path), _NPZ_FIELD, "file not found")
+    arrays = read_npz(path, _NPZ_FIELD, NPZ_KEYS)
+
+    def bad(message: str) -> DataError:
+        return DataError(str(path), _NPZ_FIELD, message)
+
+    for key in NPZ_KEYS:
+        check_values(path, _NPZ_FIELD, key, arrays[key])
     xtr, ytr, xte, yte = (arrays[k] for k in NPZ_KEYS)
     for xk, yk, x, y in (("x_train", "y_train", xtr, ytr), ("x_test", "y_test", xte, yte)):
         if x.ndim < 2 or len(x) == 0:
-            raise SimdistError(
-                f"dataset file {path}: {xk} has shape {x.shape}; expected (n, features...)"
-            )
+            raise bad(f"{xk} has shape {x.shape}; expected (n, features...) with n >= 1")
         if y.shape[:1] != x.shape[:1]:
-            raise SimdistError(
-                f"dataset file {path}: {xk} has {x.shape[0]} examples but {yk} has shape {y.shape}"
-            )
+            raise bad(f"{xk} has {x.shape[0]} examples but {yk} has shape {y.shape}")
     if xtr.shape[1:] != xte.shape[1:]:
-        raise SimdistError(
-            f"dataset file {path}: x_train examples have shape {xtr.shape[1:]} "
+        raise bad(
+            f"x_train examples have shape {xtr.shape[1:]} "
             f"but x_test examples have shape {xte.shape[1:]}"
         )
     input_shape = tuple(int(d) for d in xtr.shape[1:])
     xtr, xte = xtr.astype(np.float32), xte.astype(np.float32)
     if np.issubdtype(ytr.dtype, np.integer) and np.issubdtype(yte.dtype, np.integer):
         if ytr.ndim != 1 or yte.ndim != 1 or min(ytr.min(), yte.min()) < 0:
-            raise SimdistError(
-                f"dataset file {path}: integer labels must be a 1-D array of class indices >= 0"
+            raise bad("integer labels must be a 1-D array of class indices >= 0")
+        largest = int(max(ytr.max(), yte.max()))
+        if largest >= MAX_CLASSES:
+            raise bad(
+                f"the largest label is {largest:,}, which would make {largest + 1:,} classes "
+                f"(one output each); at most {MAX_CLASSES:,} classes: labels are class "
+                "indices 0..classes-1 (float labels make a regression)"
             )
-        n_out = int(max(ytr.max(), yte.max())) + 1
         return Dataset(
             xtr,
             ytr.astype(np.int32),
             xte,
             yte.astype(np.int32),
             "classification",
-            n_out,
+            largest + 1,
             input_shape,
         )
     ytr = ytr.astype(np.float32).reshape(len(ytr), -1)
     yte = yte.astype(np.float32).reshape(len(yte), -1)
     if ytr.shape[1] != yte.shape[1]:
-        raise SimdistError(f"dataset file {path}: y_train and y_test have different widths")
+        raise bad("y_train and y_test have different widths")
     return Dataset(xtr, ytr, xte, yte, "regression", int(ytr.shape[1]), input_shape)
 
 
 def load_dataset(spec: Any, seed: int) -> Dataset:
-    """Load and split the dataset named by ``spec.name``; the split depends only on ``seed``."""
+    """Load and split the dataset named by ``spec.name``; the split depends only on ``seed``.
+
+    A bad npz file raises :class:`~simdist.errors.DataError` naming the file and the
+    scenario field; memory running out while loading it is one too.
+    """
     name = spec.name
     if name == "digits":
         return _digits(spec, seed)
     if name == "synthetic_regression":
         return _synthetic_regression(spec, seed)
     if name == "npz":
-        return _npz(spec)
+        try:
+            return _npz(spec)
+        except MemoryError:
+            raise DataError(str(spec.path), _NPZ_FIELD, "too large to load into memory") from None
+    raise SimdistError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+
+
+def _missing_keys(path: Path, names: list[str]) -> None:
+    missing = [k for k in NPZ_KEYS if k not in names]
+    if missing:
+        raise DataError(
+            str(path),
+            _NPZ_FIELD,
+            f"missing key(s) {', '.join(missing)}; expected arrays {', '.join(NPZ_KEYS)} "
+            f"(it has {', '.join(names) or 'none'})",
+        )
+
+
+def _npz_rows(path: Path, key: str) -> int:
+    """Rows of array ``key`` of an npz, read from its header without loading the array."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            _missing_keys(path, [n.removesuffix(".npy") for n in archive.namelist()])
+            with archive.open(f"{key}.npy") as f:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape = np.lib.format.read_array_header_1_0(f)[0]
+                else:
+                    shape = np.lib.format.read_array_header_2_0(f)[0]
+    except _UNREADABLE as exc:
+        raise DataError(
+            str(path), _NPZ_FIELD, f"not a readable .npz archive ({type(exc).__name__}: {exc})"
+        ) from None
+    if not shape:
+        raise DataError(str(path), _NPZ_FIELD, f"{key} has shape (); expected (n, features...)")
+    return int(shape[0])
+
+
+def model_inputs(spec: Any, seed: int) -> tuple[tuple[int, ...], int]:
+    """(one example's shape, outputs) a model trained on ``load_dataset(spec, seed)`` sees.
+
+    Generated data is not drawn for this; an npz file is read whole (and so checked).
+    """
+    if spec.name == "digits":
+        return (8, 8, 1), 10
+    if spec.name == "synthetic_regression":
+        return (int(spec.n_features),), 1
+    data = load_dataset(spec, seed)
+    return tuple(data.input_shape), int(data.n_outputs)
+
+
+def train_examples(spec: Any, seed: int) -> int:
+    """Size of the training set ``load_dataset(spec, seed)`` gives, without building it.
+
+    Cheap enough to check a scenario before a run: arithmetic for generated data, the
+    bundled labels for digits, the array header for an npz file.
+    """
+    name = spec.name
+    if name == "digits":
+        labels = _digits_arrays()[1]
+        _n_test(len(labels), spec.test_fraction, "digits")
+        counts = np.unique(labels, return_counts=True)[1]
+        return int(sum(int(c) - round(int(c) * float(spec.test_fraction)) for c in counts))
+    if name == "synthetic_regression":
+        n = int(spec.n_examples)
+        return n - _n_test(n, spec.test_fraction, "synthetic_regression")
+    if name == "npz":
+        return _npz_rows(Path(spec.path), "x_train")
     raise SimdistError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
 
 

@@ -14,11 +14,23 @@ offers jitted building blocks that strategies combine:
   ``vmap`` buckets so the engine pays one call per bucket, not per replica
   (DESIGN.md §6).
 
+Model state (BatchNormalization's moving statistics, ``Workload.model_state``;
+empty for models without BatchNormalization) is not an input of any gradient
+function: in training mode BatchNormalization normalises with batch
+statistics. Each gradient function can also return the step's batch
+*moments* (``with_moments=True``), in the structure of the state, and
+:meth:`Workload.update_state` folds them into the moving averages — on the
+replicas for the synchronous strategies, on the parameter servers for
+``parameter_server``. Each replica normalises with its own batch; with
+``sync_batch_norm`` the replicas of ``replica_grads`` share their moments
+over the axis :data:`REPLICA_AXIS` (TF's SyncBatchNormalization).
+
 Every jitted function is built once per static configuration and cached.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,14 +42,24 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from simdist.errors import SimdistError
-from simdist.numerics.data import BatchStream, Dataset, load_dataset
-from simdist.numerics.models import make_model
+from simdist.errors import DataError, SimdistError
+from simdist.numerics.data import BatchStream, Dataset, check_values, load_dataset, read_npz
+from simdist.numerics.models import MOMENTS, STATE, make_model, update_moving_stats
 from simdist.numerics.optim import apply_updates, make_optimizer
 from simdist.seeds import jax_key_data
 
 EXECUTIONS: tuple[str, ...] = ("batched", "devices")
+#: The named axis of replicas: the ``vmap`` axis ("batched") and the device mesh's ("devices").
+REPLICA_AXIS = "replica"
 _DEVICE_FLAG = "XLA_FLAGS=--xla_force_host_platform_device_count={n}"
+
+
+def split_state(variables: Any) -> tuple[Any, Any]:
+    """``(params, model_state)``: a Flax variables dict split into what gradients train and
+    the rest (BatchNormalization's moving statistics); the state is ``{}`` without any."""
+    params = {k: v for k, v in variables.items() if k == "params"}
+    state = {k: v for k, v in variables.items() if k != "params"}
+    return params, state
 
 
 def ensure_devices(n: int) -> int:
@@ -78,20 +100,60 @@ def save_params(path: str | Path, params: Any) -> None:
         np.savez(f, **arrays)
 
 
-def load_params(path: str | Path, like: Any) -> Any:
-    """Read an ``.npz`` written by :func:`save_params` into the structure of ``like``.
+#: The scenario field that names a parameter file, for errors about it.
+INIT_FROM_FIELD = "workload.init_from"
+#: Copies of the parameters a run holds at once: values, gradients, optimizer moments.
+PARAM_COPIES = 4
 
-    Keys must match ``like``'s leaf paths exactly and shapes must agree;
-    otherwise a :class:`SimdistError` lists the missing and extra keys and the
-    shape mismatches. Values are cast to ``like``'s dtypes.
+
+def physical_memory_nbytes() -> int | None:
+    """This machine's RAM in bytes, or None where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_memory(abstract_params: Any, model_spec: Any) -> None:
+    """Refuse a model whose parameters, gradients and optimizer state exceed the RAM.
+
+    Checked on shapes alone (``jax.eval_shape``), before anything is allocated:
+    XLA on CPU does not report a failed allocation of a huge buffer, it waits for it
+    forever, so an oversized model would hang the run instead of failing.
+    """
+    memory = physical_memory_nbytes()
+    leaves = jax.tree_util.tree_leaves(abstract_params)
+    nbytes = sum(int(leaf.size) * leaf.dtype.itemsize for leaf in leaves)
+    if memory is None or PARAM_COPIES * nbytes <= memory:
+        return
+    count = sum(int(leaf.size) for leaf in leaves)
+    name = getattr(model_spec, "name", "model")
+    raise DataError(
+        f"model {name}",
+        "workload.model",
+        f"has {count:,} parameters ({nbytes / 1e9:.3g} GB); with its gradients and optimizer "
+        f"state a run needs about {PARAM_COPIES * nbytes / 1e9:.3g} GB, more than this "
+        f"machine's {memory / 1e9:.3g} GB of memory: make it smaller, e.g. hidden: [128]",
+    )
+
+
+def read_params_file(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of a parameter file, checked: a readable npz of finite real numbers.
+
+    Raises :class:`~simdist.errors.DataError` naming the file and ``workload.init_from``;
+    needs no model, so ``simdist validate`` checks the file before any JAX work.
     """
     path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            stored = {k: np.asarray(f[k]) for k in f.files}
-    except (OSError, ValueError) as exc:
-        raise SimdistError(f"parameter file {path} cannot be read as .npz: {exc}") from exc
-    leaves, treedef = jax.tree_util.tree_flatten(like)
+    stored = read_npz(path, INIT_FROM_FIELD)
+    for key, value in stored.items():
+        check_values(path, INIT_FROM_FIELD, key, value)
+    return stored
+
+
+def _fit_params(path: Path, stored: dict[str, np.ndarray], like: Any) -> None:
+    """Raise a DataError unless ``stored``'s keys and shapes are exactly ``like``'s leaves
+    (arrays, or the ShapeDtypeStructs of ``jax.eval_shape``)."""
+    leaves = jax.tree_util.tree_leaves(like)
     keys = tree_paths(like)
     missing = [k for k in keys if k not in stored]
     extra = sorted(set(stored) - set(keys))
@@ -108,16 +170,53 @@ def load_params(path: str | Path, like: Any) -> Any:
             parts.append("unexpected keys: " + ", ".join(extra))
         if shapes:
             parts.append("shape mismatches: " + "; ".join(shapes))
-        raise SimdistError(
-            f"parameter file {path} does not fit the model ({'; '.join(parts)}); "
-            f"expected keys: {', '.join(keys)}"
+        raise DataError(
+            str(path),
+            INIT_FROM_FIELD,
+            f"does not fit the model ({'; '.join(parts)}); expected keys: {', '.join(keys)}",
         )
+
+
+def load_params(path: str | Path, like: Any) -> Any:
+    """Read an ``.npz`` written by :func:`save_params` into the structure of ``like``.
+
+    The file must hold finite real numbers (:func:`read_params_file`), its keys must
+    match ``like``'s leaf paths exactly and shapes must agree; otherwise a
+    :class:`~simdist.errors.DataError` lists the missing and extra keys and the shape
+    mismatches. Values are cast to ``like``'s dtypes.
+    """
+    path = Path(path)
+    stored = read_params_file(path)
+    _fit_params(path, stored, like)
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    keys = tree_paths(like)
     out = [jnp.asarray(stored[k], dtype=v.dtype) for k, v in zip(keys, leaves, strict=True)]
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+def check_model(
+    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int, init_from: Path | None
+) -> None:
+    """What building a Workload would refuse, from shapes alone: a model too large for
+    the memory (:func:`check_fits_memory`) and an ``init_from`` file that does not fit it.
+
+    Allocates no parameter; ``simdist validate`` runs it before any step.
+    """
+    model = make_model(model_spec, n_outputs, input_shape)
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    example = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
+    abstract = jax.eval_shape(model.init, key, example)
+    check_fits_memory(abstract, model_spec)
+    if init_from is not None:
+        _fit_params(Path(init_from), read_params_file(init_from), abstract)
+
+
 class Workload:
-    """Model, dataset, optimizer and initial parameters of one scenario, all seeded."""
+    """Model, dataset, optimizer and initial parameters of one scenario, all seeded.
+
+    ``params`` is what gradients train (``{"params": ...}``); ``model_state`` the rest of
+    the model's variables (``{"batch_stats": ...}`` for the resnet, ``{}`` otherwise).
+    """
 
     def __init__(
         self,
@@ -140,14 +239,19 @@ class Workload:
         self.batches = BatchStream(self.dataset, self.seed)
         self.optimizer: optax.GradientTransformation = make_optimizer(optimizer_spec, total_steps)
         key = jax.random.PRNGKey(jax_key_data(self.seed, "init"))
-        params = self.model.init(key, jnp.zeros((1, *self.dataset.input_shape), jnp.float32))
+        example = jnp.zeros((1, *self.dataset.input_shape), jnp.float32)
+        check_fits_memory(jax.eval_shape(self.model.init, key, example), model_spec)
+        params = self.model.init(key, example)
         if init_from is not None:
             params = load_params(init_from, params)
-        self.params = params
-        leaves = jax.tree_util.tree_leaves(params)
+        self.params, self.model_state = split_state(params)
+        # Synchronised BatchNormalization: the same module, its moments averaged over replicas.
+        self.sync_batch_norm = bool(getattr(model_spec, "sync_batch_norm", None))
+        self._synced = self.model.clone(axis_name=REPLICA_AXIS) if self.sync_batch_norm else None
+        leaves = jax.tree_util.tree_leaves(self.params)
         self.param_leaves: list[tuple[str, int]] = [
             (k, int(v.size * v.dtype.itemsize))
-            for k, v in zip(tree_paths(params), leaves, strict=True)
+            for k, v in zip(tree_paths(self.params), leaves, strict=True)
         ]
         self.param_bytes = sum(n for _, n in self.param_leaves)
         self._x_test = jnp.asarray(self.dataset.x_test)
@@ -155,28 +259,90 @@ class Workload:
         self._loss_and_grad_fns: dict[int, Callable] = {}
         self._batched: dict[int, Callable] = {}
         self._devices: dict[tuple[int, int], Callable] = {}
-        self._stacked: dict[int, Callable] = {}
-        self._flops: dict[int, float] = {}
+        self._stacked: dict[tuple[int, int], Callable] = {}
         self._lr_scales: dict[float, jax.Array] = {}
         self._apply = jax.jit(self._apply_impl)
         self._evaluate = jax.jit(self._evaluate_impl)
+        momentum = getattr(self.model, "batch_norm_momentum", None)
+        self._update_state = (
+            jax.jit(lambda state, moments: update_moving_stats(state, moments, momentum))
+            if self.stateful
+            else None
+        )
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the model keeps state besides its parameters (BatchNormalization)."""
+        return bool(self.model_state)
+
+    def variables(self, params: Any, model_state: Any) -> Any:
+        """Parameters and model state as one tree: what :meth:`evaluate` and ``params.npz`` take."""
+        return {**params, **model_state} if model_state else params
+
+    def update_state(self, model_state: Any, moments: Any) -> Any:
+        """The moving statistics after folding in one step's batch ``moments``.
+
+        ``moments`` has ``model_state``'s structure (the whole state, or the flat dict of
+        shards a parameter server holds); without state both are empty and nothing runs.
+        """
+        if self._update_state is None or not moments:
+            return model_state
+        return self._update_state(model_state, moments)
 
     # -- pure functions (traced under jit) ---------------------------------
 
-    def _loss_sum(self, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-        """Sum over the examples of the per-example loss."""
-        out = self.model.apply(params, x)
+    def _loss_sum(
+        self, params: Any, x: jax.Array, y: jax.Array, synced: bool = False
+    ) -> tuple[jax.Array, Any]:
+        """Sum over the examples of the per-example loss, and the batch moments (training mode).
+
+        ``synced``: BatchNormalization averages its moments over :data:`REPLICA_AXIS`
+        (only inside a ``vmap`` or ``shard_map`` that names it).
+        """
+        if self.stateful:
+            model = self._synced if synced and self._synced is not None else self.model
+            out, written = model.apply(params, x, train=True, mutable=[MOMENTS])
+            moments = {STATE: written[MOMENTS]}
+        else:
+            out, moments = self.model.apply(params, x), {}
         if self.task == "classification":
-            return optax.softmax_cross_entropy_with_integer_labels(out, y).sum()
-        return 0.5 * jnp.sum((out - y) ** 2)
+            return optax.softmax_cross_entropy_with_integer_labels(out, y).sum(), moments
+        return 0.5 * jnp.sum((out - y) ** 2), moments
 
     def _loss_and_grad_impl(
-        self, params: Any, x: jax.Array, y: jax.Array, global_batch: int
+        self, params: Any, x: jax.Array, y: jax.Array, global_batch: int, synced: bool = False
     ) -> tuple:
+        """``(loss, grads, moments)`` of one replica; ``moments`` is ``{}`` without state."""
+
         # tf.nn.compute_average_loss: per-replica sum scaled by 1/global_batch, so the
         # all-reduced sum is the global-batch mean.
         # https://www.tensorflow.org/api_docs/python/tf/nn/compute_average_loss
-        return jax.value_and_grad(lambda p: self._loss_sum(p, x, y) / global_batch)(params)
+        def scaled(p: Any) -> tuple[jax.Array, Any]:
+            loss, moments = self._loss_sum(p, x, y, synced)
+            return loss / global_batch, moments
+
+        (loss, moments), grads = jax.value_and_grad(scaled, has_aux=True)(params)
+        return loss, grads, moments
+
+    def _replicas_impl(
+        self, params: Any, xs: jax.Array, ys: jax.Array, global_batch: int, synced: bool
+    ) -> tuple:
+        """N replicas of one parameter version as one ``vmap``: summed loss and grads, mean moments.
+
+        The moments are averaged: each replica folds its own into its copy of the moving
+        statistics, and TF reads such variables (``synchronization=ON_READ``,
+        ``aggregation=MEAN``) as the mean of the copies; the update being linear, one
+        copy updated with the mean moments is that mean.
+        """
+        axis = REPLICA_AXIS if synced else None
+        vm = jax.vmap(
+            lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch, synced),
+            (None, 0, 0),
+            axis_name=axis,
+        )
+        loss, grads, moments = vm(params, xs, ys)
+        summed = jax.tree.map(lambda a: a.sum(0), (loss, grads))
+        return (*summed, jax.tree.map(lambda a: a.mean(0), moments))
 
     def _apply_impl(self, params: Any, opt_state: Any, grads: Any, lr_scale: jax.Array) -> tuple:
         return apply_updates(self.optimizer, params, opt_state, grads, lr_scale)
@@ -198,37 +364,51 @@ class Workload:
             self._loss_and_grad_fns[global_batch] = fn
         return fn
 
-    def loss_and_grads(self, params: Any, x: Any, y: Any, global_batch: int) -> tuple[Any, Any]:
+    def loss_and_grads(
+        self, params: Any, x: Any, y: Any, global_batch: int, *, with_moments: bool = False
+    ) -> tuple:
         """Loss and gradients of one replica: sum of per-example losses / ``global_batch``.
 
         Cross-entropy for classification, ``0.5 * (pred - y)**2`` summed over outputs
         for regression. Jitted once per ``global_batch`` (and input shape).
+        ``with_moments``: ``(loss, grads, moments)``, the batch moments for
+        :meth:`update_state` (``{}`` for a model without state).
         """
-        return self._loss_and_grad_fn(int(global_batch))(params, x, y)
+        loss, grads, moments = self._loss_and_grad_fn(int(global_batch))(params, x, y)
+        return (loss, grads, moments) if with_moments else (loss, grads)
 
     def replica_grads(
-        self, params: Any, xs: Any, ys: Any, global_batch: int, execution: str = "batched"
-    ) -> tuple[Any, Any]:
+        self,
+        params: Any,
+        xs: Any,
+        ys: Any,
+        global_batch: int,
+        execution: str = "batched",
+        *,
+        with_moments: bool = False,
+    ) -> tuple:
         """Summed loss and gradients of N replicas on one parameter version.
 
         ``xs``/``ys`` have a leading replica axis ``[N, b, ...]``. "batched" runs one
         jitted ``vmap`` over replicas then sums; "devices" places replica ``i`` on
         ``jax.devices()[i]`` and sums with ``jax.lax.psum`` under ``shard_map`` — a real
         all-reduce. Results live on the default device in both modes.
+        ``with_moments``: ``(loss, grads, moments)``, the replicas' mean batch moments
+        (each replica's own, or the shared ones with ``sync_batch_norm``).
         """
         global_batch = int(global_batch)
         if execution == "batched":
             fn = self._batched.get(global_batch)
             if fn is None:
-                vm = jax.vmap(
-                    lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch), (None, 0, 0)
-                )
-                fn = jax.jit(lambda p, xs, ys: jax.tree.map(lambda a: a.sum(0), vm(p, xs, ys)))
+                synced = self.sync_batch_norm
+                fn = jax.jit(lambda p, xs, ys: self._replicas_impl(p, xs, ys, global_batch, synced))
                 self._batched[global_batch] = fn
-            return fn(params, xs, ys)
-        if execution == "devices":
-            return self._device_fn(int(xs.shape[0]), global_batch)(params, xs, ys)
-        raise SimdistError(f"unknown execution {execution!r}; expected one of {EXECUTIONS}")
+            loss, grads, moments = fn(params, xs, ys)
+        elif execution == "devices":
+            loss, grads, moments = self._device_fn(int(xs.shape[0]), global_batch)(params, xs, ys)
+        else:
+            raise SimdistError(f"unknown execution {execution!r}; expected one of {EXECUTIONS}")
+        return (loss, grads, moments) if with_moments else (loss, grads)
 
     def _device_fn(self, n: int, global_batch: int) -> Callable:
         fn = self._devices.get((n, global_batch))
@@ -241,24 +421,28 @@ class Workload:
                 f"run with {_DEVICE_FLAG.format(n=n)} (set before Python starts) or call "
                 f"simdist.numerics.ensure_devices({n}) before any JAX operation"
             )
-        mesh = Mesh(np.array(devices[:n]), ("replica",))
+        mesh = Mesh(np.array(devices[:n]), (REPLICA_AXIS,))
+        synced = self.sync_batch_norm
 
         def per_device(p: Any, xs: jax.Array, ys: jax.Array) -> tuple:
             # Each device holds a [1, b, ...] block of the replica axis. With
             # check_vma=False the gradient w.r.t. the replicated params stays per-device
             # (with vma checking on, autodiff would insert the psum itself and this
-            # explicit all-reduce would count every replica N times).
-            loss, grads = self._loss_and_grad_impl(p, xs[0], ys[0], global_batch)
-            return jax.lax.psum((loss, grads), "replica")
+            # explicit all-reduce would count every replica N times). Synchronised
+            # BatchNormalization's pmean transposes to a pmean of the cotangents, so the
+            # summed gradients are the global batch's, as TF's SyncBatchNormalization.
+            loss, grads, moments = self._loss_and_grad_impl(p, xs[0], ys[0], global_batch, synced)
+            summed = jax.lax.psum((loss, grads), REPLICA_AXIS)
+            return (*summed, jax.lax.pmean(moments, REPLICA_AXIS) if moments else moments)
 
         mapped = jax.shard_map(
             per_device,
             mesh=mesh,
-            in_specs=(P(), P("replica"), P("replica")),
+            in_specs=(P(), P(REPLICA_AXIS), P(REPLICA_AXIS)),
             out_specs=P(),
             check_vma=False,
         )
-        rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("replica"))
+        rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(REPLICA_AXIS))
         sharded = jax.jit(mapped, in_shardings=(rep, split, split), out_shardings=rep)
 
         def fn(p: Any, xs: Any, ys: Any) -> tuple:
@@ -273,22 +457,35 @@ class Workload:
         self._devices[(n, global_batch)] = fn
         return fn
 
-    def _stacked_fn(self, global_batch: int) -> Callable:
-        """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses, K grads.
+    def _stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
+        """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
+        K grads, K moments.
 
         The batches come stacked on the host (two transfers instead of 2K per
         call); the parameter versions are device arrays and are stacked inside.
+        ``replicas > 1``: each of the K batches is split into that many replicas
+        (a worker's devices), as :meth:`replica_grads` "batched" does.
         """
-        fn = self._stacked.get(global_batch)
+        fn = self._stacked.get((global_batch, replicas))
         if fn is None:
-            vm = jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
+            if replicas == 1:
+                vm = jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
+            else:
+                synced = self.sync_batch_norm
+
+                def one(p: Any, x: jax.Array, y: jax.Array) -> tuple:
+                    split = (replicas, x.shape[0] // replicas)
+                    xs, ys = x.reshape(split + x.shape[1:]), y.reshape(split + y.shape[1:])
+                    return self._replicas_impl(p, xs, ys, global_batch, synced)
+
+                vm = jax.vmap(one)
 
             def stacked(ps: tuple, xs: jax.Array, ys: jax.Array) -> tuple:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)
                 return vm(p, xs, ys)
 
             fn = jax.jit(stacked)
-            self._stacked[global_batch] = fn
+            self._stacked[(global_batch, replicas)] = fn
         return fn
 
     def init_opt_state(self, params: Any) -> Any:
@@ -309,28 +506,13 @@ class Workload:
         return self._apply(params, opt_state, grads, scale)
 
     def evaluate(self, params: Any) -> dict[str, float]:
-        """Mean test loss (and accuracy for classification) over the whole test set."""
+        """Mean test loss (and accuracy for classification) over the whole test set.
+
+        ``params`` holds the model state too when there is one (:meth:`variables`):
+        BatchNormalization then normalises with the moving statistics (inference mode).
+        """
         out = jax.device_get(self._evaluate(params, self._x_test, self._y_test))
         return {k: float(v) for k, v in out.items()}
-
-    def flops_per_step(self, batch: int) -> float:
-        """FLOPs of one replica's ``loss_and_grads`` on ``batch`` examples, per XLA.
-
-        Read from the compiled executable's cost analysis, which is deterministic
-        (a property of the HLO, not of timing). Cached per batch size.
-        """
-        batch = int(batch)
-        if batch not in self._flops:
-            x = jax.ShapeDtypeStruct((batch, *self.dataset.input_shape), jnp.float32)
-            ytr = self.dataset.y_train
-            y = jax.ShapeDtypeStruct((batch, *ytr.shape[1:]), ytr.dtype)
-            cost = self._loss_and_grad_fn(batch).lower(self.params, x, y).compile().cost_analysis()
-            if isinstance(cost, list | tuple):
-                flops = sum(float(c.get("flops", 0.0)) for c in cost)
-            else:
-                flops = float(cost.get("flops", 0.0))
-            self._flops[batch] = flops
-        return self._flops[batch]
 
     @staticmethod
     def is_finite(loss: Any) -> bool:
@@ -348,18 +530,32 @@ class DeferredGradients:
     last bucket is padded by repeating its last entry, so shapes never change:
     one compilation, and a given submission always runs in the same program,
     which makes results bit-identical between reruns. Results are numpy arrays.
+
+    ``replicas``: each submitted batch is computed as that many replicas (a
+    worker's devices), which matters only to BatchNormalization, whose
+    statistics are per replica. ``with_moments``: results are ``(loss, grads,
+    moments)``, the batch moments for ``Workload.update_state``.
     """
 
-    def __init__(self, workload: Workload, global_batch: int, bucket: int = 8) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        global_batch: int,
+        bucket: int = 8,
+        *,
+        replicas: int = 1,
+        with_moments: bool = False,
+    ) -> None:
         if bucket < 1:
             raise SimdistError(f"DeferredGradients bucket must be >= 1, got {bucket}")
         self.workload = workload
         self.global_batch = int(global_batch)
         self.bucket = int(bucket)
-        self._fn = workload._stacked_fn(self.global_batch)
+        self.with_moments = with_moments
+        self._fn = workload._stacked_fn(self.global_batch, int(replicas))
         self._next = 0
         self._pending: list[tuple[int, Any, Any, Any]] = []
-        self._done: dict[int, tuple[Any, Any]] = {}
+        self._done: dict[int, tuple] = {}
         self.calls = 0  # number of bucket evaluations, for benchmarks
 
     def submit(self, params: Any, x: Any, y: Any) -> int:
@@ -374,8 +570,9 @@ class DeferredGradients:
         """Number of submitted tickets not yet evaluated."""
         return len(self._pending)
 
-    def result(self, ticket: int) -> tuple[Any, Any]:
-        """``(loss, grads)`` of ``ticket``; evaluates every pending ticket first if needed.
+    def result(self, ticket: int) -> tuple:
+        """``(loss, grads)`` of ``ticket`` (``(loss, grads, moments)`` with ``with_moments``);
+        evaluates every pending ticket first if needed.
 
         Each ticket's result can be fetched once; it is then forgotten.
         """
@@ -403,7 +600,9 @@ class DeferredGradients:
                 chunk = items[start : start + k]
                 padded = chunk + [chunk[-1]] * (k - len(chunk))
                 _, ps, xs, ys = zip(*padded, strict=True)
-                losses, grads = jax.device_get(self._fn(ps, np.stack(xs), np.stack(ys)))
+                out = jax.device_get(self._fn(ps, np.stack(xs), np.stack(ys)))
+                losses, trees = out[0], out[1:] if self.with_moments else out[1:2]
                 self.calls += 1
                 for i, (ticket, *_) in enumerate(chunk):
-                    self._done[ticket] = (losses[i], jax.tree.map(lambda g, i=i: g[i], grads))
+                    picked = tuple(jax.tree.map(lambda a, i=i: a[i], t) for t in trees)
+                    self._done[ticket] = (losses[i], *picked)

@@ -36,6 +36,16 @@ PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
         "Staleness",
         "How many parameter versions behind each applied gradient was.",
     ),
+    "pipeline_staleness.png": (
+        "Weight staleness per pipeline stage",
+        "pipedream: how many updates of its stage each micro-batch's gradient missed "
+        "(mean and largest per stage; the first updates as the pipeline fills).",
+    ),
+    "memory.png": (
+        "Peak memory per device",
+        "What each stage's device holds at its peak (parameters, gradients, optimizer "
+        "state, stashed activations and weight versions) against its capacity.",
+    ),
     "timeline.png": (
         "Timeline of the first steps",
         "What each device and parameter server did, span by span "
@@ -55,6 +65,8 @@ FILE_NOTES: dict[str, str] = {
     "`start_s, end_s, host, device, kind, nbytes, step, detail`",
     "updates.csv": "one row per applied gradient shard, with its staleness",
     "dropped.csv": "gradients dropped by backup workers",
+    "stage_updates.csv": "pipedream: one row per update of a pipeline stage, with the weight "
+    "version its forward used and its staleness",
     "trace.json": "the timeline: open it in https://ui.perfetto.dev or chrome://tracing",
     "params.npz": "final parameters, keys = pytree paths (usable as `workload.init_from`)",
     "scenario.yaml": "the fully resolved scenario: `simdist run` it to reproduce this run",
@@ -94,10 +106,23 @@ def scenario_lines(scenario: Any) -> list[str]:
         for key, label in (("intra_host", "intra-host"), ("network", "network"))
         if key in links
     )
-    model = workload["model"]
-    model_text = model["name"] + (f" (hidden {model['hidden']})" if model.get("hidden") else "")
-    dataset = workload["dataset"]
-    dataset_text = dataset["name"] if isinstance(dataset, dict) else str(dataset)
+    model = workload.get("model")
+    if model is None:
+        model_text = f"the layers of {workload['profile']}"
+    else:
+        hidden = f" (hidden {model['hidden']})" if model.get("hidden") else ""
+        model_text = model["name"] + hidden
+    clock = workload.get("timing_model", {}).get("name") or workload.get("profile")
+    if model is not None and clock:
+        model_text += f", timed as {clock}"
+    dataset = workload.get("dataset")
+    dataset_text = (
+        "no data set"
+        if dataset is None
+        else dataset["name"]
+        if isinstance(dataset, dict)
+        else str(dataset)
+    )
     optimizer = workload["optimizer"]
     length = (
         f"{workload['steps']} steps" if "steps" in workload else f"{workload.get('epochs')} epochs"
@@ -177,7 +202,10 @@ def render_markdown(
 ) -> str:
     """The text of report.md; ``plots`` and ``files`` are the names present in the folder."""
     s = result.summary
-    lines = [f"# {s['name']} — {s['strategy']}", "", *scenario_lines(result.scenario), ""]
+    lines = [f"# {s['name']} — {s['strategy']}", ""]
+    if s.get("_surrogate"):
+        lines += [f"> **Surrogate timing**: {s['_surrogate']}.", ""]
+    lines += [*scenario_lines(result.scenario), ""]
     lines += ["## Key numbers", "", "| | |", "| --- | --- |"]
     lines += [f"| {what} | {value} |" for what, value in key_numbers(result, target)]
     lines.append("")

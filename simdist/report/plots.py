@@ -284,6 +284,143 @@ def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
     _save(fig, path)
 
 
+#: summary.json's ``memory_per_device`` parts → (label, colour), stacked in this order.
+_MEMORY_PARTS = {
+    "params": ("parameters", "#1f77b4"),
+    "gradients": ("gradients", "#aec7e8"),
+    "optimizer": ("optimizer state", "#9467bd"),
+    "activations": ("stashed activations", "#ff7f0e"),
+    "weight_versions": ("stashed weight versions", "#d62728"),
+}
+
+
+def _byte_unit(nbytes: float) -> tuple[float, str]:
+    """``(divisor, unit)`` in binary units so that ``nbytes / divisor`` reads well."""
+    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
+        if nbytes >= 1024.0**power:
+            return 1024.0**power, unit
+    return 1.0, "B"
+
+
+def plot_memory(summary: Mapping[str, Any], title: str, path: Path) -> None:
+    """Peak memory of each device, stacked by what it holds, against the device's capacity.
+
+    Drawn from summary.json's ``memory_per_device`` (parameters, gradients, optimizer state,
+    stashed activations, stashed weight versions) and ``device_memory_bytes``. The capacity
+    is a vertical line when it is within reach of the bars; far above them, the legend says
+    how much of it the fullest device uses.
+    """
+    per_device: Mapping[str, Mapping[str, float]] = summary.get("memory_per_device") or {}
+    capacity = float(summary.get("device_memory_bytes") or 0.0)
+    devices = sorted(per_device, key=natural_key)
+    fig = Figure(figsize=(8, 2.2 + 0.4 * max(1, len(devices))), layout="constrained")
+    ax = fig.subplots()
+    if not devices:
+        _no_data(ax, "no per-device memory recorded")
+        _save(fig, path)
+        return
+    totals = [float(per_device[d].get("total", 0.0)) for d in devices]
+    top = max(totals)
+    near = capacity > 0 and capacity <= 4 * top
+    scale, unit = _byte_unit(max(top, capacity) if near else top)
+    y = np.arange(len(devices))[::-1]
+    left = np.zeros(len(devices))
+    for key, (label, color) in _MEMORY_PARTS.items():
+        values = np.array([float(per_device[d].get(key, 0.0)) for d in devices]) / scale
+        if key == "weight_versions" and not values.any():
+            continue
+        ax.barh(y, values, left=left, color=color, edgecolor="0.6", linewidth=0.4, label=label)
+        left += values
+    for yi, total in zip(y, totals, strict=True):
+        ax.text(total / scale, yi, f" {total / scale:.3g}", va="center", fontsize=8)
+    if near:
+        ax.axvline(
+            capacity / scale,
+            color="black",
+            ls="--",
+            lw=1.2,
+            label=f"device capacity {capacity / scale:.3g} {unit}",
+        )
+    elif capacity > 0:
+        ax.plot(
+            [],
+            [],
+            " ",
+            label=f"device capacity {_format_bytes(capacity)}: "
+            f"the fullest device uses {100 * top / capacity:.2g}%",
+        )
+    ax.set_xlim(0, (max(top, capacity) if near else top) / scale * 1.12)
+    ax.set_yticks(y, devices)
+    ax.set_xlabel(f"peak memory ({unit})")
+    ax.set_title(f"{title}: peak memory per device")
+    fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
+    _save(fig, path)
+
+
+def _format_bytes(nbytes: float) -> str:
+    scale, unit = _byte_unit(nbytes)
+    return f"{nbytes / scale:.3g} {unit}"
+
+
+def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
+    """pipedream's weight staleness per stage (the ``stage_updates`` table).
+
+    Left: each stage's mean and largest staleness over the run (updates of that stage
+    between the weights a micro-batch's forward used and its update). Right: the staleness
+    of each stage's first updates, as the pipeline fills: it climbs to its steady value
+    (``S − s − 1`` on stage ``s``) and stays there, since pipedream never flushes.
+    """
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=(1, 1.4))
+    if updates.empty or "staleness" not in updates:
+        _no_data(left, "no stage update recorded")
+        _save(fig, path)
+        return
+    stages = sorted(int(s) for s in updates["stage"].unique())
+    grouped = updates.groupby("stage")["staleness"]
+    means = grouped.mean().reindex(stages).to_numpy(float)
+    maxes = grouped.max().reindex(stages).to_numpy(float)
+    counts = grouped.size().reindex(stages).to_numpy(int)
+    x = np.arange(len(stages))
+    left.bar(x, means, 0.6, color="tab:blue", label="mean over the run")
+    left.plot(x, maxes, "v", color="tab:red", ms=8, ls="none", label="largest")
+    for xi, mean, high, n in zip(x, means, maxes, counts, strict=True):
+        left.text(
+            xi, high + 0.08, f"{mean:.2f}\n({n:,} updates)", ha="center", va="bottom", fontsize=8
+        )
+    left.set_xticks(x, [f"stage {s}" for s in stages])
+    left.set_ylim(0, max(1.0, float(maxes.max())) * 1.35)
+    left.set_ylabel("staleness (versions of the stage's weights)")
+    left.set_title("per stage")
+    left.legend(loc="upper right", fontsize=8)
+    first = 0
+    for s in stages:
+        rows = updates[updates["stage"] == s]
+        first = max(first, min(len(rows), 4 * len(stages)))
+    markers = "osD^v<>p*h"
+    for i, s in enumerate(stages):
+        values = updates[updates["stage"] == s]["staleness"].to_numpy(float)[:first]
+        right.plot(
+            np.arange(len(values)),
+            values,
+            drawstyle="steps-post",
+            marker=markers[i % len(markers)],
+            ms=4,
+            lw=1.2,
+            alpha=0.85,
+            zorder=3 + len(stages) - i,
+            label=f"stage {s}",
+        )
+    right.set_xlabel("the stage's update (0 = first)")
+    right.set_ylabel("staleness")
+    right.set_ylim(-0.2, max(1.0, float(maxes.max())) + 0.5)
+    right.set_title(f"the first {first} updates of each stage")
+    right.legend(loc="lower right", fontsize=8)
+    right.grid(alpha=0.3)
+    fig.suptitle(f"{title}: weight staleness per pipeline stage")
+    _save(fig, path)
+
+
 def _kind_color(kind: str, spare: dict[str, str]) -> str:
     if kind in KIND_COLORS:
         return KIND_COLORS[kind]
@@ -451,7 +588,9 @@ def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str
     """Every plot of a run except ``loss_vs_time.png``; returns the file names written.
 
     ``staleness_hist.png`` is written only when the run has an ``updates``
-    table with staleness (parameter_server).
+    table with staleness (parameter_server); ``memory.png`` when the summary has
+    ``memory_per_device`` and ``pipeline_staleness.png`` when the run has a
+    ``stage_updates`` table (pipeline; the latter pipedream only).
     """
     out_dir = Path(out_dir)
     name = result.scenario.name
@@ -463,6 +602,13 @@ def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str
     if updates is not None and "staleness" in updates:
         plot_staleness_hist(updates, name, out_dir / "staleness_hist.png")
         written.append("staleness_hist.png")
+    stage_updates = result.tables.get("stage_updates")
+    if stage_updates is not None and "staleness" in stage_updates:
+        plot_stage_staleness(stage_updates, name, out_dir / "pipeline_staleness.png")
+        written.append("pipeline_staleness.png")
+    if result.summary.get("memory_per_device"):
+        plot_memory(result.summary, name, out_dir / "memory.png")
+        written.append("memory.png")
     plot_timeline(result.events, result.scenario, name, out_dir / "timeline.png", timeline_steps)
     plot_time_split(result.events, sim_time_s, name, out_dir / "time_split.png")
     return [*written, "timeline.png", "time_split.png"]

@@ -3,10 +3,19 @@
 Everything that can go wrong ends as one :class:`~simdist.errors.ScenarioError` naming
 the file, the dotted field path and what is accepted; :func:`dump_scenario` writes the
 resolved scenario back (``scenario.yaml`` in every report) so that it loads to an equal one.
+
+Scenario files are written by hand and sometimes by other programs, so the reader is
+strict where YAML is lax and bounded where YAML is not: a key given twice is an error
+(YAML would keep the last), only regular files of at most :data:`MAX_SCENARIO_BYTES` are
+read (``/dev/zero`` never ends), and a document nested deeper than :data:`MAX_DEPTH` or
+with more than :data:`MAX_NODES` values (an alias bomb expands to billions) is refused
+before anything walks it.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +27,19 @@ from simdist.errors import ScenarioError
 from simdist.scenario.messages import error_message
 from simdist.scenario.overrides import apply_overrides
 from simdist.scenario.schema import Scenario
+from simdist.scenario.strict_yaml import parse_yaml
 
-__all__ = ["dump_scenario", "load_scenario", "scenario_from_dict"]
+__all__ = [
+    "MAX_SCENARIO_BYTES",
+    "dump_scenario",
+    "load_scenario",
+    "read_scenario_text",
+    "scenario_from_dict",
+    "scenario_from_text",
+]
+
+#: The largest scenario file read: real ones are a few KB.
+MAX_SCENARIO_BYTES = 4 * 2**20
 
 
 def scenario_from_dict(
@@ -41,29 +61,63 @@ def scenario_from_dict(
     except ValidationError as exc:
         field, message = error_message(exc.errors(include_url=False)[0], Scenario)
         raise ScenarioError(source, field, message) from None
+    except RecursionError:
+        raise ScenarioError(source, "", "nested too deeply to validate") from None
 
 
-def load_scenario(
-    path: str | Path, overrides: Sequence[str] = (), seed: int | None = None
-) -> Scenario:
-    """Read, override (``--set``), and validate a scenario file; ``seed`` replaces its seed."""
+def read_scenario_text(path: str | Path) -> str:
+    """The text of a scenario file; refused before reading unless a small regular file.
+
+    Raises ScenarioError for a missing file, a device or folder, a file above
+    :data:`MAX_SCENARIO_BYTES`, or bytes that are not UTF-8.
+    """
     source = str(path)
-    file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        info = os.stat(path)
     except FileNotFoundError:
         raise ScenarioError(
             source, "", "file not found; expected a YAML scenario file, e.g. scenarios/ps_4w2s.yaml"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise ScenarioError(source, "", f"cannot read the file: {exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise ScenarioError(
+            source, "", f"is {kind}; expected a YAML scenario file, e.g. scenarios/ps_4w2s.yaml"
+        )
+    if info.st_size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(
+            source,
+            "",
+            f"the file has {info.st_size:,} bytes; a scenario file is at most "
+            f"{MAX_SCENARIO_BYTES:,} bytes (real ones are a few KB)",
+        )
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(source, "", f"not valid YAML{where}: {problem}") from None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SCENARIO_BYTES + 1)  # the file may grow after the stat
+    except OSError as exc:
+        raise ScenarioError(source, "", f"cannot read the file: {exc}") from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(
+            source, "", f"the file has more than {MAX_SCENARIO_BYTES:,} bytes; too large"
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            source, "", f"not UTF-8 text (byte {exc.start}); expected a YAML scenario file"
+        ) from None
+
+
+def scenario_from_text(
+    text: str,
+    source: str = "<scenario>",
+    overrides: Sequence[str] = (),
+    seed: int | None = None,
+    base_dir: Path | None = None,
+) -> Scenario:
+    """Parse YAML ``text``, apply ``--set`` overrides and ``seed``, validate: one Scenario."""
+    data = parse_yaml(text, source)
     if data is None:
         raise ScenarioError(
             source,
@@ -81,7 +135,15 @@ def load_scenario(
     data = apply_overrides(data, overrides, "--set")
     if seed is not None:
         data["seed"] = seed
-    return scenario_from_dict(data, source, base_dir=file.parent)
+    return scenario_from_dict(data, source, base_dir=base_dir)
+
+
+def load_scenario(
+    path: str | Path, overrides: Sequence[str] = (), seed: int | None = None
+) -> Scenario:
+    """Read, override (``--set``), and validate a scenario file; ``seed`` replaces its seed."""
+    text = read_scenario_text(path)
+    return scenario_from_text(text, str(path), overrides, seed, base_dir=Path(path).parent)
 
 
 def dump_scenario(s: Scenario) -> str:

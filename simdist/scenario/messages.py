@@ -270,6 +270,8 @@ def error_message(err: Any, root: type[BaseModel]) -> tuple[str, str]:
     if etype in _BOUNDS:
         bound = f"{_BOUNDS[etype]} {next(iter(ctx.values()))}"
         return path, f"got {show(value)}; expected a value {bound}{_example(key, model)}"
+    if etype == "finite_number":
+        return path, f"got {show(value)}; expected a finite number{_example(key, model)}"
     if etype in ("too_short", "too_long"):
         return path, f"got {show(value)}; {err['msg'].lower()}{_example(key, model)}"
     for word, text in _TYPE_WORDS.items():

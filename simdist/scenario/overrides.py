@@ -6,10 +6,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from simdist.errors import ScenarioError
 from simdist.scenario.messages import SHORTHAND_KEYS
+from simdist.scenario.strict_yaml import parse_yaml
 from simdist.spec import show
 
 __all__ = ["apply_overrides"]
@@ -18,7 +17,7 @@ __all__ = ["apply_overrides"]
 def apply_overrides(
     data: dict[str, Any], overrides: Sequence[str], source: str = "--set"
 ) -> dict[str, Any]:
-    """A copy of ``data`` with each ``"a.b.c=value"`` applied (value read as YAML).
+    """A copy of ``data`` with each ``"a.b.c=value"`` applied (value read as strict YAML).
 
     Missing intermediate mappings are created, and a shorthand such as ``strategy: mirrored``
     is expanded so that ``strategy.all_reduce=tree`` works on top of it. ``cluster.hosts=N``
@@ -30,17 +29,14 @@ def apply_overrides(
         key = key.strip()
         if not eq:
             raise ScenarioError(
-                source, key, f"no '=' in {item!r}; expected path=value, e.g. cluster.hosts=8"
+                source, key, f"no '=' in {show(item)}; expected path=value, e.g. cluster.hosts=8"
             )
         parts = key.split(".")
         if not key or any(not p for p in parts):
             raise ScenarioError(
-                source, key, f"bad path in {item!r}; expected dotted keys, e.g. cluster.hosts=8"
+                source, key, f"bad path in {show(item)}; expected dotted keys, e.g. cluster.hosts=8"
             )
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
-            raise ScenarioError(source, key, f"value {raw!r} is not valid YAML: {exc}") from None
+        value = parse_yaml(raw, source, key) if raw.strip() else None
         node = result
         for depth, part in enumerate(parts[:-1]):
             child = node.get(part)

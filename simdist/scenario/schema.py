@@ -11,6 +11,7 @@ owns its fields, its replica count and its cross-checks, so this module names no
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections.abc import Callable
@@ -27,15 +28,17 @@ from pydantic import (
 
 from simdist.catalog import (
     DATASETS,
+    FULLSIZE_MODELS,
     MODELS,
     OPTIMIZERS,
+    RESNET_DEFAULTS,
     SCHEDULES,
     DatasetName,
     ModelName,
     OptimizerName,
     ScheduleKind,
 )
-from simdist.profiles import DEVICE_PROFILES
+from simdist.profiles import DEVICE_PROFILES, Precision
 from simdist.scenario.messages import EXAMPLES, choice_message
 from simdist.spec import (
     Bandwidth,
@@ -78,7 +81,16 @@ __all__ = [
     "WorkloadSpec",
 ]
 
-_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+# A report folder's name: never "." or "..", never hidden, and short enough that the
+# temporary folder beside it (".NAME.tmp.<host>.<pid>.<random>") fits a file name.
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+MAX_NAME_CHARS = 100
+# What one process can hold and simulate: beyond these the run would exhaust memory or
+# never finish, so they are refused at load time with the limit in the message.
+MAX_DEVICES = 65_536
+MAX_PS_TASKS = 4_096
+MAX_GENERATED_EXAMPLES = 10_000_000
+MAX_GENERATED_VALUES = 50_000_000  # n_examples x n_features: 400 MB as float64 while drawn
 _TASK_RE = re.compile(r"(?P<host>[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?")
 
 
@@ -130,9 +142,12 @@ class DeviceSpec(Spec):
     """
 
     profile: str = "cpu"
+    precision: Precision | None = None  # None: the profile's own (fp32; bf16 on tpu-v4)
     peak_flops: Flops | None = None
     efficiency: Float | None = Field(None, gt=0, le=1)
+    # Calibration: one device's measured step time, or its measured examples per second.
     compute_time_s: PositiveDuration | None = Field(None, alias="compute_time")
+    examples_per_s: Float | None = Field(None, gt=0)
 
     @field_validator("profile")
     @classmethod
@@ -140,6 +155,22 @@ class DeviceSpec(Spec):
         if value not in DEVICE_PROFILES:
             raise ValueError(choice_message(value, tuple(DEVICE_PROFILES), "profile"))
         return value
+
+    @model_validator(mode="after")
+    def _precision_and_calibration(self) -> DeviceSpec:
+        supported = DEVICE_PROFILES[self.profile].precisions
+        if self.precision is not None and self.precision not in supported:
+            raise fail(
+                "precision",
+                f"got {self.precision!r}; profile {self.profile} has peaks for "
+                f"{', '.join(supported)}, e.g. precision: {supported[0]}",
+            )
+        if self.compute_time_s is not None and self.examples_per_s is not None:
+            raise fail(
+                "examples_per_s",
+                "give compute_time or examples_per_s (one device's measurement), not both",
+            )
+        return self
 
 
 def _task_names(value: object, key: str) -> list[str]:
@@ -173,12 +204,12 @@ class ClusterSpec(Spec):
     rule.
     """
 
-    hosts: Int = Field(1, ge=1)
+    hosts: Int = Field(1, ge=1, le=MAX_DEVICES)
     worker_names: list[str] = Field(default_factory=list, alias="worker")
     chief_names: list[str] = Field(default_factory=list, alias="chief")
-    ps: Int = Field(0, ge=0)
+    ps: Int = Field(0, ge=0, le=MAX_PS_TASKS)
     ps_names: list[str] = Field(default_factory=list, exclude=True)
-    devices_per_host: Int = Field(1, ge=1)
+    devices_per_host: Int = Field(1, ge=1, le=MAX_DEVICES)
     device: DeviceSpec = Field(default_factory=DeviceSpec)
     links: LinksSpec = Field(default_factory=LinksSpec)
 
@@ -218,20 +249,50 @@ class ClusterSpec(Spec):
 
 
 class ModelSpec(Spec):
-    """Which model of the zoo, and its hidden layer widths."""
+    """Which model of the zoo, and its options.
+
+    ``hidden``: the mlp's hidden layer widths. resnet only: ``blocks`` (residual blocks
+    per stage), ``width`` (channels of the first stage, doubled at each next one),
+    ``batch_norm_momentum`` of the moving statistics, and ``sync_batch_norm`` (TF's
+    SyncBatchNormalization). ``sync_batch_norm`` sits here, on the model, because in
+    TensorFlow it is a layer of the model (``SyncBatchNormalization``, Keras 3's
+    ``BatchNormalization(synchronized=True)``), not an option of the strategy: the same
+    model behaves the same under every strategy that runs several replicas.
+    The resnet options are None for the other models (a resolved scenario omits
+    them) and filled with ``RESNET_DEFAULTS`` for resnet.
+    """
 
     name: ModelName
     hidden: list[PositiveInt] = Field(default_factory=lambda: [128])
+    blocks: list[PositiveInt] | None = Field(None, min_length=1, examples=[[1, 1]])
+    width: PositiveInt | None = Field(None, examples=[16])
+    batch_norm_momentum: Float | None = Field(None, ge=0, lt=1, examples=[0.9])
+    sync_batch_norm: bool | None = Field(None, examples=["true"])
+
+    @model_validator(mode="after")
+    def _resnet_options(self) -> ModelSpec:
+        for option, default in RESNET_DEFAULTS.items():
+            if self.name == "resnet":
+                if getattr(self, option) is None:
+                    setattr(self, option, copy.deepcopy(default))
+            elif getattr(self, option) is not None:
+                raise fail(option, f"is an option of model resnet only, not of {self.name}")
+        return self
 
 
 def _resolve_file(path: Path, info: ValidationInfo, field: str, what: str) -> Path:
     base = (info.context or {}).get("base_dir")
-    full = path if path.is_absolute() or base is None else Path(base) / path
-    if not full.is_file():
-        raise fail(
-            field, f"file not found: {str(path)!r} (looked at {str(full)!r}); expected {what}"
-        )
-    return full.resolve()
+    try:
+        full = path if path.is_absolute() or base is None else Path(base) / path
+        exists, regular = full.exists(), full.is_file()
+        resolved = full.resolve() if regular else full
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the system
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise fail(field, f"got {show(str(path))}: not a usable file name ({why})") from None
+    if not regular:
+        problem = "not a regular file" if exists else "file not found"
+        raise fail(field, f"{problem}: {str(path)!r} (looked at {str(full)!r}); expected {what}")
+    return resolved
 
 
 class DatasetSpec(Spec):
@@ -257,6 +318,20 @@ class DatasetSpec(Spec):
 
     @model_validator(mode="after")
     def _resolve_path(self, info: ValidationInfo) -> DatasetSpec:
+        if self.n_examples > MAX_GENERATED_EXAMPLES:
+            raise fail(
+                "n_examples",
+                f"got {show(self.n_examples)}; a generated data set is held in memory and "
+                f"capped at {MAX_GENERATED_EXAMPLES:,} examples, e.g. n_examples: 2048",
+            )
+        if self.n_examples * self.n_features > MAX_GENERATED_VALUES:
+            raise fail(
+                "n_features",
+                f"got {show(self.n_features)}: {self.n_examples:,} examples x "
+                f"{show(self.n_features)} features is above the cap of "
+                f"{MAX_GENERATED_VALUES:,} generated values (held in memory); "
+                "e.g. n_features: 16",
+            )
         if self.name != "npz":
             if self.path is not None:
                 raise fail("path", f"path is only used with npz datasets, not {self.name!r}")
@@ -300,15 +375,24 @@ class OptimizerSpec(Spec):
 
 
 class WorkloadSpec(Spec):
-    """What is trained, on what, for how long.
+    """What is trained, on what, for how long, and whose layers set the clock.
 
     Exactly one of ``batch_size`` (per replica) and ``global_batch_size`` is given; the
     scenario fills in the other, so both are ints after validation. Likewise exactly one
     of ``steps`` and ``epochs``; use :meth:`total_steps`.
+
+    The clock follows, first found: ``profile`` (a layers.csv or ASTRA-sim workload file),
+    ``timing_model`` (a zoo model costed at its own input shape, e.g. vgg16) or ``model``.
+    With numerics on and one of the first two given, ``model`` trains for real on
+    ``dataset`` while the clock follows the other: a surrogate. ``dataset`` may be omitted in
+    timing-only runs (``numerics: false``); ``input_shape`` overrides the clock model's own.
     """
 
-    model: Annotated[ModelSpec, BeforeValidator(_shorthand("name"))]
-    dataset: Annotated[DatasetSpec, BeforeValidator(_shorthand("name"))]
+    model: Annotated[ModelSpec | None, BeforeValidator(_shorthand("name"))] = None
+    dataset: Annotated[DatasetSpec | None, BeforeValidator(_shorthand("name"))] = None
+    timing_model: Annotated[ModelSpec | None, BeforeValidator(_shorthand("name"))] = None
+    profile: Path | None = None
+    input_shape: list[PositiveInt] | None = None
     batch_size: Int = Field(0, ge=1)
     global_batch_size: Int = Field(0, ge=1)
     optimizer: OptimizerSpec
@@ -338,7 +422,32 @@ class WorkloadSpec(Spec):
             self.init_from = _resolve_file(
                 self.init_from, info, "init_from", "a parameter file written by simdist"
             )
+        if self.profile is not None:
+            if self.timing_model is not None:
+                raise fail(
+                    "timing_model",
+                    "give timing_model or profile (whose layers set the clock), not both",
+                )
+            self.profile = _resolve_file(
+                self.profile, info, "profile", "a layers.csv or an ASTRA-sim workload file"
+            )
+        if self.model is None and self.profile is None:
+            raise fail("model", "missing; name a model of the zoo, e.g. model: mlp")
         return self
+
+    @property
+    def clock_model(self) -> ModelSpec:
+        """The zoo model whose layers set the clock (when no profile file is given)."""
+        model = self.timing_model or self.model
+        assert model is not None
+        return model
+
+    @property
+    def surrogate(self) -> bool:
+        """Whether the clock follows another model than the one trained (profile/timing_model)."""
+        return self.model is not None and (
+            self.profile is not None or self.timing_model is not None
+        )
 
     def total_steps(self, n_train: int) -> int:
         """Number of training steps: ``steps``, or ``ceil(epochs * n_train / global batch)``."""
@@ -538,16 +647,23 @@ class Scenario(Spec):
     def _folder_name(cls, value: str) -> str:
         if not _NAME_RE.fullmatch(value):
             raise ValueError(
-                f"got {show(value)}; expected only letters, digits, '_', '.' and '-' "
+                f"got {show(value)}; expected a letter or digit first, then only letters, "
+                "digits, '_', '.' and '-' (it names the report folder), e.g. name: ps_4w2s"
+            )
+        if len(value) > MAX_NAME_CHARS:
+            raise ValueError(
+                f"got a name of {len(value)} characters; at most {MAX_NAME_CHARS} "
                 "(it names the report folder), e.g. name: ps_4w2s"
             )
         return value
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Scenario:
+        _check_workload(self)
         _resolve_hosts(self)
         self.strategy.check(self)
         _resolve_batch(self)
+        _check_size(self)
         _check_faults(self)
         return self
 
@@ -565,6 +681,46 @@ class Scenario(Spec):
     def chief_trains(self) -> bool:
         """Whether a ``chief`` task is given and trains as worker 0 (see ClusterSpec)."""
         return bool(self.cluster.chief_names) and self.strategy.chief_trains
+
+
+def _check_workload(s: Scenario) -> None:
+    """Numerics train ``model`` on ``dataset``; timing-only runs need neither a data set nor
+    (given a profile file) a zoo model."""
+    w = s.workload
+    if w.dataset is None and w.epochs is not None:
+        raise fail(
+            "workload.epochs",
+            "an epoch is a pass over a data set and none is named; give steps, e.g. "
+            "steps: 100, or name the data set whose size sets the epoch, e.g. dataset: digits",
+        )
+    if not s.numerics:
+        return
+    if w.model is None:
+        raise fail(
+            "workload.model",
+            "missing; numerics train a zoo model (the profile file only sets the clock), "
+            "e.g. model: mlp, or run timing-only with numerics: false",
+        )
+    if w.dataset is None:
+        raise fail(
+            "workload.dataset",
+            "missing; numerics need data to train on, e.g. dataset: digits, "
+            "or run timing-only with numerics: false",
+        )
+    if w.input_shape and not w.surrogate:
+        raise fail(
+            "workload.input_shape",
+            "sets the input of the model the clock follows, and with numerics on the trained "
+            "model takes its data set's; use it with timing_model (a surrogate) or with "
+            "numerics: false",
+        )
+    if w.model.name in FULLSIZE_MODELS:
+        raise fail(
+            "workload.model",
+            f"{w.model.name} is a full-size model for the clock only: run it timing-only with "
+            f"numerics: false, or train a small model and time it as this one, e.g. "
+            f"model: mlp and timing_model: {w.model.name}",
+        )
 
 
 def _resolve_hosts(s: Scenario) -> None:
@@ -608,6 +764,19 @@ def _resolve_batch(s: Scenario) -> None:
         w.batch_size = w.global_batch_size // n
     else:
         w.global_batch_size = w.batch_size * n
+
+
+def _check_size(s: Scenario) -> None:
+    """A cluster one process can build: at most MAX_DEVICES devices (the strategy has set
+    ``devices_per_host`` where it decides it, as the tpu's topology does)."""
+    c = s.cluster
+    devices = max(c.hosts * c.devices_per_host, s.replicas)
+    if devices > MAX_DEVICES:
+        raise fail(
+            "cluster",
+            f"{c.hosts:,} hosts x {c.devices_per_host:,} devices is {devices:,} devices; "
+            f"a simulated cluster has at most {MAX_DEVICES:,}, e.g. hosts: 4",
+        )
 
 
 def _check_faults(s: Scenario) -> None:

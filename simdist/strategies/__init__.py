@@ -35,6 +35,7 @@ _CLASS_NAMES: dict[str, str] = {
     "central_storage": "CentralStorageStrategy",
     "tpu": "TPUStrategy",
     "parameter_server": "ParameterServerStrategy",
+    "pipeline": "PipelineStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)

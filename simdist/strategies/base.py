@@ -35,6 +35,10 @@ class LayerCost:
     backward_s: float
     grad_nbytes: int
     param_paths: tuple[str, ...] = ()  # pytree paths of its parameters, in tree order
+    output_nbytes: int = 0  # its output activation on the per-replica batch (pipelines)
+    # The fixed launch cost inside forward_s and inside backward_s (each), calibrated like
+    # them; a pipeline pays it once per micro-batch instead of dividing it by M.
+    launch_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class Costs:
 
     compute_s: float  # one replica's forward + backward on its per-replica batch
     grad_nbytes: int  # bytes of one full gradient (= bytes of the parameters)
-    flops_per_replica_step: float  # from XLA's cost analysis (0 when the time is fixed)
+    flops_per_replica_step: float  # the clock model's FLOPs per replica step (XLA cost analysis)
     total_steps: int  # training steps (sync) or applied gradients (async) to run
     param_leaves: tuple[tuple[str, tuple[int, ...], int], ...] = ()  # (path, shape, nbytes)
     opt_state_nbytes: int = 0  # bytes of the optimizer state (momentum, Adam moments, ...)

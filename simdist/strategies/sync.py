@@ -67,10 +67,17 @@ def gradient_buckets(layers: Sequence[LayerCost], cap_nbytes: int) -> list[Bucke
 
 
 class SyncState(NamedTuple):
-    """The parameters every replica holds and the optimizer state that updates them."""
+    """The parameters every replica holds, the optimizer state that updates them, and the
+    model state (BatchNormalization's moving statistics; ``{}`` for models without any).
+
+    TF keeps a copy of each moving statistic per replica (``synchronization=ON_READ``,
+    ``aggregation=MEAN``) and reads their mean; the update being linear, the one copy
+    kept here, updated with the replicas' mean batch moments, is that mean.
+    """
 
     params: Any
     opt_state: Any
+    model_state: Any
 
 
 class Checkpoint(NamedTuple):
@@ -114,33 +121,36 @@ class SyncTrainer:
         self.execution = execution
 
     def init(self) -> SyncState:
-        """The state before the first step: the workload's initial parameters."""
+        """The state before the first step: the workload's initial parameters and state."""
         params = self.workload.params
-        return SyncState(params, self.workload.init_opt_state(params))
+        return SyncState(params, self.workload.init_opt_state(params), self.workload.model_state)
 
     def batch(self, step: int) -> tuple[Any, Any]:
         """Global batch ``step`` of the data order."""
         return self.workload.batches.batch(step, self.global_batch)
 
-    def gradients(self, params: Any, batch: tuple[Any, Any]) -> tuple[float, Any]:
-        """Mean loss and summed gradient of ``batch`` at ``params``."""
+    def gradients(self, params: Any, batch: tuple[Any, Any]) -> tuple[float, Any, Any]:
+        """Mean loss, summed gradient and the replicas' mean batch moments of ``batch``."""
         from simdist.numerics.data import shard
 
         x, y = batch
         if self.replicas == 1:
-            loss, grads = self.workload.loss_and_grads(params, x, y, self.global_batch)
+            loss, grads, moments = self.workload.loss_and_grads(
+                params, x, y, self.global_batch, with_moments=True
+            )
         else:
             xs, ys = shard(x, self.replicas), shard(y, self.replicas)
-            loss, grads = self.workload.replica_grads(
-                params, xs, ys, self.global_batch, self.execution
+            loss, grads, moments = self.workload.replica_grads(
+                params, xs, ys, self.global_batch, self.execution, with_moments=True
             )
-        return float(loss), grads
+        return float(loss), grads, moments
 
     def update(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, float]:
         """One training step on ``batch``: the new state and the step's mean loss."""
-        loss, grads = self.gradients(state.params, batch)
+        loss, grads, moments = self.gradients(state.params, batch)
         params, opt_state = self.workload.apply(state.params, state.opt_state, grads)
-        return SyncState(params, opt_state), loss
+        model_state = self.workload.update_state(state.model_state, moments)
+        return SyncState(params, opt_state, model_state), loss
 
 
 class SynchronousStrategy(Strategy):
@@ -169,7 +179,10 @@ class SynchronousStrategy(Strategy):
 
     @property
     def final_params(self) -> Any | None:
-        return None if self.state is None else self.state.params
+        """The parameters, and the model state with them (``params.npz``, evaluation)."""
+        if self.state is None:
+            return None
+        return self.workload.variables(self.state.params, self.state.model_state)
 
     @abstractmethod
     def communicate(self, step: int) -> Generator[Any, Any, None]:

@@ -38,7 +38,7 @@ class InFlight(NamedTuple):
     versions: tuple[int, ...]  # the version of each PS it pulled
     waiting: int  # PS tasks that have not applied their shard yet
     ticket: int | None = None  # its deferred gradient evaluation (numerics only)
-    result: tuple[float, Any] | None = None  # (loss, grads), once evaluated
+    result: tuple[float, Any, Any] | None = None  # (loss, grads, moments), once evaluated
 
 
 class AsyncTraining:
@@ -129,19 +129,20 @@ class AsyncTraining:
             return  # training diverged, or the worker failed (its moves are cancelled)
         s = self.strategy
         staleness = s.servers.versions[ps] - gradient.versions[ps]
-        loss, shard, scale = math.nan, None, 1.0
+        loss, shard, scale, moments = math.nan, None, 1.0, None
         if s.numeric:
             if gradient.result is None:
                 assert gradient.ticket is not None
                 gradient = gradient._replace(result=s.gradient(gradient.ticket))
-            loss, grads = gradient.result
+            loss, grads, batch_moments = gradient.result
             if not math.isfinite(loss):
                 self.diverge()
                 return
             if s.options.lr_staleness == "inverse":
                 scale = 1.0 / max(1, staleness)
             shard = s.servers.split(grads, ps)
-        version = s.servers.apply(ps, shard, scale)
+            moments = s.servers.split_moments(batch_moments, ps)
+        version = s.servers.apply(ps, shard, scale, moments)
         s.staleness.append(staleness)
         now = self.env.now
         s.recorder.row(
@@ -178,10 +179,15 @@ class AsyncTraining:
         self.recovery.checkpoint_if_due()
 
     def diverge(self) -> None:
-        """A non-finite loss: stop training (the step it would have made is reported)."""
+        """A non-finite loss: stop training (the step it would have made is reported).
+
+        That step counts as done, as in the synchronous loop, so summary.json's
+        ``steps`` equals its ``diverged_at_step``.
+        """
         if not self.stopped:
             self.stopped = True
-            self.strategy.diverged_at = self.strategy.applied + 1
+            s = self.strategy
+            s.diverged_at = s.steps_done = s.applied + 1
 
     def tick(self, w: int) -> None:
         """Worker ``w`` completed an iteration: wake workers waiting on the staleness bound."""

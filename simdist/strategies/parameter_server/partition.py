@@ -98,3 +98,25 @@ def layer_shards(layers: Sequence[Any], shards: Sequence[Shard]) -> list[list[in
     for i, shard in enumerate(shards):
         result[owner.get(shard.path, 0)].append(i)
     return result
+
+
+def batch_norm_state_leaves(
+    param_leaves: Sequence[tuple[str, tuple[int, ...], int]],
+) -> list[tuple[str, tuple[int, ...], int]]:
+    """The moving statistics of every BatchNormalization layer among ``param_leaves``.
+
+    Keras' BatchNormalization (and the zoo's, :class:`simdist.numerics.models.BatchNorm`)
+    has trainable ``gamma`` and ``beta`` and, in the model state, ``moving_mean`` and
+    ``moving_variance`` of the same shape. So a parameter ``params/<layer>/gamma`` means
+    state leaves ``batch_stats/<layer>/moving_mean`` and ``.../moving_variance``: listed
+    in the model state's tree order, they are what a parameter server holds besides the
+    parameters, computed from the parameter leaves alone, as timing-only runs need.
+    """
+    state = []
+    for path, shape, nbytes in param_leaves:
+        head, _, name = path.rpartition("/")
+        if name == "gamma" and head.startswith("params/"):
+            layer = head.removeprefix("params/")
+            for stat in ("moving_mean", "moving_variance"):
+                state.append((f"batch_stats/{layer}/{stat}", shape, nbytes))
+    return state

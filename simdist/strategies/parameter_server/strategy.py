@@ -20,7 +20,12 @@ from simdist.cluster import Device
 from simdist.network import Transfer
 from simdist.strategies.base import Strategy
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
-from simdist.strategies.parameter_server.partition import bytes_per_ps, layer_shards, partition
+from simdist.strategies.parameter_server.partition import (
+    batch_norm_state_leaves,
+    bytes_per_ps,
+    layer_shards,
+    partition,
+)
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.sync_backup import SyncWithBackups
 
@@ -45,8 +50,10 @@ class ParameterServerStrategy(Strategy):
         self.worker_batch = (
             self.scenario.workload.batch_size * self.scenario.cluster.devices_per_host
         )
+        # Model state (BatchNormalization's moving statistics) is placed with the variables:
+        # pulled with them, its updates (a worker's batch moments) pushed with the gradient.
         self.shards = partition(
-            self.costs.param_leaves,
+            [*self.costs.param_leaves, *batch_norm_state_leaves(self.costs.param_leaves)],
             self.n_ps,
             options.partitioner,
             options.min_shard_bytes,
@@ -58,7 +65,13 @@ class ParameterServerStrategy(Strategy):
         if self.workload is not None:
             from simdist.numerics.executor import DeferredGradients
 
-            self.deferred = DeferredGradients(self.workload, self.worker_batch)
+            # BatchNormalization normalises per replica: a worker's devices each on their part
+            # of its batch. Without model state the split changes nothing but rounding, so a
+            # worker's batch stays one evaluation.
+            replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
+            self.deferred = DeferredGradients(
+                self.workload, self.worker_batch, replicas=replicas, with_moments=True
+            )
         self.applied = 0  # gradients applied on every PS (global steps)
         self.dropped = 0  # late gradients of backup workers
         self.lost_gradients = 0  # in flight when their worker failed
@@ -321,10 +334,11 @@ class ParameterServerStrategy(Strategy):
         x, y = self._batch(w, iteration)
         return self.deferred.submit(self.servers.assemble(values), x, y)
 
-    def gradient(self, ticket: int) -> tuple[float, Any]:
-        """``(loss, grads)`` of a submitted gradient (evaluated with every pending one)."""
-        loss, grads = self.deferred.result(ticket)
-        return float(loss), grads
+    def gradient(self, ticket: int) -> tuple[float, Any, Any]:
+        """``(loss, grads, moments)`` of a submitted gradient (evaluated with every pending
+        one); ``moments`` are its batch moments, ``{}`` for a model without state."""
+        loss, grads, moments = self.deferred.result(ticket)
+        return float(loss), grads, moments
 
     def discard(self, ticket: int | None) -> None:
         """Forget a gradient that will never be applied (lost or dropped)."""

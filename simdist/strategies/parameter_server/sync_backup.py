@@ -94,7 +94,7 @@ class SyncWithBackups:
         """Every PS applies its shard of the mean accepted gradient; return the mean loss."""
         s = self.strategy
         loss = None
-        mean = None
+        mean = moments = None
         if s.numeric:
             import jax
 
@@ -103,8 +103,15 @@ class SyncWithBackups:
             n = len(results)
             loss = sum(r[0] for r in results) / n
             mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))
+            # The moving statistics follow the accepted workers' mean batch moments, as
+            # mirrored's follow its replicas': with b = 0 and one worker, one_device's.
+            moments = jax.tree.map(lambda *m: sum(m) / n, *(r[2] for r in results))
         for ps in range(s.n_ps):
-            s.servers.apply(ps, None if mean is None else s.servers.split(mean, ps))
+            if mean is None:
+                s.servers.apply(ps, None)
+            else:
+                shard = s.servers.split(mean, ps)
+                s.servers.apply(ps, shard, moments=s.servers.split_moments(moments, ps))
         version = s.servers.versions[0]
         for arrival in accepted:
             s.staleness.append(0)

@@ -1,0 +1,502 @@
+"""``pipeline``: the model cut into S stages on S devices, micro-batches flowing through them.
+
+Model parallelism places contiguous runs of layers (stages) on different devices; pipeline
+parallelism keeps them busy by splitting each batch into M micro-batches (GPipe, Huang et
+al. 2019; PipeDream, Narayanan et al. 2019). Stage ``s`` of pipeline copy ``r`` runs on the
+cluster's device ``r·S + s`` (devices in host order), so a stage boundary crosses the
+intra-host link or the network depending on where it falls.
+
+On the clock: the forward and backward of micro-batch ``m`` on a stage are compute spans
+labelled ``F<m>`` / ``B<m>`` (``R<m>``: the forward recomputed before the backward, with
+``rematerialization``); activations go forward and activation gradients backward with
+``net.send`` at their real byte sizes (the profile's output bytes of the stage's last layer,
+for one micro-batch). The schedules are :func:`~.pipeline_plan.stage_ops`'s: ``gpipe`` all
+forwards then all backwards and a flush per step; ``1f1b`` one forward one backward with at
+most S micro-batches in flight per stage, flushed per step; ``pipedream`` the same order
+without any flush, across steps. With ``replicas: R`` (data parallelism over S×R devices) each
+stage's gradient is all-reduced among its R copies after the flush.
+
+A micro-batch's times are the layer times of the per-replica batch divided by M (each layer's
+cost taken as linear in the batch), except the roofline's fixed launch cost of each layer pass
+(:attr:`~.base.LayerCost.launch_s`), which every micro-batch pays in full: small micro-batches
+cost more in total than the batch at once. ``bubble_fraction`` in summary.json is the share of the
+stage devices' time not spent computing; for equal stages and free links gpipe and 1f1b give
+``(S − 1) / (M + S − 1)``. Memory is checked before the run (:func:`~.pipeline_plan.stage_memory`
+against the device profile's capacity): a stage that does not fit stops the scenario with an
+error naming the stage, what it needs and what the device has.
+
+pipedream's updates are counted on the clock too: each stage's weight version, the version a
+micro-batch's forward used, and each update's staleness go into the ``stage_updates`` table
+(``stage_updates.csv``, drawn as ``pipeline_staleness.png``) and, per stage, into
+summary.json's ``staleness_per_stage``; summary.json's ``memory_per_device`` is drawn as
+``memory.png``.
+
+Numerics: :mod:`simdist.numerics.stages` (gpipe and 1f1b ≡ one_device on the global batch;
+pipedream with weight stashing and per-stage weight versions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, Literal
+
+from pydantic import Field
+
+from simdist.errors import SimdistError
+from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.strategies.base import Strategy
+from simdist.strategies.pipeline_plan import (
+    StageMemory,
+    bounds,
+    ideal_bubble,
+    partition_auto,
+    peak_in_flight,
+    stage_memory,
+    stage_ops,
+)
+from simdist.units import format_size
+
+
+class Spec(StrategySpecBase):
+    """Pipeline (and model) parallelism: S stages × R data-parallel pipeline copies."""
+
+    kind: Literal["pipeline"]
+    stages: PositiveInt = Field(1, examples=["4"])
+    micro_batches: PositiveInt = Field(1, examples=["8"])
+    schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
+    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
+    pipeline_replicas: PositiveInt = Field(1, alias="replicas", examples=["2"])
+    rematerialization: bool = Field(False, strict=True, examples=["true"])
+    all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
+
+    def replicas(self, cluster: Any) -> int:
+        """R data-parallel copies of the pipeline (each on S devices)."""
+        del cluster
+        return self.pipeline_replicas
+
+    def check(self, scenario: Any) -> None:
+        """Enough devices for S×R; a partition list of S counts; M dividing the batch;
+        no failures, checkpoints or input pipeline (not modelled for pipelines yet)."""
+        super().check(scenario)
+        c, w = scenario.cluster, scenario.workload
+        S, R, M = self.stages, self.pipeline_replicas, self.micro_batches
+        devices = c.hosts * c.devices_per_host
+        if S * R > devices:
+            raise fail(
+                "strategy.stages",
+                f"{S} stages x {R} replicas need {S * R} devices; the cluster has {devices} "
+                f"({c.hosts} hosts x {c.devices_per_host}), e.g. devices_per_host: {S * R}",
+            )
+        if isinstance(self.partition, list) and len(self.partition) != S:
+            raise fail(
+                "strategy.partition",
+                f"got {len(self.partition)} layer counts for {S} stages; give one per stage, "
+                "e.g. partition: auto",
+            )
+        if self.schedule == "pipedream" and R != 1:
+            raise fail(
+                "strategy.replicas",
+                f"got {R}; schedule pipedream runs one pipeline copy here (replicas: 1)",
+            )
+        given = w.model_fields_set
+        batch = w.global_batch_size // R if "global_batch_size" in given else w.batch_size
+        if batch % M:
+            raise fail(
+                "strategy.micro_batches",
+                f"got {M}; each pipeline's batch of {batch} examples must split into equal "
+                f"micro-batches, e.g. micro_batches: {_divisor_near(batch, M)}",
+            )
+        for field, value in (
+            ("faults.failures", scenario.faults.failures),
+            ("checkpoint", scenario.checkpoint),
+            ("input", scenario.input),
+        ):
+            if value:
+                raise fail(field, "is not simulated for strategy: pipeline yet; remove it")
+        if scenario.numerics and w.surrogate:
+            raise fail(
+                "workload.timing_model",
+                "pipeline stages are cut from the trained model's own layers; a surrogate "
+                "clock cannot be cut the same way: run it timing-only with numerics: false",
+            )
+
+
+def _divisor_near(n: int, m: int) -> int:
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - m), d))
+
+
+class PipelineStrategy(Strategy):
+    """S stages on S devices (× R copies): micro-batches, schedules, flushes, memory."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        spec = self.scenario.strategy
+        self.S, self.M, self.R = spec.stages, spec.micro_batches, spec.pipeline_replicas
+        self.schedule: str = spec.schedule
+        self.remat: bool = spec.rematerialization
+        layers = self.costs.layers
+        if len(layers) < self.S:
+            raise SimdistError(
+                f"{self.scenario.name}: strategy pipeline needs the model's per-layer costs and "
+                f"at least {self.S} layers for {self.S} stages; got {len(layers)}"
+            )
+        self.grid = [self.cluster.devices[r * self.S : (r + 1) * self.S] for r in range(self.R)]
+        self.capacity = float(self.cluster.profile.memory_nbytes)
+        self.steps_ops = self._ops()
+        self.peaks = [peak_in_flight(ops) for ops in self.steps_ops]
+        if spec.partition == "auto":
+            self.counts = partition_auto(len(layers), self.S, self.stage_cost, self.fits)
+        else:
+            self.counts = tuple(int(n) for n in spec.partition)
+            if sum(self.counts) != len(layers):
+                raise SimdistError(
+                    f"{self.scenario.name}: strategy.partition {list(self.counts)} covers "
+                    f"{sum(self.counts)} layers; the model has {len(layers)} "
+                    f"({', '.join(layer.name for layer in layers)})"
+                )
+        self.bounds = bounds(self.counts)
+        self.memory = [self.stage_memory(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        self._check_memory()
+        self.forward_s = [self._micro(a, b, "forward_s") for a, b in self.bounds]
+        self.backward_s = [self._micro(a, b, "backward_s") for a, b in self.bounds]
+        self.send_nbytes = [self.boundary_nbytes(b) for _, b in self.bounds]
+        self.stage_param_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
+        self.busy_s = 0.0
+        self.held = [[0] * self.S for _ in range(self.R)]
+        self.peak_held = [[0] * self.S for _ in range(self.R)]
+        # pipedream on the clock: each stage's weight version, the version each in-flight
+        # micro-batch's forward used, and every update's staleness (the stage_updates table).
+        self.versions = [0] * self.S
+        self.forward_version: list[dict[int, int]] = [{} for _ in range(self.S)]
+        self.update_staleness: list[list[int]] = [[] for _ in range(self.S)]
+        self.trainer: Any = None
+        self.state: Any = None
+        if self.workload is not None:
+            self._init_numerics()
+
+    # -- the plan ------------------------------------------------------------
+
+    def _ops(self) -> list[list[tuple[str, int]]]:
+        """Each stage's ops of one step (gpipe, 1f1b) or of the whole run (pipedream)."""
+        n = self.M * self.total_steps if self.schedule == "pipedream" else self.M
+        return stage_ops(self.schedule, self.S, n)
+
+    def _sum(self, first: int, stop: int, field: str) -> float:
+        return float(sum(getattr(layer, field) for layer in self.costs.layers[first:stop]))
+
+    def _micro(self, first: int, stop: int, field: str) -> float:
+        """One micro-batch's ``forward_s`` / ``backward_s`` through layers ``[first, stop)``:
+        each layer's batch time less its launch cost, divided by M, plus the launch cost
+        (every layer pass of every micro-batch launches its kernels)."""
+        layers = self.costs.layers[first:stop]
+        return float(sum((getattr(x, field) - x.launch_s) / self.M + x.launch_s for x in layers))
+
+    @property
+    def micro_examples(self) -> int:
+        """Examples in one micro-batch."""
+        return self.scenario.workload.batch_size // self.M
+
+    def boundary_nbytes(self, stop: int) -> int:
+        """Bytes of one micro-batch's activation leaving a stage that ends before layer ``stop``."""
+        return round(self.costs.layers[stop - 1].output_nbytes / self.M)
+
+    def send_s(self, s: int, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` from stage ``s`` to ``s + 1`` on free links."""
+        a, b = self.cluster.devices[s], self.cluster.devices[s + 1]
+        links = self.scenario.cluster.links
+        if a.host == b.host:
+            return links.intra_host.latency_s + nbytes / links.intra_host.bandwidth_Bps
+        return 2 * links.network.latency_s + nbytes / links.network.bandwidth_Bps
+
+    def stage_cost(self, s: int, first: int, stop: int) -> float:
+        """GPipe's balance criterion: a micro-batch's forward + backward on the stage (+ the
+        recomputed forward with rematerialization) + sending its boundary activation."""
+        compute = self._micro(first, stop, "forward_s") * (2 if self.remat else 1)
+        compute += self._micro(first, stop, "backward_s")
+        send = self.send_s(s, self.boundary_nbytes(stop)) if s < self.S - 1 else 0.0
+        return compute + send
+
+    def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
+        """Peak bytes of stage ``s`` holding layers ``[first, stop)``."""
+        layers = self.costs.layers
+        params = sum(x.grad_nbytes for x in layers[first:stop])
+        total = sum(x.grad_nbytes for x in layers)
+        opt = round(self.costs.opt_state_nbytes * params / total) if total else 0
+        if first == 0:
+            inputs = self.costs.example_nbytes * self.micro_examples
+        else:
+            inputs = layers[first - 1].output_nbytes / self.M
+        acts = sum(x.output_nbytes for x in layers[first:stop]) / self.M
+        return stage_memory(
+            param_nbytes=params,
+            opt_state_nbytes=opt,
+            input_nbytes=inputs,
+            activation_nbytes=acts,
+            peak=self.peaks[s],
+            schedule=self.schedule,
+            rematerialization=self.remat,
+        )
+
+    def fits(self, s: int, first: int, stop: int) -> bool:
+        """Whether stage ``s`` with layers ``[first, stop)`` fits its device (unknown: yes)."""
+        return self.capacity <= 0 or self.stage_memory(s, first, stop).total <= self.capacity
+
+    def _check_memory(self) -> None:
+        if self.capacity <= 0:
+            return
+        names = [layer.name for layer in self.costs.layers]
+        for s, ((a, b), need) in enumerate(zip(self.bounds, self.memory, strict=True)):
+            if need.total > self.capacity:
+                parts = ", ".join(
+                    f"{k} {format_size(v)}" for k, v in need.as_dict().items() if k != "total" and v
+                )
+                raise SimdistError(
+                    f"{self.scenario.name}: pipeline stage {s} (layers {names[a]}..{names[b - 1]})"
+                    f" does not fit on {self.grid[0][s].name}: it needs {format_size(need.total)}"
+                    f" ({parts}) and a {self.cluster.profile.name} has "
+                    f"{format_size(self.capacity)}; use more stages, fewer micro-batches in "
+                    "flight, rematerialization: true or a smaller batch"
+                )
+
+    # -- numerics ------------------------------------------------------------
+
+    def _init_numerics(self) -> None:
+        from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
+        from simdist.strategies.sync import SyncState
+
+        batch = self.scenario.workload.batch_size
+        if self.schedule == "pipedream":
+            self.trainer = PipeDreamTrainer(self.workload, self.counts, self.M, batch)
+        else:
+            self.trainer = PipelineTrainer(self.workload, self.counts, self.R, self.M, batch)
+            params = self.workload.params
+            self.state = SyncState(
+                params, self.workload.init_opt_state(params), self.workload.model_state
+            )
+        if len(self.trainer.staged.sequence) != len(self.costs.layers):
+            raise SimdistError(
+                f"{self.scenario.name}: the model has {len(self.trainer.staged.sequence)} "
+                f"layers but its cost profile {len(self.costs.layers)}"
+            )
+
+    @property
+    def final_params(self) -> Any | None:
+        if self.trainer is None:
+            return None
+        if self.schedule == "pipedream":
+            return self.workload.variables(self.trainer.current, self.trainer.model_state)
+        return self.workload.variables(self.state.params, self.state.model_state)
+
+    # -- the clock -----------------------------------------------------------
+
+    @property
+    def training_devices(self) -> list[Any]:
+        """The S×R stage devices."""
+        return [d for row in self.grid for d in row]
+
+    def _span(self, device: Any, seconds: float, step: int, detail: str) -> float:
+        """Record ``seconds`` of compute (× the straggler factor) from now; its end."""
+        start = self.env.now
+        factor = self.slowdown(device, step)
+        end = start + seconds
+        event = self.recorder.event
+        event(start, end, device.host, device.name, "compute", 0, step, detail)
+        if factor > 1.0:
+            event(
+                end,
+                start + seconds * factor,
+                device.host,
+                device.name,
+                "straggle",
+                0,
+                step,
+                f"x{factor:.3g}",
+            )
+        self.busy_s += seconds * factor
+        return seconds * factor
+
+    def _stage(
+        self,
+        r: int,
+        s: int,
+        ops: Sequence[tuple[str, int]],
+        arrivals: dict[tuple, Any],
+        step_of: Any,
+        on_backward: Any = None,
+    ) -> Generator[Any, Any, None]:
+        """Stage ``s`` of copy ``r`` runs its ops: wait for the input, compute, send on."""
+        device = self.grid[r][s]
+        last = s == self.S - 1
+        pipedream = self.schedule == "pipedream"
+        for kind, m in ops:
+            step = step_of(m)
+            local = m % self.M
+            if (kind == "F" and s > 0) or (kind == "B" and not last):
+                key = (r, s, kind, m)
+                yield arrivals.setdefault(key, self.env.event())
+                del arrivals[key]
+            if kind == "F":
+                yield self.env.timeout(self._span(device, self.forward_s[s], step, f"F{local}"))
+                if pipedream:
+                    self.forward_version[s][m] = self.versions[s]
+                    if self.trainer is not None:
+                        self.trainer.forward(s, m)
+                self._hold(r, s, +1)
+                if not last:
+                    self._send(r, s, s + 1, "F", m, step, f"A{local}", arrivals)
+            else:
+                if self.remat:
+                    yield self.env.timeout(self._span(device, self.forward_s[s], step, f"R{local}"))
+                yield self.env.timeout(self._span(device, self.backward_s[s], step, f"B{local}"))
+                if pipedream:
+                    self._update(s, m, step)
+                    if self.trainer is not None:
+                        self.trainer.backward(s, m)
+                self._hold(r, s, -1)
+                if s > 0:
+                    self._send(r, s, s - 1, "B", m, step, f"G{local}", arrivals)
+                if on_backward is not None:
+                    on_backward(s, m)
+
+    def _update(self, s: int, m: int, step: int) -> None:
+        """pipedream: micro-batch ``m``'s backward updates stage ``s``; record its staleness
+        (updates of the stage since the version its forward used, which weight stashing
+        kept for this backward) in the ``stage_updates`` table."""
+        used, version = self.forward_version[s].pop(m), self.versions[s]
+        self.update_staleness[s].append(version - used)
+        self.recorder.row(
+            "stage_updates",
+            time_s=self.env.now,
+            step=step,
+            stage=s,
+            micro_batch=m,
+            forward_version=used,
+            version=version,
+            staleness=version - used,
+        )
+        self.versions[s] += 1
+
+    def _hold(self, r: int, s: int, delta: int) -> None:
+        self.held[r][s] += delta
+        self.peak_held[r][s] = max(self.peak_held[r][s], self.held[r][s])
+
+    def _send(
+        self, r: int, s: int, to: int, kind: str, m: int, step: int, detail: str, arrivals: dict
+    ) -> None:
+        """Send micro-batch ``m``'s activation (or its gradient) from stage ``s`` to ``to``."""
+        ready = arrivals.setdefault((r, to, kind, m), self.env.event())
+        nbytes = self.send_nbytes[min(s, to)]
+        self.net.send(
+            self.grid[r][s],
+            self.grid[r][to],
+            nbytes,
+            step=step,
+            detail=detail,
+            then=ready.succeed,
+        )
+
+    def process(self) -> Generator[Any, Any, None]:
+        if self.schedule == "pipedream":
+            yield from self._pipedream()
+            return
+        for step in range(self.total_steps):
+            start = self.env.now
+            arrivals: dict[tuple, Any] = {}
+            stages = [
+                self.env.process(
+                    self._stage(r, s, self.steps_ops[s], arrivals, lambda m, k=step: k)
+                )
+                for r in range(self.R)
+                for s in range(self.S)
+            ]
+            yield self.env.all_of(stages)
+            if self.R > 1:
+                reduces = [
+                    self.net.allreduce(
+                        [row[s] for row in self.grid],
+                        self.stage_param_nbytes[s],
+                        self.scenario.strategy.all_reduce,
+                        step=step,
+                        detail=f"all-reduce stage {s}",
+                    )
+                    for s in range(self.S)
+                    if self.stage_param_nbytes[s] > 0
+                ]
+                yield self.env.all_of(reduces)
+            loss = None
+            if self.trainer is not None:
+                self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
+            if not self.end_step(start, step + 1, loss, lambda: self.final_params):
+                return
+
+    def _pipedream(self) -> Generator[Any, Any, None]:
+        """One stream of micro-batches, no flush; step k ends with micro-batch kM + M − 1's
+        backward on stage 0 (the last to see it)."""
+        done = [self.env.event() for _ in range(self.total_steps)]
+
+        def on_backward(s: int, m: int) -> None:
+            if s == 0 and m % self.M == self.M - 1:
+                done[m // self.M].succeed()
+
+        arrivals: dict[tuple, Any] = {}
+        for s in range(self.S):
+            self.env.process(
+                self._stage(0, s, self.steps_ops[s], arrivals, lambda m: m // self.M, on_backward)
+            )
+        start = self.env.now
+        for step in range(self.total_steps):
+            yield done[step]
+            loss = None
+            if self.trainer is not None:
+                losses = [self.trainer.losses.pop(step * self.M + i) for i in range(self.M)]
+                loss = sum(losses) / len(losses)
+            if not self.end_step(start, step + 1, loss, lambda: self.final_params):
+                return
+            start = self.env.now
+
+    # -- what summary.json says ----------------------------------------------
+
+    def staleness(self) -> list[list[int]]:
+        """Per stage, the staleness of each update applied on the clock (pipedream; empty
+        lists for the others), as the ``stage_updates`` table records them."""
+        return [list(values) for values in self.update_staleness]
+
+    def summary(self) -> dict[str, Any]:
+        now = self.env.now
+        devices = self.training_devices
+        total = len(devices) * now
+        names = [layer.name for layer in self.costs.layers]
+        out: dict[str, Any] = {
+            "pipeline": {
+                "stages": self.S,
+                "micro_batches": self.M,
+                "schedule": self.schedule,
+                "replicas": self.R,
+                "rematerialization": self.remat,
+                "partition": list(self.counts),
+                "stage_layers": [names[a:b] for a, b in self.bounds],
+                "stage_devices": [[row[s].name for row in self.grid] for s in range(self.S)],
+            },
+            "bubble_fraction": (total - self.busy_s) / total if total > 0 else None,
+            "bubble_fraction_ideal": ideal_bubble(self.S, self.M),
+            "peak_in_flight_per_stage": list(self.peak_held[0]),
+            "device_memory_bytes": self.capacity,
+            "memory_per_device": {
+                row[s].name: self.memory[s].as_dict() for row in self.grid for s in range(self.S)
+            },
+            "peak_memory_bytes": {
+                row[s].name: self.memory[s].total for row in self.grid for s in range(self.S)
+            },
+        }
+        if self.schedule == "pipedream":
+            per_stage = self.staleness()
+            out["staleness_per_stage"] = [
+                {
+                    "stage": s,
+                    "updates": len(values),
+                    "mean": sum(values) / len(values) if values else 0.0,
+                    "max": max(values, default=0),
+                }
+                for s, values in enumerate(per_stage)
+            ]
+        return out

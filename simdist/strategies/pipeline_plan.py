@@ -1,0 +1,200 @@
+"""Pipeline plans as pure functions: schedules, the auto partition, memory per stage.
+
+No SimPy, no JAX: what :mod:`simdist.strategies.pipeline` runs on the clock and
+:mod:`simdist.numerics.stages` replays, and what tests check against brute force.
+
+* :func:`stage_ops` — the order in which each stage runs the forward (``F``) and backward
+  (``B``) of each micro-batch. gpipe (Huang et al. 2019, "GPipe: efficient training of giant
+  neural networks using pipeline parallelism"): all forwards, then all backwards in reverse,
+  then a flush. 1f1b (PipeDream-Flush; Narayanan et al. 2021, "Memory-efficient
+  pipeline-parallel DNN training", and Megatron-LM's schedule): stage ``s`` of ``S`` warms up
+  with ``S − s − 1`` forwards, then alternates one forward and one backward, then drains; so
+  at most ``S − s`` micro-batches are in flight on it. pipedream (Narayanan et al. 2019): the
+  same one-forward-one-backward order over the whole run's stream of micro-batches, no flush.
+* :func:`partition_auto` — GPipe's partitioning: contiguous layers over ``S`` stages
+  minimising the slowest stage, each stage fitting its device; dynamic programming, exact.
+* :func:`stage_memory` — what a stage's device holds at its peak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from simdist.errors import SimdistError
+
+Schedule = Literal["gpipe", "1f1b", "pipedream"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "pipedream")
+#: One unit of a stage's work: ``("F", m)`` or ``("B", m)`` for micro-batch ``m``.
+Op = tuple[str, int]
+
+
+def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Op]]:
+    """Each stage's ops for ``micro_batches`` micro-batches (0-based), in the order it runs them.
+
+    For pipedream ``micro_batches`` is the whole run's stream (steps × micro-batches per step).
+    """
+    S, M = int(stages), int(micro_batches)
+    if schedule == "gpipe":
+        one = [("F", m) for m in range(M)] + [("B", m) for m in reversed(range(M))]
+        return [list(one) for _ in range(S)]
+    if schedule not in ("1f1b", "pipedream"):
+        raise SimdistError(f"unknown schedule {schedule!r}; expected one of {SCHEDULES}")
+    plans = []
+    for s in range(S):
+        warmup = min(S - s - 1, M)
+        ops: list[Op] = [("F", m) for m in range(warmup)]
+        for i in range(M - warmup):
+            ops += [("F", warmup + i), ("B", i)]
+        ops += [("B", m) for m in range(M - warmup, M)]
+        plans.append(ops)
+    return plans
+
+
+def in_flight(ops: Sequence[Op]) -> list[int]:
+    """Micro-batches whose activations a stage holds after each of its ``ops``."""
+    held, out = 0, []
+    for kind, _ in ops:
+        held += 1 if kind == "F" else -1
+        out.append(held)
+    return out
+
+
+def peak_in_flight(ops: Sequence[Op]) -> int:
+    """The most micro-batches a stage holds at once (its stashed activations)."""
+    return max(in_flight(ops), default=0)
+
+
+def ideal_bubble(stages: int, micro_batches: int) -> float:
+    """GPipe's bubble: ``(S − 1) / (M + S − 1)`` of the time for equal stages, free links."""
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def bounds(counts: Sequence[int]) -> list[tuple[int, int]]:
+    """``[first, stop)`` of each stage from its layer count: ``(2, 1) -> [(0, 2), (2, 3)]``."""
+    out, first = [], 0
+    for n in counts:
+        out.append((first, first + int(n)))
+        first += int(n)
+    return out
+
+
+def partition_auto(
+    n_layers: int,
+    stages: int,
+    cost: Callable[[int, int, int], float],
+    fits: Callable[[int, int, int], bool] = lambda s, first, stop: True,
+) -> tuple[int, ...]:
+    """Layer counts of ``stages`` contiguous, non-empty stages minimising the slowest stage.
+
+    ``cost(s, first, stop)`` is stage ``s``'s time with layers ``[first, stop)`` (GPipe: its
+    forward + backward compute, plus sending its boundary activation); ``fits(s, first,
+    stop)`` whether its device holds it. Dynamic programming over (stages, layers): exact,
+    ``O(S·L²)``; of equally good partitions the one with the earliest cuts. Raises
+    :class:`SimdistError` when there are fewer layers than stages or nothing fits.
+    """
+    L, S = int(n_layers), int(stages)
+    if S < 1 or L < S:
+        raise SimdistError(f"{L} layers cannot fill {S} pipeline stages (one layer at least each)")
+    inf = math.inf
+    # best[s][j]: the slowest of stages 0..s-1 holding layers [0, j); cut[s][j]: where s-1 starts.
+    best = [[inf] * (L + 1) for _ in range(S + 1)]
+    cut = [[-1] * (L + 1) for _ in range(S + 1)]
+    best[0][0] = -inf
+    for s in range(1, S + 1):
+        for j in range(s, L - (S - s) + 1):
+            for i in range(s - 1, j):
+                if best[s - 1][i] == inf or not fits(s - 1, i, j):
+                    continue
+                value = max(best[s - 1][i], cost(s - 1, i, j))
+                if value < best[s][j]:
+                    best[s][j], cut[s][j] = value, i
+    if best[S][L] == inf:
+        raise SimdistError(
+            f"no partition of the model's {L} layers into {S} stages fits in device memory"
+        )
+    counts, j = [], L
+    for s in range(S, 0, -1):
+        i = cut[s][j]
+        counts.append(j - i)
+        j = i
+    return tuple(reversed(counts))
+
+
+def slowest_stage(counts: Sequence[int], cost: Callable[[int, int, int], float]) -> float:
+    """The largest ``cost`` of a partition's stages (what :func:`partition_auto` minimises)."""
+    return max(cost(s, a, b) for s, (a, b) in enumerate(bounds(counts)))
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes one stage's device holds at its peak.
+
+    ``activations``: the stashed activations of the micro-batches in flight (with
+    rematerialization only their stage inputs, plus one micro-batch's activations while it is
+    recomputed for its backward); ``weight_versions``: pipedream's stashed older weights.
+    """
+
+    params: int
+    gradients: int
+    optimizer: int
+    activations: int
+    weight_versions: int
+
+    @property
+    def total(self) -> int:
+        """Everything at once: the peak."""
+        return (
+            self.params
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + (self.weight_versions)
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        """The parts and the total, for summary.json."""
+        return {
+            "params": self.params,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "weight_versions": self.weight_versions,
+            "total": self.total,
+        }
+
+
+def stage_memory(
+    *,
+    param_nbytes: int,
+    opt_state_nbytes: int,
+    input_nbytes: float,
+    activation_nbytes: float,
+    peak: int,
+    schedule: str,
+    rematerialization: bool,
+) -> StageMemory:
+    """The peak memory of one stage.
+
+    ``input_nbytes`` is one micro-batch's input to the stage, ``activation_nbytes`` the
+    outputs of all its layers for one micro-batch; ``peak`` the micro-batches in flight at
+    once (:func:`peak_in_flight`). Without rematerialization each in-flight micro-batch keeps
+    its input and every layer's output; with it only its input (the stage boundary), and one
+    micro-batch's activations exist while its forward is recomputed. pipedream keeps one
+    weight version per in-flight micro-batch besides the current one (weight stashing).
+    """
+    per = input_nbytes + activation_nbytes
+    if rematerialization:
+        stashed = peak * input_nbytes + (activation_nbytes if peak else 0)
+    else:
+        stashed = peak * per
+    versions = max(peak - 1, 0) * param_nbytes if schedule == "pipedream" else 0
+    return StageMemory(
+        params=int(param_nbytes),
+        gradients=int(param_nbytes),
+        optimizer=int(opt_state_nbytes),
+        activations=math.ceil(stashed),
+        weight_versions=int(versions),
+    )
