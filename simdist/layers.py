@@ -541,3 +541,16 @@ def read_profile(path: str | Path, cycle_s: float = ASTRA_CYCLE_S) -> ModelProfi
     if _is_astra(text):
         return _read_astra(path, text, cycle_s)
     return _read_csv(path, text)
+
+
+def stage_bounds(counts: Sequence[int]) -> list[tuple[int, int]]:
+    """``[first, stop)`` of each stage (a contiguous run of layers) from its layer count.
+
+    ``(2, 1) -> [(0, 2), (2, 3)]``: the clock (pipeline plans) and the numerics (stages)
+    cut a model at the same layers.
+    """
+    out, first = [], 0
+    for n in counts:
+        out.append((first, first + int(n)))
+        first += int(n)
+    return out

@@ -41,6 +41,7 @@ import numpy as np
 import optax
 
 from simdist.errors import SimdistError
+from simdist.layers import stage_bounds as bounds
 from simdist.numerics.models import MOMENTS, STATE
 
 __all__ = [
@@ -51,15 +52,6 @@ __all__ = [
     "Update",
     "bounds",
 ]
-
-
-def bounds(counts: Sequence[int]) -> list[tuple[int, int]]:
-    """``[first, stop)`` of each stage from its layer count: ``(2, 1) -> [(0, 2), (2, 3)]``."""
-    out, first = [], 0
-    for n in counts:
-        out.append((first, first + int(n)))
-        first += int(n)
-    return out
 
 
 def _top_level(context: Any) -> bool:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simdist.errors import SimdistError
+from simdist.layers import stage_bounds as bounds
 
 Schedule = Literal["gpipe", "1f1b", "pipedream"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "pipedream")
@@ -70,15 +71,6 @@ def peak_in_flight(ops: Sequence[Op]) -> int:
 def ideal_bubble(stages: int, micro_batches: int) -> float:
     """GPipe's bubble: ``(S − 1) / (M + S − 1)`` of the time for equal stages, free links."""
     return (stages - 1) / (micro_batches + stages - 1)
-
-
-def bounds(counts: Sequence[int]) -> list[tuple[int, int]]:
-    """``[first, stop)`` of each stage from its layer count: ``(2, 1) -> [(0, 2), (2, 3)]``."""
-    out, first = [], 0
-    for n in counts:
-        out.append((first, first + int(n)))
-        first += int(n)
-    return out
 
 
 def partition_auto(
