@@ -212,3 +212,24 @@ def test_bad_points_are_recorded_and_the_others_run(client, tmp_path):
     assert "not divisible by 3 replicas" in table["error"][2]
     assert np.isfinite(table["final_test_accuracy"][0])
     assert "2 run, 0 reused from an earlier run, 3 failed" in result.output
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("base: a.yaml\ngrid:\n  seed: [0]\ngrid:\n  seed: [1]\n", "found duplicate key 'grid'"),
+        ("base: &a [*a]\n", "an alias refers to itself"),
+    ],
+)
+def test_sweep_files_are_read_as_strictly_as_scenarios(tmp_path, text, message):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(text)
+    result = runner.invoke(app, ["sweep", str(path)])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_a_sweep_file_that_is_not_a_regular_file_is_refused_before_reading():
+    result = runner.invoke(app, ["sweep", "/dev/zero"])
+    assert result.exit_code == 2
+    assert "/dev/zero: is not a regular file" in result.output

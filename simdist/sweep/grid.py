@@ -181,18 +181,15 @@ class Sweep:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(
-            str(path), "", "file not found; expected a scenario or sweep YAML file"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(str(path), "", f"cannot read the file: {exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(str(path), "", f"not valid YAML: {exc}") from None
+    """A sweep (or scenario) file as plain data, with the scenario loader's checks.
+
+    Refused before reading unless a small regular file (so ``/dev/zero`` cannot hang a
+    sweep), and parsed strictly: duplicate keys, alias bombs and deep nesting are errors.
+    """
+    from simdist.scenario.load import read_scenario_text
+    from simdist.scenario.strict_yaml import parse_yaml
+
+    return parse_yaml(read_scenario_text(path), str(path))
 
 
 def is_sweep_file(data: Any) -> bool:
