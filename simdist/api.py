@@ -29,14 +29,28 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
 
-from simdist.engine import Result
 from simdist.errors import DataError, ScenarioError, SimdistError
-from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simdist.engine import Result
+
+# pandas, the engine (SimPy) and the recorder are imported where they are used, so
+# ``simdist validate`` (preflight) starts without them (issue 15).
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Result":  # simdist.api.Result, loaded on first use
+        from simdist.engine import Result
+
+        return Result
+    raise AttributeError(f"module 'simdist.api' has no attribute {name!r}")
+
 
 __all__ = [
     "Preflight",
@@ -75,6 +89,8 @@ def read_table(path: str | Path, dtypes: Mapping[str, str] | None = None) -> pd.
     ``dtypes`` pins known columns (an all-empty text column would otherwise
     read as float NaN).
     """
+    import pandas as pd
+
     frame = pd.read_csv(path, keep_default_na=False, na_values=[""])
     text = {c: frame[c].fillna("") for c in frame.columns if pd.api.types.is_string_dtype(frame[c])}
     if text:
@@ -189,12 +205,18 @@ def _check_files_and_model(scenario: Any, source: str) -> None:
     unfit for the data). Raises DataError, or ScenarioError naming ``source``."""
     from simdist.catalog import FULLSIZE_MODELS
     from simdist.numerics.data import model_inputs
-    from simdist.numerics.executor import check_model, read_params_file
+    from simdist.numerics.memory import check_param_bytes, known_model_size
 
     w = scenario.workload
     if w.dataset is not None:
         shape, outputs = model_inputs(w.dataset, scenario.seed)
         if w.model is not None and w.model.name not in FULLSIZE_MODELS:
+            known = known_model_size(w.model, shape, outputs) if w.init_from is None else None
+            if known is not None:  # built on these shapes before: no JAX needed
+                check_param_bytes(*known, w.model)
+                return
+            from simdist.numerics.executor import check_model
+
             try:
                 check_model(w.model, shape, outputs, w.init_from)
             except DataError:
@@ -203,6 +225,8 @@ def _check_files_and_model(scenario: Any, source: str) -> None:
                 raise ScenarioError(source, "workload.model", str(exc)) from None
             return
     if w.init_from is not None:
+        from simdist.numerics.executor import read_params_file
+
         read_params_file(w.init_from)
 
 
@@ -262,7 +286,7 @@ def preflight(
     wall = per_step * steps
     warnings = []
     if wall > HUGE_RUN_S:
-        from simdist.numerics.executor import physical_memory_nbytes
+        from simdist.numerics.memory import physical_memory_nbytes
 
         field = "workload.steps" if w.steps is not None else "workload.epochs"
         huge = (
@@ -347,6 +371,8 @@ def run(
         result = run_engine(scenario, on_step=on_step, on_time=on_time)
     except DataError as exc:
         raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
+    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
     result.events = conform(result.events, EVENT_DTYPES)
     result.metrics = conform(result.metrics, METRIC_DTYPES)
     if out is not None:
@@ -394,6 +420,8 @@ def load_report(path: str | Path, *, params: Literal["tree", "flat"] = "tree") -
     :func:`read_params` for ``params``: ``tree`` or ``flat``).  Raises
     :class:`~simdist.errors.SimdistError` if the folder is not a report.
     """
+    from simdist.engine import Result
+    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
     from simdist.scenario import load_scenario
 
     folder = Path(path)
@@ -444,6 +472,7 @@ def compare(
     simulation.  The table is :func:`simdist.report.compare.compare_table`'s,
     as written to ``compare.csv``.
     """
+    from simdist.engine import Result
     from simdist.report.compare import DEFAULT_TARGET, write_compare
     from simdist.report.tables import check_output_folder
     from simdist.scenario import load_scenario

@@ -76,6 +76,54 @@ def test_digits_split_is_seeded_and_stratified() -> None:
     assert counts.min() >= 30  # every class is represented in proportion (~36 each)
 
 
+def test_digits_read_without_sklearn_bit_identical_to_load_digits() -> None:
+    """digits comes from the CSV scikit-learn ships, parsed without importing scikit-learn;
+    the arrays must be the bits sklearn.datasets.load_digits gives (issue 15)."""
+    code = (
+        "import sys; from simdist.numerics.data import _digits_arrays; x, y = _digits_arrays(); "
+        "print(x.shape, 'sklearn' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "(1797, 8, 8, 1) False"
+
+    from sklearn.datasets import load_digits
+
+    from simdist.numerics.data import _digits_arrays
+
+    x, y = _digits_arrays()
+    bunch = load_digits()
+    ref_x = (bunch.images / 16.0).astype(np.float32)[..., None]
+    ref_y = bunch.target.astype(np.int32)
+    assert x.dtype == ref_x.dtype and y.dtype == ref_y.dtype
+    assert x.tobytes() == ref_x.tobytes() and y.tobytes() == ref_y.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("model", "seed"),
+    [
+        (MLP, 0),
+        (MLP, 3),
+        (SimpleNamespace(name="cnn", filters=[4]), 4),
+        (SimpleNamespace(name="softmax"), 5),
+    ],
+)
+def test_jitted_init_is_bit_identical_to_eager_init(model: SimpleNamespace, seed: int) -> None:
+    """Workload initialises in one XLA program (issue 15: 19 programs fewer to compile); the
+    parameters are the bits of the eager ``model.init`` (seeds 3-5 give key data ≥ 2**31)."""
+    from simdist.seeds import jax_key_data
+
+    w = Workload(model, DIGITS, SGD, seed=seed, total_steps=10)
+    key = jax.random.PRNGKey(jax_key_data(seed, "init"))
+    eager = w.model.init(key, jax.numpy.zeros((1, 8, 8, 1), jax.numpy.float32))
+    la, ta = jax.tree_util.tree_flatten(w.params)
+    lb, tb = jax.tree_util.tree_flatten(eager)
+    assert ta == tb
+    for x, y in zip(la, lb, strict=True):
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
 def test_batch_stream_deterministic_and_crosses_epochs() -> None:
     data = load_dataset(DIGITS, 0)
     s1, s2, other = BatchStream(data, 5), BatchStream(data, 5), BatchStream(data, 6)

@@ -1,35 +1,44 @@
-"""Real JAX numerics: models, data, optimizers and gradient execution (never imports simpy)."""
+"""Real JAX numerics: models, data, optimizers and gradient execution (never imports simpy).
 
-from simdist.numerics.data import DATASETS, BatchStream, Dataset, load_dataset, shard
-from simdist.numerics.executor import (
-    EXECUTIONS,
-    DeferredGradients,
-    Workload,
-    ensure_devices,
-    load_params,
-    save_params,
-    tree_paths,
-)
-from simdist.numerics.models import MODELS, make_model
-from simdist.numerics.optim import OPTIMIZERS, SCHEDULES, apply_updates, make_optimizer
+The names below are loaded on first use (PEP 562), so ``simdist.numerics.data`` (digits,
+npz headers; what ``simdist validate`` reads) comes without JAX, Flax or Optax.
+"""
 
-__all__ = [
-    "DATASETS",
-    "EXECUTIONS",
-    "MODELS",
-    "OPTIMIZERS",
-    "SCHEDULES",
-    "BatchStream",
-    "Dataset",
-    "DeferredGradients",
-    "Workload",
-    "apply_updates",
-    "ensure_devices",
-    "load_dataset",
-    "load_params",
-    "make_model",
-    "make_optimizer",
-    "save_params",
-    "shard",
-    "tree_paths",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "DATASETS": "data",
+    "BatchStream": "data",
+    "Dataset": "data",
+    "load_dataset": "data",
+    "shard": "data",
+    "EXECUTIONS": "executor",
+    "DeferredGradients": "executor",
+    "Workload": "executor",
+    "ensure_devices": "executor",
+    "load_params": "executor",
+    "save_params": "executor",
+    "tree_paths": "executor",
+    "MODELS": "models",
+    "make_model": "models",
+    "OPTIMIZERS": "optim",
+    "SCHEDULES": "optim",
+    "apply_updates": "optim",
+    "make_optimizer": "optim",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simdist.numerics' has no attribute {name!r}")
+    return getattr(import_module(f"simdist.numerics.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

@@ -82,13 +82,38 @@ def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tu
     return gen.permutation(np.concatenate(train)), gen.permutation(np.concatenate(test))
 
 
+def _digits_file() -> Path:
+    """The 8×8 digits CSV that scikit-learn ships, found without importing scikit-learn.
+
+    Importing scikit-learn costs about a second; only its data file is needed.
+    ``find_spec`` of a top-level package locates it without running its ``__init__``.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise SimdistError(
+            "dataset digits needs scikit-learn installed (it ships the data file); "
+            "pip install scikit-learn"
+        )
+    for root in spec.submodule_search_locations:
+        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            return path
+    raise SimdistError("scikit-learn is installed but its datasets/data/digits.csv.gz is missing")
+
+
 @lru_cache(maxsize=1)
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits  # bundled with scikit-learn: no network
+    import gzip
 
-    bunch = load_digits()
-    x = (bunch.images / 16.0).astype(np.float32)[..., None]  # pixel values are 0..16
-    return x, bunch.target.astype(np.int32)
+    # The same parse as sklearn.datasets.load_digits: float64 rows of 64 pixels + the label.
+    with gzip.open(_digits_file(), "rt", encoding="utf-8") as f:
+        data = np.loadtxt(f, delimiter=",")
+    images = data[:, :-1].reshape(-1, 8, 8)
+    target = data[:, -1].astype(int, copy=False)
+    x = (images / 16.0).astype(np.float32)[..., None]  # pixel values are 0..16
+    return x, target.astype(np.int32)
 
 
 def _digits(spec: Any, seed: int) -> Dataset:

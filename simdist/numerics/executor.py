@@ -30,7 +30,6 @@ Every jitted function is built once per static configuration and cached.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,12 @@ from jax.sharding import PartitionSpec as P
 
 from simdist.errors import DataError, SimdistError
 from simdist.numerics.data import BatchStream, Dataset, check_values, load_dataset, read_npz
+from simdist.numerics.memory import (  # noqa: F401  (re-exported)
+    PARAM_COPIES,
+    check_param_bytes,
+    physical_memory_nbytes,
+    remember_model_size,
+)
 from simdist.numerics.models import MOMENTS, STATE, make_model, update_moving_stats
 from simdist.numerics.optim import apply_updates, make_optimizer
 from simdist.seeds import jax_key_data
@@ -102,39 +107,21 @@ def save_params(path: str | Path, params: Any) -> None:
 
 #: The scenario field that names a parameter file, for errors about it.
 INIT_FROM_FIELD = "workload.init_from"
-#: Copies of the parameters a run holds at once: values, gradients, optimizer moments.
-PARAM_COPIES = 4
 
 
-def physical_memory_nbytes() -> int | None:
-    """This machine's RAM in bytes, or None where the system does not say."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_fits_memory(abstract_params: Any, model_spec: Any) -> None:
-    """Refuse a model whose parameters, gradients and optimizer state exceed the RAM.
+def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
+    """Refuse a model whose parameters, gradients and optimizer state exceed the RAM;
+    return its (parameter count, bytes).
 
     Checked on shapes alone (``jax.eval_shape``), before anything is allocated:
     XLA on CPU does not report a failed allocation of a huge buffer, it waits for it
     forever, so an oversized model would hang the run instead of failing.
     """
-    memory = physical_memory_nbytes()
     leaves = jax.tree_util.tree_leaves(abstract_params)
     nbytes = sum(int(leaf.size) * leaf.dtype.itemsize for leaf in leaves)
-    if memory is None or PARAM_COPIES * nbytes <= memory:
-        return
     count = sum(int(leaf.size) for leaf in leaves)
-    name = getattr(model_spec, "name", "model")
-    raise DataError(
-        f"model {name}",
-        "workload.model",
-        f"has {count:,} parameters ({nbytes / 1e9:.3g} GB); with its gradients and optimizer "
-        f"state a run needs about {PARAM_COPIES * nbytes / 1e9:.3g} GB, more than this "
-        f"machine's {memory / 1e9:.3g} GB of memory: make it smaller, e.g. hidden: [128]",
-    )
+    check_param_bytes(count, nbytes, model_spec)
+    return count, nbytes
 
 
 def read_params_file(path: str | Path) -> dict[str, np.ndarray]:
@@ -206,7 +193,8 @@ def check_model(
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)
     example = jax.ShapeDtypeStruct((1, *input_shape), jnp.float32)
     abstract = jax.eval_shape(model.init, key, example)
-    check_fits_memory(abstract, model_spec)
+    count, nbytes = check_fits_memory(abstract, model_spec)
+    remember_model_size(model_spec, input_shape, n_outputs, count, nbytes)
     if init_from is not None:
         _fit_params(Path(init_from), read_params_file(init_from), abstract)
 
@@ -238,10 +226,18 @@ class Workload:
         self.model = make_model(model_spec, self.dataset.n_outputs, self.dataset.input_shape)
         self.batches = BatchStream(self.dataset, self.seed)
         self.optimizer: optax.GradientTransformation = make_optimizer(optimizer_spec, total_steps)
-        key = jax.random.PRNGKey(jax_key_data(self.seed, "init"))
-        example = jnp.zeros((1, *self.dataset.input_shape), jnp.float32)
-        check_fits_memory(jax.eval_shape(self.model.init, key, example), model_spec)
-        params = self.model.init(key, example)
+        key_data = jax_key_data(self.seed, "init")
+        shape = (1, *self.dataset.input_shape)
+
+        def init() -> Any:
+            key = jax.random.PRNGKey(key_data)
+            return self.model.init(key, jnp.zeros(shape, jnp.float32))
+
+        check_fits_memory(jax.eval_shape(init), model_spec)
+        # One XLA program for the key, the example and the whole initialisation (run
+        # eagerly, each initialiser and op was a program of its own: 23 for an mlp, each
+        # compiled by every run); the values are bit-identical (tests/test_numerics.py).
+        params = jax.jit(init)()
         if init_from is not None:
             params = load_params(init_from, params)
         self.params, self.model_state = split_state(params)

@@ -25,7 +25,11 @@ import jax
 import jax.numpy as jnp
 
 from simdist.catalog import MODELS, RESNET_DEFAULTS
+from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
+
+# JAX's persistent compilation cache, before anything compiles (simdist.compile_cache).
+_configure_compile_cache(jax)
 
 
 def _flatten(x: jax.Array) -> jax.Array:

@@ -14,7 +14,11 @@ import jax
 import optax
 
 from simdist.catalog import OPTIMIZERS, SCHEDULES
+from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
+
+# JAX's persistent compilation cache, before anything compiles (simdist.compile_cache).
+_configure_compile_cache(jax)
 
 
 def make_schedule(spec: Any, learning_rate: float, total_steps: int) -> optax.ScalarOrSchedule:

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from simdist.catalog import FULLSIZE_MODELS, MODELS
+from simdist.compile_cache import CACHE_ENV, cache_dir  # the per-user folder (no JAX)
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.numerics import fullsize
@@ -50,21 +51,10 @@ from simdist.numerics.executor import tree_paths
 
 __all__ = ["CACHE_ENV", "cache_dir", "profile_model"]
 
-CACHE_ENV = "SIMDIST_CACHE_DIR"
 _FORMAT = 1  # bump when the meaning of a cached profile changes
 # A zoo model profiled without a data set gets the digits data set's shapes.
 _ZOO_INPUT_SHAPE = (8, 8, 1)
 _ZOO_OUTPUTS = 10
-
-
-def cache_dir() -> Path:
-    """The per-user profile cache: ``$SIMDIST_CACHE_DIR``, else ``$XDG_CACHE_HOME/simdist``,
-    else ``~/.cache/simdist``; profiles live in its ``profiles/`` folder."""
-    override = os.environ.get(CACHE_ENV)
-    if override:
-        return Path(override).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "simdist"
 
 
 # ------------------------------------------------------------------ cost analysis

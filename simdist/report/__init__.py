@@ -5,16 +5,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simdist.report.markdown import write_markdown
-from simdist.report.plots import plot_loss_vs_time, write_plots
 from simdist.report.tables import AtomicFolder, write_csv, write_json
-from simdist.report.trace import write_trace
+
+# The plots (matplotlib), report.md and trace writers load on first use, so that
+# ``simdist.report.tables`` (checking an --out folder in ``simdist validate``) stays light.
+_LAZY = {
+    "plot_loss_vs_time": "plots",
+    "write_plots": "plots",
+    "write_markdown": "markdown",
+    "write_trace": "trace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simdist.report' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"simdist.report.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def write_report(result: Any, out_dir: Path) -> Path:
     """Write ``result`` into ``out_dir`` atomically; return the folder."""
+    import simdist.report as report
     from simdist.numerics.executor import save_params
     from simdist.scenario import dump_scenario
+
+    # Through the module, so the lazy names load (and a test may replace one).
+    plot_loss_vs_time, write_plots = report.plot_loss_vs_time, report.write_plots
+    write_markdown, write_trace = report.write_markdown, report.write_trace
 
     out_dir = Path(out_dir)
     with AtomicFolder(out_dir) as tmp:

@@ -1,0 +1,117 @@
+"""The memory check of a model, and a disk record of model sizes; no JAX (issue 15).
+
+``simdist validate`` checks that the scenario's model can be built on the data's
+shapes and fits in memory. Building it on shapes needs JAX and Flax (about a second to
+import); once a model has been built on given shapes, its parameter count and bytes are
+kept in the per-user cache (``<cache_dir()>/models``), keyed by the model's spec, the
+input shape, the outputs, the JAX and Flax versions and a hash of ``models.py``, so a
+later validate of the same model does the same memory arithmetic without JAX. Only
+models that were built are recorded: a model that does not fit its data is checked
+(and its error raised) by JAX every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from simdist.compile_cache import cache_dir
+from simdist.errors import DataError
+
+__all__ = [
+    "PARAM_COPIES",
+    "check_param_bytes",
+    "known_model_size",
+    "physical_memory_nbytes",
+    "remember_model_size",
+]
+
+#: Copies of the parameters a run holds at once: values, gradients, optimizer moments.
+PARAM_COPIES = 4
+_FORMAT = 1  # bump when the meaning of a record changes
+
+
+def physical_memory_nbytes() -> int | None:
+    """This machine's RAM in bytes, or None where the system does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_param_bytes(count: int, nbytes: int, model_spec: Any) -> None:
+    """Refuse a model of ``count`` parameters in ``nbytes`` whose parameters, gradients and
+    optimizer state exceed the RAM (XLA on CPU would wait forever for such a buffer)."""
+    memory = physical_memory_nbytes()
+    if memory is None or PARAM_COPIES * nbytes <= memory:
+        return
+    name = getattr(model_spec, "name", "model")
+    raise DataError(
+        f"model {name}",
+        "workload.model",
+        f"has {count:,} parameters ({nbytes / 1e9:.3g} GB); with its gradients and optimizer "
+        f"state a run needs about {PARAM_COPIES * nbytes / 1e9:.3g} GB, more than this "
+        f"machine's {memory / 1e9:.3g} GB of memory: make it smaller, e.g. hidden: [128]",
+    )
+
+
+@lru_cache(maxsize=1)
+def _code_key() -> str:
+    """JAX and Flax versions and a hash of the model zoo's source: what a size depends on."""
+    versions = []
+    for package in ("jax", "flax"):
+        try:
+            versions.append(metadata.version(package))
+        except metadata.PackageNotFoundError:
+            versions.append("")
+    source = (Path(__file__).parent / "models.py").read_bytes()
+    return json.dumps([versions, hashlib.sha256(source).hexdigest()])
+
+
+def _record_path(model_spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> Path | None:
+    dump = getattr(model_spec, "model_dump", None)
+    if dump is None:
+        return None  # not a scenario's model spec: nothing stable to key on
+    key = json.dumps(
+        [_FORMAT, dump(mode="json"), list(input_shape), int(n_outputs), _code_key()],
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+    return cache_dir() / "models" / f"{digest}.json"
+
+
+def known_model_size(
+    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int
+) -> tuple[int, int] | None:
+    """(parameter count, bytes) recorded for this model on these shapes, or None."""
+    path = _record_path(model_spec, input_shape, n_outputs)
+    if path is None:
+        return None
+    try:
+        record = json.loads(path.read_text())
+        return int(record["count"]), int(record["nbytes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember_model_size(
+    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int, count: int, nbytes: int
+) -> None:
+    """Record a model built on these shapes (atomically; a failure to write is ignored)."""
+    path = _record_path(model_spec, input_shape, n_outputs)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"count": int(count), "nbytes": int(nbytes)}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
