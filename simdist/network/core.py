@@ -120,12 +120,7 @@ class Network:
         try:
             yield self.join(moves)
         finally:
-            for device in devices:
-                host = device.host
-                cell = links_on((link for move in moves for link in move.links), host)
-                self.recorder.event(
-                    start, self.env.now, host, device.name, "comm", nbytes, step, detail, cell
-                )
+            self._record_phase(devices, moves, start, step, detail, nbytes)
 
     def phase(
         self,
@@ -144,18 +139,30 @@ class Network:
         """
         start = self.env.now if start_s is None else start_s
         joined = self.join(moves)
-
-        def record(_: simpy.Event) -> None:
-            links = [link for move in moves for link in move.links]
-            cell = {d.host: links_on(links, d.host) for d in devices}
-            for device in devices:
-                host = device.host
-                self.recorder.event(
-                    start, self.env.now, host, device.name, "comm", nbytes, step, detail, cell[host]
-                )
-
-        joined.callbacks.append(record)
+        joined.callbacks.append(
+            lambda _: self._record_phase(devices, moves, start, step, detail, nbytes)
+        )
         return joined
+
+    def _record_phase(
+        self,
+        devices: Sequence[Device],
+        moves: Sequence[Transfer],
+        start_s: float,
+        step: int,
+        detail: str,
+        nbytes: float,
+    ) -> None:
+        """A phase of parallel messages, ``start_s`` to now, as one ``comm`` row per device."""
+        links = [link for move in moves for link in move.links]
+        cells: dict[str, str] = {}
+        for device in devices:
+            host = device.host
+            if host not in cells:
+                cells[host] = links_on(links, host)
+            self.recorder.event(
+                start_s, self.env.now, host, device.name, "comm", nbytes, step, detail, cells[host]
+            )
 
     def join(self, moves: Sequence[Transfer]) -> simpy.Event:
         """An event that fires when every move is done, as ``env.all_of`` of their ``done``.

@@ -166,6 +166,22 @@ class Strategy(ABC):
         """A device-less task (a failed host, a PS task, the coordinator) spent [start_s, end_s]."""
         self.recorder.event(start_s, end_s, task, task, kind, nbytes, step, detail)
 
+    def record_scaled(
+        self, device: Device, start_s: float, seconds: float, factor: float, step: int, detail: str
+    ) -> float:
+        """``compute`` for ``seconds`` from ``start_s``, then a straggler's excess as ``straggle``.
+
+        ``seconds`` is the device's normal time, ``factor`` its straggler factor; returns when
+        the device is done, ``start_s + seconds * factor``.
+        """
+        end, slow = start_s + seconds, start_s + seconds * factor
+        self.recorder.event(start_s, end, device.host, device.name, "compute", 0, step, detail)
+        if factor > 1.0:
+            self.recorder.event(
+                end, slow, device.host, device.name, "straggle", 0, step, f"x{factor:.3g}"
+            )
+        return slow
+
     def record_compute(self, device: Device, start_s: float, seconds: float, step: int) -> None:
         """A compute span, split into the normal part and the straggling excess."""
         base = min(self.costs.compute_s, seconds)

@@ -296,22 +296,8 @@ class PipelineStrategy(Strategy):
 
     def _span(self, device: Any, seconds: float, step: int, detail: str) -> float:
         """Record ``seconds`` of compute (× the straggler factor) from now; its end."""
-        start = self.env.now
         factor = self.slowdown(device, step)
-        end = start + seconds
-        event = self.recorder.event
-        event(start, end, device.host, device.name, "compute", 0, step, detail)
-        if factor > 1.0:
-            event(
-                end,
-                start + seconds * factor,
-                device.host,
-                device.name,
-                "straggle",
-                0,
-                step,
-                f"x{factor:.3g}",
-            )
+        self.record_scaled(device, self.env.now, seconds, factor, step, detail)
         self.busy_s += seconds * factor
         return seconds * factor
 

@@ -217,6 +217,10 @@ class SynchronousStrategy(Strategy):
         layers = self.costs.layers
         backward = list(reversed(layers))
         forward_s = sum(layer.forward_s for layer in layers)
+        backward_s = [
+            sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
+            for bucket in buckets
+        ]
         start = self.env.now
         devices = self.training_devices
         ready: list[list[float]] = []
@@ -224,12 +228,11 @@ class SynchronousStrategy(Strategy):
             factor = self.slowdown(device, step)
             t = start + (eval_s if device.host == eval_host else 0.0)
             self.recorder.event(start, t, device.host, device.name, "eval", 0, step, "chief")
-            self._record_span(device, t, forward_s, factor, step, "forward")
+            self.record_scaled(device, t, forward_s, factor, step, "forward")
             t += forward_s * factor
             times = []
-            for b, bucket in enumerate(buckets):
-                seconds = sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
-                self._record_span(
+            for b, seconds in enumerate(backward_s):
+                self.record_scaled(
                     device, t, seconds, factor, step, f"backward {b + 1}/{len(buckets)}"
                 )
                 t += seconds * factor
@@ -245,24 +248,6 @@ class SynchronousStrategy(Strategy):
                 yield self.env.timeout(bucket_ready[b] - self.env.now)
             detail = f"{label} bucket {b + 1}/{len(buckets)}" if len(buckets) > 1 else label
             yield self.net.allreduce(devices, bucket.nbytes, algo, step=step, detail=detail)
-
-    def _record_span(
-        self, device: Any, start_s: float, seconds: float, factor: float, step: int, detail: str
-    ) -> None:
-        """``compute`` for ``seconds`` from ``start_s``; a straggler's excess as ``straggle``."""
-        end = start_s + seconds
-        self.recorder.event(start_s, end, device.host, device.name, "compute", 0, step, detail)
-        if factor > 1.0:
-            self.recorder.event(
-                end,
-                start_s + seconds * factor,
-                device.host,
-                device.name,
-                "straggle",
-                0,
-                step,
-                f"x{factor:.3g}",
-            )
 
     @property
     def chief_devices(self) -> list[Any]:

@@ -240,17 +240,11 @@ class ParameterServerStrategy(Strategy):
     ) -> None:
         """Layers computed back to back from ``start_s``: ``compute``, a straggler's excess
         (``straggle``), and the faster devices' wait for the slowest (``idle: barrier``)."""
-        event = self.recorder.event
         factors = [self.slowdown(d, step) for d in devices]
         end = start_s + seconds * max(factors)
         for device, factor in zip(devices, factors, strict=True):
-            done = start_s + seconds
-            event(start_s, done, device.host, device.name, "compute", 0, step, detail)
-            if factor > 1.0:
-                slow = start_s + seconds * factor
-                event(done, slow, device.host, device.name, "straggle", 0, step, f"x{factor:.3g}")
-                done = slow
-            event(done, end, device.host, device.name, "idle", 0, step, "barrier")
+            done = self.record_scaled(device, start_s, seconds, factor, step, detail)
+            self.recorder.event(done, end, device.host, device.name, "idle", 0, step, "barrier")
 
     def pull(self, w: int, step: int) -> Generator[Any, Any, None]:
         """Worker ``w`` fetches every PS's shards in parallel.
