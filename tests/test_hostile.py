@@ -27,8 +27,9 @@ from typer.testing import CliRunner
 
 import simdist
 from simdist.api import preflight, resolve_scenario
-from simdist.cli import Interrupted, app
+from simdist.cli import app
 from simdist.errors import ScenarioError, SimdistError
+from simdist.interrupts import Interrupted
 from simdist.numerics.data import load_dataset, train_examples
 from simdist.report.tables import MARKER, AtomicFolder, _host_tag, check_output_folder
 from simdist.scenario.load import scenario_from_text

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny, write
 
-from simdist import cli
+from simdist import interrupts
 from simdist.report.tables import PAUSE_ENV
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -116,15 +116,15 @@ def test_the_watchdog_ends_a_run_that_cannot_unwind(monkeypatch):
         exits.append(code)
         raise SystemExit  # ends the watchdog's thread, as os._exit ends the process
 
-    monkeypatch.setattr(cli, "GRACE_S", 0.2)
-    monkeypatch.setattr(cli.os, "_exit", exit_now)
+    monkeypatch.setattr(interrupts, "GRACE_S", 0.2)
+    monkeypatch.setattr(interrupts.os, "_exit", exit_now)
 
     def watch(data: bytes) -> None:
         read_fd, write_fd = os.pipe()
 
         def watchdog() -> None:
             with contextlib.suppress(SystemExit):
-                cli._watchdog(read_fd)
+                interrupts._watchdog(read_fd)
 
         try:
             watcher = threading.Thread(target=watchdog)
