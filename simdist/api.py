@@ -39,9 +39,24 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simdist.engine import Result
+    from simdist.jobs import JobsResult
+    from simdist.runs import DASK_MIN_RUNS, run_many, run_seeds, seed_list
+    from simdist.tradeoff import Tradeoff, tradeoff
 
 # pandas, the engine (SimPy) and the recorder are imported where they are used, so
 # ``simdist validate`` (preflight) starts without them (issue 15).
+
+
+#: Names of the API that live in their own modules (loaded on first use): many runs
+#: (seeds, Dask) in :mod:`simdist.runs`, the trade-off study in :mod:`simdist.tradeoff`.
+_ELSEWHERE = {
+    "DASK_MIN_RUNS": "simdist.runs",
+    "run_many": "simdist.runs",
+    "run_seeds": "simdist.runs",
+    "seed_list": "simdist.runs",
+    "Tradeoff": "simdist.tradeoff",
+    "tradeoff": "simdist.tradeoff",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -49,18 +64,28 @@ def __getattr__(name: str) -> Any:
         from simdist.engine import Result
 
         return Result
+    if name in _ELSEWHERE:
+        from importlib import import_module
+
+        return getattr(import_module(_ELSEWHERE[name]), name)
     raise AttributeError(f"module 'simdist.api' has no attribute {name!r}")
 
 
 __all__ = [
+    "DASK_MIN_RUNS",
     "Preflight",
     "Result",
+    "Tradeoff",
     "compare",
     "load_report",
     "preflight",
     "read_params",
     "read_table",
     "run",
+    "run_many",
+    "run_seeds",
+    "seed_list",
+    "tradeoff",
     "warnings_after",
 ]
 
@@ -255,6 +280,8 @@ def preflight(
     from simdist.spec import show
 
     source = source or f"<scenario {scenario.name}>"
+    if getattr(scenario, "jobs", None) is not None:
+        return _preflight_jobs(scenario, out=out, source=source, data=data)
     if out is not None:
         check_output_folder(Path(out))
     w = scenario.workload
@@ -307,6 +334,26 @@ def preflight(
     return Preflight(total, n_train, wall, tuple(warnings))
 
 
+def _preflight_jobs(scenario: Any, *, out: str | Path | None, source: str, data: bool) -> Preflight:
+    """:func:`preflight` of every job of a scenario with ``jobs:``, its errors at the job's
+    fields; the step count and wall time add up (each job also runs alone, timing-only)."""
+    from simdist.report.tables import check_output_folder
+    from simdist.scenario.jobs import job_field
+
+    if out is not None:
+        check_output_folder(Path(out))
+    total, wall, warnings = 0, 0.0, []
+    for i, job in enumerate(scenario.jobs):
+        try:
+            checked = preflight(job.scenario, source=source, data=data)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.source, job_field(i, exc.field), exc.message) from None
+        total += checked.total_steps or 0
+        wall += checked.wall_s
+        warnings += [w.replace(f"{source}: ", f"{source}: jobs[{i}].", 1) for w in checked.warnings]
+    return Preflight(total, None, wall, tuple(warnings))
+
+
 def warnings_after(result: Result, source: str | None = None) -> list[str]:
     """Warnings about a finished run: what the scenario asked for that did not happen.
 
@@ -348,7 +395,7 @@ def run(
     on_time: Callable[[float], None] | None = None,
     source: str | None = None,
     **kw: Any,
-) -> Result:
+) -> Result | JobsResult:
     """Simulate a scenario and return its :class:`Result`; write its report if ``out`` is given.
 
     ``path_or_scenario`` is a scenario file, a ``Scenario`` or a scenario dict.
@@ -361,12 +408,19 @@ def run(
     simulation advances (a progress bar).  Errors name ``source``: by default the
     scenario file given, else ``<scenario NAME>``.  A diverged run returns
     normally, with ``summary["diverged"]`` set.
+
+    A scenario with ``jobs:`` (several jobs sharing one cluster) returns a
+    :class:`simdist.jobs.JobsResult` instead: each job's Result in company and alone,
+    and the interference table; its report folder holds a subfolder per job
+    (:mod:`simdist.report.jobs`).
     """
     from simdist.engine import run as run_engine
 
     scenario = resolve_scenario(path_or_scenario, overrides, **kw)
     source = source or _source(path_or_scenario)
     preflight(scenario, out=out, source=source)
+    if scenario.jobs is not None:
+        return _run_jobs(scenario, out, on_step, on_time, source)
     try:
         result = run_engine(scenario, on_step=on_step, on_time=on_time)
     except DataError as exc:
@@ -379,6 +433,32 @@ def run(
         from simdist.report import write_report
 
         write_report(result, Path(out))
+    return result
+
+
+def _run_jobs(
+    scenario: Any,
+    out: str | Path | None,
+    on_step: Callable[[int, int], None] | None,
+    on_time: Callable[[float], None] | None,
+    source: str | None,
+) -> Any:
+    """:func:`run` of a scenario with ``jobs:``: a :class:`simdist.jobs.JobsResult`, its
+    folder written by :func:`simdist.report.jobs.write_jobs_report` (a subfolder per job)."""
+    from simdist.jobs import run_jobs
+    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
+    try:
+        result = run_jobs(scenario, on_step=on_step, on_time=on_time)
+    except DataError as exc:
+        raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
+    for job in result.jobs.values():
+        job.events = conform(job.events, EVENT_DTYPES)
+        job.metrics = conform(job.metrics, METRIC_DTYPES)
+    if out is not None:
+        from simdist.report.jobs import write_jobs_report
+
+        write_jobs_report(result, Path(out))
     return result
 
 
@@ -425,6 +505,12 @@ def load_report(path: str | Path, *, params: Literal["tree", "flat"] = "tree") -
     from simdist.scenario import load_scenario
 
     folder = Path(path)
+    if (folder / "interference.csv").is_file() and not (folder / "events.csv").is_file():
+        jobs = sorted(p.parent.name for p in folder.glob("*/summary.json"))
+        raise SimdistError(
+            f"{folder}: the report of several jobs on one cluster (simdist.report.jobs); load "
+            f"one job's folder, e.g. {folder / (jobs[0] if jobs else '<job>')}"
+        )
     if not (folder / "summary.json").is_file():
         raise SimdistError(f"{folder}: not a simdist report folder (no summary.json in it)")
     missing = [
@@ -432,8 +518,10 @@ def load_report(path: str | Path, *, params: Literal["tree", "flat"] = "tree") -
     ]
     if missing:
         raise SimdistError(f"{folder}: incomplete report, missing {', '.join(missing)}")
+    from simdist.network.telemetry import TABLE_DTYPES
+
     tables = {
-        csv.stem: read_table(csv)
+        csv.stem: read_table(csv, TABLE_DTYPES.get(csv.stem))
         for csv in sorted(folder.glob("*.csv"))
         if csv.stem not in _NOT_TABLES
     }
@@ -460,6 +548,10 @@ def compare(
     target: float | None = None,
     overrides: Sequence[str] = (),
     on_run: Callable[[str], None] | None = None,
+    seeds: int | Sequence[int] | None = None,
+    parallel: bool | None = None,
+    processes: int | None = None,
+    scheduler: str | None = None,
 ) -> tuple[Path, pd.DataFrame]:
     """Run or load every source, then write one comparison report; return (folder, table).
 
@@ -471,9 +563,16 @@ def compare(
     ``reports/compare_<name>_<name>…``.  ``on_run(name)`` is called before each
     simulation.  The table is :func:`simdist.report.compare.compare_table`'s,
     as written to ``compare.csv``.
+
+    ``seeds`` (a count N for seeds 0…N−1, or a list) runs every scenario file once per
+    seed (a report folder is one run, its own seed), on Dask when there are many
+    (:func:`run_many`: ``parallel``, ``processes``, ``scheduler``). The table is then
+    :func:`simdist.report.compare.seeds_summary`'s — one row per scenario with each
+    figure's mean, min, max, t-based 95% interval and count of seeds (for time to target,
+    how many reached it) — and the folder also holds ``per_seed.csv``.
     """
     from simdist.engine import Result
-    from simdist.report.compare import DEFAULT_TARGET, write_compare
+    from simdist.report.compare import DEFAULT_TARGET, write_compare, write_compare_seeds
     from simdist.report.tables import check_output_folder
     from simdist.scenario import load_scenario
 
@@ -482,27 +581,60 @@ def compare(
         raise SimdistError("compare needs at least one scenario file or report folder")
     if not 0 < target <= 1:
         raise SimdistError(f"--target: got {target:g}; expected an accuracy in (0, 1], e.g. 0.9")
-    loaded: list[Any] = []
+    from simdist.runs import run_many, seed_list
+
+    seeds_given = seed_list(seeds) if seeds is not None else None
+    loaded: list[list[Any]] = []
     for source in map(Path, sources):
         if source.is_dir():
-            loaded.append(load_report(source))
+            loaded.append([load_report(source)])
+        elif source.is_file() and seeds_given is None:
+            loaded.append([load_scenario(source, overrides)])
         elif source.is_file():
-            loaded.append(load_scenario(source, overrides))
+            per_seed = [load_scenario(source, [*overrides, f"seed={s}"]) for s in seeds_given]
+            loaded.append(per_seed)
         else:
             raise SimdistError(
                 f"{source}: not found; expected a scenario .yaml file or a report folder"
             )
+        for item in loaded[-1]:
+            if not isinstance(item, Result):
+                if item.jobs is not None:
+                    raise SimdistError(
+                        f"{source}: a scenario with jobs: (several jobs on one cluster) is not "
+                        f"one run; run it, then compare its jobs' report folders, e.g. simdist "
+                        f"compare {' '.join(f'reports/{item.name}/{j.name}' for j in item.jobs)}"
+                    )
+                preflight(item, source=str(source))
     if out is not None:
         check_output_folder(Path(out))
-    results = []
-    for item, source in zip(loaded, sources, strict=True):
-        if isinstance(item, Result):
+    if seeds_given is None:
+        results = []
+        for [item], source in zip(loaded, sources, strict=True):
+            if not isinstance(item, Result):
+                if on_run is not None:
+                    on_run(item.name)
+                item = run(item, source=str(source))
             results.append(item)
-            continue
-        if on_run is not None:
-            on_run(item.name)
-        results.append(run(item, source=str(source)))
-    names = [_slug(r.summary.get("name", r.scenario.name)) for r in results]
+        names = [_slug(r.summary.get("name", r.scenario.name)) for r in results]
+        out_dir = Path(out) if out is not None else Path("reports") / ("compare_" + "_".join(names))
+        table = write_compare(results, out_dir, target, [str(s) for s in sources])
+        return out_dir, table
+    todo = [item for items in loaded for item in items if not isinstance(item, Result)]
+    ran = iter(
+        run_many(todo, parallel=parallel, processes=processes, scheduler=scheduler, on_run=on_run)
+    )
+    by_label: dict[str, list[Any]] = {}
+    labels: dict[str, str] = {}
+    for items, source in zip(loaded, sources, strict=True):
+        results = [item if isinstance(item, Result) else next(ran) for item in items]
+        name = results[0].summary.get("name", results[0].scenario.name)
+        label, k = name, 1
+        while label in by_label:
+            k += 1
+            label = f"{name} ({k})"
+        by_label[label], labels[label] = results, str(source)
+    names = [_slug(label) for label in by_label]
     out_dir = Path(out) if out is not None else Path("reports") / ("compare_" + "_".join(names))
-    table = write_compare(results, out_dir, target, [str(s) for s in sources])
-    return out_dir, table
+    summary, _ = write_compare_seeds(by_label, out_dir, target, labels)
+    return out_dir, summary

@@ -17,6 +17,7 @@ __all__ = [
     "OPTIMIZERS",
     "RESNET_DEFAULTS",
     "SCHEDULES",
+    "TEACHER_DEFAULTS",
     "DatasetName",
     "Execution",
     "ModelName",
@@ -38,7 +39,7 @@ ModelName = Literal[
     "bert_base",
     "gpt2",
 ]
-DatasetName = Literal["digits", "synthetic_regression", "npz"]
+DatasetName = Literal["digits", "synthetic_regression", "teacher", "npz"]
 OptimizerName = Literal["sgd", "momentum", "adam"]
 ScheduleKind = Literal["constant", "cosine", "exponential", "warmup_cosine", "piecewise_constant"]
 # How a synchronous strategy computes its replicas' gradients (numerics/executor.py):
@@ -62,6 +63,9 @@ RESNET_DEFAULTS: dict[str, object] = {
     "batch_norm_momentum": 0.99,
     "sync_batch_norm": False,
 }
+# The generated ``teacher`` set (simdist/numerics/generated.py) when its options are left
+# out: MNIST's size, large enough for large-batch runs; noise 0 labels by the teacher's argmax.
+TEACHER_DEFAULTS: dict[str, int | float] = {"n_examples": 60_000, "n_features": 32, "noise": 0.0}
 DATASETS: tuple[str, ...] = typing.get_args(DatasetName)
 OPTIMIZERS: tuple[str, ...] = typing.get_args(OptimizerName)
 SCHEDULES: tuple[str, ...] = typing.get_args(ScheduleKind)

@@ -17,12 +17,19 @@ from simdist.profiles import DEVICE_PROFILES, DeviceProfile
 
 @dataclass(frozen=True)
 class Device:
-    """One accelerator (or CPU) that runs a model replica; its speed is the profile's."""
+    """One accelerator (or CPU) that runs a model replica; its speed is the profile's.
+
+    ``kind`` is its profile's kind (``gpu``, ``tpu``, ``cpu``: it names the device,
+    ``worker0/gpu1``); ``profile`` labels its device class in :attr:`Cluster.profiles`
+    (the profile's name, e.g. ``v100``), so that a mixed cluster prices each device with
+    its own roofline.
+    """
 
     name: str
     host: str
     index: int
     kind: str
+    profile: str = ""
 
 
 HostRole = Literal["worker", "ps", "chief"]
@@ -35,6 +42,10 @@ class Host:
     name: str
     role: HostRole
     devices: tuple[Device, ...]
+    profile: str | None = None  # the label of its devices' class; None for PS tasks
+    # The machine it runs on when that is another host's (a PS task co-located on a
+    # worker machine, sharing its NIC); None: a machine of its own.
+    machine: str | None = None
 
 
 class Cluster:
@@ -42,31 +53,59 @@ class Cluster:
 
     ``spec`` is duck-typed (the scenario's ``ClusterSpec``): it needs ``hosts``,
     ``worker_names``, ``ps``, ``ps_names``, ``chief_names``, ``devices_per_host`` and
-    ``device`` (``profile``, ``peak_flops``, ``efficiency``). Worker hosts are
-    ``workers``; each parameter-server task is a device-less host in ``ps_hosts``;
-    ``devices`` lists every worker device host-major. ``coordinator`` is the task that
-    writes parameter_server checkpoints: the scenario's chief when it does not train,
-    else a task called ``chief`` (TF's coordinator).
+    ``device`` (``profile``, ``peak_flops``, ``efficiency``); a heterogeneous cluster also
+    gives ``device_counts`` (devices per worker host) and ``host_device(i)`` (the device
+    section of worker host ``i``). Worker hosts are ``workers``; each parameter-server task
+    is a device-less host in ``ps_hosts``, on a machine of its own or co-located on a worker's
+    (``spec.ps_placement``, :func:`ps_machines`; :attr:`machines` lists the machines, each
+    with its own NIC); ``devices`` lists every worker device host-major.
+    ``coordinator`` is the task that writes parameter_server checkpoints: the scenario's
+    chief when it does not train, else a task called ``chief`` (TF's coordinator).
+
+    Device classes: hosts whose device sections are equal share one class, labelled by
+    the profile's name (``name@host`` when two classes name the same profile with other
+    overrides). ``profiles`` maps each label to its :class:`DeviceProfile` (first-seen
+    order), ``device_specs`` to its device section (for a measured step's calibration);
+    ``profile`` is worker 0's, the one a homogeneous cluster has.
     """
 
     def __init__(self, spec: Any) -> None:
         self.spec = spec
-        self.profile = effective_profile(spec.device)
         n_workers, per_host = int(spec.hosts), int(spec.devices_per_host)
         if n_workers < 1:
             raise ValueError(f"a cluster needs at least one worker host, got {n_workers}")
-        if per_host < 1:
-            raise ValueError(f"a host needs at least one device, got {per_host}")
-
-        def make_host(name: str, role: HostRole, n_devices: int) -> Host:
-            kind = self.profile.kind
-            devices = tuple(Device(f"{name}/{kind}{i}", name, i, kind) for i in range(n_devices))
-            return Host(name, role, devices)
-
+        counts = [int(n) for n in getattr(spec, "device_counts", None) or [per_host] * n_workers]
+        if len(counts) != n_workers:
+            raise ValueError(f"{n_workers} worker hosts but {len(counts)} device counts")
+        if min(counts) < 1:
+            raise ValueError(f"a host needs at least one device, got {min(counts)}")
+        host_device = getattr(spec, "host_device", None)
+        device_specs = [
+            spec.device if host_device is None else host_device(i) for i in range(n_workers)
+        ]
+        self.profiles: dict[str, DeviceProfile] = {}
+        self.device_specs: dict[str, Any] = {}
         worker_names = _names(getattr(spec, "worker_names", None), n_workers, "worker")
+        labels = self._classes(device_specs, worker_names)
+        self.profile = self.profiles[labels[0]]
+
+        def make_host(name: str, role: HostRole, n_devices: int, label: str | None) -> Host:
+            kind = self.profiles[label].kind if label is not None else self.profile.kind
+            devices = tuple(
+                Device(f"{name}/{kind}{i}", name, i, kind, label or "") for i in range(n_devices)
+            )
+            return Host(name, role, devices, label)
+
         ps_names = _names(getattr(spec, "ps_names", None), int(spec.ps or 0), "ps")
-        self.workers: list[Host] = [make_host(n, "worker", per_host) for n in worker_names]
-        self.ps_hosts: list[Host] = [make_host(n, "ps", 0) for n in ps_names]
+        self.workers: list[Host] = [
+            make_host(n, "worker", count, label)
+            for n, count, label in zip(worker_names, counts, labels, strict=True)
+        ]
+        machines = ps_machines(getattr(spec, "ps_placement", "separate"), worker_names, ps_names)
+        self.ps_hosts: list[Host] = [
+            replace(make_host(n, "ps", 0, None), machine=m)
+            for n, m in zip(ps_names, machines, strict=True)
+        ]
         self.devices: list[Device] = [d for h in self.workers for d in h.devices]
         names = {h.name for h in self.hosts}
         if len(names) != len(self.hosts):
@@ -74,10 +113,42 @@ class Cluster:
         idle_chiefs = [n for n in getattr(spec, "chief_names", ()) if n not in names]
         self.coordinator: str = idle_chiefs[0] if idle_chiefs else "chief"
 
+    def _classes(self, device_specs: Sequence[Any], hosts: Sequence[str]) -> list[str]:
+        """The class label of each worker host; fills :attr:`profiles`, :attr:`device_specs`."""
+        seen: dict[tuple[Any, ...], str] = {}
+        labels = []
+        for host, device_spec in zip(hosts, device_specs, strict=True):
+            key = _device_key(device_spec)
+            if key not in seen:
+                profile = effective_profile(device_spec)
+                label = (
+                    profile.name if profile.name not in self.profiles else f"{profile.name}@{host}"
+                )
+                seen[key] = label
+                self.profiles[label] = profile
+                self.device_specs[label] = device_spec
+            labels.append(seen[key])
+        return labels
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the worker hosts hold devices of more than one class."""
+        return len(self.profiles) > 1
+
+    def profile_of(self, device: Device) -> DeviceProfile:
+        """The profile (roofline figures) of ``device``."""
+        return self.profiles.get(device.profile, self.profile)
+
     @property
     def hosts(self) -> list[Host]:
         """Every host with a track of its own: the workers, then the parameter-server tasks."""
         return [*self.workers, *self.ps_hosts]
+
+    @property
+    def machines(self) -> list[str]:
+        """Every machine, each with its own NIC and intra-host link: the worker hosts, then
+        the parameter-server tasks that are not co-located on a worker's machine."""
+        return [h.name for h in self.workers] + [h.name for h in self.ps_hosts if not h.machine]
 
     @property
     def chief(self) -> Host:
@@ -86,8 +157,13 @@ class Cluster:
 
     @property
     def devices_per_host(self) -> int:
-        """Devices on each worker host."""
+        """Devices on each worker host (worker 0's when the counts differ)."""
         return len(self.workers[0].devices)
+
+    @property
+    def device_counts(self) -> list[int]:
+        """Devices on each worker host, in host order."""
+        return [len(h.devices) for h in self.workers]
 
     @property
     def roles(self) -> dict[str, HostRole]:
@@ -125,6 +201,47 @@ def effective_profile(device_spec: Any) -> DeviceProfile:
         efficiency=profile.efficiency if efficiency is None else float(efficiency),
         source=f"{profile.source}; overridden by the scenario",
     )
+
+
+_DEVICE_FIELDS = (
+    "profile",
+    "precision",
+    "peak_flops",
+    "efficiency",
+    "compute_time_s",
+    "examples_per_s",
+)
+
+
+def _device_key(device_spec: Any) -> tuple[Any, ...]:
+    """What makes two device sections the same class of device."""
+    return tuple(getattr(device_spec, f, None) for f in _DEVICE_FIELDS)
+
+
+def ps_machines(
+    placement: str | Sequence[str], workers: Sequence[str], ps_names: Sequence[str]
+) -> list[str | None]:
+    """The machine of each parameter-server task (``None``: a machine of its own).
+
+    ``separate``: every PS task on its own machine. ``colocated``: PS task i on worker
+    machine i mod W (TensorFlow's usual layout, one PS task per worker machine). A list
+    names the worker machine of each PS task.
+    """
+    if placement == "separate":
+        return [None] * len(ps_names)
+    if placement == "colocated":
+        if not workers and ps_names:
+            raise ValueError("colocated parameter servers need worker hosts")
+        return [workers[i % len(workers)] for i in range(len(ps_names))]
+    if isinstance(placement, str):
+        raise ValueError(f"ps_placement must be separate, colocated or a list, got {placement!r}")
+    placed = [str(m) for m in placement]
+    if len(placed) != len(ps_names):
+        raise ValueError(f"{len(ps_names)} PS tasks but {len(placed)} machines in ps_placement")
+    unknown = [m for m in placed if m not in workers]
+    if unknown:
+        raise ValueError(f"ps_placement names {unknown[0]!r}, not a worker host of {workers}")
+    return list(placed)
 
 
 def _names(given: Sequence[str] | None, n: int, prefix: str) -> list[str]:

@@ -307,6 +307,7 @@ def collectives_table(
     *,
     intra_bandwidth_Bps: float | None = None,
     intra_latency_s: float | None = None,
+    network: Any = None,
 ) -> list[dict[str, Any]]:
     """All-reduce time, algbw and busbw for every (size, n, algo), for a teaching table.
 
@@ -317,7 +318,28 @@ def collectives_table(
     numbers are ``None`` and whose ``note`` says why; otherwise ``note`` names the shape
     used (hosts x devices, the x x y torus). Hierarchical uses the intra-host link values
     when given, else the network values for both levels.
+
+    ``network`` (a scenario's ``cluster.network`` section, :class:`NetworkSpec`) prices
+    every row through the topology instead: n devices on n / ``devices_per_host`` hosts
+    (default 1 device per host), wired as the section says (``leaf_spine`` racks and
+    oversubscribed uplinks, ``nvlink`` or ``pcie`` inside the hosts), each collective
+    priced by :mod:`simdist.network` from its communication pattern (the same closed
+    form, with the bottleneck's α and B). The ``note`` then names the racks and the
+    effective bandwidth. The default switch with the shared intra-host link gives the
+    closed forms above, unchanged.
     """
+    if network is not None and (network.topology != "switch" or network.intra_host != "shared"):
+        return _topology_table(
+            list(algos),
+            list(ns),
+            list(sizes),
+            bandwidth_Bps,
+            latency_s,
+            devices_per_host or 1,
+            300e9 if intra_bandwidth_Bps is None else intra_bandwidth_Bps,
+            2e-6 if intra_latency_s is None else intra_latency_s,
+            network,
+        )
     algos, ns, sizes = list(algos), list(ns), list(sizes)
     for algo in algos:
         if algo not in ALGORITHMS:
@@ -347,5 +369,73 @@ def collectives_table(
                 row["algbw_Bps"] = algbw_Bps(nbytes, t) if t > 0 else math.inf
                 row["busbw_Bps"] = busbw_Bps(nbytes, t, n) if t > 0 else math.inf
                 row["note"] = _note(algo, n, devices_per_host)
+                rows.append(row)
+    return rows
+
+
+def _topology_table(
+    algos: list[str],
+    ns: list[int],
+    sizes: list[float],
+    bandwidth_Bps: float,
+    latency_s: float,
+    devices_per_host: int,
+    intra_bandwidth_Bps: float,
+    intra_latency_s: float,
+    network: Any,
+) -> list[dict[str, Any]]:
+    """:func:`collectives_table`'s rows, each priced through the topology ``network`` names."""
+    from simdist.network.leaf_spine import standalone_topology
+    from simdist.units import format_bandwidth
+
+    for algo in algos:
+        if algo not in ALGORITHMS:
+            raise SimdistError(
+                f"unknown all-reduce algorithm {algo!r}; expected one of {ALGORITHMS}"
+            )
+    d = devices_per_host
+    topologies: dict[int, Any] = {}
+    rows: list[dict[str, Any]] = []
+    for nbytes in sizes:
+        for n in ns:
+            for algo in algos:
+                row: dict[str, Any] = {"algo": algo, "n": n, "nbytes": nbytes}
+                reason = _skip_reason(algo, n, d)
+                if reason is None and n % d:
+                    reason = f"n={n} is not a multiple of devices_per_host={d}"
+                if reason is not None:
+                    row |= {"time_s": None, "algbw_Bps": None, "busbw_Bps": None}
+                    row["note"] = f"skipped: {reason}"
+                    rows.append(row)
+                    continue
+                if n not in topologies:
+                    topologies[n] = standalone_topology(
+                        n // d,
+                        d,
+                        network,
+                        nic_latency_s=latency_s,
+                        nic_bandwidth_Bps=bandwidth_Bps,
+                        intra_latency_s=intra_latency_s,
+                        intra_bandwidth_Bps=intra_bandwidth_Bps,
+                    )
+                topology = topologies[n]
+                devices = topology.cluster.devices
+                t = topology.collective("allreduce", devices, nbytes, algo)[0]
+                row["time_s"] = t
+                row["algbw_Bps"] = algbw_Bps(nbytes, t) if t > 0 else math.inf
+                row["busbw_Bps"] = busbw_Bps(nbytes, t, n) if t > 0 else math.inf
+                figures = topology.effective("allreduce", devices, algo)
+                racks = len(set(topology.leaf_of.values()))
+                shape = f"{n // d} hosts x {d}" + (f" in {racks} racks" if racks > 1 else "")
+                if "bandwidth_Bps" in figures:
+                    bw = format_bandwidth(figures["bandwidth_Bps"])
+                elif n // d == 1:
+                    bw = format_bandwidth(figures["intra_bandwidth_Bps"])
+                else:
+                    bw = (
+                        f"{format_bandwidth(figures['intra_bandwidth_Bps'])} in, "
+                        f"{format_bandwidth(figures['inter_bandwidth_Bps'])} across hosts"
+                    )
+                row["note"] = f"{shape}; B {bw}"
                 rows.append(row)
     return rows

@@ -22,22 +22,28 @@ from typing import Any
 import pandas as pd
 import simpy
 
-from simdist.cluster import Cluster, effective_profile
+from simdist.cluster import Cluster
 from simdist.errors import SimdistError
-from simdist.network import Network, build_topology
+from simdist.network import Network, build_topology, protocol_of
+from simdist.network.telemetry import link_frames, network_links
 from simdist.profiles import DeviceProfile
 from simdist.recorder import Recorder
 from simdist.roofline import calibrate, layer_times, step_time
 from simdist.scenario import Scenario, load_scenario
 from simdist.strategies import strategy_class
-from simdist.strategies.base import Costs, LayerCost
+from simdist.strategies.base import Costs, DeviceCosts, LayerCost
 from simdist.strategies.sync import resolve_execution
 from simdist.summary import build_summary
 
 
 @dataclass
 class Result:
-    """Everything a run produced: what the report folder holds, as Python objects."""
+    """Everything a run produced: what the report folder holds, as Python objects.
+
+    ``tables`` are the extra tables by name: the strategy's (``updates``, …) and the
+    per-link telemetry (``links``, ``link_buckets``, ``link_load``:
+    :mod:`simdist.network.telemetry`).
+    """
 
     scenario: Scenario
     metrics: pd.DataFrame
@@ -311,10 +317,13 @@ def _opt_state_nbytes(scenario: Scenario, leaves: Any, total_steps: int) -> int:
     return sum(int(leaf.size * leaf.dtype.itemsize) for leaf in jax.tree_util.tree_leaves(state))
 
 
-def measured_step_s(scenario: Scenario) -> float | None:
+def measured_step_s(scenario: Scenario, device_spec: Any = None) -> float | None:
     """One device's measured step time: ``cluster.device.compute_time``, or the per-replica
-    batch / ``cluster.device.examples_per_s``; None when nothing was measured."""
-    spec = scenario.cluster.device
+    batch / ``cluster.device.examples_per_s``; None when nothing was measured.
+
+    ``device_spec``: a host's own device section instead of ``cluster.device``.
+    """
+    spec = scenario.cluster.device if device_spec is None else device_spec
     if spec.compute_time_s is not None:
         return float(spec.compute_time_s)
     if spec.examples_per_s is not None:
@@ -323,15 +332,16 @@ def measured_step_s(scenario: Scenario) -> float | None:
 
 
 def step_seconds(
-    scenario: Scenario, profile: Any, device: DeviceProfile
+    scenario: Scenario, profile: Any, device: DeviceProfile, device_spec: Any = None
 ) -> list[tuple[float, float]]:
     """(forward_s, backward_s) per layer on ``device``: the roofline, or calibrated.
 
-    A measured step (:func:`measured_step_s`) scales the roofline's times by one factor
-    so that one device's step takes exactly that long.
+    A measured step (:func:`measured_step_s` of ``device_spec``, by default the cluster's
+    device section) scales the roofline's times by one factor so that one device's step
+    takes exactly that long.
     """
     times = layer_times(profile, device, device.precision)
-    measured = measured_step_s(scenario)
+    measured = measured_step_s(scenario, device_spec)
     return times if measured is None else calibrate(times, measured)
 
 
@@ -345,13 +355,24 @@ def measure_costs(
     measured step (:func:`step_seconds`); ``compute_s`` is their sum. Parameters,
     optimizer state and data set sizes come from the Workload when the run has one and
     trains the clock model; otherwise they are derived without allocating anything.
+
+    A mixed cluster (hosts listed with different device profiles) prices the same
+    per-replica batch on every device class (:attr:`Costs.per_profile`); ``compute_s`` and
+    ``layers`` are then worker 0's. ``device`` prices every device as that profile.
     """
-    device = device or effective_profile(scenario.cluster.device)
     w = scenario.workload
     profile = clock_profile(scenario, workload)
-    times = step_seconds(scenario, profile, device)
-    measured = measured_step_s(scenario)
-    compute_s = measured if measured is not None else step_time(times)
+    if device is None:
+        cluster = Cluster(scenario.cluster)
+        classes = [(label, p, cluster.device_specs[label]) for label, p in cluster.profiles.items()]
+    else:
+        classes = [(device.name, device, None)]
+    layer_paths = _layer_paths(scenario, profile)
+    per_profile = tuple(
+        (label, _device_costs(scenario, profile, p, spec, layer_paths))
+        for label, p, spec in classes
+    )
+    first = per_profile[0][1]
     data = workload.dataset if workload is not None else _dataset(scenario)
     n_train = int(data.n_train) if data is not None else 0
     total_steps = w.total_steps(n_train)
@@ -375,10 +396,8 @@ def measure_costs(
         opt_nbytes = _opt_state_nbytes(scenario, leaves, total_steps)
         example_nbytes = 4 * math.prod(profile.input_shape) if profile.input_shape else 0
         grad_nbytes = sum(nbytes for _, _, nbytes in leaves)
-    layer_paths = _layer_paths(scenario, profile)
-    launches = _launch_seconds(profile, device, times, measured)
     return Costs(
-        compute_s=compute_s,
+        compute_s=first.compute_s,
         grad_nbytes=grad_nbytes,
         flops_per_replica_step=float(profile.flops),
         total_steps=total_steps,
@@ -386,6 +405,25 @@ def measure_costs(
         opt_state_nbytes=opt_nbytes,
         example_nbytes=example_nbytes,
         test_examples=len(data.x_test) if data is not None else 0,
+        layers=first.layers,
+        per_profile=per_profile if len(per_profile) > 1 else (),
+    )
+
+
+def _device_costs(
+    scenario: Scenario,
+    profile: Any,
+    device: DeviceProfile,
+    device_spec: Any,
+    layer_paths: list[tuple[str, ...]],
+) -> DeviceCosts:
+    """The clock model's layers on one device class: its roofline, or its measured step."""
+    times = step_seconds(scenario, profile, device, device_spec)
+    measured = measured_step_s(scenario, device_spec)
+    compute_s = measured if measured is not None else step_time(times)
+    launches = _launch_seconds(profile, device, times, measured)
+    return DeviceCosts(
+        compute_s=compute_s,
         layers=tuple(
             LayerCost(
                 layer.name, f, b, int(layer.param_nbytes), paths, int(layer.output_nbytes), launch
@@ -466,6 +504,11 @@ def run(
         scenario = load_scenario(scenario, overrides)
     elif overrides:
         raise TypeError("overrides apply to scenario files; change the Scenario object instead")
+    if scenario.jobs is not None:
+        raise SimdistError(
+            f"{scenario.name}: a scenario with jobs: (several jobs on one cluster) runs with "
+            "simdist.api.run (simdist run), which runs every job and compares them"
+        )
     if scenario.numerics:
         prepare_devices(scenario)
 
@@ -519,7 +562,8 @@ def simulate(
     recorder = Recorder()
     cls = strategy_class(scenario.strategy.kind)
     cluster = Cluster(scenario.cluster)
-    network = Network(env, build_topology(cls.topology, env, cluster, scenario), recorder)
+    topology = build_topology(cls.topology, env, cluster, scenario)
+    network = Network(env, topology, recorder, protocol_of(scenario.cluster.network))
     if on_time is not None:
         step_done = on_step
 
@@ -559,5 +603,5 @@ def simulate(
         events=events,
         summary=summary,
         params=strategy.final_params,
-        tables=recorder.table_frames(),
+        tables={**recorder.table_frames(), **link_frames(network_links(network), float(env.now))},
     )

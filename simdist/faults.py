@@ -33,6 +33,8 @@ class Stragglers:
         self.specs = list(specs)
         self.seed = seed
         self.devices_per_host = devices_per_host
+        # Global index of each host's first device, when hosts hold different counts.
+        self.first_device: Sequence[int] | None = None
         self._blocks: dict[tuple[int, int, int, int], np.ndarray] = {}
 
     def __bool__(self) -> bool:
@@ -42,6 +44,8 @@ class Stragglers:
         if spec.worker is not None:
             return spec.worker == host
         if spec.device is not None:
+            if self.first_device is not None:
+                return spec.device == self.first_device[host] + local
             return spec.device == host * self.devices_per_host + local
         return True
 

@@ -24,6 +24,16 @@ def rng(seed: int, name: str, *keys: int) -> np.random.Generator:
     return np.random.default_rng(stream(seed, name, *keys))
 
 
+def job_seed(seed: int, job: str) -> int:
+    """The seed of job ``job`` of a scenario with several jobs (``jobs:``) under ``seed``.
+
+    Drawn from the stream named after the job, so every random draw of a job (its
+    initial parameters, data order, stragglers, failures) depends on the scenario's seed
+    and the job's own name only: adding, removing or reordering other jobs leaves it alone.
+    """
+    return int(stream(seed, f"job/{job}").generate_state(1, dtype=np.uint32)[0])
+
+
 def jax_key_data(seed: int, name: str, *keys: int) -> int:
     """A 32-bit integer to seed ``jax.random.PRNGKey`` from a named stream."""
     return int(stream(seed, name, *keys).generate_state(1, dtype=np.uint32)[0])

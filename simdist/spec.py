@@ -141,6 +141,10 @@ class StrategySpecBase(Spec):
     # Whether a TF_CONFIG ``chief`` task trains like a worker (it does in every synchronous
     # strategy; in parameter_server it only coordinates, as TF's ClusterCoordinator).
     chief_trains: ClassVar[bool] = True
+    # The network this strategy brings along (tpu: its "torus"), or "switch": it runs on
+    # whatever the cluster is wired as. Its class's ``topology``, read from the scenario's
+    # section without importing the class (whose module may import SimPy).
+    wiring: ClassVar[str] = "switch"
 
     @classmethod
     def kinds(cls) -> tuple[str, ...]:

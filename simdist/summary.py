@@ -122,6 +122,62 @@ def time_split(events: pd.DataFrame, devices: Sequence[str], sim_time_s: float) 
     return {"compute": compute, "comm": comm, "idle": max(0.0, 1.0 - compute - comm)}
 
 
+#: A run has *collapsed* when its final test accuracy is at most this far above chance
+#: (1 / number of classes): 0.05 is 5 percentage points, so a 10-class run ending at or
+#: below 15% accuracy has collapsed (issue 16: 32 asynchronous workers at lr 0.1 on digits
+#: end near 10%, with every value finite).
+COLLAPSE_ACCURACY_MARGIN = 0.05
+#: ... or when the mean of its last this-many train losses is above its first train loss
+#: (a mean, so that one unlucky final batch does not decide).
+COLLAPSE_LOSS_WINDOW = 10
+
+
+def chance_accuracy(scenario: Any) -> float | None:
+    """Accuracy of guessing one class: 1 / classes of a classification data set.
+
+    None without a data set or for regression. An npz file's classes are its largest
+    integer label + 1 (as :mod:`simdist.numerics.data` reads it), from the label arrays
+    alone: the inputs are not read again.
+    """
+    dataset = scenario.workload.dataset
+    if dataset is None:
+        return None
+    if dataset.name == "npz":
+        with np.load(dataset.path, allow_pickle=False) as arrays:  # members load one by one
+            labels = [arrays["y_train"], arrays["y_test"]]
+        if not all(np.issubdtype(y.dtype, np.integer) for y in labels):
+            return None
+        return 1.0 / (max(int(y.max()) for y in labels) + 1)
+    from simdist.numerics.data import model_inputs  # no JAX: arithmetic on the data spec
+
+    outputs = model_inputs(dataset, scenario.seed)[1]
+    return 1.0 / outputs if outputs > 1 else None
+
+
+def collapse_reason(metrics: pd.DataFrame, chance: float | None) -> str | None:
+    """Why a finite run learned nothing, or None: its accuracy ended near chance, or its loss
+    ended above where it started (:data:`COLLAPSE_ACCURACY_MARGIN`,
+    :data:`COLLAPSE_LOSS_WINDOW`)."""
+    accuracy = _last(metrics, "test_accuracy")
+    if chance is not None and accuracy is not None:
+        if accuracy <= chance + COLLAPSE_ACCURACY_MARGIN:
+            return (
+                f"final test accuracy {accuracy:.1%} is within "
+                f"{COLLAPSE_ACCURACY_MARGIN * 100:g} points of chance ({chance:.1%})"
+            )
+    losses = metrics.loc[metrics["metric"] == "train_loss", "value"].to_numpy(dtype=float)
+    losses = losses[np.isfinite(losses)]
+    if len(losses) > 1:
+        first, last = float(losses[0]), float(losses[-COLLAPSE_LOSS_WINDOW:].mean())
+        if last > first:
+            window = min(len(losses), COLLAPSE_LOSS_WINDOW)
+            return (
+                f"the mean train loss of the last {window} steps ({last:.4g}) is above the "
+                f"first step's ({first:.4g})"
+            )
+    return None
+
+
 def _last(metrics: pd.DataFrame, name: str) -> float | None:
     rows = metrics[metrics["metric"] == name]
     return None if rows.empty else float(rows["value"].iloc[-1])
@@ -140,7 +196,12 @@ def build_summary(
     diverged_at: int | None,
     extra: dict[str, Any],
 ) -> dict[str, Any]:
-    """The headline figures of one run, as plain JSON-able values."""
+    """The headline figures of one run, as plain JSON-able values.
+
+    ``diverged``: the loss became NaN or inf (the run stopped there). ``collapsed``: the
+    run stayed finite but learned nothing (:func:`collapse_reason`, given in
+    ``collapse_reason``); never set on a diverged or timing-only run.
+    """
     examples = steps * examples_per_step
     summary: dict[str, Any] = {
         "summary_version": SUMMARY_VERSION,
@@ -162,10 +223,21 @@ def build_summary(
         "final_test_accuracy": _last(metrics, "test_accuracy"),
         "diverged": diverged_at is not None,
         "diverged_at_step": diverged_at,
+        "collapsed": False,
+        "collapse_reason": None,
         "time_split": time_split(events, devices, sim_time_s),
     }
     # Communication not hidden behind compute: the seconds a training device spends
     # communicating while it does not compute, averaged over the training devices.
     summary["exposed_comm_s"] = summary["time_split"]["comm"] * sim_time_s
+    if scenario.numerics and diverged_at is None:
+        evaluated = summary["final_test_accuracy"] is not None
+        reason = collapse_reason(metrics, chance_accuracy(scenario) if evaluated else None)
+        summary["collapsed"], summary["collapse_reason"] = reason is not None, reason
+    if costs.per_profile:
+        # A mixed cluster: each device class's own compute time of one replica step.
+        summary["compute_s_per_profile"] = {
+            label: own.compute_s for label, own in costs.per_profile
+        }
     summary.update(extra)
     return summary

@@ -45,7 +45,7 @@ def test_result_frames_equal_the_csv_files(ran):
         result.events, pd.read_csv(out / "events.csv", keep_default_na=False), check_exact=True
     )
     assert_frame_equal(result.metrics, pd.read_csv(out / "metrics.csv"), check_exact=True)
-    assert set(result.tables) == {"updates"}
+    assert set(result.tables) == {"updates", "links", "link_buckets", "link_load"}
     for name, frame in result.tables.items():
         assert_frame_equal(frame, pd.read_csv(out / f"{name}.csv"), check_exact=True)
 

@@ -96,3 +96,64 @@ def test_bad_values_exit_2_with_one_message(args, named):
     assert named in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 3
+
+
+def test_leaf_spine_options_price_the_ring_through_the_uplinks():
+    common = ["--algo", "ring", "--n", "2", "--bandwidth", "1GB/s", "--latency", "0"]
+    leaf = ["--topology", "leaf_spine", "--oversubscription", "4:1"]
+    apart = invoke(*common, *leaf, "--hosts-per-leaf", "1")
+    together = invoke(*common, *leaf, "--hosts-per-leaf", "2")
+    assert apart.exit_code == 0 and together.exit_code == 0, apart.output + together.output
+    (row,) = rows(apart.output)
+    assert row[5] == "250 MB/s" and "2 racks" in row[6]  # the uplink: 1 host x 1GB/s / 4
+    (row,) = rows(together.output)
+    assert row[5] == "1 GB/s"
+    assert "leaf_spine 1 hosts/leaf, 4:1" in apart.output
+
+
+def test_collectives_table_takes_a_network_section():
+    from simdist.collectives import ring_allreduce_s
+    from simdist.scenario.schema import NetworkSpec
+
+    network = NetworkSpec(topology="leaf_spine", hosts_per_leaf=2, oversubscription=8)
+    (row,) = collectives_table(["ring"], [8], [2.0**24], 2.0**30, 2.0**-16, 2, network=network)
+    # 4 hosts x 2 devices, 2 hosts per leaf at 8:1: the uplinks carry 2·B/8 = B/4
+    assert row["time_s"] == ring_allreduce_s(8, 2.0**24, 2.0**-16, 2.0**28)
+    assert row["note"] == "4 hosts x 2 in 2 racks; B 268 MB/s"
+    switch = NetworkSpec()
+    assert collectives_table(["ring"], [8], [1e9], 1e9, 1e-5, network=switch) == (
+        collectives_table(["ring"], [8], [1e9], 1e9, 1e-5)
+    )
+
+
+def test_nvlink_prices_one_host_on_the_per_gpu_port():
+    result = invoke(
+        "--algo", "ring,hierarchical", "--n", "8", "--devices-per-host", "8",
+        "--intra-host", "nvlink", "--intra-bandwidth", "150GB/s", "--intra-latency", "0",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    ring, hierarchical = rows(result.output)
+    assert ring[5] == hierarchical[5] == "150 GB/s"
+    assert "nvlink 150 GB/s" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "named", "words"),
+    [
+        (["--hosts-per-leaf", "2"], "--hosts-per-leaf", "--topology leaf_spine"),
+        (["--topology", "leaf_spine"], "--hosts-per-leaf", "missing"),
+        (["--topology", "fat_tree"], "--topology", "leaf_spine"),
+        (["--topology", "leaf_spine", "--hosts-per-leaf", "2", "--oversubscription", "1:2"],
+         "--oversubscription", "at least 1:1"),
+        (["--topology", "leaf_spine", "--hosts-per-leaf", "2", "--hop-latency", "soon"],
+         "--hop-latency", ""),
+        (["--intra-host", "ethernet"], "--intra-host", "nvlink"),
+        (["--pcie-uplink", "8GB/s"], "--pcie-uplink", "--intra-host pcie"),
+    ],
+)  # fmt: skip
+def test_bad_topology_options_exit_2_naming_the_option(args, named, words):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert f"error: {named}:" in result.output
+    assert words in result.output
+    assert "Traceback" not in result.output

@@ -4,7 +4,9 @@ Every quantity is a power of two, so the simulated times are exact binary fracti
 the expected times can be compared with ``==``. The model (simdist.network): a pull or
 push of S bytes between a worker and a PS crosses both NICs, occupies them for σ = S/B
 and arrives L = α_w + α_ps later; a NIC serialises one message at a time (first come,
-first served) and latency does not occupy it.
+first served) and latency does not occupy it. That is the ``sharing: fifo``, ``duplex:
+half`` model, which these scenarios select; tests/test_fair_sharing.py pins the default
+full-duplex, max-min fair one.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ B_INTRA = 2.0**32
 ALPHA_INTRA = 2.0**-16
 
 
-def scenario(workers: int, ps: int = 1, devices_per_host: int = 1, **extra: object):
+FIFO = {"duplex": "half", "sharing": "fifo"}
+
+
+def scenario(
+    workers: int, ps: int = 1, devices_per_host: int = 1, network: dict = FIFO, **extra: object
+):
     data = {
         "name": "ps_timing",
         "seed": 0,
@@ -41,6 +48,7 @@ def scenario(workers: int, ps: int = 1, devices_per_host: int = 1, **extra: obje
                 "network": {"bandwidth": B, "latency": ALPHA},
                 "intra_host": {"bandwidth": B_INTRA, "latency": ALPHA_INTRA},
             },
+            "network": network,
         },
         "workload": {
             "model": "mlp",

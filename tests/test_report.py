@@ -80,7 +80,7 @@ def test_trace_spans_lie_in_the_run_do_not_overlap_and_add_up(reports, name):
 
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert set(events["device"]) <= {n.removesuffix(" (parameter server)") for n in names}
-    assert any(n.endswith("/intra") or n.endswith("/nic") for n in names)
+    assert any(n.endswith(("/intra", "/nic", "/nic/tx", "/nic/rx")) for n in names)
 
 
 def test_parameter_server_trace_has_server_tracks_and_staleness_counters(reports):
@@ -89,7 +89,8 @@ def test_parameter_server_trace_has_server_tracks_and_staleness_counters(reports
     processes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
     assert {"ps0 (parameter server)", "ps1 (parameter server)"} <= processes
     threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert {"ps0/nic", "ps1/nic"} <= threads
+    # full-duplex NICs (the default): each side of the servers' NICs has its track
+    assert {"ps0/nic/tx", "ps0/nic/rx", "ps1/nic/tx", "ps1/nic/rx"} <= threads
     assert not any(t.endswith("/intra") for t in threads)
     staleness = [e for e in trace["traceEvents"] if e["ph"] == "C" and e["name"] == "staleness"]
     assert len(staleness) == len(result.tables["updates"])

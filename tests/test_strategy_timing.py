@@ -115,11 +115,12 @@ def test_multi_worker_chief_evaluates_before_the_next_step():
     assert set(evals["host"]) == {"worker0"} and len(evals) == 3 * 4
 
 
-def test_central_storage_step_matches_its_closed_form():
-    result = run("scenarios/central_storage_4dev.yaml")
+@pytest.mark.parametrize("sharing", ["fair", "fifo"])
+def test_central_storage_step_matches_its_closed_form(sharing):
+    result = run("scenarios/central_storage_4dev.yaml", f"cluster.network.sharing={sharing}")
     link = result.scenario.cluster.links.intra_host
     cpu = result.scenario.strategy.reduce_bandwidth_Bps
-    step = central_storage_step_s(4, S, link.latency_s, link.bandwidth_Bps, C, cpu)
+    step = central_storage_step_s(4, S, link.latency_s, link.bandwidth_Bps, C, cpu, sharing)
     assert result.summary["simulated_time_s"] == pytest.approx(STEPS * step, rel=1e-12)
     assert result.summary["predicted_step_s"] == step
 

@@ -225,15 +225,21 @@ def test_tf_config_cluster_gives_the_same_run_as_counts():
 # ------------------------------------------------------------------ central_storage
 
 
-def central_storage_step(n: int, alpha: float, bandwidth: float, reduce_bandwidth: float) -> float:
+def central_storage_step(
+    n: int, alpha: float, bandwidth: float, reduce_bandwidth: float, sharing: str
+) -> float:
+    wire = S / bandwidth
+    if sharing == "fair":
+        # the N fetches share the link and arrive together, then the N pushes do
+        return 2 * alpha + 2 * n * wire + C + n * S / reduce_bandwidth
     # FIFO link: fetch k ends at k·S/B; pushes queue behind the fetches; the last push
     # leaves at max(2N·S/B, c + α + (N+1)·S/B) and arrives α later; the CPU reads N·S.
-    wire = S / bandwidth
     return alpha + max(2 * n * wire, C + alpha + (n + 1) * wire) + n * S / reduce_bandwidth
 
 
+@pytest.mark.parametrize("sharing", ["fair", "fifo"])
 @pytest.mark.parametrize("bandwidth", [1e6, 1e9], ids=["link-bound", "compute-bound"])
-def test_central_storage_step_time_follows_the_link_model(bandwidth):
+def test_central_storage_step_time_follows_the_link_model(bandwidth, sharing):
     times = {}
     for n in (1, 2, 4, 8):
         data = tiny(
@@ -241,10 +247,11 @@ def test_central_storage_step_time_follows_the_link_model(bandwidth):
                 "strategy": {"kind": "central_storage", "reduce_bandwidth": "1GB/s"},
                 "cluster.devices_per_host": n,
                 "cluster.links.intra_host": {"bandwidth": bandwidth, "latency": "10us"},
+                "cluster.network.sharing": sharing,
             }
         )
         times[n] = simulated(data, numerics=False)
-        step = central_storage_step(n, 10e-6, bandwidth, 1e9)
+        step = central_storage_step(n, 10e-6, bandwidth, 1e9, sharing)
         assert times[n] == exact(STEPS * step)
     if bandwidth == 1e6:
         # Link-bound: every added device adds a fetch and a push (2·S/B) and one CPU read.

@@ -13,25 +13,41 @@ from typing import Any
 
 from simdist.cluster import Cluster
 from simdist.network.core import Network, links_on
+from simdist.network.leaf_spine import LeafSpineTopology
 from simdist.network.links import Link, LinkArbiter, Transfer, hold_links
 from simdist.network.switch import SwitchTopology
 from simdist.network.topology import Endpoint, Topology
 from simdist.network.torus import TorusTopology
+from simdist.network.transport import PROTOCOLS, Message, Protocol, protocol_of
 
-TOPOLOGIES: dict[str, type[Topology]] = {cls.name: cls for cls in (SwitchTopology, TorusTopology)}
+TOPOLOGIES: dict[str, type[Topology]] = {
+    cls.name: cls for cls in (SwitchTopology, LeafSpineTopology, TorusTopology)
+}
 
 
 def build_topology(name: str, env: Any, cluster: Cluster, scenario: Any) -> Topology:
-    """Topology ``name`` for ``scenario``'s cluster, with its links on ``env``."""
+    """Topology ``name`` for ``scenario``'s cluster, with its links on ``env``.
+
+    ``switch`` is what a strategy asks for when any network will do: the scenario's
+    ``cluster.network.topology`` (``switch`` or ``leaf_spine``) then decides. A strategy
+    with a topology of its own (tpu: ``torus``) gets it.
+    """
+    if name == "switch":
+        network = getattr(scenario.cluster, "network", None)
+        name = getattr(network, "topology", None) or name
     return TOPOLOGIES[name].from_scenario(env, cluster, scenario)
 
 
 __all__ = [
+    "PROTOCOLS",
     "TOPOLOGIES",
     "Endpoint",
+    "LeafSpineTopology",
     "Link",
     "LinkArbiter",
+    "Message",
     "Network",
+    "Protocol",
     "SwitchTopology",
     "Topology",
     "TorusTopology",
@@ -39,4 +55,5 @@ __all__ = [
     "build_topology",
     "hold_links",
     "links_on",
+    "protocol_of",
 ]

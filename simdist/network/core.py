@@ -15,10 +15,19 @@ What is recorded where:
 * a point-to-point message, on each end point that is a *device*: ``idle``
   while it waits for its links (``wait_detail``), then ``comm`` until the bytes
   arrive; on each end point that is a device-less task (a parameter server):
-  ``comm`` for the time its NIC serialised the bytes (latency excluded, so
-  spans on one NIC never overlap); a host end point with devices (a worker's
-  CPU) records nothing by itself — :meth:`Network.wait_all` records a phase of
-  parallel messages on its devices.
+  ``comm`` for the time its NIC serialised the bytes (latency excluded; rows
+  overlap when messages share the NIC, under fair sharing or on the two sides
+  of a full-duplex one, and trace.json puts them in lanes) — under a protocol
+  with CPU costs, from its encode to the end of its transmission (sender) or
+  from the first byte on the wire to the end of its decode (receiver); a host
+  end point with devices (a worker's CPU) records nothing by itself —
+  :meth:`Network.wait_all` records a phase of parallel messages on its devices.
+
+A row's ``links`` cell names the links of the end point's *machine*: a
+parameter-server task co-located on a worker machine keeps its own track, and its
+cells name that machine's NIC (and CPU link, under a protocol with CPU costs).
+Point-to-point messages pay ``cluster.network.protocol``
+(:mod:`simdist.network.transport`); collectives do not.
 """
 
 from __future__ import annotations
@@ -28,12 +37,17 @@ from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Device
 from simdist.network.links import Link, Transfer, hold_links
-from simdist.network.topology import Endpoint, Topology, host_name
+from simdist.network.topology import Endpoint, Topology, machine_of
+from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
 if TYPE_CHECKING:
     import simpy
 
     from simdist.recorder import Recorder
+
+
+#: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines.
+_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str]]
 
 
 def links_on(links: Iterable[Link], host: str) -> str:
@@ -44,11 +58,19 @@ def links_on(links: Iterable[Link], host: str) -> str:
 class Network:
     """Sends, collectives and their recording, on one topology and one SimPy clock."""
 
-    def __init__(self, env: simpy.Environment, topology: Topology, recorder: Recorder) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        topology: Topology,
+        recorder: Recorder,
+        protocol: Protocol | None = None,
+    ) -> None:
         self.env = env
         self.topology = topology
         self.recorder = recorder
-        self._routes: dict[tuple[str, str], tuple[list[Link], tuple[str, str]]] = {}
+        #: What point-to-point messages cost beyond the wire (default: ``ideal``, none).
+        self.transport = Transport(env, protocol or PROTOCOLS["ideal"])
+        self._routes: dict[tuple[str, str], _Route] = {}
 
     # -- point to point ------------------------------------------------------
 
@@ -56,14 +78,23 @@ class Network:
         """The links a message from ``src`` to ``dst`` occupies (cached per pair)."""
         return self._route(src, dst)[0]
 
-    def _route(self, src: Endpoint, dst: Endpoint) -> tuple[list[Link], tuple[str, str]]:
-        """The route and the ``links`` cells of its two end points' hosts (cached per pair)."""
+    def _route(self, src: Endpoint, dst: Endpoint) -> _Route:
+        """The route, the ``links`` cells of its two end points' machines, the transport
+        mode (``network``, ``loopback`` or ``dma``: see :meth:`Transport.send`) and the two
+        machines, cached per pair."""
         key = (src.name, dst.name)
         cached = self._routes.get(key)
         if cached is None:
             links = self.topology.route(src, dst)
-            cells = (links_on(links, host_name(src)), links_on(links, host_name(dst)))
-            cached = self._routes[key] = (links, cells)
+            a, b = machine_of(src), machine_of(dst)
+            if a != b:
+                mode = "network"
+            elif isinstance(src, Device) or isinstance(dst, Device):
+                mode = "dma"
+            else:
+                mode = "loopback"
+            cells = (links_on(links, a), links_on(links, b))
+            cached = self._routes[key] = (links, cells, mode, (a, b))
         return cached
 
     def send(
@@ -76,30 +107,39 @@ class Network:
         detail: str,
         wait_detail: str = "waiting for a link",
         then: Callable[[], None] | None = None,
-    ) -> Transfer:
+    ) -> Transfer | Message:
         """Start moving ``nbytes`` from ``src`` to ``dst``; ``then()`` runs on arrival.
 
-        Returns the :class:`Transfer`: ``yield transfer.done`` waits for the
-        arrival (its value is ``(start_s, arrival_s)``), ``transfer.cancel()``
-        cuts it (a failure; nothing is recorded then).
+        Returns the :class:`Transfer` — or, under a protocol with CPU or per-message
+        costs, a :class:`~simdist.network.transport.Message` with the same surface:
+        ``yield transfer.done`` waits for the arrival (its value is ``(start_s,
+        arrival_s)``), ``transfer.cancel()`` cuts it (a failure; nothing is recorded then).
+        The protocol (``cluster.network.protocol``) prices the message: see
+        :mod:`simdist.network.transport`.
         """
-        links, cells = self._route(src, dst)
+        links, cells, mode, machines = self._route(src, dst)
         asked = self.env.now
         event = self.recorder.event
 
         def arrived(start: float, arrival: float) -> None:
-            for end, cell in zip((src, dst), cells, strict=True):
+            staged = isinstance(moving, Message)
+            for end, cell, sender in zip((src, dst), cells, (True, False), strict=True):
+                if staged:  # its CPU link too
+                    cell = links_on(moving.links, machine_of(end))
                 if isinstance(end, Device):
                     host = end.host
                     event(asked, start, host, end.name, "idle", 0, step, wait_detail)
                     event(start, arrival, host, end.name, "comm", nbytes, step, detail, cell)
                 elif not end.devices:
-                    busy = start + moving.serialise_s
-                    event(start, busy, end.name, end.name, "comm", nbytes, step, detail, cell)
+                    begin, busy = moving.span(sender) if staged else (start, moving.sent_s)
+                    event(begin, busy, end.name, end.name, "comm", nbytes, step, detail, cell)
             if then is not None:
                 then()
 
-        moving = Transfer(self.env, links, nbytes, arrived)
+        if self.transport.protocol.ideal:
+            moving: Transfer | Message = Transfer(self.env, links, nbytes, arrived)
+        else:
+            moving = self.transport.send(links, nbytes, arrived, machines=machines, mode=mode)
         return moving
 
     def wait_all(
@@ -238,7 +278,11 @@ class Network:
     ) -> simpy.Process:
         seconds, links = self.topology.collective(op, devices, nbytes, algo)
         label = detail if detail is not None else f"{_LABELS[op]} {algo}"
-        return self.env.process(self._hold(devices, links, seconds, nbytes, step, label))
+        # What each held link really carries (telemetry); the time stays the closed form's.
+        link_bytes = self.topology.collective_link_bytes(op, devices, nbytes, algo, links)
+        return self.env.process(
+            self._hold(devices, links, seconds, nbytes, step, label, link_bytes)
+        )
 
     def _hold(
         self,
@@ -248,8 +292,9 @@ class Network:
         nbytes: float,
         step: int,
         detail: str,
+        link_bytes: Sequence[float] | None = None,
     ) -> Generator[Any, Any, tuple[float, float]]:
-        start, end = yield from hold_links(self.env, links, seconds)
+        start, end = yield from hold_links(self.env, links, seconds, link_bytes)
         cells: dict[str, str] = {}
         for device in devices:
             host = device.host

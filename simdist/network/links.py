@@ -1,9 +1,17 @@
-"""Links and their arbitration: the wire itself.
+"""Links and how they are shared: the wire itself.
 
-A :class:`Link` has a latency and a bandwidth and carries one transfer at a time;
-the :class:`LinkArbiter` grants sets of links atomically; a :class:`Transfer` moves
-bytes along a route by callbacks; :func:`hold_links` occupies links for a given time
-(a collective's closed-form duration). Timing only: nothing here imports JAX.
+A :class:`Link` has a latency and a bandwidth, and one of two sharing models:
+
+* ``fifo``: a link carries one transfer at a time; the :class:`LinkArbiter`
+  grants sets of links atomically, and concurrent transfers wait in line;
+* ``fair``: concurrent flows split the links' bandwidth max-min fairly, rates
+  recomputed whenever a flow starts or ends (:mod:`simdist.network.fair`).
+
+A :class:`Transfer` moves bytes along a route by callbacks; :func:`hold_links`
+occupies links for a given time (a collective's closed-form duration). Under
+both models a transfer or collective alone on its links takes exactly its
+closed-form time. Each link keeps its rate over time (``rates``), for per-link
+telemetry. Timing only: nothing here imports JAX.
 """
 
 from __future__ import annotations
@@ -17,14 +25,25 @@ from typing import Any, ClassVar
 
 import simpy
 
+from simdist.network.fair import FairShare
+
+#: The bandwidth sharing models a link can follow.
+SHARING: tuple[str, ...] = ("fair", "fifo")
+
 
 class Link:
-    """A channel with a latency and a bandwidth that carries one transfer at a time.
+    """One direction (or both, half duplex) of a channel, with a latency and a bandwidth.
 
     Cost follows the alpha–beta (Hockney) model, ``latency_s + nbytes / bandwidth_Bps``.
-    A transfer or collective takes all the links it needs at once, when all are free
-    (:class:`LinkArbiter`), so transfers that want a link at the same time serialise:
-    contention on a shared NIC or PCIe bus appears without special cases.
+    Under ``fifo`` sharing a transfer or collective takes all the links it needs at
+    once, when all are free (:class:`LinkArbiter`), so transfers that want a link at
+    the same time serialise; under ``fair`` sharing they run together at max-min fair
+    rates (:class:`~simdist.network.fair.FairShare`). Either way contention on a
+    shared NIC or PCIe bus appears without special cases.
+
+    ``channel`` names the physical channel (``w0/nic``) and ``direction`` the side of
+    it this link is: ``tx`` (leaving the host or device), ``rx`` (entering), or
+    ``both`` for a half-duplex channel, whose one link carries both ways.
     """
 
     def __init__(
@@ -34,6 +53,10 @@ class Link:
         latency_s: float,
         bandwidth_Bps: float,
         host: str = "",
+        *,
+        sharing: str = "fifo",
+        channel: str | None = None,
+        direction: str = "both",
     ) -> None:
         if latency_s < 0 or not math.isfinite(latency_s):
             raise ValueError(f"link {name}: latency_s must be finite and >= 0, got {latency_s}")
@@ -43,8 +66,27 @@ class Link:
         self.host = host  # the host whose track shows this link ("" for none)
         self.latency_s = float(latency_s)
         self.bandwidth_Bps = float(bandwidth_Bps)
-        self.arbiter = LinkArbiter.of(env)
-        self.busy = False
+        if sharing not in SHARING:
+            raise ValueError(f"link {name}: sharing must be one of {SHARING}, got {sharing!r}")
+        self.channel = channel if channel is not None else name
+        self.direction = direction
+        self.sharing = sharing
+        # The model that shares this link: every link of one route must have the same.
+        self.arbiter: LinkArbiter | FairShare = (
+            LinkArbiter.of(env) if sharing == "fifo" else _fair_of(env)
+        )
+        self.busy = False  # fifo: held by a granted claim
+        self.flows: dict[Any, None] = {}  # fair: the flows crossing it, in arrival order
+        # (time_s, bytes/s carried from then on): the link's load over time, for telemetry.
+        self.rates: list[tuple[float, float]] = []
+
+    def set_rate(self, now_s: float, rate_Bps: float) -> None:
+        """Record that from ``now_s`` on the link carries ``rate_Bps`` (telemetry)."""
+        rates = self.rates
+        if rates and rates[-1][0] == now_s:
+            rates.pop()
+        if not rates or rates[-1][1] != rate_Bps:
+            rates.append((now_s, rate_Bps))
 
     def transfer_time(self, nbytes: float) -> float:
         """Seconds to move ``nbytes`` over this link alone, ignoring any queueing."""
@@ -56,6 +98,17 @@ class Link:
             f"Link({self.name!r}, latency_s={self.latency_s!r}, "
             f"bandwidth_Bps={self.bandwidth_Bps!r})"
         )
+
+
+_FAIR: weakref.WeakKeyDictionary[simpy.Environment, FairShare] = weakref.WeakKeyDictionary()
+
+
+def _fair_of(env: simpy.Environment) -> FairShare:
+    """The fair-sharing model of ``env`` (one per SimPy environment)."""
+    model = _FAIR.get(env)
+    if model is None:
+        model = _FAIR[env] = FairShare(env)
+    return model
 
 
 def ordered(links: Sequence[Link]) -> list[Link]:
@@ -197,13 +250,20 @@ class LinkArbiter:
 
 
 def hold_links(
-    env: simpy.Environment, links: Sequence[Link], seconds: float
+    env: simpy.Environment,
+    links: Sequence[Link],
+    seconds: float,
+    link_bytes: Sequence[float] | None = None,
 ) -> Generator[simpy.Event, Any, tuple[float, float]]:
-    """SimPy process: wait until every link is free, hold them all for ``seconds``.
+    """SimPy process: occupy every link for ``seconds`` of full-speed work.
 
-    The links are taken together (see :class:`LinkArbiter`). Returns
-    ``(start_s, end_s)``, the interval actually held, after any queueing. If the
-    process is interrupted, a pending claim is withdrawn and held links are released.
+    ``fifo``: wait until every link is free and hold them all for ``seconds`` (the
+    links are taken together, see :class:`LinkArbiter`). ``fair``: run at once as one
+    flow that, alone, takes exactly ``seconds``, slowed while it shares its links (see
+    :mod:`simdist.network.fair`). ``link_bytes`` (aligned with ``links``) are the bytes
+    each link really carries, for telemetry (default: the link's full capacity).
+    Returns ``(start_s, end_s)``, after any queueing. If the process is interrupted,
+    a pending claim is withdrawn and held links or the flow are released.
     """
     if seconds < 0:
         raise ValueError(f"cannot hold links for a negative time: {seconds}")
@@ -211,15 +271,34 @@ def hold_links(
     if not held:
         yield env.timeout(seconds)
         return env.now - seconds, env.now
-    arbiter = held[0].arbiter
-    claim = arbiter.claim(held)
+    per_link = None
+    if link_bytes is not None:
+        by_name = {link.name: b for link, b in zip(links, link_bytes, strict=True)}
+        per_link = [by_name[link.name] for link in held]
+    model = held[0].arbiter
+    if isinstance(model, FairShare):
+        done = env.event()
+        start = env.now
+        flow = model.start(held, seconds, done.succeed, link_bytes=per_link, collective=True)
+        try:
+            yield done
+            return start, env.now
+        finally:
+            model.stop(flow)
+    claim = model.claim(held)
     try:
         yield claim.event
         start = env.now
+        for i, link in enumerate(held):
+            rate = link.bandwidth_Bps if per_link is None else per_link[i] / (seconds or 1.0)
+            link.set_rate(start, rate)
         yield env.timeout(seconds)
         return start, env.now
     finally:
-        arbiter.release(claim)
+        if claim.granted:
+            for link in held:
+                link.set_rate(env.now, 0.0)
+        model.release(claim)
 
 
 class Transfer:
@@ -227,30 +306,35 @@ class Transfer:
 
     Alpha–beta along a path (Hockney 1994, "The communication challenge for
     MPP"): the message streams at the slowest link's rate and pays every hop's
-    latency once, so it arrives ``sum(latency_s) + nbytes / min(bandwidth_Bps)``
+    latency once, so alone it arrives ``sum(latency_s) + nbytes / min(bandwidth_Bps)``
     after it starts. Only the serialisation, ``nbytes / min(bandwidth_Bps)``,
     occupies the links: latency is propagation, during which the links already
-    carry the next message. So n messages queued on one NIC arrive at
-    ``latency + k·nbytes/bandwidth`` for k = 1..n. Store-and-forward is not
-    modelled.
+    carry the next message. Store-and-forward is not modelled.
 
-    Claim the route's links, hold them for the serialisation, release them,
-    arrive after the latency — without a SimPy process of its own, which
-    parameter_server and central_storage would otherwise pay per transfer.
-    ``done`` fires with ``(start_s, arrival_s)`` in the step after the arrival;
-    ``on_arrival(start_s, arrival_s)`` runs at the arrival itself, before
-    ``done`` is scheduled. :meth:`cancel` (a failure) withdraws a pending claim
-    or releases held links, and nothing more happens.
+    ``fifo``: claim the route's links, hold them for the serialisation, release
+    them, so n messages queued on one NIC arrive at ``latency + k·nbytes/bandwidth``
+    for k = 1..n. ``fair``: start streaming at once at the route's max-min fair
+    rate, so the n messages share the NIC and all arrive at ``latency +
+    n·nbytes/bandwidth``. Then arrive after the latency — without a SimPy process
+    of its own, which parameter_server and central_storage would otherwise pay per
+    transfer. ``done`` fires with ``(start_s, arrival_s)`` in the step after the
+    arrival; ``on_arrival(start_s, arrival_s)`` runs at the arrival itself, before
+    ``done`` is scheduled; ``sent_s`` is when the serialisation ended. :meth:`cancel`
+    (a failure) withdraws a pending claim or flow, or releases held links, and
+    nothing more happens.
     """
 
     __slots__ = (
         "_arbiter",
         "_claim",
+        "_flow",
         "_latency_s",
         "_on_arrival",
         "done",
         "env",
         "links",
+        "nbytes",
+        "sent_s",
         "serialise_s",
         "start_s",
         "state",
@@ -270,28 +354,46 @@ class Transfer:
             raise ValueError("a Transfer needs at least one link")
         self.env = env
         self.links = route
+        self.nbytes = nbytes
         self.done = env.event()
         self.start_s: float | None = None
+        self.sent_s: float | None = None
         self.state = "claimed"  # claimed → serialising → in flight → arrived | cancelled
         self._on_arrival = on_arrival
         self.serialise_s = nbytes / min(link.bandwidth_Bps for link in route)
         self._latency_s = sum(link.latency_s for link in route)
-        self._arbiter = route[0].arbiter
-        self._claim = self._arbiter.claim(route)
-        self._claim.event.callbacks.append(self._granted)
+        self._arbiter = arbiter = route[0].arbiter
+        self._flow = None
+        if isinstance(arbiter, FairShare):
+            self.state = "serialising"
+            self.start_s = env.now
+            self._flow = arbiter.start(route, self.serialise_s, self._sent)
+        else:
+            self._claim = arbiter.claim(route)
+            self._claim.event.callbacks.append(self._granted)
 
     def _granted(self, _: simpy.Event) -> None:
         if self.state != "claimed":
             return
         self.state = "serialising"
-        self.start_s = self.env.now
+        now = self.start_s = self.env.now
+        if self.serialise_s > 0:
+            rate = self.nbytes / self.serialise_s
+            for link in self.links:
+                link.set_rate(now, rate)
         self.env.timeout(self.serialise_s).callbacks.append(self._serialised)
 
     def _serialised(self, _: simpy.Event) -> None:
         if self.state != "serialising":
             return
-        self._arbiter.release(self._claim)
+        for link in self.links:
+            link.set_rate(self.env.now, 0.0)
+        self._arbiter.release(self._claim)  # type: ignore[union-attr]
+        self._sent()
+
+    def _sent(self) -> None:
         self.state = "in flight"
+        self.sent_s = self.env.now
         self.env.timeout(self._latency_s).callbacks.append(self._arrived)
 
     def _arrived(self, _: simpy.Event) -> None:
@@ -304,9 +406,15 @@ class Transfer:
         self.done.succeed((self.start_s, self.env.now))
 
     def cancel(self) -> None:
-        """Cut the transfer (a failure): free its claim or links; it never arrives."""
+        """Cut the transfer (a failure): free its claim, flow or links; it never arrives."""
         if self.state in ("claimed", "serialising"):
-            self._arbiter.release(self._claim)
+            if self._flow is not None:
+                self._arbiter.stop(self._flow)  # type: ignore[union-attr]
+            else:
+                if self.state == "serialising":
+                    for link in self.links:
+                        link.set_rate(self.env.now, 0.0)
+                self._arbiter.release(self._claim)  # type: ignore[union-attr]
         elif self.state != "in flight":
             return
         self.state = "cancelled"

@@ -11,12 +11,14 @@ Timing only: nothing here imports JAX.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from simdist.cluster import Cluster, Device, Host
 from simdist.network.links import Link
+from simdist.network.traffic import collective_edges
 
 #: A message's end point: a device, or a host as a whole (its CPU, or a PS task).
 Endpoint = Device | Host
@@ -26,8 +28,21 @@ COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "reduce")
 
 
 def host_name(endpoint: Endpoint) -> str:
-    """The name of the host an end point sits on."""
+    """The name of the host (the task, whose track shows it) an end point sits on."""
     return endpoint.host if isinstance(endpoint, Device) else endpoint.name
+
+
+def machine_of(endpoint: Endpoint) -> str:
+    """The machine an end point sits on: the owner of the NIC and links its bytes use.
+
+    A worker host and its devices are one machine, named after the host. A
+    parameter-server task is a machine of its own (``ps_placement: separate``) or sits on
+    a worker's (``colocated``: :attr:`Host.machine`), sharing that machine's NIC. Every
+    topology routes by machine, never by task name.
+    """
+    if isinstance(endpoint, Device):
+        return endpoint.host  # devices live on worker hosts, each its own machine
+    return endpoint.machine or endpoint.name
 
 
 def hosts_of(devices: Sequence[Device]) -> dict[str, int]:
@@ -66,3 +81,105 @@ class Topology(ABC):
         self, op: str, devices: Sequence[Device], nbytes: float, algo: str
     ) -> tuple[float, list[Link]]:
         """Seconds for collective ``op`` of ``nbytes`` over ``devices``, and the links it holds."""
+
+    def links(self) -> list[Link]:
+        """Every link of this topology, once each: by host (the cluster's order), then by name.
+
+        Generic: gathers the :class:`Link` objects held in the instance's attributes,
+        directly, in dicts, lists and tuples (``self.tx[host]``) or in helper objects of
+        ``simdist.network`` (a host's fabric), so a new topology gets its telemetry
+        without code of its own. A half-duplex NIC, one link in both ``tx`` and ``rx``,
+        appears once; links of no host (uplinks) come last.
+        """
+        found: dict[int, Link] = {}
+
+        def gather(value: Any, depth: int) -> None:
+            if isinstance(value, Link):
+                found.setdefault(id(value), value)
+            elif depth >= 4:
+                return
+            elif isinstance(value, dict):
+                for item in value.values():
+                    gather(item, depth + 1)
+            elif isinstance(value, list | tuple):
+                for item in value:
+                    gather(item, depth + 1)
+            elif type(value).__module__.startswith("simdist.network.") and hasattr(
+                value, "__dict__"
+            ):
+                for item in vars(value).values():
+                    gather(item, depth + 1)
+
+        for name, value in vars(self).items():
+            if name not in _SHARE_CACHES:
+                gather(value, 0)
+        names = [*getattr(self.cluster, "machines", ()), *(h.name for h in self.cluster.hosts)]
+        rank: dict[str, int] = {}
+        for name in names:
+            rank.setdefault(name, len(rank))
+        return sorted(
+            found.values(),
+            key=lambda link: (rank.get(link.host, len(rank)), _natural(link.name)),
+        )
+
+    def collective_link_bytes(
+        self,
+        op: str,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str,
+        links: Sequence[Link],
+    ) -> list[float]:
+        """Bytes collective ``op`` (``algo``) of ``nbytes`` puts on each of ``links``.
+
+        The collective's messages (:func:`simdist.network.traffic.collective_edges`) over
+        the devices ranked host by host (hosts in first-seen order, as MPI's block
+        placement, so a ring crosses each host boundary once, as the closed forms
+        assume), each routed by :meth:`route`: a link carries the bytes of every message
+        whose route crosses it, so the intra-host link carries its devices' share and a
+        NIC side its host's. Bytes routed over links the collective does not hold are not
+        counted. Per (op, algo, devices), the shares are computed once and scaled by
+        ``nbytes``. A torus2d all-reduce uses the topology's ``x`` × ``y`` when they match.
+        """
+        # Strategies pass the same devices every step: the shares aligned with ``links``
+        # are remembered for this very list (checked element by element, cheap), and per
+        # device names otherwise.
+        recent: dict[tuple[Any, ...], Any] = self.__dict__.setdefault(_SHARE_CACHES[0], {})
+        members, held = tuple(devices), tuple(links)
+        key = (op, algo, id(devices))
+        hit = recent.get(key)
+        if hit is None or hit[0] != members or hit[1] != held:
+            if len(recent) >= 64:  # new lists every call: keep this cache small
+                recent.clear()
+            cache: dict[tuple[Any, ...], dict[int, float]] = self.__dict__.setdefault(
+                _SHARE_CACHES[1], {}
+            )
+            names = (op, algo, tuple(device.name for device in devices))
+            shares = cache.get(names)
+            if shares is None:
+                shares = cache[names] = self._link_shares(op, devices, algo)
+            hit = recent[key] = (members, held, [shares.get(id(link), 0.0) for link in links])
+        return [share * nbytes for share in hit[2]]
+
+    def _link_shares(self, op: str, devices: Sequence[Device], algo: str) -> dict[int, float]:
+        """Bytes per byte of the buffer on each link (by id) the collective's messages cross."""
+        hosts = hosts_of(devices)
+        order = {host: i for i, host in enumerate(hosts)}
+        # Host by host, stably: the root of a broadcast or reduce (devices[0]) stays rank 0.
+        ranked = sorted(devices, key=lambda device: order[device.host])
+        grid = (getattr(self, "x", 0), getattr(self, "y", 0))
+        edges = collective_edges(op, algo, [order[d.host] for d in ranked], grid)
+        shares: dict[int, float] = {}
+        for src, dst, share in edges:
+            for link in self.route(ranked[src], ranked[dst]):
+                shares[id(link)] = shares.get(id(link), 0.0) + share
+        return shares
+
+
+#: The attributes :meth:`Topology.collective_link_bytes` keeps its caches in.
+_SHARE_CACHES = ("_recent_shares", "_link_share_cache")
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key under which ``w2/nic`` comes before ``w10/nic``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name))

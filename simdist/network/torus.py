@@ -17,7 +17,8 @@ from simdist.cluster import Cluster, Device
 from simdist.collectives import allreduce_s, broadcast_s, reduce_s, torus2d_allreduce_s
 from simdist.errors import SimdistError
 from simdist.network.links import Link
-from simdist.network.topology import Endpoint, Topology, host_name
+from simdist.network.switch import nic_links
+from simdist.network.topology import Endpoint, Topology, machine_of
 
 
 class TorusTopology(Topology):
@@ -36,6 +37,8 @@ class TorusTopology(Topology):
         ici_bandwidth_Bps: float,
         nic_latency_s: float,
         nic_bandwidth_Bps: float,
+        duplex: str = "half",
+        sharing: str = "fifo",
     ) -> None:
         super().__init__(cluster)
         if x * y != len(cluster.devices):
@@ -44,11 +47,15 @@ class TorusTopology(Topology):
             )
         self.x, self.y = x, y
         self.ici: dict[str, Link] = {}
-        self.nic: dict[str, Link] = {}
-        for host in cluster.hosts:
-            name = host.name
-            self.ici[name] = Link(env, f"{name}/ici", ici_latency_s, ici_bandwidth_Bps, name)
-            self.nic[name] = Link(env, f"{name}/nic", nic_latency_s, nic_bandwidth_Bps, name)
+        self.tx: dict[str, Link] = {}
+        self.rx: dict[str, Link] = {}
+        for name in cluster.machines:
+            self.ici[name] = Link(
+                env, f"{name}/ici", ici_latency_s, ici_bandwidth_Bps, name, sharing=sharing
+            )
+            self.tx[name], self.rx[name] = nic_links(
+                env, name, nic_latency_s, nic_bandwidth_Bps, duplex, sharing
+            )
 
     @classmethod
     def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> TorusTopology:
@@ -63,13 +70,15 @@ class TorusTopology(Topology):
             ici_bandwidth_Bps=links.intra_host.bandwidth_Bps,
             nic_latency_s=links.network.latency_s,
             nic_bandwidth_Bps=links.network.bandwidth_Bps,
+            duplex=scenario.cluster.network.duplex,
+            sharing=scenario.cluster.network.sharing,
         )
 
     def route(self, src: Endpoint, dst: Endpoint) -> list[Link]:
-        a, b = host_name(src), host_name(dst)
+        a, b = machine_of(src), machine_of(dst)
         if a == b:
             return [self.ici[a]]
-        return [self.nic[a], self.nic[b]]
+        return [self.tx[a], self.rx[b]]
 
     def collective(
         self, op: str, devices: Sequence[Device], nbytes: float, algo: str

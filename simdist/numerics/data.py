@@ -139,6 +139,17 @@ def _synthetic_regression(spec: Any, seed: int) -> Dataset:
     return Dataset(x[tr], y[tr], x[te], y[te], "regression", 1, (f,))
 
 
+def _teacher(spec: Any, seed: int) -> Dataset:
+    """The generated teacher set (simdist/numerics/generated.py), split by ``test_fraction``."""
+    from simdist.numerics.generated import teacher_arrays
+
+    n = int(spec.n_examples)
+    n_test = _n_test(n, spec.test_fraction, "teacher")
+    f, classes = int(spec.n_features), int(spec.n_classes)
+    d = teacher_arrays(n - n_test, n_test, f, classes, float(spec.noise), seed)
+    return Dataset(d.x_train, d.y_train, d.x_test, d.y_test, "classification", classes, (f,))
+
+
 # What np.load raises on a damaged archive: truncated, not a zip, a bad member, a header
 # that lies, an unsupported compression, object arrays (refused without pickle).
 _UNREADABLE = (
@@ -279,6 +290,8 @@ def load_dataset(spec: Any, seed: int) -> Dataset:
         return _digits(spec, seed)
     if name == "synthetic_regression":
         return _synthetic_regression(spec, seed)
+    if name == "teacher":
+        return _teacher(spec, seed)
     if name == "npz":
         try:
             return _npz(spec)
@@ -327,6 +340,8 @@ def model_inputs(spec: Any, seed: int) -> tuple[tuple[int, ...], int]:
         return (8, 8, 1), 10
     if spec.name == "synthetic_regression":
         return (int(spec.n_features),), 1
+    if spec.name == "teacher":
+        return (int(spec.n_features),), int(spec.n_classes)
     data = load_dataset(spec, seed)
     return tuple(data.input_shape), int(data.n_outputs)
 
@@ -343,9 +358,9 @@ def train_examples(spec: Any, seed: int) -> int:
         _n_test(len(labels), spec.test_fraction, "digits")
         counts = np.unique(labels, return_counts=True)[1]
         return int(sum(int(c) - round(int(c) * float(spec.test_fraction)) for c in counts))
-    if name == "synthetic_regression":
+    if name in ("synthetic_regression", "teacher"):
         n = int(spec.n_examples)
-        return n - _n_test(n, spec.test_fraction, "synthetic_regression")
+        return n - _n_test(n, spec.test_fraction, name)
     if name == "npz":
         return _npz_rows(Path(spec.path), "x_train")
     raise SimdistError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")

@@ -14,6 +14,7 @@ _LAZY = {
     "write_plots": "plots",
     "write_markdown": "markdown",
     "write_trace": "trace",
+    "write_link_plots": "links",
 }
 
 
@@ -37,6 +38,7 @@ def write_report(result: Any, out_dir: Path) -> Path:
     # Through the module, so the lazy names load (and a test may replace one).
     plot_loss_vs_time, write_plots = report.plot_loss_vs_time, report.write_plots
     write_markdown, write_trace = report.write_markdown, report.write_trace
+    write_link_plots = report.write_link_plots
 
     out_dir = Path(out_dir)
     with AtomicFolder(out_dir) as tmp:
@@ -49,7 +51,7 @@ def write_report(result: Any, out_dir: Path) -> Path:
         if result.params is not None:
             save_params(tmp / "params.npz", result.params)
         plot_loss_vs_time(result.metrics, result.scenario.name, tmp / "loss_vs_time.png")
-        plots = ["loss_vs_time.png", *write_plots(result, tmp)]
+        plots = ["loss_vs_time.png", *write_plots(result, tmp), *write_link_plots(result, tmp)]
         write_trace(result, tmp / "trace.json")
         write_markdown(result, tmp / "report.md", plots)
     result.out_dir = out_dir

@@ -7,13 +7,19 @@ folder holds ``compare.csv`` (one row per run), ``compare.md``
 accuracy of every run against simulated time).  It is written atomically,
 like a run's report.
 
+With seeds (``simdist compare --seeds 3``), every scenario runs once per seed:
+``per_seed.csv`` has one row per run (:func:`seed_table`), ``compare.csv`` one row per
+scenario with each figure's mean, min, max, t-based 95% interval and count
+(:func:`seeds_summary`, :func:`simdist.bands.aggregate`), and the plot draws each
+scenario's mean and min–max band (:mod:`simdist.report.bands`).
+
 The per-run figures (:func:`run_figures`) are also the key numbers of each
 run's ``report.md``, so a comparison row and a report always agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,9 @@ COMPARE_COLUMNS = (
     "examples_per_s",
     "comm_share",
     "staleness_mean",
+    "seed",
+    "diverged",
+    "collapsed",
 )
 
 
@@ -90,6 +99,9 @@ def run_figures(result: Any, target: float = DEFAULT_TARGET) -> dict[str, Any]:
         "examples_per_s": summary.get("examples_per_s"),
         "comm_share": device_shares(result)["comm"],
         "staleness_mean": staleness.get("mean") if isinstance(staleness, dict) else None,
+        "seed": summary.get("seed", result.scenario.seed),
+        "diverged": bool(summary.get("diverged", False)),
+        "collapsed": bool(summary.get("collapsed", False)),
     }
 
 
@@ -110,11 +122,158 @@ def compare_table(
         row["source"] = sources[i] if i < len(sources) else ""
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
-    frame["steps"] = frame["steps"].astype("Int64")
-    frame["step_to_target"] = frame["step_to_target"].astype("Int64")
+    return _typed(frame)
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    for column in ("steps", "step_to_target", "seed"):
+        frame[column] = frame[column].astype("Int64")
     for column in ("time_to_target_s", "final_test_accuracy", "examples_per_s", "staleness_mean"):
         frame[column] = frame[column].astype("float64")
+    for column in ("diverged", "collapsed"):
+        frame[column] = frame[column].astype(bool)
     return frame
+
+
+# ---------------------------------------------------------------- across seeds
+
+#: The per-seed figures compare.csv summarises with seeds, in order.
+SEED_FIGURES = (
+    "time_to_target_s",
+    "step_to_target",
+    "final_test_accuracy",
+    "examples_per_s",
+    "comm_share",
+    "staleness_mean",
+    "simulated_time_s",
+)
+#: What identifies a scenario in the tables with seeds.
+SEED_KEYS = ("run", "strategy", "source")
+
+
+def seed_table(
+    results_by_label: Mapping[str, Sequence[Any]],
+    target: float = DEFAULT_TARGET,
+    sources: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """One row of :func:`run_figures` per run, labelled by its scenario and its seed.
+
+    ``results_by_label`` maps a label to its Results, one per seed
+    (:func:`simdist.api.run_seeds`); ``run`` is the label (not deduplicated: the seeds
+    of a scenario share it), ``seed`` the run's seed. Columns :data:`COMPARE_COLUMNS`.
+    """
+    rows = []
+    for label, results in results_by_label.items():
+        for result in results:
+            row = run_figures(result, target)
+            row["run"] = label
+            row["source"] = (sources or {}).get(label, "")
+            rows.append(row)
+    return _typed(pd.DataFrame(rows, columns=list(COMPARE_COLUMNS)))
+
+
+def seeds_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """compare.csv with seeds: per scenario, :func:`simdist.bands.aggregate` of the figures.
+
+    Columns: ``run``, ``strategy``, ``source``, ``seeds``, then for each of
+    :data:`SEED_FIGURES` ``X_mean``, ``X_min``, ``X_max``, ``X_ci95`` (half-width of the
+    t-based 95% interval of the mean) and ``X_n`` (seeds with a value: for time to target,
+    the seeds that reached it), then ``diverged_count`` and ``collapsed_count``.
+    """
+    from simdist.bands import aggregate
+
+    columns = [*SEED_KEYS, "seed", *SEED_FIGURES, "diverged", "collapsed"]
+    frame = per_seed[columns].copy()
+    for column in SEED_FIGURES:
+        frame[column] = frame[column].astype("float64")
+    return aggregate(frame, SEED_KEYS)
+
+
+def band_text(row: Any, column: str, fmt: Any, interval: bool = True) -> str:
+    """``mean (min–max) ±ci95`` of ``column`` in a :func:`seeds_summary` row, formatted by ``fmt``.
+
+    ``fmt`` turns one number into text. One seed: the value alone; the same value for
+    every seed (as formatted): ``value (every seed)``; no value: ``—``.
+    """
+    n = int(getattr(row, f"{column}_n"))
+    if n == 0:
+        return MISSING
+    mean = float(getattr(row, f"{column}_mean"))
+    if n == 1:
+        return fmt(mean)
+    low, high = float(getattr(row, f"{column}_min")), float(getattr(row, f"{column}_max"))
+    if fmt(low) == fmt(high):
+        return f"{fmt(mean)} (every seed)"
+    text = f"{fmt(mean)} ({fmt(low)}–{fmt(high)})"
+    ci = float(getattr(row, f"{column}_ci95"))
+    return f"{text} ±{fmt(ci)}" if interval and ci == ci else text
+
+
+def _percent(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def seeds_markdown(summary: pd.DataFrame, target: float, plot: str | None) -> str:
+    """compare.md with seeds: each figure as mean (min–max) ±95% interval, "reached by k of N"."""
+    from simdist.bands import reached_text
+
+    lines = [
+        f"# simdist comparison across seeds: {', '.join(summary['run'])}",
+        "",
+        f"Target test accuracy: **{target:g}**. Each cell: mean over the seeds (min–max) "
+        "±half-width of the 95% confidence interval of the mean (Student's t, n−1 degrees "
+        "of freedom).",
+        "",
+        f"| run | strategy | seeds | time to {target:g} | reached | final test accuracy "
+        "| examples/s | collapsed / diverged |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for row in summary.itertuples(index=False):
+        lines.append(
+            f"| {row.run} | {row.strategy} | {row.seeds} "
+            f"| {band_text(row, 'time_to_target_s', format_duration)} "
+            f"| {reached_text(int(row.time_to_target_s_n), int(row.seeds))} "
+            f"| {band_text(row, 'final_test_accuracy', _percent)} "
+            f"| {band_text(row, 'examples_per_s', _rate)} "
+            f"| {row.collapsed_count} / {row.diverged_count} |"
+        )
+    lines += [
+        "",
+        "Time to target is averaged over the seeds that reached it. — : no seed reached it, "
+        "or not measured (timing-only runs have no accuracy). *Collapsed*: finite, but the "
+        "final accuracy is within 5 points of chance or the loss ended above its start.",
+        "",
+    ]
+    if plot:
+        lines += [f"![test accuracy vs simulated time, mean and min–max over seeds]({plot})", ""]
+    sources = [s for s in summary["source"] if s]
+    if sources:
+        lines += ["Sources: " + ", ".join(f"`{s}`" for s in sources), ""]
+    return "\n".join(lines)
+
+
+def write_compare_seeds(
+    results_by_label: Mapping[str, Sequence[Any]],
+    out_dir: Path,
+    target: float = DEFAULT_TARGET,
+    sources: Mapping[str, str] | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Write the comparison folder with seeds atomically; return (summary, per-seed table)."""
+    from simdist.report.bands import plot_accuracy_bands
+
+    per_seed = seed_table(results_by_label, target, sources)
+    summary = seeds_summary(per_seed)
+    with AtomicFolder(Path(out_dir)) as tmp:
+        write_csv(summary, tmp / "compare.csv")
+        write_csv(per_seed, tmp / "per_seed.csv")
+        title = "test accuracy vs simulated time"
+        plot_accuracy_bands(results_by_label, target, title, tmp / "accuracy_vs_time.png")
+        (tmp / "compare.md").write_text(seeds_markdown(summary, target, "accuracy_vs_time.png"))
+    return summary, per_seed
 
 
 def compare_markdown(table: pd.DataFrame, target: float, plot: str | None) -> str:

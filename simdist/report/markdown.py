@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
+from simdist.report.links import link_lines
 from simdist.units import format_bandwidth, format_duration, format_number, format_size
 
 #: Plot file → (heading, one line on how to read it), in the order report.md shows them.
@@ -55,6 +56,11 @@ PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
         "Where the time goes",
         "Share of simulated time each device spends computing, communicating, waiting, idle.",
     ),
+    "link_utilisation.png": (
+        "Link utilisation over time",
+        "Each link (and direction) that carried traffic, against simulated time in fixed "
+        "buckets: the share of its bandwidth in use (`link_buckets.csv`).",
+    ),
 }
 
 #: Files of a report folder and what they hold, listed at the end of report.md when present.
@@ -67,6 +73,9 @@ FILE_NOTES: dict[str, str] = {
     "dropped.csv": "gradients dropped by backup workers",
     "stage_updates.csv": "pipedream: one row per update of a pipeline stage, with the weight "
     "version its forward used and its staleness",
+    "links.csv": "per link and direction: bytes carried, busy time, mean and peak utilisation",
+    "link_buckets.csv": "per link and time bucket: bytes and utilisation (the heatmap's data)",
+    "link_load.csv": "every change of each link's load: `link, time_s, rate_Bps`",
     "trace.json": "the timeline: open it in https://ui.perfetto.dev or chrome://tracing",
     "params.npz": "final parameters, keys = pytree paths (usable as `workload.init_from`)",
     "scenario.yaml": "the fully resolved scenario: `simdist run` it to reproduce this run",
@@ -97,6 +106,18 @@ def scenario_lines(scenario: Any) -> list[str]:
     line = (
         f"- **Cluster**: {hosts} × {per_host} device{'s' if per_host != 1 else ''} ({device_text})"
     )
+    listed = cluster.get("hosts")
+    if isinstance(listed, list):  # hosts listed one by one, each with its own devices
+        parts = [
+            f"{h['name']} {h.get('devices', per_host)} × "
+            f"{h.get('profile') or h.get('device', {}).get('profile') or device_text}"
+            for h in listed[:8]
+        ]
+        more = f", … ({len(listed) - 8} more)" if len(listed) > 8 else ""
+        line = (
+            f"- **Cluster**: {len(listed)} worker host{'s' if len(listed) != 1 else ''} "
+            f"({', '.join(parts)}{more})"
+        )
     if ps:
         line += f" + {len(ps)} parameter server{'s' if len(ps) != 1 else ''} ({', '.join(ps)})"
     links = cluster.get("links", {})
@@ -192,9 +213,81 @@ def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, 
         ("compute per replica step", format_duration(s["compute_s_per_replica_step"])),
         ("parameters", format_size(s["param_bytes"])),
     ]
+    if s.get("numerics", True) and not s.get("diverged"):
+        # collapsed: finite, but learned nothing (summary.collapse_reason says why)
+        reason = s.get("collapse_reason")
+        rows.append(("collapsed", f"**yes**: {reason}" if s.get("collapsed") else "no"))
     if s.get("diverged"):
         rows.append(("**diverged**", f"loss not finite at step {s.get('diverged_at_step')}"))
     return rows
+
+
+def device_rows(result: Any) -> list[tuple[str, str, int, str, str, str, str]]:
+    """One row per worker host of a mixed cluster: (host, profile, devices, compute per
+    replica step, share of time computing, share waiting, gradients applied); none on a
+    homogeneous cluster, whose report stays as it was.
+
+    Synchronous strategies show the fast devices waiting for the slowest; asynchronous
+    parameter servers show the fast workers' gradients applied more often (from the
+    ``updates`` table: distinct iterations of each worker; "" when there is none).
+    """
+    from simdist.cluster import Cluster
+    from simdist.summary import time_split_by_device
+
+    per_profile = result.summary.get("compute_s_per_profile")
+    if not per_profile:
+        return []
+    cluster = Cluster(result.scenario.cluster)
+    sim_time_s = float(result.summary["simulated_time_s"])
+    names = [d.name for d in cluster.devices]
+    present = set(result.events["device"]) if len(result.events) else set()
+    split = time_split_by_device(result.events, sim_time_s, [n for n in names if n in present])
+    updates = result.tables.get("updates")
+    applied: dict[int, int] = {}
+    if updates is not None and len(updates):
+        counts = updates.groupby("worker")["iteration"].nunique()
+        applied = {int(w): int(n) for w, n in counts.items()}
+    rows = []
+    for w, host in enumerate(cluster.workers):
+        used = [d.name for d in host.devices if d.name in split.index]
+        share = split.loc[used].mean() / sim_time_s if used and sim_time_s > 0 else None
+        rows.append(
+            (
+                host.name,
+                str(host.profile),
+                len(host.devices),
+                format_duration(per_profile.get(host.profile)),
+                "" if share is None else f"{share['compute']:.1%}",
+                "" if share is None else f"{share['waiting']:.1%}",
+                str(applied.get(w, 0)) if applied else "",
+            )
+        )
+    return rows
+
+
+def device_lines(result: Any) -> list[str]:
+    """The ``## Devices`` section of a mixed cluster's report.md (nothing otherwise)."""
+    rows = device_rows(result)
+    if not rows:
+        return []
+    with_updates = any(row[-1] for row in rows)
+    head = ["host", "profile", "devices", "compute / replica step", "computing", "waiting"]
+    if with_updates:
+        head.append("gradients applied")
+    lines = [
+        "## Devices",
+        "",
+        "A mixed cluster: each device computes at its own profile's speed. Synchronous "
+        "strategies wait for the slowest device at every step; asynchronous parameter "
+        "servers apply the faster workers' gradients more often.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join("---" for _ in head) + " |",
+    ]
+    for row in rows:
+        cells = [str(x) for x in (row if with_updates else row[:-1])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def render_markdown(
@@ -205,10 +298,14 @@ def render_markdown(
     lines = [f"# {s['name']} — {s['strategy']}", ""]
     if s.get("_surrogate"):
         lines += [f"> **Surrogate timing**: {s['_surrogate']}.", ""]
+    if s.get("_shared"):  # a job of a scenario with jobs: (simdist.jobs)
+        lines += [f"> **Shared cluster**: {s['_shared']}.", ""]
     lines += [*scenario_lines(result.scenario), ""]
     lines += ["## Key numbers", "", "| | |", "| --- | --- |"]
     lines += [f"| {what} | {value} |" for what, value in key_numbers(result, target)]
     lines.append("")
+    lines += device_lines(result)
+    lines += link_lines(result)
     ordered = [p for p in PLOT_CAPTIONS if p in plots] + [
         p for p in plots if p not in PLOT_CAPTIONS
     ]

@@ -612,3 +612,7 @@ def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str
     plot_timeline(result.events, result.scenario, name, out_dir / "timeline.png", timeline_steps)
     plot_time_split(result.events, sim_time_s, name, out_dir / "time_split.png")
     return [*written, "timeline.png", "time_split.png"]
+
+
+# Seeds' mean-and-band plots live in simdist.report.bands (issue 16); the name is here too.
+from simdist.report.bands import accuracy_bands  # noqa: E402, F401

@@ -17,7 +17,12 @@ Layout:
   checkpoint, failure, input_wait — appears without special cases;
 * counter ("C") tracks: ``staleness`` on each parameter server (from
   ``updates.csv``), and ``train_loss`` / ``test_accuracy`` under a ``run``
-  process.
+  process;
+* a counter track per link and direction (``w0/nic/tx``, every link of
+  ``links.csv``, the workers' NICs of a parameter_server run included) on its
+  host's process (links of no host under a ``network`` process): its
+  utilisation, the load over the bandwidth, at every change of its load
+  (``link_load.csv``, exact: the step function the network recorded).
 
 A Chrome trace thread must not hold overlapping spans, but a device can do two
 things at once (a worker pulls from every parameter server in parallel; a
@@ -209,6 +214,28 @@ def _counter_rows(
     return [r for r in rows if math.isfinite(r[3])]
 
 
+def link_counter_rows(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str, float, float]]:
+    """(host, link, time_s, utilisation) of every link's load change, in ``links.csv``'s order.
+
+    Each link starts with a sample at 0 (idle until its first change), so a link that
+    never carried a byte still has its (flat) track.
+    """
+    links, load = tables.get("links"), tables.get("link_load")
+    if links is None or load is None or links.empty:
+        return []
+    by_link = load.groupby("link", sort=False).indices
+    times, rates = load["time_s"].to_numpy(), load["rate_Bps"].to_numpy()
+    rows: list[tuple[str, str, float, float]] = []
+    for name, host, bandwidth in zip(
+        links["link"], links["host"], links["bandwidth_Bps"], strict=True
+    ):
+        idx = by_link.get(name, [])
+        if len(idx) == 0 or times[idx[0]] > 0:
+            rows.append((host, name, 0.0, 0.0))
+        rows.extend((host, name, float(times[i]), float(rates[i]) / bandwidth) for i in idx)
+    return rows
+
+
 def build_trace(
     events: pd.DataFrame,
     *,
@@ -222,10 +249,14 @@ def build_trace(
     roles = host_roles(events, scenario)
     tracks, spans = timeline_spans(events, scenario)
     counters = _counter_rows(metrics, tables, [h for h, r in roles.items() if r == "ps"])
+    link_counters = link_counter_rows(tables)
+    for host, *_ in link_counters:  # a link's host without events (or "": the network's)
+        roles.setdefault(host, "network" if host == "" else "worker")
     hosts = list(roles)
     pid = {h: i + 1 for i, h in enumerate(hosts)}
     run_pid = len(hosts) + 1
     role_label = {"worker": "worker", "chief": "chief", "ps": "parameter server"}
+    role_label["network"] = "links"  # links of no host: a leaf-spine network's uplinks
 
     meta: list[dict[str, Any]] = []
     for host in hosts:
@@ -235,7 +266,7 @@ def build_trace(
                 "ph": "M",
                 "pid": pid[host],
                 "tid": 0,
-                "args": {"name": f"{host} ({role_label[roles[host]]})"},
+                "args": {"name": f"{host or 'network'} ({role_label[roles[host]]})"},
             }
         )
         meta.append(
@@ -327,6 +358,16 @@ def build_trace(
         for host, name, t, value in sorted(
             counters, key=lambda r: (r[0] is None, hosts.index(r[0]) if r[0] else 0, r[1], r[2])
         )
+    ]
+    counter_events += [
+        {
+            "name": link,
+            "ph": "C",
+            "ts": _us(t),
+            "pid": pid[host],
+            "args": {"utilisation": value},
+        }
+        for host, link, t, value in link_counters
     ]
     other: dict[str, Any] = {"generator": "simdist", "time_unit": "simulated microseconds"}
     if summary is not None:

@@ -151,8 +151,22 @@ def dump_scenario(s: Scenario) -> str:
     data = s.model_dump(mode="json", by_alias=True, exclude_none=True)
     cluster = data["cluster"]
     cluster["ps"] = list(s.cluster.ps_names)
+    if s.cluster.host_specs is not None:
+        # A listed cluster: the hosts with their names, counts and devices, not worker:.
+        cluster["hosts"] = [
+            h.model_dump(mode="json", by_alias=True, exclude_none=True)
+            for h in s.cluster.host_specs
+        ]
+        cluster.pop("worker", None)
     if s.chief_trains:
         # The chief is listed as chief only, not again as worker 0.
         cluster["worker"] = cluster["worker"][len(s.cluster.chief_names) :]
-    data["workload"].pop("global_batch_size")
+    if s.jobs is not None:
+        # Each job has its own run sections (simdist.scenario.jobs); the scenario none.
+        for key in ("workload", "strategy", "faults", "checkpoint", "input"):
+            data.pop(key, None)
+        for job in data["jobs"]:
+            job["workload"].pop("global_batch_size")
+    else:
+        data["workload"].pop("global_batch_size")
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

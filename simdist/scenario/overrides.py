@@ -37,14 +37,20 @@ def apply_overrides(
                 source, key, f"bad path in {show(item)}; expected dotted keys, e.g. cluster.hosts=8"
             )
         value = parse_yaml(raw, source, key) if raw.strip() else None
-        node = result
+        node: Any = result
         for depth, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif isinstance(child, str) and part in SHORTHAND_KEYS:
-                child = node[part] = {SHORTHAND_KEYS[part]: child}
-            elif not isinstance(child, dict):
+            if isinstance(node, list):  # a list entry by its index: jobs.1.workload.steps
+                child = node[_index(node, part, key, ".".join(parts[:depth]), source)]
+            else:
+                child = node.get(part)
+                if child is None:
+                    child = node[part] = {}
+                elif isinstance(child, str) and part in SHORTHAND_KEYS:
+                    child = node[part] = {SHORTHAND_KEYS[part]: child}
+                elif isinstance(child, list) and parts[depth + 1].isdigit():
+                    node = child
+                    continue
+            if not isinstance(child, dict):
                 where = ".".join(parts[: depth + 1])
                 raise ScenarioError(
                     source, key, f"cannot set {key!r}: {where} is {show(child)}, not a mapping"
@@ -53,5 +59,20 @@ def apply_overrides(
         if parts == ["cluster", "hosts"]:
             # A count given on the command line replaces a TF_CONFIG-style worker list.
             node.pop("worker", None)
-        node[parts[-1]] = value
+        if isinstance(node, list):
+            node[_index(node, parts[-1], key, ".".join(parts[:-1]), source)] = value
+        else:
+            node[parts[-1]] = value
     return result
+
+
+def _index(items: list[Any], part: str, key: str, where: str, source: str) -> int:
+    """The entry ``part`` (a whole number) of the list at ``where``, or one clear error."""
+    if not part.isdigit() or int(part) >= len(items):
+        raise ScenarioError(
+            source,
+            key,
+            f"cannot set {key!r}: {where} is a list of {len(items)} entries; expected an index "
+            f"0..{len(items) - 1} after it, e.g. {where}.0",
+        )
+    return int(part)

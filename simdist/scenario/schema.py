@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (
     BeforeValidator,
     Field,
+    PrivateAttr,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -33,13 +35,14 @@ from simdist.catalog import (
     OPTIMIZERS,
     RESNET_DEFAULTS,
     SCHEDULES,
+    TEACHER_DEFAULTS,
     DatasetName,
     ModelName,
     OptimizerName,
     ScheduleKind,
 )
 from simdist.profiles import DEVICE_PROFILES, Precision
-from simdist.scenario.messages import EXAMPLES, choice_message
+from simdist.scenario.messages import EXAMPLES, choice_message, error_message
 from simdist.spec import (
     Bandwidth,
     Float,
@@ -66,8 +69,10 @@ __all__ = [
     "DeviceSpec",
     "FailureSpec",
     "FaultsSpec",
+    "HostSpec",
     "InputSpec",
     "IntraHostLinkSpec",
+    "JobSpec",
     "LinkSpec",
     "LinksSpec",
     "ModelSpec",
@@ -134,6 +139,111 @@ class LinksSpec(Spec):
     network: NetworkLinkSpec = Field(default_factory=NetworkLinkSpec)
 
 
+def _ratio(value: object) -> object:
+    """An oversubscription ratio: a number k, or ``"k:1"`` (``"a:b"`` is a/b); at least 1."""
+    eg = "e.g. oversubscription: 4 or oversubscription: '4:1'"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"got {show(value)}; expected a ratio k:1 (k >= 1), {eg}")
+    if isinstance(value, str):
+        parts = value.strip().split(":")
+        try:
+            numbers = [float(p) for p in parts]
+        except ValueError:
+            numbers = []
+        if len(parts) not in (1, 2) or len(numbers) != len(parts) or min(numbers) <= 0:
+            raise ValueError(f"got {show(value)}; expected a ratio k:1 (k >= 1), {eg}")
+        ratio = numbers[0] / numbers[1] if len(numbers) == 2 else numbers[0]
+    else:
+        ratio = float(value)
+    if not (math.isfinite(ratio) and ratio >= 1):
+        raise ValueError(
+            f"got {show(value)}; expected a ratio of at least 1:1 (1 is non-blocking: the "
+            f"uplinks carry all the rack's hosts can send), {eg}"
+        )
+    return ratio
+
+
+class NetworkSpec(Spec):
+    """How the hosts are wired and how concurrent traffic shares the wires.
+
+    ``duplex: full`` (default) gives each NIC separate transmit and receive capacity, as
+    Ethernet and InfiniBand have; ``half`` is one channel for both ways. ``sharing: fair``
+    (default) splits a link's bandwidth max-min fairly among concurrent flows (the
+    flow-level model SimGrid validates); ``fifo`` carries one transfer at a time, the
+    others wait in line.
+
+    ``topology: switch`` (default) puts every machine on one non-blocking switch;
+    ``leaf_spine`` puts ``hosts_per_leaf`` machines behind each leaf, whose uplink to the
+    spine carries ``hosts_per_leaf`` × NIC bandwidth / ``oversubscription`` (k:1, default
+    1, a number or ``"4:1"``), and adds ``hop_latency`` (default 0) per switch hop: 1 in a
+    rack, 3 across racks. ``intra_host``: ``shared`` (default, one intra-host link per
+    host), ``nvlink`` (a port per GPU at ``links.intra_host``'s bandwidth) or ``pcie``
+    (a PCIe link per device, one ``pcie_uplink`` shared to the CPU and the NIC); see
+    :mod:`simdist.network.leaf_spine` and :mod:`simdist.network.intranode`.
+
+    ``protocol`` prices point-to-point messages (parameter-server pulls and pushes,
+    pipeline activations; not collectives): ``ideal`` (default: the bare wire), ``tcp``,
+    ``rdma`` or ``grpc`` presets (:data:`simdist.network.transport.PROTOCOLS`, with their
+    sources), and each figure may be given instead of the preset's: ``efficiency`` (share
+    of line rate carrying payload), ``per_message_overhead`` (a duration per message) and
+    ``serialization_bandwidth`` (bytes per second a host's CPU encodes, and decodes, a
+    message at; the sender encodes before the wire, the receiver decodes after).
+    """
+
+    topology: Literal["switch", "leaf_spine"] = Field("switch", examples=["leaf_spine"])
+    duplex: Literal["full", "half"] = "full"
+    sharing: Literal["fair", "fifo"] = "fair"
+    # leaf_spine only (simdist.network.leaf_spine): machines per leaf (rack), the leaf's
+    # host-facing over spine-facing bandwidth (k:1), the latency of one switch hop.
+    hosts_per_leaf: PositiveInt | None = Field(None, examples=[4])
+    oversubscription: Annotated[float, BeforeValidator(_ratio)] | None = Field(
+        None, examples=["4:1"]
+    )
+    hop_latency_s: Latency | None = Field(None, alias="hop_latency", examples=["1us"])
+    # Inside each host (simdist.network.intranode): one shared link, NVLink ports, or a
+    # PCIe switch whose uplink (pcie_uplink, default PCIe 3.0 x16) the devices share.
+    intra_host: Literal["shared", "nvlink", "pcie"] = Field("shared", examples=["nvlink"])
+    pcie_uplink_Bps: Bandwidth | None = Field(None, alias="pcie_uplink", examples=["15.75GB/s"])
+    protocol: Literal["ideal", "tcp", "rdma", "grpc"] = Field("ideal", examples=["grpc"])
+    efficiency: Float | None = Field(None, gt=0, le=1, examples=[0.9])
+    per_message_overhead_s: Latency | None = Field(
+        None, alias="per_message_overhead", examples=["100us"]
+    )
+    serialization_Bps: Bandwidth | None = Field(
+        None, alias="serialization_bandwidth", examples=["1.6GB/s"]
+    )
+
+    @model_validator(mode="after")
+    def _topology_fields(self) -> NetworkSpec:
+        if self.topology != "leaf_spine":
+            for field in ("hosts_per_leaf", "oversubscription", "hop_latency_s"):
+                if getattr(self, field) is not None:  # null (e.g. from --set) clears it
+                    key = NetworkSpec.model_fields[field].alias or field
+                    raise fail(
+                        key,
+                        f"only used by topology: leaf_spine (topology here is "
+                        f"{self.topology}); remove {key}, or set topology: leaf_spine",
+                    )
+        else:
+            if self.hosts_per_leaf is None:
+                raise fail(
+                    "hosts_per_leaf",
+                    "missing; topology leaf_spine needs the machines per leaf (rack), "
+                    "e.g. hosts_per_leaf: 4",
+                )
+            if self.oversubscription is None:
+                self.oversubscription = 1.0
+            if self.hop_latency_s is None:
+                self.hop_latency_s = 0.0
+        if self.intra_host == "shared" and self.pcie_uplink_Bps is not None:
+            raise fail(
+                "pcie_uplink",
+                "only used by intra_host: pcie or nvlink (intra_host here is shared); "
+                "remove pcie_uplink, or set intra_host: pcie",
+            )
+        return self
+
+
 class DeviceSpec(Spec):
     """The accelerator of every replica: a named profile, optionally overridden.
 
@@ -173,6 +283,90 @@ class DeviceSpec(Spec):
         return self
 
 
+_HOST_RE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class HostSpec(Spec):
+    """One worker host of a cluster listed host by host: its name, devices and their kind.
+
+    ``profile: a100`` is short for ``device: {profile: a100}``. A host that names neither
+    has the cluster's ``device:``; a host that names one has its own device section
+    instead of the cluster's, whole (an ``efficiency``, a ``precision`` or a measured
+    ``compute_time`` describes one kind of device, not every kind). ``devices`` defaults
+    to the cluster's ``devices_per_host``; ``name`` to ``worker<i>``. The first host is the
+    chief (TF's implicit chief), as in the short form.
+    """
+
+    name: str | None = Field(None, examples=["a100-0"])
+    devices: Int | None = Field(None, ge=1, le=MAX_DEVICES, examples=[4])
+    profile: str | None = Field(None, examples=["a100"])
+    device: DeviceSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        if not _HOST_RE.fullmatch(value):
+            raise ValueError(
+                f"got {show(value)}; expected letters, digits, '_', '.' and '-' only "
+                "(it names the host's links and devices), e.g. name: a100-0"
+            )
+        return value
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, value: str) -> str:
+        if value not in DEVICE_PROFILES:
+            raise ValueError(choice_message(value, tuple(DEVICE_PROFILES), "profile"))
+        return value
+
+    @model_validator(mode="after")
+    def _one_device(self) -> HostSpec:
+        if self.profile is not None and self.device is not None:
+            raise fail(
+                "device",
+                "give profile or device, not both; e.g. profile: a100, or "
+                "device: {profile: a100, precision: tf32}",
+            )
+        return self
+
+    def device_spec(self, default: DeviceSpec) -> DeviceSpec:
+        """This host's device section: its own, or ``default`` (the cluster's)."""
+        if self.device is not None:
+            return self.device
+        if self.profile is not None:
+            return DeviceSpec(profile=self.profile)
+        return default
+
+
+def _host_list(value: list[Any]) -> list[HostSpec]:
+    """``cluster.hosts`` given as a list: each entry validated, errors at ``hosts[i]``."""
+    if not value:
+        raise fail("hosts", f"got an empty list; expected at least one host, e.g. {_HOSTS_EG}")
+    if len(value) > MAX_DEVICES:
+        raise fail(
+            "hosts",
+            f"got a list of {len(value):,} hosts; a simulated cluster has at most "
+            f"{MAX_DEVICES:,}, e.g. {_HOSTS_EG}",
+        )
+    hosts = []
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict):
+            raise fail(
+                f"hosts[{i}]",
+                f"got {show(entry)}; expected a host such as {{name: a100-0, devices: 4, "
+                f"profile: a100}}, e.g. {_HOSTS_EG}",
+            )
+        try:
+            hosts.append(HostSpec.model_validate(entry))
+        except ValidationError as exc:
+            path, message = error_message(exc.errors()[0], HostSpec)
+            raise fail(f"hosts[{i}].{path}" if path else f"hosts[{i}]", message) from None
+    return hosts
+
+
+_HOSTS_EG = "hosts: [{name: v100-0, devices: 4, profile: v100}, {name: a100-0, profile: a100}]"
+
+
 def _task_names(value: object, key: str) -> list[str]:
     """Validated TF_CONFIG-style ``["w0:2222", ...]`` task addresses."""
     if not isinstance(value, list):
@@ -202,6 +396,12 @@ class ClusterSpec(Spec):
     After validation ``hosts == len(worker_names)`` (training hosts, worker 0 first, chief
     included when it trains), ``ps == len(ps_names)``; see :class:`Scenario` for the chief
     rule.
+
+    ``hosts`` may also list the worker hosts one by one (a heterogeneous cluster, each host
+    with its own device count and profile: :class:`HostSpec`); the list is then kept in
+    ``host_specs`` (names and counts filled in), ``hosts`` is its length and
+    ``devices_per_host`` the first host's count. :attr:`device_counts` and
+    :meth:`host_device` give every host's count and device section in either form.
     """
 
     hosts: Int = Field(1, ge=1, le=MAX_DEVICES)
@@ -211,7 +411,31 @@ class ClusterSpec(Spec):
     ps_names: list[str] = Field(default_factory=list, exclude=True)
     devices_per_host: Int = Field(1, ge=1, le=MAX_DEVICES)
     device: DeviceSpec = Field(default_factory=DeviceSpec)
+    host_specs: list[HostSpec] | None = Field(None, exclude=True)
     links: LinksSpec = Field(default_factory=LinksSpec)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
+    # Where the parameter-server tasks run: machines of their own (separate), one on each
+    # worker machine in turn (colocated, TF's usual layout), or the worker host of each.
+    ps_placement: Literal["separate", "colocated"] | list[str] = Field(
+        "separate", examples=["colocated"]
+    )
+
+    @field_validator("ps_placement", mode="before")
+    @classmethod
+    def _ps_placement(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("separate", "colocated"):
+            raise ValueError(
+                f"{choice_message(value, ('separate', 'colocated'), 'ps_placement')}, or a "
+                "list of worker hosts, one per PS task (e.g. ps_placement: [w0, w1])"
+            )
+        if not isinstance(value, str | list) or (
+            isinstance(value, list) and not all(isinstance(v, str) for v in value)
+        ):
+            raise ValueError(
+                f"got {show(value)}; expected separate, colocated, or a list of worker "
+                "hosts, one per PS task, e.g. ps_placement: colocated"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -220,6 +444,19 @@ class ClusterSpec(Spec):
             return data
         data = dict(data)
         data.pop("ps_names", None)
+        if "host_specs" in data:
+            raise fail("host_specs", "unknown key; list the hosts as hosts: [...]")
+        if isinstance(data.get("hosts"), list):
+            for key in ("worker", "worker_names", "chief", "chief_names"):
+                if data.get(key):
+                    raise fail(
+                        key.removesuffix("_names"),
+                        f"cluster.hosts lists the hosts already; give the hosts there or in "
+                        f"{key.removesuffix('_names')}:, not both (the first listed host is "
+                        f"the chief), e.g. {_HOSTS_EG}",
+                    )
+            data["host_specs"] = _host_list(data["hosts"])
+            data["hosts"] = len(data["host_specs"])
         for key, attr in (("worker", "worker_names"), ("chief", "chief_names")):
             for k in (key, attr):
                 if k in data:
@@ -242,7 +479,47 @@ class ClusterSpec(Spec):
     def _ps_names(self) -> ClusterSpec:
         if not self.ps_names:
             self.ps_names = [f"ps{i}" for i in range(self.ps)]
+        if self.host_specs is not None:
+            for host in self.host_specs:
+                if host.devices is None:
+                    host.devices = self.devices_per_host
+            self.devices_per_host = self.host_specs[0].devices
         return self
+
+    @property
+    def device_counts(self) -> list[int]:
+        """Devices on each worker host, in host order."""
+        if self.host_specs is None:
+            return [self.devices_per_host] * self.hosts
+        return [int(h.devices or self.devices_per_host) for h in self.host_specs]
+
+    @property
+    def n_devices(self) -> int:
+        """Devices on all the worker hosts."""
+        return sum(self.device_counts)
+
+    def host_device(self, i: int) -> DeviceSpec:
+        """The device section of worker host ``i``: its own, or the cluster's ``device``."""
+        if self.host_specs is None:
+            return self.device
+        return self.host_specs[i].device_spec(self.device)
+
+    @property
+    def uniform_devices(self) -> bool:
+        """Whether every worker host has the same number of devices."""
+        return len(set(self.device_counts)) <= 1
+
+    @property
+    def profiles(self) -> list[str]:
+        """The distinct device profiles of the worker hosts, first-seen order."""
+        names = [self.host_device(i).profile for i in range(self.hosts)]
+        return list(dict.fromkeys(names))
+
+    def set_devices_per_host(self, n: int) -> None:
+        """Every worker host holds ``n`` devices (a strategy deciding the count: tpu)."""
+        self.devices_per_host = n
+        for host in self.host_specs or ():
+            host.devices = n
 
 
 # ---------------------------------------------------------------- workload
@@ -296,7 +573,12 @@ def _resolve_file(path: Path, info: ValidationInfo, field: str, what: str) -> Pa
 
 
 class DatasetSpec(Spec):
-    """A built-in dataset or an ``.npz`` file with ``x``/``y`` arrays."""
+    """A built-in dataset or an ``.npz`` file with ``x``/``y`` arrays.
+
+    ``n_examples``, ``n_features`` and ``noise`` shape the generated sets
+    (``synthetic_regression``, ``teacher``); ``n_classes`` is the teacher's, whose options
+    left out take :data:`~simdist.catalog.TEACHER_DEFAULTS` (simdist/numerics/generated.py).
+    """
 
     name: DatasetName
     path: Path | None = None
@@ -304,6 +586,7 @@ class DatasetSpec(Spec):
     n_examples: Int = Field(2048, ge=1)
     n_features: Int = Field(16, ge=1)
     noise: Float = Field(0.1, ge=0)
+    n_classes: Int = Field(10, ge=2, le=1000)
 
     @model_validator(mode="before")
     @classmethod
@@ -318,6 +601,10 @@ class DatasetSpec(Spec):
 
     @model_validator(mode="after")
     def _resolve_path(self, info: ValidationInfo) -> DatasetSpec:
+        if self.name == "teacher":  # its own defaults for the options left out
+            for key, value in TEACHER_DEFAULTS.items():
+                if key not in self.model_fields_set:
+                    setattr(self, key, value)
         if self.n_examples > MAX_GENERATED_EXAMPLES:
             raise fail(
                 "n_examples",
@@ -622,6 +909,90 @@ def _default_strategy() -> Any:
     return _STRATEGY_SPECS[0]()
 
 
+# ---------------------------------------------------------------- jobs
+
+# A job's name names its report subfolder beside the scenario's own files: no dots.
+_JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def _task_choice(key: str, least: int) -> Callable[[object], object]:
+    """A job's ``hosts`` / ``ps``: a list of the cluster's task names, or a count."""
+    example = {"hosts": "hosts: [worker0, worker1] or hosts: 2", "ps": "ps: [ps0] or ps: 1"}[key]
+
+    def check(value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < least:
+                raise ValueError(f"got {value}; expected a count >= {least}, e.g. {example}")
+            return value
+        if not isinstance(value, list):
+            raise ValueError(
+                f"got {show(value)}; expected a list of the cluster's {key} names or a "
+                f"count, e.g. {example}"
+            )
+        if least and not value:
+            raise ValueError(f"got an empty list; expected at least one name, e.g. {example}")
+        for i, name in enumerate(value):
+            if not isinstance(name, str) or not _HOST_RE.fullmatch(name):
+                raise ValueError(
+                    f"got {show(name)} at [{i}]; expected the name of a cluster host, e.g. "
+                    f"{example}"
+                )
+            if name in value[:i]:
+                raise ValueError(f"got {name!r} twice; list each host once, e.g. {example}")
+        return value
+
+    return check
+
+
+class JobSpec(Spec):
+    """One training job of a cluster that several share (the scenario's ``jobs:``).
+
+    A job runs its own ``workload`` with its own ``strategy`` (and ``faults``,
+    ``checkpoint``, ``input``) on some of the cluster's hosts, and its traffic shares the
+    cluster's network with every other job's. ``hosts`` lists the worker hosts it runs on
+    by name (the first is its chief), or counts them: a count takes the first free worker
+    hosts in cluster order (those no job names and no earlier count took). ``ps`` names
+    (or counts) the cluster's parameter-server tasks it uses, for parameter_server.
+
+    After validation ``hosts`` and ``ps`` are the names, and :attr:`scenario` is the job
+    as a scenario of its own: its hosts as the cluster (same names, the cluster's links),
+    the scenario's numerics and a seed of its own (:func:`simdist.seeds.job_seed`).
+    """
+
+    name: str = Field(examples=["allreduce"])
+    hosts: Annotated[list[str] | Int, BeforeValidator(_task_choice("hosts", 1))] = Field(
+        examples=["[worker0, worker1]"]
+    )
+    ps: Annotated[list[str] | Int, BeforeValidator(_task_choice("ps", 0))] = Field(
+        0, examples=["[ps0]"]
+    )
+    workload: WorkloadSpec
+    strategy: Annotated[StrategySpec, BeforeValidator(_shorthand("kind"))] = Field(
+        default_factory=_default_strategy
+    )
+    faults: FaultsSpec = Field(default_factory=FaultsSpec)
+    checkpoint: CheckpointSpec | None = None
+    input: InputSpec | None = None
+    _scenario: Any = PrivateAttr(None)
+
+    @field_validator("name")
+    @classmethod
+    def _job_name(cls, value: str) -> str:
+        if not _JOB_NAME_RE.fullmatch(value) or len(value) > MAX_NAME_CHARS:
+            raise ValueError(
+                f"got {show(value)}; expected a letter or digit first, then only letters, "
+                f"digits, '_' and '-', at most {MAX_NAME_CHARS} characters (it names the "
+                "job's report folder), e.g. name: allreduce"
+            )
+        return value
+
+    @property
+    def scenario(self) -> Scenario:
+        """This job as a scenario of its own (set when the enclosing scenario validates)."""
+        assert self._scenario is not None, "a JobSpec is resolved by its Scenario"
+        return self._scenario
+
+
 class Scenario(Spec):
     """One validated run: cluster + workload + strategy + seed, units in SI.
 
@@ -634,13 +1005,34 @@ class Scenario(Spec):
     seed: Int = Field(0, ge=0)
     numerics: Annotated[bool, Field(strict=True)] = True
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
-    workload: WorkloadSpec
+    # Required (a missing one is reported as before), and None only with jobs:.
+    workload: WorkloadSpec | None
     strategy: Annotated[StrategySpec, BeforeValidator(_shorthand("kind"))] = Field(
         default_factory=_default_strategy
     )
     faults: FaultsSpec = Field(default_factory=FaultsSpec)
     checkpoint: CheckpointSpec | None = None
     input: InputSpec | None = None
+    jobs: list[JobSpec] | None = Field(
+        None, examples=["[{name: a, hosts: 2, workload: {...}, strategy: multi_worker_mirrored}]"]
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _jobs_own_sections(cls, data: Any) -> Any:
+        """With ``jobs:``, the per-run sections belong to each job, not to the scenario."""
+        if not isinstance(data, dict) or data.get("jobs") is None:
+            return data
+        from simdist.scenario.jobs import JOB_SECTIONS
+
+        for key in JOB_SECTIONS:
+            if key in data:
+                raise fail(
+                    key,
+                    f"the scenario has jobs:, and each job has its own {key}; move this "
+                    f"section into the jobs, e.g. jobs: [{{name: a, hosts: 2, {key}: ...}}]",
+                )
+        return {**data, "workload": None}
 
     @field_validator("name")
     @classmethod
@@ -658,10 +1050,19 @@ class Scenario(Spec):
         return value
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> Scenario:
+    def _cross_checks(self, info: ValidationInfo) -> Scenario:
+        if self.jobs is not None:
+            from simdist.scenario.jobs import resolve_jobs
+
+            resolve_jobs(self, info.context)
+            return self
+        if self.workload is None:
+            raise fail("workload", f"got null; expected a mapping, e.g. {EXAMPLES['workload']}")
         _check_workload(self)
         _resolve_hosts(self)
         self.strategy.check(self)
+        _check_network(self)
+        _check_ps_placement(self)
         _resolve_batch(self)
         _check_size(self)
         _check_faults(self)
@@ -727,7 +1128,19 @@ def _resolve_hosts(s: Scenario) -> None:
     c = s.cluster
     chief_trains = s.chief_trains
     given_workers = "worker_names" in c.model_fields_set
-    if given_workers:
+    if c.host_specs is not None:
+        names = [h.name or f"worker{i}" for i, h in enumerate(c.host_specs)]
+        taken = set(c.ps_names)
+        for i, (host, name) in enumerate(zip(c.host_specs, names, strict=True)):
+            if name in taken:
+                raise fail(
+                    f"cluster.hosts[{i}].name",
+                    f"got {name!r}, already the name of another host; host names must be "
+                    f"unique, e.g. name: {name}-{i}",
+                )
+            taken.add(name)
+            host.name = name
+    elif given_workers:
         names = (c.chief_names if chief_trains else []) + c.worker_names
         if "hosts" in c.model_fields_set and c.hosts != len(names):
             counted = " (chief included: it trains)" if chief_trains else ""
@@ -751,6 +1164,55 @@ def _resolve_hosts(s: Scenario) -> None:
     c.hosts = len(names)
 
 
+def _check_ps_placement(s: Scenario) -> None:
+    """``cluster.ps_placement`` places existing PS tasks on existing worker machines."""
+    c = s.cluster
+    placement = c.ps_placement
+    if placement == "separate":
+        return
+    if c.ps == 0:
+        raise fail(
+            "cluster.ps_placement",
+            f"got {show(placement)} but the cluster has no parameter-server tasks; remove "
+            "ps_placement, or give ps tasks with strategy: parameter_server, e.g. ps: 2",
+        )
+    if isinstance(placement, list):
+        eg = f"ps_placement: [{', '.join(c.worker_names[i % c.hosts] for i in range(c.ps))}]"
+        if len(placement) != c.ps:
+            raise fail(
+                "cluster.ps_placement",
+                f"lists {len(placement)} hosts for {c.ps} parameter-server tasks; expected "
+                f"one worker host per PS task, e.g. {eg}",
+            )
+        for i, name in enumerate(placement):
+            if name not in c.worker_names:
+                raise fail(
+                    f"cluster.ps_placement[{i}]",
+                    f"got {show(name)}, not a worker host; expected one of "
+                    f"{', '.join(c.worker_names)}, e.g. {eg}",
+                )
+
+
+def _check_network(s: Scenario) -> None:
+    """A strategy with a wiring of its own (tpu: the torus) takes no leaf_spine or
+    intra_host fabric: it would be silently ignored."""
+    net = s.cluster.network
+    if net.topology == "switch" and net.intra_host == "shared":
+        return  # the default wiring: nothing to check (and no strategy module to import)
+    own = type(s.strategy).wiring  # the class's topology, without importing it (SimPy)
+    if own == "switch":
+        return
+    for field, value in (("topology", net.topology), ("intra_host", net.intra_host)):
+        default = NetworkSpec.model_fields[field].default
+        if value != default:
+            raise fail(
+                f"cluster.network.{field}",
+                f"got {value!r}; strategy {s.strategy.kind} runs on its own {own} topology, "
+                f"so cluster.network.{field} cannot change it; remove it (or use "
+                f"{field}: {default})",
+            )
+
+
 def _resolve_batch(s: Scenario) -> None:
     w, n = s.workload, s.replicas
     if "global_batch_size" in w.model_fields_set:
@@ -770,12 +1232,16 @@ def _check_size(s: Scenario) -> None:
     """A cluster one process can build: at most MAX_DEVICES devices (the strategy has set
     ``devices_per_host`` where it decides it, as the tpu's topology does)."""
     c = s.cluster
-    devices = max(c.hosts * c.devices_per_host, s.replicas)
+    devices = max(c.n_devices, s.replicas)
     if devices > MAX_DEVICES:
+        counted = (
+            f"{c.hosts:,} hosts x {c.devices_per_host:,} devices is {devices:,} devices"
+            if c.host_specs is None
+            else f"the {c.hosts:,} listed hosts hold {devices:,} devices"
+        )
         raise fail(
             "cluster",
-            f"{c.hosts:,} hosts x {c.devices_per_host:,} devices is {devices:,} devices; "
-            f"a simulated cluster has at most {MAX_DEVICES:,}, e.g. hosts: 4",
+            f"{counted}; a simulated cluster has at most {MAX_DEVICES:,}, e.g. hosts: 4",
         )
 
 

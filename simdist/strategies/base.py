@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from simdist.faults import InputPipeline, Stragglers
@@ -42,8 +42,23 @@ class LayerCost:
 
 
 @dataclass(frozen=True)
+class DeviceCosts:
+    """One device class's compute on the per-replica batch: the step and its layers."""
+
+    compute_s: float
+    layers: tuple[LayerCost, ...] = ()
+
+
+@dataclass(frozen=True)
 class Costs:
-    """Per-step quantities the engine measures once, before the clock starts."""
+    """Per-step quantities the engine measures once, before the clock starts.
+
+    ``compute_s`` and ``layers`` are those of worker 0's devices. A mixed cluster (worker
+    hosts with different device profiles) also lists every device class's own in
+    ``per_profile`` (label of :attr:`simdist.cluster.Cluster.profiles` → its
+    :class:`DeviceCosts`); :meth:`for_profile` gives the costs a device of a class sees.
+    Homogeneous clusters leave it empty.
+    """
 
     compute_s: float  # one replica's forward + backward on its per-replica batch
     grad_nbytes: int  # bytes of one full gradient (= bytes of the parameters)
@@ -55,11 +70,30 @@ class Costs:
     test_examples: int = 0  # size of the test set, for the chief's evaluation cost
     # Per-layer times in forward order (their sum is compute_s); empty: one layer, the step.
     layers: tuple[LayerCost, ...] = ()
+    # Mixed clusters: each device class's own compute (label, costs), worker 0's first.
+    per_profile: tuple[tuple[str, DeviceCosts], ...] = ()
 
     @property
     def checkpoint_nbytes(self) -> int:
         """A checkpoint holds the parameters and the optimizer state."""
         return self.grad_nbytes + self.opt_state_nbytes
+
+    def for_profile(self, label: str) -> Costs:
+        """These costs with the compute time and layers of device class ``label``
+        (unchanged when it has none of its own: a homogeneous cluster)."""
+        for name, own in self.per_profile:
+            if name == label:
+                return replace(self, compute_s=own.compute_s, layers=own.layers)
+        return self
+
+
+def _first_devices(counts: Sequence[int]) -> list[int]:
+    """The global index of each host's first device, for hosts holding ``counts`` devices."""
+    firsts, total = [], 0
+    for n in counts:
+        firsts.append(total)
+        total += n
+    return firsts
 
 
 class Strategy(ABC):
@@ -95,11 +129,14 @@ class Strategy(ABC):
         self.stragglers = Stragglers(
             scenario.faults.stragglers, scenario.seed, cluster.devices_per_host
         )
+        if len(set(cluster.device_counts)) > 1:
+            self.stragglers.first_device = _first_devices(cluster.device_counts)
         self._device_keys = {
             device.name: (h, device.index)
             for h, host in enumerate(cluster.workers)
             for device in host.devices
         }
+        self._class_costs: dict[str, Costs] = {}
         self.failures = 0
         self.lost_steps = 0
         self.time_lost_s = 0.0
@@ -184,7 +221,8 @@ class Strategy(ABC):
 
     def record_compute(self, device: Device, start_s: float, seconds: float, step: int) -> None:
         """A compute span, split into the normal part and the straggling excess."""
-        base = min(self.costs.compute_s, seconds)
+        normal_s = self.device_costs(device).compute_s
+        base = min(normal_s, seconds)
         self.recorder.event(start_s, start_s + base, device.host, device.name, "compute", 0, step)
         if seconds > base:
             self.recorder.event(
@@ -195,14 +233,24 @@ class Strategy(ABC):
                 "straggle",
                 0,
                 step,
-                f"x{seconds / self.costs.compute_s:.3g}",
+                f"x{seconds / normal_s:.3g}",
             )
 
     # -- compute -------------------------------------------------------------
 
+    def device_costs(self, device: Device) -> Costs:
+        """The costs as ``device`` computes them: its own class's compute time and layers
+        on a mixed cluster (a V100 and an A100 take different times for the same batch)."""
+        if not self.costs.per_profile:
+            return self.costs
+        label = device.profile
+        if label not in self._class_costs:
+            self._class_costs[label] = self.costs.for_profile(label)
+        return self._class_costs[label]
+
     def compute_s(self, device: Device, step: int) -> float:
         """Simulated time for ``device`` to compute its gradient of step ``step``."""
-        return self.costs.compute_s * self.slowdown(device, step)
+        return self.device_costs(device).compute_s * self.slowdown(device, step)
 
     def slowdown(self, device: Device, step: int) -> float:
         """The straggler factor (>= 1) of ``device`` at ``step``."""
@@ -322,18 +370,28 @@ class Strategy(ABC):
                 return False
             if self.eval_due(done):
                 self.evaluate(done, params())
+            elif done == self.total_steps and self.scenario.workload.eval_every == 0:
+                self.evaluate(done, params(), delay_s=0.0)
         self.on_step(done)
         return True
 
-    def evaluate(self, step: int, params: Any) -> None:
-        """Record test metrics, stamped ``eval_delay_s`` from now (when the evaluator is done)."""
+    def evaluate(self, step: int, params: Any, *, delay_s: float | None = None) -> None:
+        """Record test metrics, stamped ``delay_s`` (default ``eval_delay_s``) from now: when
+        the evaluator is done. ``delay_s=0``: an evaluation that costs no simulated time."""
         if self.workload is None:
             return
-        stamp = self.env.now + self.eval_delay_s
+        stamp = self.env.now + (self.eval_delay_s if delay_s is None else delay_s)
         for name, value in self.workload.evaluate(params).items():
             self.recorder.metric(stamp, step, name, value)
 
     def eval_due(self, step: int) -> bool:
-        """Whether the (1-based) ``step`` just finished is an evaluation point."""
+        """Whether the (1-based) ``step`` just finished is an evaluation point, which the
+        simulated clock pays for (the chief's evaluation in multi_worker_mirrored).
+
+        Every ``eval_every`` steps and after the last step; never with ``eval_every: 0``,
+        which charges no evaluation at all: the final parameters are still evaluated once
+        (with numerics), for free, as if offline after training, so the summary keeps its
+        final accuracy (:meth:`end_step`).
+        """
         every = self.scenario.workload.eval_every
-        return step == self.total_steps or (every > 0 and step % every == 0)
+        return every > 0 and (step == self.total_steps or step % every == 0)

@@ -19,7 +19,16 @@ free, as in every simdist strategy):
     T_step = α + max(2N·S/B, c + α + (N+1)·S/B) + N·S/B_cpu
 
 When the link is the bottleneck ((N−1)·S/B ≥ c + α) the step grows by 2·S/B + S/B_cpu
-per added device: the link carries 2N·S bytes every step. This closed form assumes equal
+per added device: the link carries 2N·S bytes every step.
+
+That is the ``sharing: fifo`` model. Under ``sharing: fair`` (the default) the N fetches
+share the link and all arrive together at N·S/B + α, the devices compute together, and
+the N pushes share it again:
+
+    T_step = 2α + 2N·S/B + c + N·S/B_cpu
+
+— later than FIFO by up to (N−1)·S/B − α when compute hides the queue, since processor
+sharing delays the first arrival to the last one's time. Both closed forms assume equal
 compute times; the simulation does not need it.
 """
 
@@ -66,9 +75,12 @@ def central_storage_step_s(
     bandwidth_Bps: float,
     compute_s: float,
     reduce_bandwidth_Bps: float,
+    sharing: str = "fifo",
 ) -> float:
     """The step time the module docstring derives, for equal compute times."""
     wire = nbytes / bandwidth_Bps
+    if sharing == "fair":
+        return 2 * latency_s + 2 * n * wire + compute_s + n * nbytes / reduce_bandwidth_Bps
     pushed = max(2 * n * wire, compute_s + latency_s + (n + 1) * wire)
     return latency_s + pushed + n * nbytes / reduce_bandwidth_Bps
 
@@ -123,7 +135,10 @@ class CentralStorageStrategy(SynchronousStrategy):
 
     def summary(self) -> dict[str, Any]:
         n, nbytes = self.scenario.replicas, self.costs.grad_nbytes
-        (link,) = self.net.route(self.host, self.training_devices[0])
+        # The host link: one shared link (intra_host: shared or nvlink's PCIe uplink), or
+        # a PCIe tree whose shared uplink is the slowest link (intra_host: pcie).
+        route = self.net.route(self.host, self.training_devices[0])
+        link = min(route, key=lambda link: link.bandwidth_Bps)
         return {
             "host_link_bytes_per_step": 2 * n * nbytes,
             "host_link_bandwidth_Bps": link.bandwidth_Bps,
@@ -131,9 +146,10 @@ class CentralStorageStrategy(SynchronousStrategy):
             "predicted_step_s": central_storage_step_s(
                 n,
                 nbytes,
-                link.latency_s,
+                sum(hop.latency_s for hop in route),
                 link.bandwidth_Bps,
                 self.costs.compute_s,
                 self.scenario.strategy.reduce_bandwidth_Bps,
+                link.sharing,
             ),
         }

@@ -15,8 +15,10 @@ CommunicationImplementation``):
   ring stays inside the host and uses the intra-host link, as mirrored does.
 * ``nccl`` — hierarchical: reduce-scatter inside each host over the intra-host link, ring
   across hosts, all-gather inside (:func:`simdist.collectives.hierarchical_allreduce_s`).
-* ``auto`` — ``nccl`` when the device profile is a GPU, else ``ring``: TensorFlow's NCCL
-  implementation exists only for GPUs, and its ring (CollectiveRing) runs everywhere.
+* ``auto`` — on GPUs the cheaper of ``nccl`` and ``ring`` for this gradient, each priced
+  through the topology (``Network.collective_s``: oversubscribed uplinks, NVLink or PCIe
+  inside the hosts), ``nccl`` on a tie; else ``ring``: TensorFlow's NCCL implementation
+  exists only for GPUs, and its ring (CollectiveRing) runs everywhere.
 
 The network (:mod:`simdist.network.switch`) prices either and holds every worker's NIC and
 intra-host link while it runs.
@@ -30,6 +32,12 @@ back after the compute phase, each paying its own latency terms, so packing only
 latency. (TF also cuts at variable boundaries, simdist at bytes.) ``bytes_per_pack: 0``
 means one pack.
 
+Mixed clusters (``cluster.hosts`` listed with different device profiles): each device
+computes at its own profile's speed, and the all-reduce waits for the slowest, so a step
+lasts as long as the slowest device's compute plus the communication. Hosts may hold
+different device counts; ``nccl`` (hierarchical) then has no equal groups to reduce in, so
+it is refused and ``auto`` chooses ``ring``.
+
 The chief (worker 0) alone pays for writing summaries: at every evaluation point it
 runs the forward pass over the test set, split over its own D devices, before joining the
 next step; the other workers wait for it at that step's all-reduce. The cost is
@@ -41,14 +49,14 @@ chief duty, arrive with faults.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from pydantic import Field
 
 from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
-from simdist.spec import Bytes, StrategySpecBase
+from simdist.spec import Bytes, StrategySpecBase, fail
 from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
 
 
@@ -64,7 +72,18 @@ class Spec(StrategySpecBase):
 
     def replicas(self, cluster: Any) -> int:
         """One replica per device of every worker host."""
-        return cluster.hosts * cluster.devices_per_host
+        return cluster.n_devices
+
+    def check(self, scenario: Any) -> None:
+        """``nccl`` (hierarchical) needs the same device count on every host."""
+        super().check(scenario)
+        c = scenario.cluster
+        if self.communication == "nccl" and not c.uniform_devices:
+            raise fail(
+                "strategy.communication",
+                f"got 'nccl' with hosts holding {c.device_counts} devices; hierarchical "
+                "all-reduce needs the same count on every host, e.g. communication: ring",
+            )
 
 
 # Backward ≈ 2 × forward, so a training step is ≈ 3 forward passes (Kaplan et al. 2020,
@@ -75,11 +94,28 @@ TRAIN_FLOPS_PER_FORWARD = 3.0
 ALGORITHM = {"ring": "ring", "nccl": "hierarchical"}
 
 
-def resolve_communication(requested: str, device_kind: str) -> str:
-    """``auto`` → ``nccl`` on GPU profiles, ``ring`` otherwise; explicit choices stay."""
+def resolve_communication(
+    requested: str,
+    device_kind: str,
+    uniform: bool = True,
+    price: Callable[[str], float] | None = None,
+) -> str:
+    """``auto`` → ``nccl`` on GPU profiles, ``ring`` otherwise (or when the hosts hold
+    different device counts: ``uniform`` False); explicit choices stay.
+
+    With ``price`` (seconds of the gradient's all-reduce per algorithm, priced through
+    the topology: :meth:`simdist.network.Network.collective_s`), ``auto`` on GPUs takes
+    the cheaper of ``nccl`` (hierarchical) and ``ring``, ``nccl`` on a tie, as NCCL's own
+    tuner picks its algorithm from a cost model of the topology (NCCL src/graph/tuning.cc):
+    so an oversubscribed uplink or a slow intra-host link decides with its real cost.
+    """
     if requested != "auto":
         return requested
-    return "nccl" if device_kind == "gpu" else "ring"
+    if device_kind != "gpu" or not uniform:
+        return "ring"
+    if price is not None and price(ALGORITHM["ring"]) < price(ALGORITHM["nccl"]):
+        return "ring"
+    return "nccl"
 
 
 def pack_sizes(nbytes: int, bytes_per_pack: int) -> list[int]:
@@ -107,9 +143,18 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
         super().__init__(*args, **kwargs)
         spec = self.scenario.strategy
         cluster = self.cluster
-        self.communication = resolve_communication(spec.communication, cluster.profile.kind)
-        self.algorithm = ALGORITHM[self.communication]
         self.packs = pack_sizes(self.costs.grad_nbytes, spec.bytes_per_pack)
+        sizes = [b.nbytes for b in self.buckets] or self.packs
+
+        def price(algorithm: str) -> float:
+            """Seconds of the step's all-reduces with ``algorithm``, on this topology."""
+            devices = self.training_devices
+            return sum(self.net.collective_s("allreduce", devices, s, algorithm) for s in sizes)
+
+        self.communication = resolve_communication(
+            spec.communication, cluster.profile.kind, len(set(cluster.device_counts)) == 1, price
+        )
+        self.algorithm = ALGORITHM[self.communication]
         self.eval_s = chief_eval_s(
             self.costs.compute_s,
             self.scenario.workload.batch_size,

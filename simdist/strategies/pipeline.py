@@ -25,6 +25,11 @@ stage devices' time not spent computing; for equal stages and free links gpipe a
 against the device profile's capacity): a stage that does not fit stops the scenario with an
 error naming the stage, what it needs and what the device has.
 
+Mixed clusters (hosts listed with different device profiles): each stage device runs its
+micro-batches at its own profile's speed, so a slow device makes its stage the bottleneck
+(the auto partition balances stage costs on copy 0's devices), and a stage must fit the
+smallest memory among the devices that run it.
+
 pipedream's updates are counted on the clock too: each stage's weight version, the version a
 micro-batch's forward used, and each update's staleness go into the ``stage_updates`` table
 (``stage_updates.csv``, drawn as ``pipeline_staleness.png``) and, per stage, into
@@ -44,7 +49,7 @@ from pydantic import Field
 
 from simdist.errors import SimdistError
 from simdist.spec import PositiveInt, StrategySpecBase, fail
-from simdist.strategies.base import Strategy
+from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.pipeline_plan import (
     StageMemory,
     bounds,
@@ -80,12 +85,17 @@ class Spec(StrategySpecBase):
         super().check(scenario)
         c, w = scenario.cluster, scenario.workload
         S, R, M = self.stages, self.pipeline_replicas, self.micro_batches
-        devices = c.hosts * c.devices_per_host
+        devices = c.n_devices
         if S * R > devices:
+            held = (
+                f"{c.hosts} hosts x {c.devices_per_host}"
+                if c.uniform_devices
+                else f"hosts holding {c.device_counts}"
+            )
             raise fail(
                 "strategy.stages",
                 f"{S} stages x {R} replicas need {S * R} devices; the cluster has {devices} "
-                f"({c.hosts} hosts x {c.devices_per_host}), e.g. devices_per_host: {S * R}",
+                f"({held}), e.g. devices_per_host: {S * R}",
             )
         if isinstance(self.partition, list) and len(self.partition) != S:
             raise fail(
@@ -142,6 +152,11 @@ class PipelineStrategy(Strategy):
             )
         self.grid = [self.cluster.devices[r * self.S : (r + 1) * self.S] for r in range(self.R)]
         self.capacity = float(self.cluster.profile.memory_nbytes)
+        # Mixed clusters: a stage must fit the smallest device it runs on (in any copy).
+        self.capacities = [
+            min(float(self.cluster.profile_of(row[s]).memory_nbytes) for row in self.grid)
+            for s in range(self.S)
+        ]
         self.steps_ops = self._ops()
         self.peaks = [peak_in_flight(ops) for ops in self.steps_ops]
         if spec.partition == "auto":
@@ -159,6 +174,18 @@ class PipelineStrategy(Strategy):
         self._check_memory()
         self.forward_s = [self._micro(a, b, "forward_s") for a, b in self.bounds]
         self.backward_s = [self._micro(a, b, "backward_s") for a, b in self.bounds]
+        # Each stage device's own (forward_s, backward_s) per micro-batch: its device class's
+        # layer times (the same as copy 0's on a homogeneous cluster).
+        self.stage_s = [
+            [
+                (
+                    self._micro(a, b, "forward_s", self.device_costs(row[s]).layers),
+                    self._micro(a, b, "backward_s", self.device_costs(row[s]).layers),
+                )
+                for s, (a, b) in enumerate(self.bounds)
+            ]
+            for row in self.grid
+        ]
         self.send_nbytes = [self.boundary_nbytes(b) for _, b in self.bounds]
         self.stage_param_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
         self.busy_s = 0.0
@@ -184,11 +211,14 @@ class PipelineStrategy(Strategy):
     def _sum(self, first: int, stop: int, field: str) -> float:
         return float(sum(getattr(layer, field) for layer in self.costs.layers[first:stop]))
 
-    def _micro(self, first: int, stop: int, field: str) -> float:
+    def _micro(
+        self, first: int, stop: int, field: str, costs: Sequence[LayerCost] | None = None
+    ) -> float:
         """One micro-batch's ``forward_s`` / ``backward_s`` through layers ``[first, stop)``:
         each layer's batch time less its launch cost, divided by M, plus the launch cost
-        (every layer pass of every micro-batch launches its kernels)."""
-        layers = self.costs.layers[first:stop]
+        (every layer pass of every micro-batch launches its kernels). ``costs``: a device
+        class's own layer costs (default: worker 0's)."""
+        layers = (self.costs.layers if costs is None else costs)[first:stop]
         return float(sum((getattr(x, field) - x.launch_s) / self.M + x.launch_s for x in layers))
 
     @property
@@ -211,8 +241,9 @@ class PipelineStrategy(Strategy):
     def stage_cost(self, s: int, first: int, stop: int) -> float:
         """GPipe's balance criterion: a micro-batch's forward + backward on the stage (+ the
         recomputed forward with rematerialization) + sending its boundary activation."""
-        compute = self._micro(first, stop, "forward_s") * (2 if self.remat else 1)
-        compute += self._micro(first, stop, "backward_s")
+        own = self.device_costs(self.grid[0][s]).layers
+        compute = self._micro(first, stop, "forward_s", own) * (2 if self.remat else 1)
+        compute += self._micro(first, stop, "backward_s", own)
         send = self.send_s(s, self.boundary_nbytes(stop)) if s < self.S - 1 else 0.0
         return compute + send
 
@@ -239,22 +270,26 @@ class PipelineStrategy(Strategy):
 
     def fits(self, s: int, first: int, stop: int) -> bool:
         """Whether stage ``s`` with layers ``[first, stop)`` fits its device (unknown: yes)."""
-        return self.capacity <= 0 or self.stage_memory(s, first, stop).total <= self.capacity
+        capacity = self.capacities[s]
+        return capacity <= 0 or self.stage_memory(s, first, stop).total <= capacity
 
     def _check_memory(self) -> None:
-        if self.capacity <= 0:
-            return
         names = [layer.name for layer in self.costs.layers]
         for s, ((a, b), need) in enumerate(zip(self.bounds, self.memory, strict=True)):
-            if need.total > self.capacity:
+            capacity = self.capacities[s]
+            if 0 < capacity < need.total:
+                device = min(
+                    (row[s] for row in self.grid),
+                    key=lambda d: self.cluster.profile_of(d).memory_nbytes,
+                )
                 parts = ", ".join(
                     f"{k} {format_size(v)}" for k, v in need.as_dict().items() if k != "total" and v
                 )
                 raise SimdistError(
                     f"{self.scenario.name}: pipeline stage {s} (layers {names[a]}..{names[b - 1]})"
-                    f" does not fit on {self.grid[0][s].name}: it needs {format_size(need.total)}"
-                    f" ({parts}) and a {self.cluster.profile.name} has "
-                    f"{format_size(self.capacity)}; use more stages, fewer micro-batches in "
+                    f" does not fit on {device.name}: it needs {format_size(need.total)}"
+                    f" ({parts}) and a {self.cluster.profile_of(device).name} has "
+                    f"{format_size(capacity)}; use more stages, fewer micro-batches in "
                     "flight, rematerialization: true or a smaller batch"
                 )
 
@@ -312,6 +347,7 @@ class PipelineStrategy(Strategy):
     ) -> Generator[Any, Any, None]:
         """Stage ``s`` of copy ``r`` runs its ops: wait for the input, compute, send on."""
         device = self.grid[r][s]
+        forward_s, backward_s = self.stage_s[r][s]
         last = s == self.S - 1
         pipedream = self.schedule == "pipedream"
         for kind, m in ops:
@@ -322,7 +358,7 @@ class PipelineStrategy(Strategy):
                 yield arrivals.setdefault(key, self.env.event())
                 del arrivals[key]
             if kind == "F":
-                yield self.env.timeout(self._span(device, self.forward_s[s], step, f"F{local}"))
+                yield self.env.timeout(self._span(device, forward_s, step, f"F{local}"))
                 if pipedream:
                     self.forward_version[s][m] = self.versions[s]
                     if self.trainer is not None:
@@ -332,8 +368,8 @@ class PipelineStrategy(Strategy):
                     self._send(r, s, s + 1, "F", m, step, f"A{local}", arrivals)
             else:
                 if self.remat:
-                    yield self.env.timeout(self._span(device, self.forward_s[s], step, f"R{local}"))
-                yield self.env.timeout(self._span(device, self.backward_s[s], step, f"B{local}"))
+                    yield self.env.timeout(self._span(device, forward_s, step, f"R{local}"))
+                yield self.env.timeout(self._span(device, backward_s, step, f"B{local}"))
                 if pipedream:
                     self._update(s, m, step)
                     if self.trainer is not None:

@@ -214,17 +214,24 @@ class SynchronousStrategy(Strategy):
         ``idle: barrier`` until the slowest device has its last bucket ready; the network
         records the all-reduces.
         """
-        layers = self.costs.layers
-        backward = list(reversed(layers))
-        forward_s = sum(layer.forward_s for layer in layers)
-        backward_s = [
-            sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
-            for bucket in buckets
-        ]
         start = self.env.now
         devices = self.training_devices
         ready: list[list[float]] = []
+        # (forward_s, backward_s per bucket) of each device class: on a mixed cluster each
+        # device runs its own layer times, and the buckets wait for the slowest.
+        plans: dict[str, tuple[float, list[float]]] = {}
         for device in devices:
+            if device.profile not in plans:
+                layers = self.device_costs(device).layers
+                backward = list(reversed(layers))
+                plans[device.profile] = (
+                    sum(layer.forward_s for layer in layers),
+                    [
+                        sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
+                        for bucket in buckets
+                    ],
+                )
+            forward_s, backward_s = plans[device.profile]
             factor = self.slowdown(device, step)
             t = start + (eval_s if device.host == eval_host else 0.0)
             self.recorder.event(start, t, device.host, device.name, "eval", 0, step, "chief")

@@ -18,7 +18,7 @@ along y, then the two all-gathers back — with the ICI's α and B, holding the 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -32,6 +32,7 @@ class Spec(StrategySpecBase):
     """Synchronous replicas on a 2D torus of TPU chips."""
 
     kind: Literal["tpu"]
+    wiring: ClassVar[str] = "torus"  # TPUStrategy.topology
     topology: list[PositiveInt] = Field(
         default_factory=lambda: [2, 2], min_length=2, max_length=2, examples=[[2, 2]]
     )
@@ -50,6 +51,13 @@ class Spec(StrategySpecBase):
         ``devices_per_host`` 1 or x·y, which it sets to x·y; the profile defaults to tpu-v4."""
         super().check(scenario)
         c, (x, y) = scenario.cluster, self.topology
+        if len(c.profiles) > 1:
+            raise fail(
+                "cluster.hosts",
+                f"got hosts with device profiles {', '.join(c.profiles)}; strategy tpu runs "
+                "a torus of identical chips on one host, so it takes one profile, e.g. "
+                "hosts: 1 and device: {profile: tpu-v4}",
+            )
         if c.hosts != 1:
             raise fail(
                 "cluster.hosts",
@@ -62,7 +70,7 @@ class Spec(StrategySpecBase):
                 f"got {c.devices_per_host}; strategy tpu takes its chip count from "
                 f"strategy.topology ({x}x{y} = {x * y} chips); remove devices_per_host",
             )
-        c.devices_per_host = x * y
+        c.set_devices_per_host(x * y)
         if "profile" not in c.device.model_fields_set:
             c.device.profile = "tpu-v4"
 

@@ -46,6 +46,15 @@ class Spec(StrategySpecBase):
                 f"got {c.ps}; parameter_server needs at least one parameter-server task, "
                 "e.g. ps: 2",
             )
+        if not c.uniform_devices:
+            # A worker's batch is batch_size x its devices, and every pushed gradient is
+            # averaged over that batch: different counts would weigh workers unequally.
+            raise fail(
+                "cluster.hosts",
+                f"got hosts holding {c.device_counts} devices; parameter_server workers "
+                "need the same device count on every host (their profiles may differ), "
+                "e.g. devices: 1 on each",
+            )
         if self.mode == "sync":
             ignored = [
                 key

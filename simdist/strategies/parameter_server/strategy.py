@@ -173,7 +173,7 @@ class ParameterServerStrategy(Strategy):
             on_pulled()
         yield from self.input_wait(devices, self.pipelines[w], step)
         factor = max(self.slowdown(d, step) for d in devices)
-        layers = self.costs.layers
+        layers = self.device_costs(devices[0]).layers  # this host's own device class
         # forward, layer by layer, each after its variables have arrived
         run_start, run_s = env.now, 0.0
         for layer, moves in zip(layers, pulls, strict=True):
@@ -305,7 +305,7 @@ class ParameterServerStrategy(Strategy):
         all-reduce is interrupted, which releases the intra-host link.
         """
         for move in self.moving[w]:
-            if isinstance(move, Transfer):
+            if not isinstance(move, simpy.Process):  # a Transfer, or a protocol's Message
                 move.cancel()
             elif move.is_alive:
                 move.interrupt("worker stopped")

@@ -1,0 +1,39 @@
+"""``simdist cache``: where the per-user caches are and their size, or empty them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from simdist.cli.common import app, console, err_console
+
+
+@app.command()
+def cache(
+    action: Annotated[
+        str,
+        typer.Argument(help="'info': where the caches are and their size; 'clear': empty them."),
+    ] = "info",
+) -> None:
+    """The per-user caches: compiled XLA programs (SIMDIST_COMPILATION_CACHE=0 turns that one
+    off), model profiles and sizes. 'simdist cache clear' deletes them all."""
+    from simdist import compile_cache
+
+    folder = compile_cache.cache_dir()
+    names = ("xla", "profiles", "models")
+    if action == "clear":
+        freed = 0
+        for name in names:
+            freed += compile_cache.clear(folder / name)
+        console.print(f"cleared {folder} ({freed / 1e6:.1f} MB)", highlight=False)
+        return
+    if action != "info":
+        err_console.print(f"[red]error:[/] unknown action {action!r}; use 'info' or 'clear'")
+        raise typer.Exit(2)
+    state = "on" if compile_cache.enabled() else f"off ({compile_cache.ENABLE_ENV}=0)"
+    console.print(f"compilation cache: {state}", highlight=False)
+    for name in names:
+        path = folder / name
+        size = compile_cache.folder_nbytes(path)
+        console.print(f"{path}: {size / 1e6:.1f} MB", highlight=False)

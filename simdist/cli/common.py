@@ -1,0 +1,89 @@
+"""What every ``simdist`` command shares: the typer ``app`` the command modules register
+on, the two consoles, the ``--set`` option, the exit statuses, and the helpers that turn a
+user error into one message and exit status 2 (never a traceback)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from simdist.errors import SimdistError
+
+app = typer.Typer(
+    name="simdist",
+    help="Deterministic discrete-event simulator of distributed deep-learning training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override a scenario field: --set cluster.hosts=8 (repeatable)."),
+]
+
+
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+
+
+def _fail(error: BaseException) -> None:
+    # escape: a message quoting a value such as [a] must not be read as rich markup
+    err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """A MemoryError (numpy's too), or XLA failing to allocate (RESOURCE_EXHAUSTED)."""
+    return isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
+    )
+
+
+def _guarded(fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except SimdistError as error:
+        _fail(error)
+    except (MemoryError, RuntimeError) as error:
+        if not _out_of_memory(error):
+            raise
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        _fail(
+            SimdistError(
+                f"out of memory ({detail[:200]}); the scenario's model, data set or cluster "
+                "is too large for this machine: make it smaller"
+            )
+        )
+
+
+def _warn(lines: Any) -> None:
+    for line in lines:
+        err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+
+
+def _load(scenario: Path, overrides: list[str] | None, seed: int | None) -> Any:
+    from simdist.scenario import load_scenario
+
+    return _guarded(lambda: load_scenario(scenario, overrides or (), seed=seed))
+
+
+def _progress_bar(quiet: bool) -> Any:
+    """A rich progress bar on stderr, off with --quiet or when stderr is not a terminal."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        disable=quiet or not err_console.is_terminal,
+    )

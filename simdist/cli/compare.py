@@ -1,0 +1,224 @@
+"""``simdist compare`` and ``simdist tradeoff``: several runs side by side (optionally over
+seeds), and time to a target accuracy for sync, backups, SSP and async; their shared
+--seeds / --processes / --scheduler options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from simdist.cli.common import SetOption, _guarded, app, console, err_console
+from simdist.errors import SimdistError
+from simdist.units import format_number
+
+
+def _seeds_option(text: str | None) -> Any:
+    """``--seeds 3`` (seeds 0, 1, 2) or ``--seeds 0,4,7`` (those seeds); None when not given."""
+    if text is None:
+        return None
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise SimdistError(
+            f"--seeds: got {text!r}; expected a count, e.g. --seeds 3, or seeds, e.g. 0,4,7"
+        )
+    values = [int(part) for part in parts]
+    return values if "," in text else values[0]
+
+
+SeedsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--seeds",
+        help="Run each scenario for N seeds (0..N-1), or for the listed seeds (0,4,7); "
+        "report mean, min-max and 95% interval.",
+    ),
+]
+ProcessesOption = Annotated[
+    int | None,
+    typer.Option(min=1, help="Worker processes when the runs go to Dask (default: cores)."),
+]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
+]
+
+
+@app.command()
+def compare(
+    inputs: Annotated[
+        list[Path], typer.Argument(help="Scenario YAML files (run now) and/or report folders.")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Comparison folder (default reports/compare_<names>)."),
+    ] = None,
+    target: Annotated[
+        float, typer.Option("--target", help="Test accuracy for 'time to target', in (0, 1].")
+    ] = 0.9,
+    set_: SetOption = None,
+    seeds: SeedsOption = None,
+    processes: ProcessesOption = None,
+    scheduler: SchedulerOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+) -> None:
+    """Run or load several scenarios and write one comparison report (compare.csv, .md, plot).
+
+    With --seeds, every scenario runs once per seed (as Dask tasks when there are many)
+    and each figure is reported as mean (min-max) and the t-based 95% interval of the
+    mean; time to target says how many seeds reached it.
+    """
+    import math
+
+    from simdist.api import compare as compare_runs
+    from simdist.units import format_duration
+
+    def on_run(name: str) -> None:
+        if not quiet:
+            err_console.print(f"simulating {name} …", highlight=False)
+
+    chosen = _guarded(lambda: _seeds_option(seeds))
+    out_dir, rows = _guarded(
+        lambda: compare_runs(
+            inputs,
+            out=out,
+            target=target,
+            overrides=set_ or (),
+            on_run=on_run,
+            seeds=chosen,
+            processes=processes,
+            scheduler=scheduler,
+        )
+    )
+    if chosen is not None:
+        _print_seeds_table(rows, target)
+        console.print(f"report: {out_dir}", highlight=False)
+        return
+    table = Table(title=f"simdist compare · target accuracy {target:g}")
+    for column in ("run", "strategy", "time to target", "final accuracy", "examples/s", "comm"):
+        table.add_column(column, justify="left" if column in ("run", "strategy") else "right")
+    for row in rows.itertuples(index=False):
+        reached, accuracy = row.time_to_target_s, row.final_test_accuracy
+        table.add_row(
+            str(row.run),
+            str(row.strategy),
+            "—" if math.isnan(reached) else format_duration(reached),
+            format_number(None if math.isnan(accuracy) else accuracy, "{:.2%}"),
+            format_number(row.examples_per_s, "{:,.0f}"),
+            format_number(row.comm_share, "{:.1%}"),
+        )
+    console.print(table)
+    console.print(f"report: {out_dir}", highlight=False)
+
+
+def _print_seeds_table(rows: Any, target: float) -> None:
+    """The terminal table of ``compare --seeds``: mean (min–max) per figure."""
+    from simdist.bands import reached_text
+    from simdist.report.compare import band_text
+    from simdist.units import format_duration
+
+    table = Table(title=f"simdist compare · target accuracy {target:g} · mean (min–max) over seeds")
+    for column in ("run", "seeds", "time to target", "reached", "final accuracy", "examples/s"):
+        table.add_column(column, justify="left" if column in ("run", "reached") else "right")
+    for row in rows.itertuples(index=False):
+        table.add_row(
+            str(row.run),
+            str(row.seeds),
+            band_text(row, "time_to_target_s", format_duration, interval=False),
+            reached_text(int(row.time_to_target_s_n), int(row.seeds)),
+            band_text(row, "final_test_accuracy", lambda v: f"{v:.1%}", interval=False),
+            band_text(row, "examples_per_s", lambda v: f"{v:,.0f}", interval=False),
+        )
+    console.print(table)
+
+
+def _numbers(text: str | None, option: str, kind: Callable[[str], Any]) -> list[Any] | None:
+    """``--workers 4,8,16`` → [4, 8, 16]; None when the option is not given."""
+    if text is None:
+        return None
+    try:
+        return [kind(part.strip()) for part in text.split(",")]
+    except ValueError:
+        raise SimdistError(f"{option}: got {text!r}; expected numbers, e.g. 4,8,16") from None
+
+
+@app.command()
+def tradeoff(
+    scenario: Annotated[
+        Path, typer.Argument(help="A parameter_server scenario (default scenarios/ps_4w2s.yaml).")
+    ] = Path("scenarios/ps_4w2s.yaml"),
+    workers: Annotated[
+        str | None, typer.Option(help="Worker counts, e.g. 4,8,16 (the default).")
+    ] = None,
+    severity: Annotated[
+        str | None,
+        typer.Option(help="Straggler slowdown factors, e.g. 1,4 (the default; 1: none)."),
+    ] = None,
+    probability: Annotated[
+        float | None, typer.Option(help="Chance a worker straggles at a step (default 0.1).")
+    ] = None,
+    seeds: SeedsOption = None,
+    target: Annotated[float, typer.Option(help="Test accuracy to reach, in (0, 1].")] = 0.9,
+    staleness_bound: Annotated[
+        int | None, typer.Option(help="SSP's bound on the iteration gap (default 2).")
+    ] = None,
+    sync_steps: Annotated[
+        int | None, typer.Option(min=1, help="Steps of the synchronous runs (default 80).")
+    ] = None,
+    async_steps: Annotated[
+        int | None, typer.Option(min=1, help="Updates of the asynchronous runs (default 700).")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("reports/tradeoff"),
+    set_: SetOption = None,
+    processes: ProcessesOption = None,
+    scheduler: SchedulerOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+) -> None:
+    """Time to a target accuracy = updates needed / update throughput, for sync, sync +
+    backups, SSP and async, against worker count and straggler severity, across seeds
+    (default 3): tradeoff.png, tradeoff.md, tradeoff.csv, per_seed.csv."""
+    from simdist.api import tradeoff as run_tradeoff
+
+    def on_run(name: str) -> None:
+        if not quiet:
+            err_console.print(f"simulating {name} …", highlight=False)
+
+    found = _guarded(
+        lambda: run_tradeoff(
+            scenario,
+            workers=_numbers(workers, "--workers", int),
+            severities=_numbers(severity, "--severity", float),
+            probability=probability,
+            seeds=3 if seeds is None else _seeds_option(seeds),
+            target=target,
+            staleness_bound=staleness_bound,
+            sync_steps=sync_steps,
+            async_steps=async_steps,
+            overrides=set_ or (),
+            out=out,
+            processes=processes,
+            scheduler=scheduler,
+            on_run=on_run,
+        )
+    )
+    from simdist.bands import reached_text
+    from simdist.report.compare import band_text
+    from simdist.units import format_duration
+
+    table = Table(title=f"simdist tradeoff · time to {target:g} · mean (min–max) over seeds")
+    for column in ("strategy", "workers", "slowdown", "time to target", "reached", "updates"):
+        table.add_column(column, justify="left" if column in ("strategy", "reached") else "right")
+    for row in found.summary.itertuples(index=False):
+        table.add_row(
+            str(row.strategy),
+            str(row.workers),
+            f"×{row.severity:g}",
+            band_text(row, "time_to_target_s", format_duration, interval=False),
+            reached_text(int(row.time_to_target_s_n), int(row.seeds)),
+            band_text(row, "updates_to_target", "{:,.0f}".format, interval=False),
+        )
+    console.print(table)
+    console.print(f"report: {found.out_dir} · {found.out_dir / 'tradeoff.png'}", highlight=False)

@@ -1,0 +1,192 @@
+"""``simdist run`` and ``simdist validate``: simulate a scenario and write its report
+folder, or check it without running; the terminal summary of a run (and of a jobs: run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from simdist.cli.common import (
+    EXIT_DIVERGED,
+    SetOption,
+    _guarded,
+    _load,
+    _progress_bar,
+    _warn,
+    app,
+    console,
+    err_console,
+)
+from simdist.interrupts import Progress, interruptible
+from simdist.units import format_number
+
+
+def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
+    """The short terminal summary printed at the end of a run."""
+    from simdist.units import format_duration
+
+    table = Table(title=f"simdist · {summary['name']} · {summary['strategy']}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("simulated time", format_duration(summary["simulated_time_s"]))
+    table.add_row("steps", str(summary["steps"]))
+    table.add_row("examples/s (simulated)", format_number(summary["examples_per_s"], "{:,.1f}"))
+    if summary["numerics"]:
+        table.add_row("final train loss", format_number(summary["final_train_loss"]))
+        table.add_row(
+            "final test accuracy", format_number(summary["final_test_accuracy"], "{:.2%}")
+        )
+    else:
+        table.add_row("numerics", "off (timing-only run: no loss or accuracy computed)")
+    split = summary["time_split"]
+    table.add_row(
+        "time split",
+        f"compute {split['compute']:.1%} · communication {split['comm']:.1%} · "
+        f"idle {split['idle']:.1%}",
+    )
+    if summary.get("diverged"):
+        table.add_row("[red]diverged[/]", f"loss not finite at step {summary['diverged_at_step']}")
+    if out_dir is not None:
+        table.add_row("report", str(out_dir))
+    console.print(table)
+
+
+@app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Report folder (default reports/<name>).")
+    ] = None,
+    set_: SetOption = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Override the scenario seed.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Simulate SCENARIO and write its report folder.
+
+    Exit status 0, 2 for bad input, 3 when the run diverged (the report is written),
+    130 / 143 / 129 when SIGINT / SIGTERM / SIGHUP stopped it (no report).
+    """
+    from simdist.api import preflight, warnings_after
+    from simdist.api import run as run_scenario
+
+    loaded = _load(scenario, set_, seed)
+    out_dir = out if out is not None else Path("reports") / loaded.name
+    source = str(scenario)
+    where = Progress()
+    bar = _progress_bar(quiet)
+    with interruptible(where, out_dir):
+        checked = _guarded(lambda: preflight(loaded, out=out_dir, source=source))
+        _warn(checked.warnings)
+        where.total = checked.total_steps
+        with bar:
+            task = bar.add_task(f"{loaded.name}: simulating", total=None)
+
+            def on_step(step: int, total: int) -> None:
+                where.step_done(step, total)
+                bar.update(task, completed=step, total=total)
+
+            def on_time(now_s: float) -> None:
+                where.now_s = now_s
+
+            result = _guarded(
+                lambda: run_scenario(
+                    loaded, out=out_dir, on_step=on_step, on_time=on_time, source=source
+                )
+            )
+    if loaded.jobs is not None:
+        _finish_jobs(result, out_dir, source)
+        return
+    print_summary(result.summary, out_dir)
+    _warn(warnings_after(result, source))
+    if result.summary.get("diverged"):
+        err_console.print(
+            f"[bold red]diverged:[/] the loss was not finite at step "
+            f"{result.summary['diverged_at_step']}; report written to {escape(str(out_dir))} "
+            f"(exit status {EXIT_DIVERGED})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_DIVERGED)
+
+
+def _finish_jobs(result: Any, out_dir: Path, source: str) -> None:
+    """The end of ``simdist run`` for a scenario with jobs: the interference table, each
+    job's warnings, and exit status 3 when a job diverged."""
+    from simdist.api import warnings_after
+    from simdist.units import format_duration
+
+    table = Table(title=f"simdist · {result.scenario.name} · {len(result.jobs)} jobs")
+    for column in ("job", "strategy", "time together", "examples/s alone", "together", "slowdown"):
+        table.add_column(column)
+    for row in result.interference.itertuples(index=False):
+        alone, together, slowdown = (
+            None if v != v else v  # NaN: not measured
+            for v in (row.examples_per_s_alone, row.examples_per_s_together, row.slowdown)
+        )
+        table.add_row(
+            row.job,
+            row.strategy,
+            format_duration(row.time_together_s),
+            format_number(alone, "{:,.1f}"),
+            format_number(together, "{:,.1f}"),
+            format_number(slowdown, "×{:.3f}"),
+        )
+    console.print(table)
+    console.print(
+        f"report: {escape(str(out_dir))} (one folder per job)", highlight=False, soft_wrap=True
+    )
+    diverged = []
+    for i, (name, job) in enumerate(result.jobs.items()):
+        _warn(warnings_after(job, f"{source}: jobs[{i}]"))
+        if job.summary.get("diverged"):
+            diverged.append(f"{name} at step {job.summary['diverged_at_step']}")
+    if diverged:
+        err_console.print(
+            f"[bold red]diverged:[/] the loss was not finite in job {', '.join(diverged)}; "
+            f"report written to {escape(str(out_dir))} (exit status {EXIT_DIVERGED})",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_DIVERGED)
+
+
+@app.command()
+def validate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    set_: SetOption = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Report folder run would write (default reports/<name>)."),
+    ] = None,
+) -> None:
+    """Check SCENARIO (and overrides) without running it.
+
+    Catches what run would hit before its first step: the scenario, its data files, a
+    global batch larger than the training set, a model too large for the memory, an
+    --out that cannot be written; warns about a run that would take hours.
+    """
+    from simdist.api import preflight
+
+    loaded = _load(scenario, set_, None)
+    out_dir = out if out is not None else Path("reports") / loaded.name
+    checked = _guarded(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
+    _warn(checked.warnings)
+    if loaded.jobs is not None:
+        jobs = "; ".join(
+            f"{job.name}: {job.strategy.kind} on {len(job.hosts)} host(s), "
+            f"{job.scenario.replicas} replica(s), global batch {job.scenario.global_batch}"
+            for job in loaded.jobs
+        )
+        console.print(
+            f"[green]ok[/] {scenario}: {loaded.name} — {len(loaded.jobs)} jobs ({jobs})",
+            soft_wrap=True,
+        )
+        return
+    console.print(
+        f"[green]ok[/] {scenario}: {loaded.name} — {loaded.strategy.kind}, "
+        f"{loaded.replicas} replica(s), global batch {loaded.global_batch}"
+    )

@@ -1,0 +1,104 @@
+"""``simdist sweep``: every point of a grid over a scenario as Dask tasks, merged into
+sweep.csv, resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from simdist.cli.common import SetOption, _guarded, _progress_bar, app, console, err_console
+
+
+@app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="A sweep YAML file, or a scenario YAML file.")],
+    grid: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--grid",
+            help="A grid axis: path=v1,v2,... or path=a..b (whole numbers); repeatable.",
+        ),
+    ] = None,
+    set_: SetOption = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
+    ] = None,
+    processes: Annotated[
+        int | None,
+        typer.Option(min=1, help="Worker processes of the local Dask cluster (default: cores)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Sweep folder (default reports/<sweep>).")
+    ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(help="Summary figure to plot over the grid (default final_test_accuracy)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Run every point of a grid over a scenario as Dask tasks; merge into sweep.csv.
+
+    Finished points are stored and not recomputed when the same command runs
+    again; a failing point is recorded with its error and the others go on
+    (exit status 1 when any failed).
+    """
+    from simdist.sweep import load_sweep, prepare, run_sweep
+
+    spec = _guarded(
+        lambda: load_sweep(
+            file, grid or (), set_ or (), metric=metric, processes=processes, scheduler=scheduler
+        )
+    )
+    _guarded(lambda: prepare(spec))
+    out_dir = out if out is not None else Path("reports") / spec.name
+    progress = _progress_bar(quiet)
+    with progress:
+        task = progress.add_task(f"{spec.name}: points", total=len(spec.points()))
+
+        def on_point(point: str, status: str, done: int, total: int) -> None:
+            progress.update(task, completed=done, description=f"{spec.name}: {point} {status}")
+
+        try:
+            result = _guarded(lambda: run_sweep(spec, out_dir, on_point=on_point))
+        except KeyboardInterrupt:
+            progress.stop()
+            err_console.print(
+                f"interrupted: finished points are stored in {out_dir / 'points'}; "
+                "run the same command again to resume"
+            )
+            raise typer.Exit(130) from None
+
+    table = Table(title=f"simdist sweep · {spec.name} · {len(result.table)} points")
+    for column in ("point", "status", spec.metric):
+        table.add_column(column)
+    for _, row in result.table.head(20).iterrows():
+        value = row.get(spec.metric)
+        if isinstance(value, int | float) and value == value:
+            shown = f"{value:.4g}"
+        else:
+            shown = "—" if value is None or value != value else str(value)
+        status = row["status"] if row["status"] == "ok" else f"[red]{row['status']}[/]"
+        table.add_row(str(row["point"]), status, shown if row["status"] == "ok" else "")
+    if len(result.table) > 20:
+        table.add_row("…", "", "")
+    console.print(table)
+    console.print(
+        f"{result.ran} run, {result.reused} reused from an earlier run, {result.failed} failed · "
+        f"{out_dir / 'sweep.csv'} · {result.plot}",
+        highlight=False,
+    )
+    if spec.metric not in result.table.columns:
+        err_console.print(
+            f"[yellow]note:[/] --metric {spec.metric!r} is not a column of sweep.csv, so the "
+            "plot is empty; columns include final_test_accuracy, examples_per_s, staleness.mean",
+            highlight=False,
+            soft_wrap=True,
+        )
+    for point, error in list(result.errors.items())[:5]:
+        err_console.print(f"[red]failed[/] {point}: {error}", highlight=False, soft_wrap=True)
+    if result.failed:
+        raise typer.Exit(1)

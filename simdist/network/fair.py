@@ -1,0 +1,303 @@
+"""Max-min fair sharing of link bandwidth between concurrent flows.
+
+The flow-level model SimGrid validates against packet-level simulation
+(Velho, Schnorr, Casanova & Legrand 2013, "On the validity of flow-level TCP
+network models for grid and cloud simulations", ACM TOMACS 23(4)): every
+active flow gets a rate, the rates are max-min fair under the links'
+capacities, and they are recomputed whenever a flow starts or ends. Computed
+by progressive filling (Bertsekas & Gallager, *Data Networks*, 2nd ed., §6.5.2):
+raise every unfixed flow's level together until some link is full, fix the
+flows crossing it, repeat.
+
+A flow's *work* is measured in seconds at full speed (``work_s``), and its
+level is converted to a *speed* in [0, 1]: a message of ``nbytes`` on a route
+whose slowest link carries ``ref`` bytes/s has work ``nbytes / ref`` and
+consumes ``speed · ref`` bytes/s on every link of its route (weight 1). A
+collective (a closed-form duration ``T`` over several links) is one flow of
+work ``T`` that at full speed uses every link it holds at that link's capacity
+(weight ``capacity / ref``), so two identical collectives on the same links
+each run at half speed. A flow alone on its links runs at speed exactly 1 and
+ends exactly ``work_s`` after it starts: single messages and collectives keep
+their closed-form times.
+
+Flows whose links no other flow touches are independent: a change recomputes
+only the connected component (links ↔ flows) it touches, once per simulated
+instant (changes at one instant are batched). One SimPy timer serves the
+earliest finish among all flows; finishes are kept in a heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import simpy
+
+    from simdist.network.links import Link
+
+
+class Flow:
+    """One flow: its links, its remaining work (seconds at full speed) and current speed."""
+
+    __slots__ = (
+        "active",
+        "bps",
+        "callback",
+        "finish_s",
+        "gen",
+        "last_s",
+        "links",
+        "ref_Bps",
+        "remaining_s",
+        "seq",
+        "speed",
+        "weights",
+    )
+
+    def __init__(
+        self,
+        links: list[Link],
+        work_s: float,
+        weights: list[float],
+        bps: list[float],
+        ref_Bps: float,
+        callback: Callable[[], None],
+        seq: int,
+        now: float,
+    ) -> None:
+        self.links = links
+        self.weights = weights  # capacity units consumed per unit of level, per link
+        self.bps = bps  # bytes/s put on each link at full speed (telemetry)
+        self.ref_Bps = ref_Bps  # level at which the flow runs at full speed
+        self.remaining_s = work_s
+        self.speed = 0.0
+        self.last_s = now
+        self.finish_s = now
+        self.gen = 0
+        self.seq = seq
+        self.callback = callback
+        self.active = True
+
+
+class FairShare:
+    """Max-min fair bandwidth sharing among the flows of one SimPy environment."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._seq = 0
+        self._heap: list[tuple[float, int, int, Flow]] = []
+        self._timer_token = 0
+        self._timer_at: float | None = None
+        self._dirty: dict[Link, None] = {}
+        self._settling = False
+
+    # -- flows -------------------------------------------------------------
+
+    def start(
+        self,
+        links: Sequence[Link],
+        work_s: float,
+        callback: Callable[[], None],
+        *,
+        link_bytes: Sequence[float] | None = None,
+        collective: bool = False,
+    ) -> Flow:
+        """Start a flow over ``links`` (deduplicated); ``callback()`` runs when its work is done.
+
+        A message (``collective=False``) consumes its rate on every link; a collective
+        consumes each link's capacity in proportion (see the module docstring).
+        ``link_bytes`` (per link, for telemetry) default to the bytes the flow's rate puts
+        there: ``work_s · ref`` for a message, ``work_s · capacity`` for a collective.
+        """
+        now = self.env.now
+        ref = min(link.bandwidth_Bps for link in links)
+        if collective:
+            weights = [link.bandwidth_Bps / ref for link in links]
+        else:
+            weights = [1.0] * len(links)
+        if link_bytes is None:
+            bps = [w * ref for w in weights]
+        else:
+            bps = [b / work_s if work_s > 0 else 0.0 for b in link_bytes]
+        self._seq += 1
+        flow = Flow(list(links), work_s, weights, bps, ref, callback, self._seq, now)
+        alone = True
+        for link in flow.links:
+            if link.flows:
+                alone = False
+            link.flows[flow] = None
+        if alone:
+            flow.speed = 1.0
+            for link, rate in zip(flow.links, bps, strict=True):
+                link.set_rate(now, rate)
+            self._schedule(flow, now + work_s)
+        else:
+            self._touch(flow.links)
+        return flow
+
+    def stop(self, flow: Flow) -> None:
+        """Withdraw ``flow`` before it is done (a failure); the others speed up."""
+        if flow.active:
+            self._remove(flow)
+
+    # -- internals ---------------------------------------------------------
+
+    def _remove(self, flow: Flow) -> None:
+        """Take ``flow`` off its links; links left with other flows are reallocated."""
+        flow.active = False
+        flow.gen += 1
+        now = self.env.now
+        shared = []
+        for link in flow.links:
+            del link.flows[flow]
+            if link.flows:
+                shared.append(link)
+            else:
+                link.set_rate(now, 0.0)
+        if shared:
+            self._touch(shared)
+
+    def _touch(self, links: Sequence[Link]) -> None:
+        """Mark ``links`` for reallocation at the end of this instant."""
+        for link in links:
+            self._dirty[link] = None
+        if not self._settling:
+            self._settling = True
+            settle = self.env.event()
+            settle.callbacks.append(self._settle)
+            settle.succeed()
+
+    def _settle(self, _: simpy.Event) -> None:
+        """Reallocate the rates of every component a change touched this instant."""
+        self._settling = False
+        dirty, self._dirty = self._dirty, {}
+        seen: set[int] = set()
+        for link in dirty:
+            if id(link) in seen or not link.flows:
+                continue
+            links, flows = _component(link, seen)
+            self._reallocate(links, flows)
+
+    def _reallocate(self, links: list[Link], flows: list[Flow]) -> None:
+        now = self.env.now
+        for flow in flows:
+            if flow.last_s != now:
+                flow.remaining_s -= flow.speed * (now - flow.last_s)
+                flow.last_s = now
+        if len(flows) == 1:
+            speeds = [1.0]
+        else:
+            levels = _max_min_levels(links, flows)
+            # rounding can leave a link a hair short of a flow's share: keep every speed > 0
+            speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
+        rates: dict[int, float] = {id(link): 0.0 for link in links}
+        for flow, speed in zip(flows, speeds, strict=True):
+            for link, bps in zip(flow.links, flow.bps, strict=True):
+                rates[id(link)] += speed * bps
+            if speed != flow.speed:
+                flow.speed = speed
+                self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
+        for link in links:
+            link.set_rate(now, rates[id(link)])
+
+    def _schedule(self, flow: Flow, finish_s: float) -> None:
+        flow.gen += 1
+        flow.finish_s = finish_s
+        heapq.heappush(self._heap, (finish_s, flow.seq, flow.gen, flow))
+        if self._timer_at is None or finish_s < self._timer_at:
+            self._arm(finish_s)
+
+    def _arm(self, at_s: float) -> None:
+        self._timer_token += 1
+        self._timer_at = at_s
+        token = self._timer_token
+        timer = self.env.timeout(max(at_s - self.env.now, 0.0))
+        timer.callbacks.append(lambda _: self._fire(token))
+
+    def _fire(self, token: int) -> None:
+        if token != self._timer_token:
+            return
+        self._timer_at = None
+        now = self.env.now
+        heap = self._heap
+        done = []
+        while heap and (heap[0][2] != heap[0][3].gen or not heap[0][3].active):
+            heapq.heappop(heap)  # stale: rescheduled or withdrawn since
+        while heap and heap[0][0] <= now:
+            _, _, gen, flow = heapq.heappop(heap)
+            if gen == flow.gen and flow.active:
+                done.append(flow)
+        for flow in done:
+            flow.remaining_s = 0.0
+            self._remove(flow)
+        while heap and (heap[0][2] != heap[0][3].gen or not heap[0][3].active):
+            heapq.heappop(heap)
+        if heap:
+            self._arm(heap[0][0])
+        for flow in done:
+            flow.callback()
+
+
+def _component(start: Link, seen: set[int]) -> tuple[list[Link], list[Flow]]:
+    """The links and flows connected to ``start`` through shared flows, in a stable order."""
+    links: list[Link] = []
+    flows: dict[Flow, None] = {}
+    stack = [start]
+    seen.add(id(start))
+    while stack:
+        link = stack.pop()
+        links.append(link)
+        for flow in link.flows:
+            if flow not in flows:
+                flows[flow] = None
+                for other in flow.links:
+                    if id(other) not in seen:
+                        seen.add(id(other))
+                        stack.append(other)
+    links.sort(key=lambda link: link.name)
+    return links, sorted(flows, key=lambda flow: flow.seq)
+
+
+def _max_min_levels(links: list[Link], flows: list[Flow]) -> list[float]:
+    """Progressive filling: every flow's level, max-min fair under the links' capacities.
+
+    A flow at level λ consumes ``λ · weight`` of each of its links. The bottleneck
+    (least remaining capacity per unit of unfixed weight; ties to the first link by
+    name) fixes its flows at its level, which is subtracted from their other links.
+    """
+    index = {id(link): i for i, link in enumerate(links)}
+    remaining = [link.bandwidth_Bps for link in links]
+    weight = [0.0] * len(links)
+    count = [0] * len(links)
+    members: list[list[int]] = [[] for _ in links]
+    for j, flow in enumerate(flows):
+        for link, w in zip(flow.links, flow.weights, strict=True):
+            i = index[id(link)]
+            weight[i] += w
+            count[i] += 1
+            members[i].append(j)
+    levels = [0.0] * len(flows)
+    fixed = [False] * len(flows)
+    left = len(flows)
+    while left:
+        best, best_level = -1, 0.0
+        for i in range(len(links)):
+            if count[i]:
+                level = max(remaining[i], 0.0) / weight[i]
+                if best < 0 or level < best_level:
+                    best, best_level = i, level
+        for j in members[best]:
+            if fixed[j]:
+                continue
+            fixed[j] = True
+            left -= 1
+            levels[j] = best_level
+            flow = flows[j]
+            for link, w in zip(flow.links, flow.weights, strict=True):
+                i = index[id(link)]
+                remaining[i] -= best_level * w
+                weight[i] -= w
+                count[i] -= 1
+    return levels

@@ -1,0 +1,410 @@
+"""``leaf_spine``: racks of hosts behind leaf switches, joined through a spine.
+
+Machines fill the leaves (racks) in order, ``hosts_per_leaf`` each: the worker hosts,
+then the parameter-server tasks on machines of their own (:attr:`Cluster.machines`).
+Each machine has a NIC (``links.network``; ``<host>/nic/tx`` and ``/rx``, or one
+``<host>/nic`` when ``duplex: half``) and an intra-host fabric
+(:mod:`simdist.network.intranode`). Each leaf reaches the spine through one uplink,
+``leaf<i>/uplink/up`` and ``/down`` (one ``leaf<i>/uplink`` when half duplex), whose
+bandwidth per direction is derived, never set:
+
+    uplink = hosts_per_leaf × NIC bandwidth / oversubscription
+
+The oversubscription ratio is the leaf's host-facing bandwidth over its spine-facing
+bandwidth: at 1:1 every host can send at full rate out of its rack, at k:1 only 1/k of
+it (Al-Fares, Loukissas & Vahdat 2008, "A scalable, commodity data center network
+architecture", SIGCOMM, §2.1). The spine is non-blocking (the uplinks of a leaf to every
+spine switch counted as one, ECMP spreading the flows evenly), so only the uplinks and
+the end points contend. With one leaf there are no uplinks: a non-blocking switch.
+
+Routes: inside a rack, sender's NIC (transmit side) → receiver's NIC (receive side),
+through one switch; across racks, NIC → the sender leaf's uplink (up) → the receiver
+leaf's uplink (down) → NIC, through three (leaf, spine, leaf). Each switch hop costs
+``hop_latency``, split between the two links it joins, so a message pays
+``2·α_NIC + hops × hop_latency`` of latency. Inside a machine, and between a device and
+its NIC, the fabric's routes apply.
+
+Collectives: priced by :mod:`simdist.network.bottleneck` from their communication
+pattern (the flows of each step, max-min shared over NIC sides, uplinks and intra-host
+ports), then the closed form of :mod:`simdist.collectives` with that (α, B). With the
+``shared`` fabric the network part of a flat collective is its pattern over the hosts
+(one participant per host, as the switch's closed forms count it), and the intra-host
+link prices what stays inside a host; ``hierarchical`` takes its intra stage from the
+intra-host fabric and its inter stage from the d per-rank rings across hosts, together.
+Within one rack (hop_latency 0), this is exactly the switch's time. A
+collective holds every link its flows use, the uplinks included.
+
+Timing only: nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+from simdist.cluster import Cluster, Device
+from simdist.collectives import (
+    ALGORITHMS,
+    allreduce_s,
+    broadcast_s,
+    hierarchical_allreduce_s,
+    reduce_s,
+)
+from simdist.errors import SimdistError
+from simdist.network import bottleneck
+from simdist.network.bottleneck import Hop
+from simdist.network.intranode import HostFabric, PCIE3_X16_Bps, host_fabric
+from simdist.network.links import Link
+from simdist.network.switch import nic_links
+from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
+
+#: How a collective is priced: ``flat`` with (α, B), or ``hierarchical`` with (h, d, α_intra,
+#: B_intra, α_inter, B_inter); and the links it holds.
+Pricing = tuple[str, tuple[float, ...], list[Link]]
+
+
+def uplink_bandwidth_Bps(
+    hosts_per_leaf: int, nic_bandwidth_Bps: float, oversubscription: float
+) -> float:
+    """A leaf's uplink bandwidth per direction: its hosts' NIC bandwidth over the ratio.
+
+    Oversubscription k:1 = host-facing over spine-facing bandwidth (Al-Fares et al. 2008,
+    §2.1), so the uplink carries hosts_per_leaf × NIC / k.
+    """
+    if int(hosts_per_leaf) != hosts_per_leaf or hosts_per_leaf < 1:
+        raise ValueError(f"hosts_per_leaf must be a positive integer, got {hosts_per_leaf}")
+    if not (oversubscription >= 1 and math.isfinite(oversubscription)):
+        raise ValueError(f"oversubscription must be finite and >= 1, got {oversubscription}")
+    return hosts_per_leaf * nic_bandwidth_Bps / oversubscription
+
+
+class LeafSpineTopology(Topology):
+    """Racks of ``hosts_per_leaf`` machines; each leaf's uplink is oversubscribed k:1."""
+
+    name: ClassVar[str] = "leaf_spine"
+
+    def __init__(
+        self,
+        env: Any,
+        cluster: Cluster,
+        *,
+        nic_latency_s: float,
+        nic_bandwidth_Bps: float,
+        intra_latency_s: float,
+        intra_bandwidth_Bps: float,
+        hosts_per_leaf: int,
+        oversubscription: float = 1.0,
+        hop_latency_s: float = 0.0,
+        duplex: str = "full",
+        sharing: str = "fair",
+        intra_host: str = "shared",
+        pcie_uplink_Bps: float = PCIE3_X16_Bps,
+    ) -> None:
+        super().__init__(cluster)
+        if not (hop_latency_s >= 0 and math.isfinite(hop_latency_s)):
+            raise ValueError(f"hop_latency_s must be finite and >= 0, got {hop_latency_s}")
+        self.hosts_per_leaf = hosts_per_leaf
+        self.oversubscription = float(oversubscription)
+        self.hop_latency_s = float(hop_latency_s)
+        self.nic_latency_s = float(nic_latency_s)
+        self.nic_bandwidth_Bps = float(nic_bandwidth_Bps)
+        self.intra_host = intra_host
+        self.uplink_Bps = uplink_bandwidth_Bps(hosts_per_leaf, nic_bandwidth_Bps, oversubscription)
+        machines = cluster.machines
+        self.leaf_of: dict[str, int] = {m: i // hosts_per_leaf for i, m in enumerate(machines)}
+        devices = {h.name: h.devices for h in cluster.workers}
+        self.tx: dict[str, Link] = {}  # a machine's NIC, leaving it (== rx when half duplex)
+        self.rx: dict[str, Link] = {}
+        self.fabric: dict[str, HostFabric] = {}
+        self.fabric_links: list[Link] = []  # every intra-host link (found by links())
+        # A switch hop's latency is split between the two links it joins: half on each NIC
+        # side (host ↔ leaf), and a whole hop on each uplink (half leaf, half spine).
+        nic_port_s = self.nic_latency_s + self.hop_latency_s / 2
+        for name in machines:
+            self.tx[name], self.rx[name] = nic_links(
+                env, name, nic_port_s, nic_bandwidth_Bps, duplex, sharing
+            )
+            fabric = self.fabric[name] = host_fabric(
+                env,
+                intra_host,
+                name,
+                devices.get(name, ()),
+                latency_s=intra_latency_s,
+                bandwidth_Bps=intra_bandwidth_Bps,
+                sharing=sharing,
+                pcie_uplink_Bps=pcie_uplink_Bps,
+            )
+            self.fabric_links += fabric.links()
+        self.up: dict[int, Link] = {}  # leaf → spine (== down when half duplex)
+        self.down: dict[int, Link] = {}
+        leaves = sorted(set(self.leaf_of.values()))
+        for leaf in leaves if len(leaves) > 1 else ():
+            self.up[leaf], self.down[leaf] = self._uplink(env, leaf, duplex, sharing)
+        self._pricing: dict[tuple[Any, ...], Pricing] = {}
+
+    def _uplink(self, env: Any, leaf: int, duplex: str, sharing: str) -> tuple[Link, Link]:
+        name = f"leaf{leaf}/uplink"
+        bw, lat = self.uplink_Bps, self.hop_latency_s
+        if duplex == "half":
+            link = Link(env, name, lat, bw, sharing=sharing)
+            return link, link
+        up, down = (
+            Link(env, f"{name}/{side}", lat, bw, sharing=sharing, channel=name, direction=side)
+            for side in ("up", "down")
+        )
+        return up, down
+
+    @classmethod
+    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> LeafSpineTopology:
+        net = scenario.cluster.network
+        if net.topology == "leaf_spine":
+            return cls(env, cluster, **_options(scenario))
+        # A non-blocking switch is one leaf holding every machine (``switch`` with an
+        # nvlink or pcie fabric is built so).
+        return cls(env, cluster, **_options(scenario, one_leaf=len(cluster.machines)))
+
+    # -- routes --------------------------------------------------------------
+
+    def hops(self, a: str, b: str) -> int:
+        """Switch hops between machines ``a`` and ``b``: 1 in a rack, 3 across (0: same)."""
+        if a == b:
+            return 0
+        return 1 if self.leaf_of[a] == self.leaf_of[b] else 3
+
+    def path(self, src: Endpoint, dst: Endpoint) -> list[Hop]:
+        """The links a message from ``src`` to ``dst`` crosses, each with its direction."""
+        a, b = machine_of(src), machine_of(dst)
+        if a == b:
+            fabric = self.fabric[a]
+            if isinstance(src, Device) and isinstance(dst, Device):
+                return fabric.between(src, dst)
+            if isinstance(src, Device):
+                return fabric.to_host(src)
+            if isinstance(dst, Device):
+                return fabric.from_host(dst)
+            return fabric.host_to_host()
+        hops = self.fabric[a].to_nic(src) if isinstance(src, Device) else []
+        hops.append((self.tx[a], "tx"))
+        la, lb = self.leaf_of[a], self.leaf_of[b]
+        if la != lb:
+            hops += [(self.up[la], "up"), (self.down[lb], "down")]
+        hops.append((self.rx[b], "rx"))
+        if isinstance(dst, Device):
+            hops += self.fabric[b].from_nic(dst)
+        return hops
+
+    def route(self, src: Endpoint, dst: Endpoint) -> list[Link]:
+        return [link for link, _ in self.path(src, dst)]
+
+    def latency_s(self, src: Device, dst: Device) -> float:
+        """A collective message's α: the fabric's inside a machine, else NIC + switch hops."""
+        a, b = machine_of(src), machine_of(dst)
+        if a == b:
+            return self.fabric[a].latency_s
+        return self.nic_latency_s + self.hops(a, b) * self.hop_latency_s
+
+    # -- collectives ---------------------------------------------------------
+
+    def collective(
+        self, op: str, devices: Sequence[Device], nbytes: float, algo: str
+    ) -> tuple[float, list[Link]]:
+        key = (op, algo, tuple(d.name for d in devices))
+        pricing = self._pricing.get(key)
+        if pricing is None:
+            pricing = self._pricing[key] = self._price(op, devices, algo)
+        kind, figures, links = pricing
+        if kind == "hierarchical":
+            h, d, a_i, b_i, a_e, b_e = figures
+            seconds = hierarchical_allreduce_s(int(h), int(d), nbytes, a_i, b_i, a_e, b_e)
+        elif op == "broadcast":
+            seconds = broadcast_s(len(devices), nbytes, *figures)
+        elif op == "reduce":
+            seconds = reduce_s(len(devices), nbytes, *figures)
+        else:
+            seconds = allreduce_s(algo, len(devices), nbytes, *figures)
+        return seconds, links
+
+    def effective(self, op: str, devices: Sequence[Device], algo: str) -> dict[str, float]:
+        """The (α, B) the closed form of ``op`` over ``devices`` is priced with, by name.
+
+        Flat algorithms: ``latency_s`` and ``bandwidth_Bps``; hierarchical: ``intra_*`` and
+        ``inter_*``. For reports and for teaching (``simdist collectives``).
+        """
+        kind, figures, _ = self._price(op, devices, algo)
+        if kind == "hierarchical":
+            names = (
+                "hosts",
+                "devices_per_host",
+                "intra_latency_s",
+                "intra_bandwidth_Bps",
+                "inter_latency_s",
+                "inter_bandwidth_Bps",
+            )
+        else:
+            names = ("latency_s", "bandwidth_Bps")
+        return dict(zip(names, figures, strict=True))
+
+    def _price(self, op: str, devices: Sequence[Device], algo: str) -> Pricing:
+        if op not in ("allreduce", "broadcast", "reduce"):
+            raise ValueError(f"unknown collective {op!r}")
+        hosts = hosts_of(devices)
+        order = {host: i for i, host in enumerate(hosts)}
+        # Host by host, as MPI's block placement (a ring crosses each host boundary once);
+        # stable, so the root of a broadcast or reduce (devices[0]) stays rank 0.
+        ranked = sorted(devices, key=lambda device: order[device.host])
+        groups = [[d for d in ranked if d.host == host] for host in hosts]
+        used: dict[int, Link] = {}
+        if op == "allreduce" and algo == "hierarchical":
+            if len(set(hosts.values())) != 1:
+                raise SimdistError(
+                    "hierarchical all-reduce needs the same number of devices on every host, "
+                    f"got {hosts}"
+                )
+            intra = self._intra_stage(groups, used)
+            inter = self._inter_stage(groups, used)
+            self._hold_shared(groups, used)
+            return (
+                "hierarchical",
+                (len(groups), len(groups[0]), *intra, *inter),
+                list(used.values()),
+            )
+        if op == "allreduce" and algo not in ALGORITHMS:
+            raise SimdistError(
+                f"unknown all-reduce algorithm {algo!r}; expected one of {ALGORITHMS}"
+            )
+        shared = not self.fabric[ranked[0].host].ports
+        if shared:
+            if len(groups) == 1:
+                fabric = self.fabric[ranked[0].host]
+                used[id(fabric.intra)] = fabric.intra
+                return "flat", (fabric.latency_s, fabric.bandwidth_Bps), list(used.values())
+            participants = [group[0] for group in groups]  # the network part, host by host
+        else:
+            participants = ranked
+        pattern = [
+            [self._flow([(participants[s], participants[t])], share, used) for s, t, share in step]
+            for step in bottleneck.steps(op, algo, len(participants))
+        ]
+        figures = bottleneck.effective(pattern, self._capacity(used))
+        if figures is None:  # one participant: nothing moves, any figures do
+            fabric = self.fabric[ranked[0].host]
+            figures = (fabric.latency_s, fabric.bandwidth_Bps)
+        self._hold_shared(groups, used)
+        return "flat", figures, list(used.values())
+
+    def _intra_stage(self, groups: list[list[Device]], used: dict[int, Link]) -> tuple[float, ...]:
+        """(α, B) of the rings inside every host at once (hierarchical's first and last stage)."""
+        fabric = self.fabric[groups[0][0].host]
+        if not fabric.ports or len(groups[0]) == 1:
+            return fabric.latency_s, fabric.bandwidth_Bps
+        step = [
+            self._flow([(group[s], group[t])], share, used)
+            for group in groups
+            for s, t, share in bottleneck.ring_steps(len(group))[0]
+        ]
+        figures = bottleneck.effective([step], self._capacity(used))
+        assert figures is not None
+        return figures
+
+    def _inter_stage(self, groups: list[list[Device]], used: dict[int, Link]) -> tuple[float, ...]:
+        """(α, B) of the d rings across hosts, one per local rank, moving as one ring of S.
+
+        Each ring edge between two hosts is one flow made of the d ranks' paths, so the NIC
+        they share carries all of it and each rank's own PCIe link a d-th.
+        """
+        h, d = len(groups), len(groups[0])
+        if h == 1:
+            return self.nic_latency_s, self.nic_bandwidth_Bps
+        ranks = range(1) if not self.fabric[groups[0][0].host].ports else range(d)
+        step = [
+            self._flow([(groups[s][r], groups[t][r]) for r in ranks], share, used)
+            for s, t, share in bottleneck.ring_steps(h)[0]
+        ]
+        figures = bottleneck.effective([step], self._capacity(used))
+        assert figures is not None
+        return figures
+
+    def _flow(
+        self, pairs: list[tuple[Device, Device]], share: float, used: dict[int, Link]
+    ) -> bottleneck.Flow:
+        paths = [self.path(a, b) for a, b in pairs]
+        for path in paths:
+            for link, _ in path:
+                used.setdefault(id(link), link)
+        return bottleneck.flow(paths, share, self.latency_s(*pairs[0]))
+
+    def _hold_shared(self, groups: list[list[Device]], used: dict[int, Link]) -> None:
+        """With the shared fabric, a collective over several hosts holds every host's
+        intra-host link and both NIC sides, as on the switch."""
+        if len(groups) == 1 or self.fabric[groups[0][0].host].ports:
+            return
+        for group in groups:
+            host = group[0].host
+            for link in (self.tx[host], self.rx[host], self.fabric[host].intra):
+                used.setdefault(id(link), link)
+
+    @staticmethod
+    def _capacity(used: dict[int, Link]) -> dict[tuple[str, str], float]:
+        """Every direction of the used links, at the link's bandwidth."""
+        return {
+            (link.name, side): link.bandwidth_Bps
+            for link in used.values()
+            for side in ("tx", "rx", "up", "down", "both")
+        }
+
+
+def _options(scenario: Any, one_leaf: int = 0) -> dict[str, Any]:
+    """The constructor's keywords from ``scenario`` (``one_leaf``: a switch of that many)."""
+    links, net = scenario.cluster.links, scenario.cluster.network
+    options: dict[str, Any] = {
+        "nic_latency_s": links.network.latency_s,
+        "nic_bandwidth_Bps": links.network.bandwidth_Bps,
+        "intra_latency_s": links.intra_host.latency_s,
+        "intra_bandwidth_Bps": links.intra_host.bandwidth_Bps,
+        "duplex": net.duplex,
+        "sharing": net.sharing,
+        "intra_host": net.intra_host,
+    }
+    if net.pcie_uplink_Bps is not None:
+        options["pcie_uplink_Bps"] = net.pcie_uplink_Bps
+    if one_leaf:
+        options["hosts_per_leaf"] = max(one_leaf, 1)
+    else:
+        options["hosts_per_leaf"] = net.hosts_per_leaf
+        options["oversubscription"] = net.oversubscription
+        options["hop_latency_s"] = net.hop_latency_s
+    return options
+
+
+def standalone_topology(
+    hosts: int,
+    devices_per_host: int,
+    network: Any,
+    *,
+    nic_latency_s: float,
+    nic_bandwidth_Bps: float,
+    intra_latency_s: float,
+    intra_bandwidth_Bps: float,
+) -> LeafSpineTopology:
+    """``hosts`` GPU hosts of ``devices_per_host`` each, wired as ``network`` (a scenario's
+    ``cluster.network`` section) says, on a clock of their own: for pricing collectives
+    outside a run (``simdist collectives``)."""
+    import simpy
+
+    spec = SimpleNamespace(
+        hosts=hosts,
+        worker_names=[f"worker{i}" for i in range(hosts)],
+        chief_names=[],
+        ps=0,
+        ps_names=[],
+        devices_per_host=devices_per_host,
+        device=SimpleNamespace(profile="v100", peak_flops=None, efficiency=None),
+    )
+    links = SimpleNamespace(
+        network=SimpleNamespace(latency_s=nic_latency_s, bandwidth_Bps=nic_bandwidth_Bps),
+        intra_host=SimpleNamespace(latency_s=intra_latency_s, bandwidth_Bps=intra_bandwidth_Bps),
+    )
+    scenario = SimpleNamespace(cluster=SimpleNamespace(links=links, network=network))
+    return LeafSpineTopology.from_scenario(simpy.Environment(), Cluster(spec), scenario)

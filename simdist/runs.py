@@ -1,0 +1,141 @@
+"""Many runs: a scenario once per seed, and independent runs as Dask tasks.
+
+Part of the Python API (``simdist.api.run_seeds``, ``simdist.api.run_many`` and
+``simdist.api.seed_list`` are these). One seed cannot show a trade-off between
+strategies (issue 16), so a scenario is run once per seed and the results are
+aggregated by :func:`simdist.bands.aggregate` and plotted with bands by
+:func:`simdist.report.bands.accuracy_bands`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from simdist.api import _source, override_strings, preflight, resolve_scenario, run
+from simdist.errors import SimdistError
+
+if TYPE_CHECKING:
+    from simdist.engine import Result
+
+__all__ = ["DASK_MIN_RUNS", "run_many", "run_seeds", "seed_list"]
+
+#: From this many runs on, :func:`run_many` runs them as Dask tasks (when ``parallel`` is
+#: None and the machine has more than one core): below it, starting worker processes and
+#: compiling the model in each costs more than it saves for the small teaching scenarios.
+DASK_MIN_RUNS = 8
+
+
+def seed_list(seeds: int | Sequence[int]) -> list[int]:
+    """The seeds ``seeds`` stands for: N → 0, 1, …, N−1; a list → itself (distinct seeds)."""
+    if isinstance(seeds, bool) or not isinstance(seeds, int | Sequence) or isinstance(seeds, str):
+        raise SimdistError(
+            f"seeds: got {seeds!r}; expected a count, e.g. 3, or a list, e.g. [0, 4]"
+        )
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise SimdistError(f"seeds: got {seeds}; expected at least 1, e.g. seeds: 3")
+        return list(range(seeds))
+    values = list(seeds)
+    if not values or any(
+        isinstance(v, bool) or not isinstance(v, int | np.integer) for v in values
+    ):
+        raise SimdistError(f"seeds: got {seeds!r}; expected whole numbers, e.g. [0, 1, 2]")
+    if any(v < 0 for v in values) or len(set(values)) != len(values):
+        raise SimdistError(f"seeds: got {values}; expected distinct seeds >= 0, e.g. [0, 1, 2]")
+    return [int(v) for v in values]
+
+
+def _run_task(scenario: Any, devices: int) -> Result:
+    """One run as a Dask task (a module-level function, so worker processes can import it)."""
+    if devices > 1 and scenario.numerics:
+        from simdist.numerics.executor import ensure_devices
+
+        ensure_devices(devices)
+    return run(scenario)
+
+
+def run_many(
+    scenarios: Sequence[Any],
+    *,
+    parallel: bool | None = None,
+    processes: int | None = None,
+    scheduler: str | None = None,
+    on_run: Callable[[str], None] | None = None,
+) -> list[Result]:
+    """Run validated scenarios and return their Results, in order.
+
+    Independent runs, so with ``parallel`` (default: from :data:`DASK_MIN_RUNS` runs on,
+    or when a ``scheduler`` is given) they are Dask tasks on
+    :func:`simdist.sweep.dask_client` (a local cluster of ``processes`` workers, default
+    the cores, or the scheduler at ``scheduler``); else one after another in this process.
+    Either way the same scenario gives the same Result (DESIGN.md §5). The first run that
+    fails raises its error. ``on_run(name)`` is called as each run starts (in order when
+    run here; as each is submitted on Dask).
+    """
+    import os
+
+    scenarios = list(scenarios)
+    cores = processes or os.cpu_count() or 1
+    if parallel is None:
+        parallel = scheduler is not None or (len(scenarios) >= DASK_MIN_RUNS and cores > 1)
+    notify = on_run or (lambda name: None)
+    if not parallel or (len(scenarios) <= 1 and scheduler is None):
+        results = []
+        for scenario in scenarios:
+            notify(scenario.name)
+            results.append(run(scenario))
+        return results
+    from simdist.sweep.runner import dask_client
+
+    # JAX fixes its device count when a worker first uses it (simdist.sweep.devices_needed).
+    explicit = [
+        s.replicas
+        for s in scenarios
+        if s.numerics and getattr(s.strategy, "execution", None) == "devices"
+    ]
+    devices = max(explicit, default=1)
+    with dask_client(scheduler, min(cores, len(scenarios))) as client:
+        futures = []
+        for scenario in scenarios:
+            notify(scenario.name)
+            futures.append(client.submit(_run_task, scenario, devices, pure=False))
+        return client.gather(futures)
+
+
+def run_seeds(
+    scenario: str | Path | Any,
+    seeds: int | Sequence[int],
+    overrides: Mapping[str, Any] | Sequence[str] = (),
+    *,
+    timing_only: bool = False,
+    parallel: bool | None = None,
+    processes: int | None = None,
+    scheduler: str | None = None,
+) -> list[Result]:
+    """Run ``scenario`` once per seed; return the Results in the order of the seeds.
+
+    ``seeds`` is a count N (seeds 0, 1, …, N−1) or a list of seeds. A seed sets
+    ``seed:``, from which every random draw of a run derives (initial parameters, data
+    split and order, stragglers, failures), so the runs differ only by chance.
+    ``overrides`` are as :func:`run`'s (a ``seed`` among them is replaced);
+    ``timing_only=True`` adds ``numerics=false`` (no loss or accuracy: fast). Many runs
+    go to Dask (:func:`run_many`). Tabulate with
+    :func:`simdist.report.compare.seed_table`, aggregate with
+    :func:`simdist.bands.aggregate`, plot with :func:`simdist.report.bands.accuracy_bands`::
+
+        runs = {"async": simdist.api.run_seeds("scenarios/ps_4w2s.yaml", 3)}
+        per_seed = seed_table(runs, target=0.9)           # one row per seed
+        simdist.bands.aggregate(per_seed, by=["run"])     # X_mean, X_min, X_max, X_ci95, X_n
+    """
+    strings = override_strings(overrides)
+    extra = ["numerics=false"] if timing_only else []
+    scenarios = [
+        resolve_scenario(scenario, [*strings, *extra, f"seed={seed}"]) for seed in seed_list(seeds)
+    ]
+    for item in scenarios:
+        preflight(item, source=_source(scenario))
+    return run_many(scenarios, parallel=parallel, processes=processes, scheduler=scheduler)

@@ -1,0 +1,233 @@
+"""Max-min fair sharing and full-duplex NICs, with exact simulated times on hand cases.
+
+Every size and bandwidth is a power of two (or a small integer ratio), so the finish
+times below are exact binary fractions and are compared with ``==``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simdist.cluster import Cluster
+from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
+from simdist.engine import simulate
+from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
+from simdist.network.fair import Flow, _max_min_levels
+from simdist.recorder import Recorder
+from tests.test_network import INTRA_BW, INTRA_LAT, make_spec
+from tests.test_ps_timing import ALPHA, SIGMA, B, S, costs, scenario
+
+
+def flow(env, links, nbytes, log, name, at=0.0):
+    """A process: wait until ``at``, send ``nbytes`` over ``links``, log the arrival."""
+
+    def run():
+        if at:
+            yield env.timeout(at)
+        start, end = yield Transfer(env, links, nbytes).done
+        log[name] = (start, end)
+
+    return env.process(run())
+
+
+def fair_links(env, *specs):
+    return [Link(env, name, 0.0, bw, sharing="fair") for name, bw in specs]
+
+
+def test_a_single_flow_takes_its_closed_form_under_both_models():
+    for sharing in ("fair", "fifo"):
+        env, log = simpy.Environment(), {}
+        a = Link(env, "a/nic", 2.0**-16, 2.0**30, sharing=sharing)
+        b = Link(env, "b/nic", 2.0**-15, 2.0**29, sharing=sharing)
+        flow(env, [a, b], 2**20, log, "x")
+        env.run()
+        assert log["x"] == (0.0, 2.0**-16 + 2.0**-15 + 2**20 / 2.0**29), sharing
+
+
+def test_two_flows_on_one_link_split_it():
+    env, log = simpy.Environment(), {}
+    (link,) = fair_links(env, ("l", 4.0))
+    flow(env, [link], 8, log, "a")
+    flow(env, [link], 8, log, "b")
+    env.run()
+    assert log == {"a": (0.0, 4.0), "b": (0.0, 4.0)}  # 2 bytes/s each, not 2 s then 4 s
+
+
+def test_a_flow_bottlenecked_elsewhere_leaves_its_share_to_the_other():
+    # x (4 B/s) carries a and b; b also crosses y (1 B/s), so b gets 1 and a the other 3.
+    env, log = simpy.Environment(), {}
+    x, y = fair_links(env, ("x", 4.0), ("y", 1.0))
+    flow(env, [x], 6, log, "a")
+    flow(env, [x, y], 4, log, "b")
+    env.run()
+    assert log == {"a": (0.0, 2.0), "b": (0.0, 4.0)}
+    # x's load: 4 B/s while both run, then b's 1 B/s, then nothing
+    assert x.rates == [(0.0, 4.0), (2.0, 1.0), (4.0, 0.0)]
+    assert y.rates == [(0.0, 1.0), (4.0, 0.0)]
+
+
+def test_flows_starting_at_different_times_are_reallocated():
+    # a alone for 1 s (1 byte), then a and b at 0.5 B/s until a's last byte (t = 3),
+    # then b alone for its last byte.
+    env, log = simpy.Environment(), {}
+    (link,) = fair_links(env, ("l", 1.0))
+    flow(env, [link], 2, log, "a")
+    flow(env, [link], 2, log, "b", at=1.0)
+    env.run()
+    assert log == {"a": (0.0, 3.0), "b": (1.0, 4.0)}
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_n_equal_flows_into_one_nic_end_when_fifo_ends_the_last(n):
+    ends = {}
+    for sharing in ("fair", "fifo"):
+        env, log = simpy.Environment(), {}
+        nic = Link(env, "ps/nic", 2.0**-16, 2.0**30, sharing=sharing)
+        for i in range(n):
+            src = Link(env, f"w{i}/nic", 2.0**-16, 2.0**30, sharing=sharing)
+            flow(env, [src, nic], 2**20, log, i)
+        env.run()
+        ends[sharing] = sorted(end for _, end in log.values())
+    last = 2 * 2.0**-16 + n * 2.0**-10
+    assert ends["fair"] == [last] * n
+    assert ends["fifo"][-1] == last
+    assert ends["fifo"] == [2 * 2.0**-16 + k * 2.0**-10 for k in range(1, n + 1)]
+
+
+def test_a_cancelled_flow_gives_its_share_back():
+    env, log = simpy.Environment(), {}
+    (link,) = fair_links(env, ("l", 2.0))
+    flow(env, [link], 4, log, "a")
+    victim = Transfer(env, [link], 4)
+
+    def cut():
+        yield env.timeout(1.0)
+        victim.cancel()
+
+    env.process(cut())
+    env.run()
+    # a: 1 byte/s for 1 s, then 2 bytes/s for its last 3 bytes
+    assert log["a"] == (0.0, 2.5)
+    assert victim.state == "cancelled" and not victim.done.triggered
+
+
+def test_a_collective_alone_takes_its_closed_form_and_two_share_its_links():
+    env = simpy.Environment()
+    links = [
+        Link(env, "w0/nic", 0.0, 2.0**30, sharing="fair"),
+        Link(env, "w0/intra", 0.0, 2.0**35, sharing="fair"),
+    ]
+    log = []
+
+    def hold(seconds):
+        log.append((yield env.process(hold_links(env, links, seconds))))
+
+    env.process(hold(0.5))
+    env.run()
+    env.process(hold(1.0))
+    env.process(hold(1.0))
+    env.run()
+    assert log[0] == (0.0, 0.5)
+    assert log[1:] == [(0.5, 2.5), (0.5, 2.5)]  # each at half speed
+
+
+def fair_net(duplex: str, sharing: str = "fair", hosts: int = 2, devices: int = 1, ps: int = 1):
+    env = simpy.Environment()
+    topology = SwitchTopology(
+        env,
+        Cluster(make_spec(hosts, devices, ps)),
+        nic_latency_s=ALPHA,
+        nic_bandwidth_Bps=B,
+        intra_latency_s=INTRA_LAT,
+        intra_bandwidth_Bps=INTRA_BW,
+        duplex=duplex,
+        sharing=sharing,
+    )
+    return env, Network(env, topology, Recorder())
+
+
+@pytest.mark.parametrize(
+    ("duplex", "sharing", "push_end", "pull_start", "pull_end"),
+    [
+        ("full", "fair", SIGMA, 0.0, SIGMA),  # max(push, pull)
+        ("half", "fair", 2 * SIGMA, 0.0, 2 * SIGMA),  # push + pull, shared
+        ("half", "fifo", SIGMA, SIGMA, 2 * SIGMA),  # push + pull, in line
+    ],
+)
+def test_a_ps_pushing_and_pulling_at_once(duplex, sharing, push_end, pull_start, pull_end):
+    # worker0 pushes S bytes to ps0 while ps0 sends S bytes of parameters to worker1
+    env, net = fair_net(duplex, sharing)
+    w0, w1 = net.topology.cluster.workers
+    (ps,) = net.topology.cluster.ps_hosts
+    push = net.send(w0.devices[0], ps, S, step=0, detail="push")
+    pull = net.send(ps, w1.devices[0], S, step=0, detail="pull")
+    env.run()
+    assert push.done.value == (0.0, push_end + 2 * ALPHA)
+    assert pull.done.value == (pull_start, pull_end + 2 * ALPHA)
+    names = {link.name for link in push.links + pull.links}
+    if duplex == "full":
+        assert names == {"worker0/nic/tx", "ps0/nic/rx", "ps0/nic/tx", "worker1/nic/rx"}
+    else:
+        assert names == {"worker0/nic", "ps0/nic", "worker1/nic"}
+
+
+@pytest.mark.parametrize("duplex", ["full", "half"])
+def test_collectives_keep_their_closed_forms_under_fair_sharing(duplex):
+    env, net = fair_net(duplex, hosts=4, devices=2, ps=0)
+    devices = net.topology.cluster.devices
+    ring = net.allreduce(devices, S, "ring", step=0)
+    env.run()
+    assert ring.value == (0.0, ring_allreduce_s(8, S, ALPHA, B))
+    start = env.now
+    hier = net.allreduce(devices, S, "hierarchical", step=1)
+    env.run()
+    expected = hierarchical_allreduce_s(4, 2, S, INTRA_LAT, INTRA_BW, ALPHA, B)
+    assert hier.value == (start, start + expected)
+
+
+def test_the_default_ps_step_is_still_compute_plus_pull_and_push():
+    # one worker, one PS, default (full duplex, fair): every message is alone on its links
+    default = scenario(1, network={})
+    assert (default.cluster.network.duplex, default.cluster.network.sharing) == ("full", "fair")
+    c, steps = 2.0**-8, 4
+    result = simulate(default, costs(c, steps))
+    step_s = c + 4 * ALPHA + 2 * SIGMA
+    assert result.tables["updates"]["time_s"].tolist() == [k * step_s for k in range(1, 5)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    capacities=st.lists(st.sampled_from([1.0, 2.0, 3.0, 5.0, 8.0]), min_size=1, max_size=6),
+    routes=st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=3), min_size=1, max_size=8),
+)
+def test_progressive_filling_is_max_min_fair(capacities, routes):
+    # Feasible, and every flow has a bottleneck: a full link on which no flow gets more
+    # (Bertsekas & Gallager, Data Networks, §6.5.2: the definition of max-min fairness).
+    env = simpy.Environment()
+    links = [Link(env, f"l{i}", 0.0, c, sharing="fair") for i, c in enumerate(capacities)]
+    flows = []
+    for seq, route in enumerate(routes):
+        on = sorted({links[i % len(links)] for i in route}, key=lambda link: link.name)
+        ref = min(link.bandwidth_Bps for link in on)
+        flows.append(Flow(on, 1.0, [1.0] * len(on), [ref] * len(on), ref, lambda: None, seq, 0.0))
+    levels = _max_min_levels(links, flows)
+    load = {link.name: 0.0 for link in links}
+    for flow, level in zip(flows, levels, strict=True):
+        for link in flow.links:
+            load[link.name] += level
+    for link in links:
+        assert load[link.name] <= link.bandwidth_Bps * (1 + 1e-9)
+    for flow, level in zip(flows, levels, strict=True):
+        assert level > 0
+        assert any(
+            load[link.name] >= link.bandwidth_Bps * (1 - 1e-9)
+            and all(
+                other <= level * (1 + 1e-9)
+                for f, other in zip(flows, levels, strict=True)
+                if link in f.links
+            )
+            for link in flow.links
+        )
