@@ -5,8 +5,10 @@ built, and the first problem is reported as a single :class:`~simdist.errors.Sce
 naming the file, the dotted field path, the bad value and an accepted example, because
 users edit these files by hand and a pydantic traceback tells them none of that.
 
-* :mod:`~simdist.scenario.schema` — the sections and the checks across them; the
-  ``strategy:`` section is built from the strategy registry.
+* :mod:`~simdist.scenario.schema` — :class:`Scenario` and the checks across its sections,
+  each in the module named after it (:mod:`~simdist.scenario.cluster`,
+  :mod:`~simdist.scenario.workload`, :mod:`~simdist.scenario.strategy`, built from the
+  strategy registry, :mod:`~simdist.scenario.effects` and :mod:`~simdist.scenario.jobs`).
 * :mod:`~simdist.scenario.messages` — a pydantic error to one clear message.
 * :mod:`~simdist.scenario.overrides` — ``--set a.b=value``.
 * :mod:`~simdist.scenario.load` — file or dict in, :class:`Scenario` out, and back to YAML.

@@ -1,34 +1,124 @@
 """Several jobs on one cluster: each job's hosts, and each job as a scenario of its own.
 
 A scenario with ``jobs:`` describes one cluster (``cluster:``, its hosts, links and
-network) and the jobs that share it. :func:`resolve_jobs` gives every job its hosts
-(names, or a count of free hosts), checks that no host runs two jobs, and validates each
-job as a :class:`~simdist.scenario.schema.Scenario` of its own — the job's hosts as the
-cluster (the same names and the cluster's links and network), its workload, strategy,
-faults, checkpoint and input, the scenario's numerics, and a seed drawn from the stream
-named after the job (:func:`simdist.seeds.job_seed`). Every check a single-job scenario
-passes (the strategy's own, the batch split, the fault targets) so runs on each job, and
-its first problem is reported at the job's field: ``jobs[1].strategy.staleness_bound``.
+network) and the jobs that share it, each a :class:`JobSpec`. :func:`resolve_jobs` gives
+every job its hosts (names, or a count of free hosts), checks that no host runs two jobs,
+and validates each job as a :class:`~simdist.scenario.schema.Scenario` of its own — the
+job's hosts as the cluster (the same names and the cluster's links and network), its
+workload, strategy, faults, checkpoint and input, the scenario's numerics, and a seed
+drawn from the stream named after the job (:func:`simdist.seeds.job_seed`). Every check a
+single-job scenario passes (the strategy's own, the batch split, the fault targets) so
+runs on each job, and its first problem is reported at the job's field:
+``jobs[1].strategy.staleness_bound``.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
 
+from simdist.scenario.cluster import HOST_NAME_RE, ClusterSpec
+from simdist.scenario.effects import CheckpointSpec, FaultsSpec, InputSpec
+from simdist.scenario.fields import MAX_NAME_CHARS, shorthand
 from simdist.scenario.messages import choice_message, error_message
-from simdist.spec import fail
+from simdist.scenario.strategy import StrategySpec, default_strategy
+from simdist.scenario.workload import WorkloadSpec
+from simdist.spec import Int, Spec, fail, show
 
 if TYPE_CHECKING:
-    from simdist.scenario.schema import ClusterSpec, JobSpec, Scenario
+    from simdist.scenario.schema import Scenario
 
 #: The sections of a run that each job has for itself; the scenario may not give them.
 JOB_SECTIONS = ("workload", "strategy", "faults", "checkpoint", "input")
 
 #: Scenario fields a job's own scenario takes from the scenario with the jobs.
 _SHARED = ("numerics",)
+
+
+# A job's name names its report subfolder beside the scenario's own files: no dots.
+_JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def _task_choice(key: str, least: int) -> Callable[[object], object]:
+    """A job's ``hosts`` / ``ps``: a list of the cluster's task names, or a count."""
+    example = {"hosts": "hosts: [worker0, worker1] or hosts: 2", "ps": "ps: [ps0] or ps: 1"}[key]
+
+    def check(value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < least:
+                raise ValueError(f"got {value}; expected a count >= {least}, e.g. {example}")
+            return value
+        if not isinstance(value, list):
+            raise ValueError(
+                f"got {show(value)}; expected a list of the cluster's {key} names or a "
+                f"count, e.g. {example}"
+            )
+        if least and not value:
+            raise ValueError(f"got an empty list; expected at least one name, e.g. {example}")
+        for i, name in enumerate(value):
+            if not isinstance(name, str) or not HOST_NAME_RE.fullmatch(name):
+                raise ValueError(
+                    f"got {show(name)} at [{i}]; expected the name of a cluster host, e.g. "
+                    f"{example}"
+                )
+            if name in value[:i]:
+                raise ValueError(f"got {name!r} twice; list each host once, e.g. {example}")
+        return value
+
+    return check
+
+
+class JobSpec(Spec):
+    """One training job of a cluster that several share (the scenario's ``jobs:``).
+
+    A job runs its own ``workload`` with its own ``strategy`` (and ``faults``,
+    ``checkpoint``, ``input``) on some of the cluster's hosts, and its traffic shares the
+    cluster's network with every other job's. ``hosts`` lists the worker hosts it runs on
+    by name (the first is its chief), or counts them: a count takes the first free worker
+    hosts in cluster order (those no job names and no earlier count took). ``ps`` names
+    (or counts) the cluster's parameter-server tasks it uses, for parameter_server.
+
+    After validation ``hosts`` and ``ps`` are the names, and :attr:`scenario` is the job
+    as a scenario of its own: its hosts as the cluster (same names, the cluster's links),
+    the scenario's numerics and a seed of its own (:func:`simdist.seeds.job_seed`).
+    """
+
+    name: str = Field(examples=["allreduce"])
+    hosts: Annotated[list[str] | Int, BeforeValidator(_task_choice("hosts", 1))] = Field(
+        examples=["[worker0, worker1]"]
+    )
+    ps: Annotated[list[str] | Int, BeforeValidator(_task_choice("ps", 0))] = Field(
+        0, examples=["[ps0]"]
+    )
+    workload: WorkloadSpec
+    strategy: Annotated[StrategySpec, BeforeValidator(shorthand("kind"))] = Field(
+        default_factory=default_strategy
+    )
+    faults: FaultsSpec = Field(default_factory=FaultsSpec)
+    checkpoint: CheckpointSpec | None = None
+    input: InputSpec | None = None
+    _scenario: Any = PrivateAttr(None)
+
+    @field_validator("name")
+    @classmethod
+    def _job_name(cls, value: str) -> str:
+        if not _JOB_NAME_RE.fullmatch(value) or len(value) > MAX_NAME_CHARS:
+            raise ValueError(
+                f"got {show(value)}; expected a letter or digit first, then only letters, "
+                f"digits, '_' and '-', at most {MAX_NAME_CHARS} characters (it names the "
+                "job's report folder), e.g. name: allreduce"
+            )
+        return value
+
+    @property
+    def scenario(self) -> Scenario:
+        """This job as a scenario of its own (set when the enclosing scenario validates)."""
+        assert self._scenario is not None, "a JobSpec is resolved by its Scenario"
+        return self._scenario
 
 
 def resolve_jobs(s: Scenario, context: Any) -> None:

@@ -1,0 +1,243 @@
+"""The ``workload:`` section: the model, its data set, the optimizer and its schedule,
+how long to train, and whose layers set the clock."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
+
+from simdist.catalog import (
+    RESNET_DEFAULTS,
+    TEACHER_DEFAULTS,
+    DatasetName,
+    ModelName,
+    OptimizerName,
+    ScheduleKind,
+)
+from simdist.scenario.fields import MAX_GENERATED_EXAMPLES, MAX_GENERATED_VALUES, shorthand
+from simdist.spec import Float, Int, PositiveInt, Spec, fail, show
+
+__all__ = ["DatasetSpec", "ModelSpec", "OptimizerSpec", "ScheduleSpec", "WorkloadSpec"]
+
+
+class ModelSpec(Spec):
+    """Which model of the zoo, and its options.
+
+    ``hidden``: the mlp's hidden layer widths. resnet only: ``blocks`` (residual blocks
+    per stage), ``width`` (channels of the first stage, doubled at each next one),
+    ``batch_norm_momentum`` of the moving statistics, and ``sync_batch_norm`` (TF's
+    SyncBatchNormalization). ``sync_batch_norm`` sits here, on the model, because in
+    TensorFlow it is a layer of the model (``SyncBatchNormalization``, Keras 3's
+    ``BatchNormalization(synchronized=True)``), not an option of the strategy: the same
+    model behaves the same under every strategy that runs several replicas.
+    The resnet options are None for the other models (a resolved scenario omits
+    them) and filled with ``RESNET_DEFAULTS`` for resnet.
+    """
+
+    name: ModelName
+    hidden: list[PositiveInt] = Field(default_factory=lambda: [128])
+    blocks: list[PositiveInt] | None = Field(None, min_length=1, examples=[[1, 1]])
+    width: PositiveInt | None = Field(None, examples=[16])
+    batch_norm_momentum: Float | None = Field(None, ge=0, lt=1, examples=[0.9])
+    sync_batch_norm: bool | None = Field(None, examples=["true"])
+
+    @model_validator(mode="after")
+    def _resnet_options(self) -> ModelSpec:
+        for option, default in RESNET_DEFAULTS.items():
+            if self.name == "resnet":
+                if getattr(self, option) is None:
+                    setattr(self, option, copy.deepcopy(default))
+            elif getattr(self, option) is not None:
+                raise fail(option, f"is an option of model resnet only, not of {self.name}")
+        return self
+
+
+def _resolve_file(path: Path, info: ValidationInfo, field: str, what: str) -> Path:
+    base = (info.context or {}).get("base_dir")
+    try:
+        full = path if path.is_absolute() or base is None else Path(base) / path
+        exists, regular = full.exists(), full.is_file()
+        resolved = full.resolve() if regular else full
+    except (OSError, ValueError) as exc:  # a NUL byte, a name too long for the system
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise fail(field, f"got {show(str(path))}: not a usable file name ({why})") from None
+    if not regular:
+        problem = "not a regular file" if exists else "file not found"
+        raise fail(field, f"{problem}: {str(path)!r} (looked at {str(full)!r}); expected {what}")
+    return resolved
+
+
+class DatasetSpec(Spec):
+    """A built-in dataset or an ``.npz`` file with ``x``/``y`` arrays.
+
+    ``n_examples``, ``n_features`` and ``noise`` shape the generated sets
+    (``synthetic_regression``, ``teacher``); ``n_classes`` is the teacher's, whose options
+    left out take :data:`~simdist.catalog.TEACHER_DEFAULTS` (simdist/numerics/generated.py).
+    """
+
+    name: DatasetName
+    path: Path | None = None
+    test_fraction: Float = Field(0.2, gt=0, lt=1)
+    n_examples: Int = Field(2048, ge=1)
+    n_features: Int = Field(16, ge=1)
+    noise: Float = Field(0.1, ge=0)
+    n_classes: Int = Field(10, ge=2, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _npz_key(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "npz" in data:
+            data = dict(data)
+            if "path" in data:
+                raise fail("npz", "give npz: <file> or name: npz with path: <file>, not both")
+            data.setdefault("name", "npz")
+            data["path"] = data.pop("npz")
+        return data
+
+    @model_validator(mode="after")
+    def _resolve_path(self, info: ValidationInfo) -> DatasetSpec:
+        if self.name == "teacher":  # its own defaults for the options left out
+            for key, value in TEACHER_DEFAULTS.items():
+                if key not in self.model_fields_set:
+                    setattr(self, key, value)
+        if self.n_examples > MAX_GENERATED_EXAMPLES:
+            raise fail(
+                "n_examples",
+                f"got {show(self.n_examples)}; a generated data set is held in memory and "
+                f"capped at {MAX_GENERATED_EXAMPLES:,} examples, e.g. n_examples: 2048",
+            )
+        if self.n_examples * self.n_features > MAX_GENERATED_VALUES:
+            raise fail(
+                "n_features",
+                f"got {show(self.n_features)}: {self.n_examples:,} examples x "
+                f"{show(self.n_features)} features is above the cap of "
+                f"{MAX_GENERATED_VALUES:,} generated values (held in memory); "
+                "e.g. n_features: 16",
+            )
+        if self.name != "npz":
+            if self.path is not None:
+                raise fail("path", f"path is only used with npz datasets, not {self.name!r}")
+            return self
+        if self.path is None:
+            raise fail("npz", "missing; required for an npz dataset, e.g. dataset: {npz: d.npz}")
+        self.path = _resolve_file(self.path, info, "npz", "an .npz file with arrays x and y")
+        return self
+
+
+class ScheduleSpec(Spec):
+    """Learning-rate schedule, as the optax schedule of the same name."""
+
+    kind: ScheduleKind = "constant"
+    decay_steps: Int | None = Field(None, ge=1)
+    alpha: Float = 0.0
+    decay_rate: Float = Field(0.5, gt=0, le=1)
+    transition_steps: Int = Field(1000, ge=1)
+    warmup_steps: Int = Field(0, ge=0)
+    boundaries: list[Annotated[int, Field(strict=True, ge=0)]] = Field(default_factory=list)
+    scales: list[Float] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _piecewise(self) -> ScheduleSpec:
+        if self.kind == "piecewise_constant" and len(self.boundaries) != len(self.scales):
+            raise fail(
+                "scales",
+                f"got {len(self.scales)} scales for {len(self.boundaries)} boundaries; "
+                "give one scale per boundary, e.g. boundaries: [1000, 2000], scales: [0.1, 0.1]",
+            )
+        return self
+
+
+class OptimizerSpec(Spec):
+    """Optimizer and learning rate (per update, with the loss averaged over the global batch)."""
+
+    name: OptimizerName
+    learning_rate: Float = Field(gt=0)
+    momentum: Float = Field(0.9, ge=0, lt=1)
+    schedule: Annotated[ScheduleSpec | None, BeforeValidator(shorthand("kind"))] = None
+
+
+class WorkloadSpec(Spec):
+    """What is trained, on what, for how long, and whose layers set the clock.
+
+    Exactly one of ``batch_size`` (per replica) and ``global_batch_size`` is given; the
+    scenario fills in the other, so both are ints after validation. Likewise exactly one
+    of ``steps`` and ``epochs``; use :meth:`total_steps`.
+
+    The clock follows, first found: ``profile`` (a layers.csv or ASTRA-sim workload file),
+    ``timing_model`` (a zoo model costed at its own input shape, e.g. vgg16) or ``model``.
+    With numerics on and one of the first two given, ``model`` trains for real on
+    ``dataset`` while the clock follows the other: a surrogate. ``dataset`` may be omitted in
+    timing-only runs (``numerics: false``); ``input_shape`` overrides the clock model's own.
+    """
+
+    model: Annotated[ModelSpec | None, BeforeValidator(shorthand("name"))] = None
+    dataset: Annotated[DatasetSpec | None, BeforeValidator(shorthand("name"))] = None
+    timing_model: Annotated[ModelSpec | None, BeforeValidator(shorthand("name"))] = None
+    profile: Path | None = None
+    input_shape: list[PositiveInt] | None = None
+    batch_size: Int = Field(0, ge=1)
+    global_batch_size: Int = Field(0, ge=1)
+    optimizer: OptimizerSpec
+    steps: Int | None = Field(None, ge=1)
+    epochs: Float | None = Field(None, gt=0)
+    eval_every: Int = Field(100, ge=0)
+    init_from: Path | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self, info: ValidationInfo) -> WorkloadSpec:
+        given = self.model_fields_set
+        if "batch_size" in given and "global_batch_size" in given:
+            raise fail(
+                "global_batch_size",
+                "give either batch_size (per replica) or global_batch_size, not both",
+            )
+        if "batch_size" not in given and "global_batch_size" not in given:
+            raise fail(
+                "batch_size",
+                "missing; give batch_size (per replica) or global_batch_size, e.g. batch_size: 32",
+            )
+        if self.steps is not None and self.epochs is not None:
+            raise fail("epochs", "give either steps or epochs, not both, e.g. steps: 1000")
+        if self.steps is None and self.epochs is None:
+            raise fail("steps", "missing; give steps or epochs, e.g. steps: 1000")
+        if self.init_from is not None:
+            self.init_from = _resolve_file(
+                self.init_from, info, "init_from", "a parameter file written by simdist"
+            )
+        if self.profile is not None:
+            if self.timing_model is not None:
+                raise fail(
+                    "timing_model",
+                    "give timing_model or profile (whose layers set the clock), not both",
+                )
+            self.profile = _resolve_file(
+                self.profile, info, "profile", "a layers.csv or an ASTRA-sim workload file"
+            )
+        if self.model is None and self.profile is None:
+            raise fail("model", "missing; name a model of the zoo, e.g. model: mlp")
+        return self
+
+    @property
+    def clock_model(self) -> ModelSpec:
+        """The zoo model whose layers set the clock (when no profile file is given)."""
+        model = self.timing_model or self.model
+        assert model is not None
+        return model
+
+    @property
+    def surrogate(self) -> bool:
+        """Whether the clock follows another model than the one trained (profile/timing_model)."""
+        return self.model is not None and (
+            self.profile is not None or self.timing_model is not None
+        )
+
+    def total_steps(self, n_train: int) -> int:
+        """Number of training steps: ``steps``, or ``ceil(epochs * n_train / global batch)``."""
+        if self.steps is not None:
+            return self.steps
+        assert self.epochs is not None
+        return max(1, math.ceil(self.epochs * n_train / self.global_batch_size))
