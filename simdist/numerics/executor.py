@@ -255,7 +255,7 @@ class Workload:
         self._loss_and_grad_fns: dict[int, Callable] = {}
         self._batched: dict[int, Callable] = {}
         self._devices: dict[tuple[int, int], Callable] = {}
-        self._stacked: dict[tuple[int, int], Callable] = {}
+        self._stacked: dict[tuple[int, int, bool], Callable] = {}
         self._lr_scales: dict[float, jax.Array] = {}
         self._apply = jax.jit(self._apply_impl)
         self._evaluate = jax.jit(self._evaluate_impl)
@@ -453,7 +453,9 @@ class Workload:
         self._devices[(n, global_batch)] = fn
         return fn
 
-    def _stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
+    def _stacked_fn(
+        self, global_batch: int, replicas: int = 1, prestacked: bool = False
+    ) -> Callable:
         """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
         K grads, K moments.
 
@@ -461,8 +463,10 @@ class Workload:
         call); the parameter versions are device arrays and are stacked inside.
         ``replicas > 1``: each of the K batches is split into that many replicas
         (a worker's devices), as :meth:`replica_grads` "batched" does.
+        ``prestacked``: the K versions come as one tree of [K, ...] leaves (the
+        dataflow replay stacks them on the host); the same ``vmap`` inside.
         """
-        fn = self._stacked.get((global_batch, replicas))
+        fn = self._stacked.get((global_batch, replicas, prestacked))
         if fn is None:
             if replicas == 1:
                 vm = jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
@@ -480,8 +484,8 @@ class Workload:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)
                 return vm(p, xs, ys)
 
-            fn = jax.jit(stacked)
-            self._stacked[(global_batch, replicas)] = fn
+            fn = jax.jit(vm if prestacked else stacked)
+            self._stacked[(global_batch, replicas, prestacked)] = fn
         return fn
 
     def init_opt_state(self, params: Any) -> Any:
