@@ -1,0 +1,237 @@
+"""parameter_server's dataflow replay: against a step-by-step reference, bit for bit where
+it must be, and divergence cut where the step-by-step loop stopped."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from helpers import assert_trees_close, tiny
+
+from simdist.engine import cached_workload, run
+from simdist.numerics.chains import CHAIN, apply_chain_fn
+from simdist.scenario import scenario_from_dict
+from simdist.strategies.parameter_server import ParameterServers
+from simdist.strategies.parameter_server import replay as replay_module
+from simdist.strategies.parameter_server.dataflow import Evaluate
+from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
+
+NET = {"bandwidth": "1GB/s", "latency": "10us"}
+
+
+def ps(workers: int = 4, servers: int = 2, steps: int = 40, **strategy) -> dict:
+    return tiny(
+        **{
+            "strategy": {"kind": "parameter_server", **strategy},
+            "cluster.hosts": workers,
+            "cluster.ps": servers,
+            "cluster.links.network": NET,
+            "workload.steps": steps,
+            "workload.eval_every": 7,
+        }
+    )
+
+
+def reference(strategy: ParameterServerStrategy) -> tuple[dict, list, object]:
+    """The dataflow of ``strategy`` computed one op at a time: one gradient call per
+    ticket (unbatched) and one optimizer call per applied shard, as the step-by-step
+    loop did. Returns losses by ticket, evaluations in order, the final variables."""
+    s, wl = strategy, strategy.workload
+    flow = s.dataflow
+    servers = ParameterServers(s.shards, s.n_ps, wl)
+    store = [
+        {0: (servers.values[p], servers.opt_states[p], servers.states[p])} for p in range(s.n_ps)
+    ]
+
+    def variables(ids):
+        servers.values = [store[p][i][0] for p, i in enumerate(ids)]
+        servers.states = [store[p][i][2] for p, i in enumerate(ids)]
+        return servers.current()
+
+    grads, losses, evaluations = {}, {}, []
+    for op in flow.ops:
+        if isinstance(op, Evaluate):
+            evaluations.append(wl.evaluate(variables(op.ids)))
+            continue
+        if op.ticket not in grads:
+            ticket = flow.tickets[op.ticket]
+            params = servers.assemble([store[p][i][0] for p, i in enumerate(ticket.pulled)])
+            x, y = wl.batches.batch(ticket.batch, s.worker_batch)
+            loss, g, moments = wl.loss_and_grads(params, x, y, s.worker_batch, with_moments=True)
+            losses[op.ticket] = float(loss)
+            grads[op.ticket] = (g, moments)
+        g, moments = grads[op.ticket]
+        values, opt_state, state = store[op.ps][op.source]
+        values, opt_state = wl.apply(values, opt_state, servers.split(g, op.ps), op.scale)
+        state = wl.update_state(state, servers.split_moments(moments, op.ps))
+        store[op.ps][op.target] = (values, opt_state, state)
+    return losses, evaluations, variables(s.servers.current())
+
+
+def replayed(data: dict, monkeypatch) -> tuple:
+    """Run ``data``; return the result, its strategy and what its replay computed."""
+    seen: dict = {}
+    original_replay, original_run = ParameterServerStrategy.replay, replay_module.Replay.run
+
+    def replay(self):
+        seen["strategy"] = self
+        original_replay(self)
+
+    def replay_run(self, flow, final_ids):
+        seen["outcome"] = original_run(self, flow, final_ids)
+        seen["calls"] = self.calls
+        return seen["outcome"]
+
+    monkeypatch.setattr(ParameterServerStrategy, "replay", replay)
+    monkeypatch.setattr(replay_module.Replay, "run", replay_run)
+    result = run(scenario_from_dict(data))
+    return result, seen["strategy"], seen["outcome"], seen["calls"]
+
+
+SCENARIOS = {
+    "async-sgd": ps(),
+    "ssp-inverse-momentum-row-shards": {
+        **ps(workers=5, servers=3, staleness_bound=1, lr_staleness="inverse"),
+        "strategy": {
+            "kind": "parameter_server",
+            "staleness_bound": 1,
+            "lr_staleness": "inverse",
+            "partitioner": "min_size",
+            "min_shard_bytes": 512,
+        },
+    },
+    "adam-failures-restores": {
+        **ps(workers=3, servers=2, steps=50),
+        "checkpoint": {"every_steps": 10, "storage_bandwidth": "1GB/s"},
+        "faults": {
+            "failures": [
+                {"target": "ps 1", "at": "4ms", "restart_after": "1ms"},
+                {"target": "worker 0", "at": "2ms", "restart_after": "1ms"},
+            ]
+        },
+    },
+    "twelve-workers-overlap": ps(workers=12, servers=2, steps=60, overlap=True),
+}
+SCENARIOS["adam-failures-restores"]["workload"]["optimizer"] = {
+    "name": "adam",
+    "learning_rate": 0.01,
+}
+SCENARIOS["ssp-inverse-momentum-row-shards"]["workload"]["optimizer"] = {
+    "name": "momentum",
+    "learning_rate": 0.05,
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_the_replay_equals_a_step_by_step_reference(name, monkeypatch):
+    result, strategy, outcome, _ = replayed(SCENARIOS[name], monkeypatch)
+    losses, evaluations, final = reference(strategy)
+    assert sorted(outcome.losses) == sorted(losses)
+    np.testing.assert_allclose(
+        [outcome.losses[t] for t in sorted(losses)], [losses[t] for t in sorted(losses)], rtol=1e-5
+    )
+    assert len(outcome.evaluations) == len(evaluations) > 0
+    for mine, theirs in zip(outcome.evaluations, evaluations, strict=True):
+        assert mine.keys() == theirs.keys()
+        np.testing.assert_allclose(list(mine.values()), list(theirs.values()), rtol=1e-5)
+    assert_trees_close(result.params, final, atol=1e-5)
+    # what the run reports is what the replay computed
+    updates = result.tables["updates"]
+    assert np.isfinite(updates["loss"]).all()
+    assert len(updates) == strategy.dataflow.applies
+
+
+def test_a_wide_run_fills_its_gradient_calls(monkeypatch):
+    """24 workers: waves hold ~24 gradients, so every 8-wide call is full (the step-by-step
+    loop evaluated what was pending at each first arrival: about 4 per call)."""
+    result, _, _, calls = replayed(ps(workers=24, servers=2, steps=96), monkeypatch)
+    assert result.summary["applied_updates"] == 96
+    assert calls == 96 // 8
+
+
+@pytest.mark.parametrize(
+    "model", [{"name": "mlp", "hidden": [16]}, {"name": "softmax"}, {"name": "cnn"}]
+)
+def test_gradient_lanes_do_not_depend_on_their_neighbours_or_the_stacking(model):
+    """Why the replay may group gradients differently from the step-by-step loop: a lane
+    of the 8-wide program gives the same bits whatever the other lanes hold, and the
+    prestacked program equals the one that stacks the versions itself."""
+    data = ps()
+    data["workload"]["model"] = model
+    wl = cached_workload(scenario_from_dict(data))
+    leaves, treedef = jax.tree_util.tree_flatten(wl.params)
+    rng = np.random.default_rng(0)
+    versions = [
+        jax.tree_util.tree_unflatten(
+            treedef, [np.asarray(a) + rng.normal(0, 0.05, a.shape).astype(a.dtype) for a in leaves]
+        )
+        for _ in range(12)
+    ]
+    batches = [wl.batches.batch(i, 8) for i in range(12)]
+
+    def inputs(order):
+        return np.stack([batches[i][0] for i in order]), np.stack([batches[i][1] for i in order])
+
+    order_a, order_b = [0, 1, 2, 3, 4, 5, 6, 7], [9, 3, 11, 0, 0, 0, 0, 10]
+    a = jax.device_get(wl._stacked_fn(8)(tuple(versions[i] for i in order_a), *inputs(order_a)))
+    params = jax.tree.map(lambda *x: np.stack(x), *[versions[i] for i in order_b])
+    b = jax.device_get(wl._stacked_fn(8, prestacked=True)(params, *inputs(order_b)))
+    for i, j in ((3, 1), (0, 3)):
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+            np.testing.assert_array_equal(x[i], y[j])
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
+def test_a_fused_update_chain_equals_one_call_per_update(optimizer):
+    data = ps()
+    data["workload"]["optimizer"] = {"name": optimizer, "learning_rate": 0.01}
+    wl = cached_workload(scenario_from_dict(data))
+    rng = np.random.default_rng(1)
+    values = {"k": rng.normal(size=(64, 16)).astype(np.float32), "b": np.ones(10, np.float32)}
+    grads = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in values.items()}]
+    grads = grads * 2 + [
+        {k: rng.normal(size=v.shape).astype(np.float32) for k, v in values.items()}
+        for _ in range(CHAIN - 2)
+    ]
+    scales = [1.0, 0.5, 1 / 3, 1.0, 0.25, 1 / 7, 1.0, 1.0]
+    opt_state = wl.init_opt_state(values)
+    expected, p, o = [], values, opt_state
+    for g, scale in zip(grads, scales, strict=True):
+        p, o = wl.apply(p, o, g, scale)
+        expected.append(jax.device_get(p))
+    fn = apply_chain_fn(wl)
+    stacked = {k: np.stack([g[k] for g in grads]) for k in values}
+    for length in (CHAIN, 5):
+        valid = np.arange(CHAIN) < length
+        out, opts, _ = jax.device_get(
+            fn(values, opt_state, {}, stacked, np.float32(scales), {}, valid)
+        )
+        for i in range(CHAIN):
+            for key in values:
+                np.testing.assert_array_equal(out[key][i], expected[min(i, length - 1)][key])
+        if length == CHAIN:
+            for x, y in zip(
+                jax.tree.leaves(jax.tree.map(lambda a: a[-1], opts)),
+                jax.tree.leaves(jax.device_get(o)),
+                strict=True,
+            ):
+                np.testing.assert_array_equal(x, y)
+
+
+# Pinned from the step-by-step loop (commit d8b723f), which stopped at the shard of
+# the first non-finite loss: the replay finds it afterwards and the run is simulated
+# again to stop there, with the same step, end time and tables.
+@pytest.mark.parametrize("bound", [None, 1])
+def test_divergence_is_cut_where_the_step_by_step_loop_stopped(bound):
+    data = ps(workers=4, servers=2, steps=80, staleness_bound=bound)
+    data["workload"]["optimizer"]["learning_rate"] = 1e30
+    data["workload"]["eval_every"] = 3
+    data["checkpoint"] = {"every_steps": 4, "storage_bandwidth": "1GB/s"}
+    result = run(scenario_from_dict(data))
+    s = result.summary
+    assert s["diverged"] is True
+    assert s["diverged_at_step"] == s["steps"] == 5
+    assert s["simulated_time_s"] == 0.0020993599999999998
+    assert (len(result.tables["updates"]), len(result.metrics), len(result.events)) == (8, 18, 49)
+    assert np.isfinite(result.tables["updates"]["loss"]).all()
+    assert result.metrics.query("metric == 'test_accuracy'")["step"].tolist() == [3]
