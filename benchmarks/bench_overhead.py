@@ -7,7 +7,7 @@ batches of the same size in a plain jitted ``vmap`` loop, inputs already on
 the device, nothing else:
 
 * parameter_server: buckets of 8 gradients, each on its own parameter
-  version (as the run's DeferredGradients evaluates them), ceil(G / 8) calls;
+  version (as the run's dataflow replay evaluates them), ceil(G / 8) calls;
 * mirrored: one call per step, ``vmap`` over the N replicas sharing the
   parameters.
 
