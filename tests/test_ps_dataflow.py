@@ -181,40 +181,41 @@ def test_gradient_lanes_do_not_depend_on_their_neighbours_or_the_stacking(model)
             np.testing.assert_array_equal(x[i], y[j])
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam"])
-def test_a_fused_update_chain_equals_one_call_per_update(optimizer):
+@pytest.mark.parametrize(
+    ("optimizer", "schedule", "fused"),
+    [
+        ("sgd", None, True),
+        ("momentum", None, True),
+        ("adam", None, False),
+        ("sgd", "cosine", False),
+    ],
+)
+def test_a_chain_of_updates_equals_one_call_per_update(optimizer, schedule, fused):
     data = ps()
     data["workload"]["optimizer"] = {"name": optimizer, "learning_rate": 0.01}
+    if schedule is not None:
+        data["workload"]["optimizer"]["schedule"] = {"kind": schedule}
     wl = cached_workload(scenario_from_dict(data))
+    assert wl.scan_updates is fused
     rng = np.random.default_rng(1)
     values = {"k": rng.normal(size=(64, 16)).astype(np.float32), "b": np.ones(10, np.float32)}
-    grads = [{k: rng.normal(size=v.shape).astype(np.float32) for k, v in values.items()}]
-    grads = grads * 2 + [
+    grads = [
         {k: rng.normal(size=v.shape).astype(np.float32) for k, v in values.items()}
-        for _ in range(CHAIN - 2)
+        for _ in range(CHAIN)
     ]
     scales = [1.0, 0.5, 1 / 3, 1.0, 0.25, 1 / 7, 1.0, 1.0]
     opt_state = wl.init_opt_state(values)
     expected, p, o = [], values, opt_state
     for g, scale in zip(grads, scales, strict=True):
         p, o = wl.apply(p, o, g, scale)
-        expected.append(jax.device_get(p))
+        expected.append(jax.device_get((p, o)))
     fn = apply_chain_fn(wl)
     stacked = {k: np.stack([g[k] for g in grads]) for k in values}
-    for length in (CHAIN, 5):
-        valid = np.arange(CHAIN) < length
-        out, opts, _ = jax.device_get(
-            fn(values, opt_state, {}, stacked, np.float32(scales), {}, valid)
-        )
-        for i in range(CHAIN):
-            for key in values:
-                np.testing.assert_array_equal(out[key][i], expected[min(i, length - 1)][key])
-        if length == CHAIN:
-            for x, y in zip(
-                jax.tree.leaves(jax.tree.map(lambda a: a[-1], opts)),
-                jax.tree.leaves(jax.device_get(o)),
-                strict=True,
-            ):
+    for count in (CHAIN, 5):
+        states = fn(values, opt_state, {}, stacked, np.float32(scales), {}, count)
+        assert len(states) == count
+        for (v, o, _), want in zip(states, expected, strict=False):
+            for x, y in zip(jax.tree.leaves((v, o)), jax.tree.leaves(want), strict=True):
                 np.testing.assert_array_equal(x, y)
 
 

@@ -42,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import DataError, SimdistError
+from simdist.numerics.chains import scan_exact
 from simdist.numerics.data import BatchStream, Dataset, check_values, load_dataset, read_npz
 from simdist.numerics.memory import (  # noqa: F401  (re-exported)
     PARAM_COPIES,
@@ -226,6 +227,8 @@ class Workload:
         self.model = make_model(model_spec, self.dataset.n_outputs, self.dataset.input_shape)
         self.batches = BatchStream(self.dataset, self.seed)
         self.optimizer: optax.GradientTransformation = make_optimizer(optimizer_spec, total_steps)
+        # Whether runs of updates may be fused in one lax.scan bit for bit (numerics/chains.py).
+        self.scan_updates = scan_exact(optimizer_spec)
         key_data = jax_key_data(self.seed, "init")
         shape = (1, *self.dataset.input_shape)
 

@@ -167,12 +167,7 @@ class Replay:
             if i == n:
                 break
             blocked = ops[i].ticket  # type: ignore[union-attr]
-            ready = [
-                t
-                for t in waiting
-                if all(p <= produced[ps] for ps, p in enumerate(tickets[t].pulled))
-            ]
-            assert blocked in ready, "a gradient is applied before the states it pulled exist"
+            ready = self._ready(waiting, blocked, tickets, produced)
             done: set[int] = set()
             for start in range(0, len(ready), BUCKET):
                 chunk = ready[start : start + BUCKET]
@@ -183,6 +178,31 @@ class Replay:
             waiting = [t for t in waiting if t not in done]
         final = jax.device_put(self.variables(final_ids))
         return Outcome(losses, evaluations, final, None)
+
+    @staticmethod
+    def _ready(
+        waiting: list[int], blocked: int, tickets: Sequence[Any], produced: list[int]
+    ) -> list[int]:
+        """The waiting gradients whose pulled states exist, ``blocked`` among them.
+
+        Tickets are numbered in pull order and a later pull reads newer states, so
+        the scan stops at the first one not ready (after a rollback an older state
+        may be pulled later: such a ticket waits for the next wave).
+        """
+
+        def ready(t: int) -> bool:
+            return all(p <= produced[ps] for ps, p in enumerate(tickets[t].pulled))
+
+        out = []
+        for t in waiting:
+            if not ready(t):
+                break
+            out.append(t)
+        if blocked not in out:
+            assert ready(blocked), "a gradient is applied before the states it pulled exist"
+            out.append(blocked)
+            out.sort()
+        return out
 
     def _release(self, ps: int, i: int) -> None:
         key = (ps, i)
@@ -256,48 +276,29 @@ class Replay:
         return count
 
     def _chain(self, ps: int, run: list[Apply], results: dict[int, tuple]) -> None:
-        """Apply ``run`` (consecutive updates of ``ps``) in one fused call."""
+        """Apply ``run`` (consecutive updates of ``ps``) in one call where that is exact."""
         s = self.servers
         first = self.store[ps][run[0].source]
-        slices = s._ps_slices[ps]
-        state_slices = s._ps_state_slices[ps]
         padded = run + [run[-1]] * (CHAIN - len(run))
         grads = {
-            key: np.stack(
-                [
-                    results[op.ticket][1][leaf]
-                    if rows is None
-                    else results[op.ticket][1][leaf][rows]
-                    for op in padded
-                ]
-            )
-            for key, leaf, rows in slices
+            key: np.stack([_rows(results[op.ticket][1][leaf], rows) for op in padded])
+            for key, leaf, rows in s._ps_slices[ps]
         }
         moments = {
             key: np.stack(
-                [
-                    results[op.ticket][2][leaf - self.n_leaves]
-                    if rows is None
-                    else results[op.ticket][2][leaf - self.n_leaves][rows]
-                    for op in padded
-                ]
+                [_rows(results[op.ticket][2][leaf - self.n_leaves], rows) for op in padded]
             )
-            for key, leaf, rows in state_slices
+            for key, leaf, rows in s._ps_state_slices[ps]
         }
-        scales = np.array([np.float32(op.scale) for op in padded], dtype=np.float32)
-        valid = np.arange(CHAIN) < len(run)
-        out = jax.device_get(
-            self.chain_fn(
-                first.values, first.opt_state, first.model_state, grads, scales, moments, valid
-            )
-        )
+        scales = np.array([op.scale for op in padded], dtype=np.float32)
+        states = self.chain_fn(*first, grads, scales, moments, len(run))
         self.chains += 1
-        values, opt_states, model_states = out
-        for k, op in enumerate(run):
+        for op, state in zip(run, states, strict=True):
             if (ps, op.target) in self.uses:
-                self.store[ps][op.target] = State(
-                    {key: a[k] for key, a in values.items()},
-                    jax.tree.map(lambda a, k=k: a[k], opt_states),
-                    {key: a[k] for key, a in model_states.items()},
-                )
+                self.store[ps][op.target] = State(*state)
             self._release(ps, op.source)
+
+
+def _rows(array: Any, rows: slice | None) -> Any:
+    """``array``, or the rows of it a shard holds."""
+    return array if rows is None else array[rows]
