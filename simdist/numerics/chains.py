@@ -76,8 +76,16 @@ def _scan_chain(workload: Any, length: int) -> Callable[..., list[State]]:
         return jax.lax.scan(body, (values, opt_state, state), (grads, scales, moments))[1]
 
     def run(values, opt_state, state, grads, scales, moments, count) -> list[State]:
-        stacked = jax.device_get(chain(values, opt_state, state, grads, scales, moments))
-        return [jax.tree.map(lambda a, i=i: a[i], stacked) for i in range(count)]
+        v, o, m = jax.device_get(chain(values, opt_state, state, grads, scales, moments))
+        opt_leaves, opt_def = jax.tree_util.tree_flatten(o)
+        return [
+            (
+                {key: a[i] for key, a in v.items()},
+                jax.tree_util.tree_unflatten(opt_def, [a[i] for a in opt_leaves]),
+                {key: a[i] for key, a in m.items()},
+            )
+            for i in range(count)
+        ]
 
     return run
 

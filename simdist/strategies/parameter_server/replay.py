@@ -19,7 +19,7 @@ still reads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -58,14 +58,14 @@ class Replay:
     """Replays one run's :class:`~.dataflow.Dataflow` on the values of ``servers``.
 
     ``servers`` holds the initial values (a :class:`~.servers.ParameterServers`
-    with the workload); ``batch(index)`` returns a gradient's ``(x, y)``.
+    with the workload); a gradient's batch is global batch ``Ticket.batch`` of
+    ``global_batch`` examples of ``workload.batches``.
     """
 
     def __init__(
         self,
         servers: ParameterServers,
         workload: Any,
-        batch: Callable[[int], tuple[Any, Any]],
         global_batch: int,
         replicas: int = 1,
     ) -> None:
@@ -73,7 +73,7 @@ class Replay:
         assert servers.states is not None
         self.servers = servers
         self.workload = workload
-        self.batch = batch
+        self.global_batch = int(global_batch)
         self.n_ps = servers.n_ps
         self.n_leaves = servers.treedef.num_leaves
         self.grad_fn = workload._stacked_fn(int(global_batch), int(replicas), prestacked=True)
@@ -223,8 +223,13 @@ class Replay:
         lanes = [self.params(tickets[t].pulled) for t in padded]
         stacked = [np.stack(leaves) for leaves in zip(*lanes, strict=True)]
         params = jax.tree_util.tree_unflatten(self.servers.treedef, stacked)
-        xs, ys = zip(*(self.batch(tickets[t].batch) for t in padded), strict=True)
-        out = jax.device_get(self.grad_fn(params, np.stack(xs), np.stack(ys)))
+        # The lanes' batches in one gather: BatchStream.batch's rows, all at once.
+        stream = self.workload.batches
+        rows = np.concatenate([stream.indices(tickets[t].batch, self.global_batch) for t in padded])
+        data = stream.dataset
+        xs = data.x_train[rows].reshape(BUCKET, self.global_batch, *data.x_train.shape[1:])
+        ys = data.y_train[rows].reshape(BUCKET, self.global_batch, *data.y_train.shape[1:])
+        out = jax.device_get(self.grad_fn(params, xs, ys))
         self.calls += 1
         loss, grads, moments = out
         grad_leaves = jax.tree_util.tree_leaves(grads)

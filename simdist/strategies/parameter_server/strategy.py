@@ -389,13 +389,7 @@ class ParameterServerStrategy(Strategy):
 
         assert self.dataflow is not None and self.workload is not None
         replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
-        engine = Replay(
-            self.initial,
-            self.workload,
-            lambda index: self.workload.batches.batch(index, self.worker_batch),
-            self.worker_batch,
-            replicas,
-        )
+        engine = Replay(self.initial, self.workload, self.worker_batch, replicas)
         outcome = engine.run(self.dataflow, self.servers.current())
         self.replay_calls = (engine.calls, engine.chains)
         if outcome.cut is not None:
