@@ -456,32 +456,37 @@ class Workload:
         self._devices[(n, global_batch)] = fn
         return fn
 
+    def stacked_vmap(self, global_batch: int, replicas: int = 1) -> Callable:
+        """Not jitted: params with a leading axis of K versions, xs [K, b, ...], ys [K, b, ...]
+        -> K losses, K grads, K moments — the body of :meth:`_stacked_fn`.
+
+        ``replicas > 1``: each of the K batches is split into that many replicas
+        (a worker's devices), as :meth:`replica_grads` "batched" does.
+        """
+        if replicas == 1:
+            return jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
+        synced = self.sync_batch_norm
+
+        def one(p: Any, x: jax.Array, y: jax.Array) -> tuple:
+            split = (replicas, x.shape[0] // replicas)
+            xs, ys = x.reshape(split + x.shape[1:]), y.reshape(split + y.shape[1:])
+            return self._replicas_impl(p, xs, ys, global_batch, synced)
+
+        return jax.vmap(one)
+
     def _stacked_fn(
         self, global_batch: int, replicas: int = 1, prestacked: bool = False
     ) -> Callable:
         """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
-        K grads, K moments.
+        K grads, K moments (:meth:`stacked_vmap`).
 
         The batches come stacked on the host (two transfers instead of 2K per
         call); the parameter versions are device arrays and are stacked inside.
-        ``replicas > 1``: each of the K batches is split into that many replicas
-        (a worker's devices), as :meth:`replica_grads` "batched" does.
-        ``prestacked``: the K versions come as one tree of [K, ...] leaves (the
-        dataflow replay stacks them on the host); the same ``vmap`` inside.
+        ``prestacked``: the K versions come as one tree of [K, ...] leaves.
         """
         fn = self._stacked.get((global_batch, replicas, prestacked))
         if fn is None:
-            if replicas == 1:
-                vm = jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
-            else:
-                synced = self.sync_batch_norm
-
-                def one(p: Any, x: jax.Array, y: jax.Array) -> tuple:
-                    split = (replicas, x.shape[0] // replicas)
-                    xs, ys = x.reshape(split + x.shape[1:]), y.reshape(split + y.shape[1:])
-                    return self._replicas_impl(p, xs, ys, global_batch, synced)
-
-                vm = jax.vmap(one)
+            vm = self.stacked_vmap(global_batch, replicas)
 
             def stacked(ps: tuple, xs: jax.Array, ys: jax.Array) -> tuple:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)
