@@ -31,7 +31,7 @@ from common import best_interleaved, parse_args, ps_scenario, sync_scenario
 
 from simdist import engine
 from simdist.strategies.parameter_server.dataflow import Journal
-from simdist.strategies.parameter_server.replay import Replay
+from simdist.strategies.parameter_server.replay import Plan, Replay
 
 BUCKET = 8
 
@@ -162,11 +162,9 @@ def measure(
     return row
 
 
-#: What the breakdown times (nested: the waves include the assembling, the replay all three).
+#: What the breakdown times (nested: the replay includes its plan).
 PARTS: list[tuple[str, tuple[Any, str]]] = [
-    ("assembling", (Replay, "params")),
-    ("waves", (Replay, "_gradients")),
-    ("chains", (Replay, "_chain")),
+    ("plan", (Plan, "__init__")),
     ("replay", (Replay, "run")),
     ("journal", (Journal, "flush")),
 ]
@@ -215,18 +213,15 @@ def breakdown(workers: int = 8, gradients: int = 1024, repeat: int = 3) -> dict[
     loop = bare_ps_loop(engine.cached_workload(scenario), gradients, 32)
     bare_s = best_interleaved({"bare": loop}, repeat)["bare"][0]
     us = {label: seconds / gradients * 1e6 for label, seconds in best_spent.items()}
-    waves, chains, whole = (us.get(label, 0.0) for label, _ in PARTS[1:4])
-    journal = us.get(PARTS[4][0], 0.0)
+    plan, replay, journal = (us.get(label, 0.0) for label, _ in PARTS)
     simulation = timing_s / gradients * 1e6
     total = best_total / gradients * 1e6
     per = {
         "simulation (timing-only run)": simulation,
-        "gradient waves (Replay._gradients)": waves,
-        "  of which assembling the pulled versions": us.get(PARTS[0][0], 0.0),
-        "optimizer update chains (Replay._chain)": chains,
-        "rest of the replay (its walk, evaluations)": whole - waves - chains,
+        "replay (Replay.run: plan, dispatch, waiting for XLA)": replay,
+        "  of which the plan (Plan, host only)": plan,
         "writing the journal (Journal.flush)": journal,
-        "rest (SimPy pass beyond timing-only, tables, glue)": total - simulation - whole - journal,
+        "rest (SimPy pass beyond timing-only, tables, glue)": total - simulation - replay - journal,
         "full run": total,
         "bare loop (same gradients)": bare_s / gradients * 1e6,
     }

@@ -4,14 +4,15 @@ it must be, and divergence cut where the step-by-step loop stopped."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import assert_trees_close, tiny
 
-from simdist.engine import cached_workload, run
-from simdist.numerics.chains import CHAIN, apply_chain_fn
+from simdist.engine import cached_workload, measure_costs, run
+from simdist.numerics.chains import CHAIN
 from simdist.scenario import scenario_from_dict
-from simdist.strategies.parameter_server import ParameterServers
+from simdist.strategies.parameter_server import ParameterServers, partition
 from simdist.strategies.parameter_server import replay as replay_module
 from simdist.strategies.parameter_server.dataflow import Evaluate
 from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
@@ -191,32 +192,41 @@ def test_gradient_lanes_do_not_depend_on_their_neighbours_or_the_stacking(model)
     ],
 )
 def test_a_chain_of_updates_equals_one_call_per_update(optimizer, schedule, fused):
-    data = ps()
+    """The replay's update chain (a scan over banks, or one call per update where a scan
+    is not exact) against one ``Workload.apply`` per update, bit for bit, on a PS holding
+    whole variables and row shards, with learning-rate scales and a padded chain."""
+    data = ps(servers=2, partitioner="min_size", min_shard_bytes=256)
     data["workload"]["optimizer"] = {"name": optimizer, "learning_rate": 0.01}
     if schedule is not None:
         data["workload"]["optimizer"]["schedule"] = {"kind": schedule}
-    wl = cached_workload(scenario_from_dict(data))
+    scenario = scenario_from_dict(data)
+    wl = cached_workload(scenario)
     assert wl.scan_updates is fused
+    costs = measure_costs(scenario, wl)
+    shards = partition(costs.param_leaves, 2, "min_size", 256)
+    servers = ParameterServers(shards, 2, wl)
+    assert any(rows is not None for _, _, rows in servers._ps_slices[1])  # a row shard
+    replay = replay_module.Replay(servers, wl, 8)
+    programs = replay._programs()
     rng = np.random.default_rng(1)
-    values = {"k": rng.normal(size=(64, 16)).astype(np.float32), "b": np.ones(10, np.float32)}
-    grads = [
-        {k: rng.normal(size=v.shape).astype(np.float32) for k, v in values.items()}
-        for _ in range(CHAIN)
+    leaves = jax.tree_util.tree_leaves(wl.params)
+    grads = [[rng.normal(size=a.shape).astype(a.dtype) for a in leaves] for _ in range(CHAIN)]
+    scales = [1.0, 0.5, 1 / 3, 1.0, 0.25, 1 / 7, 1.0]  # 7 updates: one padded step
+    flow_ops = [replay_module.Apply(1, t, scale, t, t + 1) for t, scale in enumerate(scales)]
+    banks = programs.banks(servers, [16, 16], 16)  # slots per PS, gradient slots
+    banks["grads"] = [
+        b.at[jnp.arange(CHAIN)].set(np.stack([g[i] for g in grads]))
+        for i, b in enumerate(banks["grads"])
     ]
-    scales = [1.0, 0.5, 1 / 3, 1.0, 0.25, 1 / 7, 1.0, 1.0]
-    opt_state = wl.init_opt_state(values)
-    expected, p, o = [], values, opt_state
-    for g, scale in zip(grads, scales, strict=True):
-        p, o = wl.apply(p, o, g, scale)
-        expected.append(jax.device_get((p, o)))
-    fn = apply_chain_fn(wl)
-    stacked = {k: np.stack([g[k] for g in grads]) for k in values}
-    for count in (CHAIN, 5):
-        states = fn(values, opt_state, {}, stacked, np.float32(scales), {}, count)
-        assert len(states) == count
-        for (v, o, _), want in zip(states, expected, strict=False):
-            for x, y in zip(jax.tree.leaves((v, o)), jax.tree.leaves(want), strict=True):
-                np.testing.assert_array_equal(x, y)
+    chain = replay_module.Chain(1, 0, flow_ops, list(range(7)), list(range(1, 8)))
+    programs.chain(banks, chain, scratch=15)
+    values, opt = servers.values[1], servers.opt_states[1]
+    for t, scale in enumerate(scales):
+        values, opt = wl.apply(values, opt, servers.split(grads[t], 1), scale)
+        for key, want in values.items():
+            np.testing.assert_array_equal(banks["values"][1][key][t + 1], want)
+        for bank, want in zip(jax.tree.leaves(banks["opts"][1]), jax.tree.leaves(opt), strict=True):
+            np.testing.assert_array_equal(bank[t + 1], want)
 
 
 # Pinned from the step-by-step loop (commit d8b723f), which stopped at the shard of

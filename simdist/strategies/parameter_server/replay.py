@@ -289,7 +289,9 @@ class Replay:
         """Compute every applied gradient, update and evaluation of ``flow`` in order."""
         plan = Plan(flow, self.n_ps, final_ids)
         programs = self._programs()
-        banks = programs.banks(self.servers, plan)
+        banks = programs.banks(
+            self.servers, [slots.capacity for slots in plan.states], plan.gradients.capacity
+        )
         evaluations: list[dict[str, float]] = []
         waves: list[tuple[list[int], Any]] = []
         for step in plan.steps:
@@ -414,8 +416,11 @@ class _Programs:
     def gather(self, values, models, slots) -> Any:
         return self._gather(values, models, np.asarray(slots, np.int32))
 
-    def banks(self, servers: ParameterServers, plan: Plan) -> dict[str, Any]:
-        """Every bank, sized for ``plan``; slot 0 of each PS's holds its initial state."""
+    def banks(
+        self, servers: ParameterServers, state_slots: Sequence[int], gradient_slots: int
+    ) -> dict[str, Any]:
+        """Every bank: ``state_slots[ps]`` states of each PS (slot 0 holds its initial
+        state, as ``servers`` holds it) and ``gradient_slots`` gradients."""
         s, wl = servers, self.workload
 
         def bank(first: Any, slots: int) -> Any:
@@ -426,11 +431,11 @@ class _Programs:
 
         values, opts, models = [], [], []
         for ps in range(s.n_ps):
-            size = plan.states[ps].capacity
+            size = state_slots[ps]
             values.append({k: bank(v, size) for k, v in s.values[ps].items()})
             opts.append(jax.tree.map(lambda a, size=size: bank(a, size), s.opt_states[ps]))
             models.append({k: bank(v, size) for k, v in s.states[ps].items()})
-        size = plan.gradients.capacity
+        size = gradient_slots
         leaves = jax.tree_util.tree_leaves(wl.params)
         state_leaves = jax.tree_util.tree_leaves(wl.model_state)
         grads = [jnp.zeros((size, *a.shape), a.dtype) for a in leaves]
