@@ -438,8 +438,9 @@ class _Programs:
         size = gradient_slots
         leaves = jax.tree_util.tree_leaves(wl.params)
         state_leaves = jax.tree_util.tree_leaves(wl.model_state)
-        grads = [jnp.zeros((size, *a.shape), a.dtype) for a in leaves]
-        moments = [jnp.zeros((size, *a.shape), a.dtype) for a in state_leaves]
+        # NumPy then one transfer each (jnp.zeros would be a program of its own).
+        grads = [jnp.asarray(np.zeros((size, *a.shape), a.dtype)) for a in leaves]
+        moments = [jnp.asarray(np.zeros((size, *a.shape), a.dtype)) for a in state_leaves]
         return {
             "values": values,
             "opts": opts,
