@@ -156,7 +156,7 @@ def test_a_wide_run_fills_its_gradient_calls(monkeypatch):
 def test_gradient_lanes_do_not_depend_on_their_neighbours_or_the_stacking(model):
     """Why the replay may group gradients differently from the step-by-step loop: a lane
     of the 8-wide program gives the same bits whatever the other lanes hold, and the
-    prestacked program equals the one that stacks the versions itself."""
+    program given stacked versions equals the one that stacks them itself."""
     data = ps()
     data["workload"]["model"] = model
     wl = cached_workload(scenario_from_dict(data))
@@ -176,7 +176,7 @@ def test_gradient_lanes_do_not_depend_on_their_neighbours_or_the_stacking(model)
     order_a, order_b = [0, 1, 2, 3, 4, 5, 6, 7], [9, 3, 11, 0, 0, 0, 0, 10]
     a = jax.device_get(wl._stacked_fn(8)(tuple(versions[i] for i in order_a), *inputs(order_a)))
     params = jax.tree.map(lambda *x: np.stack(x), *[versions[i] for i in order_b])
-    b = jax.device_get(wl._stacked_fn(8, prestacked=True)(params, *inputs(order_b)))
+    b = jax.device_get(jax.jit(wl.stacked_vmap(8))(params, *inputs(order_b)))
     for i, j in ((3, 1), (0, 3)):
         for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
             np.testing.assert_array_equal(x[i], y[j])

@@ -258,7 +258,7 @@ class Workload:
         self._loss_and_grad_fns: dict[int, Callable] = {}
         self._batched: dict[int, Callable] = {}
         self._devices: dict[tuple[int, int], Callable] = {}
-        self._stacked: dict[tuple[int, int, bool], Callable] = {}
+        self._stacked: dict[tuple[int, int], Callable] = {}
         self._lr_scales: dict[float, jax.Array] = {}
         self._apply = jax.jit(self._apply_impl)
         self._evaluate = jax.jit(self._evaluate_impl)
@@ -474,17 +474,14 @@ class Workload:
 
         return jax.vmap(one)
 
-    def _stacked_fn(
-        self, global_batch: int, replicas: int = 1, prestacked: bool = False
-    ) -> Callable:
+    def _stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
         """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
         K grads, K moments (:meth:`stacked_vmap`).
 
         The batches come stacked on the host (two transfers instead of 2K per
         call); the parameter versions are device arrays and are stacked inside.
-        ``prestacked``: the K versions come as one tree of [K, ...] leaves.
         """
-        fn = self._stacked.get((global_batch, replicas, prestacked))
+        fn = self._stacked.get((global_batch, replicas))
         if fn is None:
             vm = self.stacked_vmap(global_batch, replicas)
 
@@ -492,8 +489,8 @@ class Workload:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)
                 return vm(p, xs, ys)
 
-            fn = jax.jit(vm if prestacked else stacked)
-            self._stacked[(global_batch, replicas, prestacked)] = fn
+            fn = jax.jit(stacked)
+            self._stacked[(global_batch, replicas)] = fn
         return fn
 
     def init_opt_state(self, params: Any) -> Any:
