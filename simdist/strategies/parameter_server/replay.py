@@ -106,8 +106,9 @@ class Slots:
 
     @property
     def capacity(self) -> int:
-        """Slots used at most, plus scratch, rounded up to a multiple of 8."""
-        return -(-(self.size + 1) // 8) * 8
+        """Slots used at most, plus scratch, rounded up to a power of two (at least 8): runs
+        of different sizes (a sweep over workers) then share compiled programs."""
+        return max(8, 1 << self.size.bit_length())
 
 
 class Plan:
