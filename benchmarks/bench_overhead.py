@@ -7,7 +7,7 @@ batches of the same size in a plain jitted ``vmap`` loop, inputs already on
 the device, nothing else:
 
 * parameter_server: buckets of 8 gradients, each on its own parameter
-  version (as the run's DeferredGradients evaluates them), ceil(G / 8) calls;
+  version (as the run's dataflow replay evaluates them), ceil(G / 8) calls;
 * mirrored: one call per step, ``vmap`` over the N replicas sharing the
   parameters.
 
@@ -30,7 +30,8 @@ import optax
 from common import best_interleaved, parse_args, ps_scenario, sync_scenario
 
 from simdist import engine
-from simdist.numerics import executor
+from simdist.strategies.parameter_server.dataflow import Journal
+from simdist.strategies.parameter_server.replay import Plan, Replay
 
 BUCKET = 8
 
@@ -82,11 +83,11 @@ def bare_mirrored_loop(workload: Any, replicas: int, steps: int, batch: int) -> 
 
 
 class _BucketCounter:
-    """Counts DeferredGradients bucket evaluations during a run."""
+    """Counts the gradient calls (8-wide buckets) of the dataflow replays during a run."""
 
     def __init__(self) -> None:
         self.instances: list[Any] = []
-        self._original = executor.DeferredGradients.__init__
+        self._original = Replay.__init__
 
     def __enter__(self) -> _BucketCounter:
         instances, original = self.instances, self._original
@@ -95,15 +96,15 @@ class _BucketCounter:
             original(obj, *args, **kwargs)
             instances.append(obj)
 
-        executor.DeferredGradients.__init__ = init  # type: ignore[method-assign]
+        Replay.__init__ = init  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        executor.DeferredGradients.__init__ = self._original  # type: ignore[method-assign]
+        Replay.__init__ = self._original  # type: ignore[method-assign]
 
     @property
     def calls(self) -> int:
-        return sum(d.calls for d in self.instances)
+        return sum(r.calls for r in self.instances)
 
 
 def measure(
@@ -161,6 +162,14 @@ def measure(
     return row
 
 
+#: What the breakdown times (nested: the replay includes its plan).
+PARTS: list[tuple[str, tuple[Any, str]]] = [
+    ("plan", (Plan, "__init__")),
+    ("replay", (Replay, "run")),
+    ("journal", (Journal, "flush")),
+]
+
+
 def breakdown(workers: int = 8, gradients: int = 1024, repeat: int = 3) -> dict[str, float]:
     """Microseconds per applied gradient in each numeric piece of a parameter_server run.
 
@@ -168,20 +177,12 @@ def breakdown(workers: int = 8, gradients: int = 1024, repeat: int = 3) -> dict[
     simulation's own share is the timing-only run of the same scenario, and
     ``bare`` is the bare loop's time per gradient.
     """
-    from simdist.strategies import parameter_server as ps
-
     scenario = ps_scenario(workers, gradients)
     timing = ps_scenario(workers, gradients, numerics=False)
     engine.run(scenario)
     engine.run(timing)
     spent: dict[str, float] = {}
-    targets = [
-        (executor.DeferredGradients, "flush", "gradients (DeferredGradients.flush)"),
-        (ps.ParameterServers, "apply", "optimizer updates (ParameterServers.apply)"),
-        (ps.ParameterServers, "split", "ParameterServers.split"),
-        (ps.ParameterServers, "assemble", "ParameterServers.assemble"),
-        (ps.ParameterServerStrategy, "_batch", "fetching batches"),
-    ]
+    targets = [(cls, name, label) for (label, (cls, name)) in PARTS]
     originals = [(cls, name, getattr(cls, name)) for cls, name, _ in targets]
 
     def timed(fn: Any, label: str) -> Any:
@@ -211,13 +212,19 @@ def breakdown(workers: int = 8, gradients: int = 1024, repeat: int = 3) -> dict[
     timing_s = best_interleaved({"timing": lambda: engine.run(timing)}, repeat)["timing"][0]
     loop = bare_ps_loop(engine.cached_workload(scenario), gradients, 32)
     bare_s = best_interleaved({"bare": loop}, repeat)["bare"][0]
-    per = {label: seconds / gradients * 1e6 for label, seconds in best_spent.items()}
-    per["simulation (timing-only run)"] = timing_s / gradients * 1e6
-    per["rest (metrics, evaluation, Python glue)"] = best_total / gradients * 1e6 - sum(
-        per.values()
-    )
-    per["full run"] = best_total / gradients * 1e6
-    per["bare loop (same gradients)"] = bare_s / gradients * 1e6
+    us = {label: seconds / gradients * 1e6 for label, seconds in best_spent.items()}
+    plan, replay, journal = (us.get(label, 0.0) for label, _ in PARTS)
+    simulation = timing_s / gradients * 1e6
+    total = best_total / gradients * 1e6
+    per = {
+        "simulation (timing-only run)": simulation,
+        "replay (Replay.run: plan, dispatch, waiting for XLA)": replay,
+        "  of which the plan (Plan, host only)": plan,
+        "writing the journal (Journal.flush)": journal,
+        "rest (SimPy pass beyond timing-only, tables, glue)": total - simulation - replay - journal,
+        "full run": total,
+        "bare loop (same gradients)": bare_s / gradients * 1e6,
+    }
     return per
 
 

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -558,6 +559,7 @@ def simulate(
     alone, as in timing-only runs and in tests that pin step times from
     hand-made :class:`Costs`.
     """
+    again = partial(simulate, scenario, costs, on_step=on_step, on_time=on_time)
     env = simpy.Environment()
     recorder = Recorder()
     cls = strategy_class(scenario.strategy.kind)
@@ -578,6 +580,10 @@ def simulate(
     # being written) must not move the clock past the last step.
     with gc_paused():
         env.run(until=main)
+        if getattr(strategy, "rerun_with", None) is not None:
+            # parameter_server computes its numerics after the simulation (its dataflow
+            # replay); a run found to diverge is simulated again to stop where it diverged.
+            return again(strategy.rerun_with)
         metrics = recorder.metrics_frame()
         events = recorder.events_frame()
     summary = build_summary(

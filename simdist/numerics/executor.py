@@ -42,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import DataError, SimdistError
+from simdist.numerics.chains import scan_exact
 from simdist.numerics.data import BatchStream, Dataset, check_values, load_dataset, read_npz
 from simdist.numerics.memory import (  # noqa: F401  (re-exported)
     PARAM_COPIES,
@@ -226,6 +227,8 @@ class Workload:
         self.model = make_model(model_spec, self.dataset.n_outputs, self.dataset.input_shape)
         self.batches = BatchStream(self.dataset, self.seed)
         self.optimizer: optax.GradientTransformation = make_optimizer(optimizer_spec, total_steps)
+        # Whether runs of updates may be fused in one lax.scan bit for bit (numerics/chains.py).
+        self.scan_updates = scan_exact(optimizer_spec)
         key_data = jax_key_data(self.seed, "init")
         shape = (1, *self.dataset.input_shape)
 
@@ -453,28 +456,34 @@ class Workload:
         self._devices[(n, global_batch)] = fn
         return fn
 
-    def _stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
-        """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
-        K grads, K moments.
+    def stacked_vmap(self, global_batch: int, replicas: int = 1) -> Callable:
+        """Not jitted: params with a leading axis of K versions, xs [K, b, ...], ys [K, b, ...]
+        -> K losses, K grads, K moments — the body of :meth:`_stacked_fn`.
 
-        The batches come stacked on the host (two transfers instead of 2K per
-        call); the parameter versions are device arrays and are stacked inside.
         ``replicas > 1``: each of the K batches is split into that many replicas
         (a worker's devices), as :meth:`replica_grads` "batched" does.
         """
+        if replicas == 1:
+            return jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
+        synced = self.sync_batch_norm
+
+        def one(p: Any, x: jax.Array, y: jax.Array) -> tuple:
+            split = (replicas, x.shape[0] // replicas)
+            xs, ys = x.reshape(split + x.shape[1:]), y.reshape(split + y.shape[1:])
+            return self._replicas_impl(p, xs, ys, global_batch, synced)
+
+        return jax.vmap(one)
+
+    def _stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
+        """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
+        K grads, K moments (:meth:`stacked_vmap`).
+
+        The batches come stacked on the host (two transfers instead of 2K per
+        call); the parameter versions are device arrays and are stacked inside.
+        """
         fn = self._stacked.get((global_batch, replicas))
         if fn is None:
-            if replicas == 1:
-                vm = jax.vmap(lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch))
-            else:
-                synced = self.sync_batch_norm
-
-                def one(p: Any, x: jax.Array, y: jax.Array) -> tuple:
-                    split = (replicas, x.shape[0] // replicas)
-                    xs, ys = x.reshape(split + x.shape[1:]), y.reshape(split + y.shape[1:])
-                    return self._replicas_impl(p, xs, ys, global_batch, synced)
-
-                vm = jax.vmap(one)
+            vm = self.stacked_vmap(global_batch, replicas)
 
             def stacked(ps: tuple, xs: jax.Array, ys: jax.Array) -> tuple:
                 p = jax.tree.map(lambda *a: jnp.stack(a), *ps)

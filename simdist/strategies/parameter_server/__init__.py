@@ -32,6 +32,8 @@ Modules:
 * :mod:`.servers` — the PS tasks' values, optimizer states and versions (no SimPy);
 * :mod:`.strategy` — :class:`ParameterServerStrategy`: a worker's pull, compute, push;
 * :mod:`.async_loop` — the asynchronous worker loop and the SSP wait;
+* :mod:`.dataflow` — what an asynchronous run computes, recorded by the SimPy pass;
+* :mod:`.replay` — the numerics of that dataflow, replayed on the device afterwards;
 * :mod:`.sync_backup` — ``mode: sync`` with backup workers;
 * :mod:`.recovery` — checkpoints, worker and PS failures, the restore.
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
+from simdist.strategies.parameter_server.dataflow import Loss
 from simdist.strategies.parameter_server.recovery import Recovery
 
 if TYPE_CHECKING:
@@ -37,8 +38,7 @@ class InFlight(NamedTuple):
     ssp: int  # its clock − the slowest worker's clock at the pull
     versions: tuple[int, ...]  # the version of each PS it pulled
     waiting: int  # PS tasks that have not applied their shard yet
-    ticket: int | None = None  # its deferred gradient evaluation (numerics only)
-    result: tuple[float, Any, Any] | None = None  # (loss, grads, moments), once evaluated
+    ticket: int | None = None  # its gradient in the dataflow (numerics only)
 
 
 class AsyncTraining:
@@ -68,6 +68,8 @@ class AsyncTraining:
         # may not be an evaluation point: evaluate the final parameters anyway.
         if s.numeric and s.diverged_at is None and s.applied and not s.eval_due(s.applied):
             s.evaluate(s.applied, s.servers.current())
+        if s.dataflow is not None:
+            s.replay()  # the numerics of everything above, now that the dataflow is known
 
     @property
     def spent(self) -> bool:
@@ -123,29 +125,32 @@ class AsyncTraining:
         )
 
     def apply(self, w: int, ps: int) -> None:
-        """A gradient shard of ``w`` has reached PS ``ps``: apply it there (asynchronous SGD)."""
+        """A gradient shard of ``w`` has reached PS ``ps``: apply it there (asynchronous SGD).
+
+        With numerics the shard is recorded in the dataflow and its values come
+        later (:mod:`.replay`): the loss is a placeholder until then. A run found
+        to diverge runs again up to the shard whose gradient's loss was not finite
+        (``strategy.stop_at`` shards applied before it) and stops there.
+        """
         gradient = self.inflight[w]
         if gradient is None or self.stopped:
             return  # training diverged, or the worker failed (its moves are cancelled)
         s = self.strategy
         staleness = s.servers.versions[ps] - gradient.versions[ps]
-        loss, shard, scale, moments = math.nan, None, 1.0, None
-        if s.numeric:
-            if gradient.result is None:
-                assert gradient.ticket is not None
-                gradient = gradient._replace(result=s.gradient(gradient.ticket))
-            loss, grads, batch_moments = gradient.result
-            if not math.isfinite(loss):
+        loss: Any = math.nan
+        if s.dataflow is not None:
+            if s.dataflow.applies == s.stop_at:
                 self.diverge()
                 return
-            if s.options.lr_staleness == "inverse":
-                scale = 1.0 / max(1, staleness)
-            shard = s.servers.split(grads, ps)
-            moments = s.servers.split_moments(batch_moments, ps)
-        version = s.servers.apply(ps, shard, scale, moments)
+            assert gradient.ticket is not None
+            scale = 1.0 / max(1, staleness) if s.options.lr_staleness == "inverse" else 1.0
+            loss = Loss(gradient.ticket)
+            version = s.servers.apply_ticket(ps, gradient.ticket, scale)
+        else:
+            version = s.servers.apply(ps, None)
         s.staleness.append(staleness)
         now = self.env.now
-        s.recorder.row(
+        s.log.row(
             "updates",
             time_s=now,
             worker=w,
@@ -156,7 +161,7 @@ class AsyncTraining:
             ssp_staleness=gradient.ssp,
             loss=loss,
         )
-        s.recorder.metric(now, s.applied, "staleness", staleness)
+        s.log.metric(now, s.applied, "staleness", staleness)
         gradient = gradient._replace(waiting=gradient.waiting - 1)
         self.inflight[w] = gradient
         if gradient.waiting == 0:
@@ -168,12 +173,12 @@ class AsyncTraining:
         s.applied += 1
         now = self.env.now
         if s.numeric:
-            s.recorder.metric(now, s.applied, "train_loss", loss)
+            s.log.metric(now, s.applied, "train_loss", loss)
             if s.eval_due(s.applied):
                 s.evaluate(s.applied, s.servers.current())
         if now > 0:
             rate = s.applied * s.examples_per_step / now
-            s.recorder.metric(now, s.applied, "examples_per_s", rate)
+            s.log.metric(now, s.applied, "examples_per_s", rate)
         s.steps_done = s.applied
         s.on_step(s.applied)
         self.recovery.checkpoint_if_due()
@@ -203,8 +208,6 @@ class AsyncTraining:
         gradient = self.inflight[w]
         if gradient is not None:
             s.lost_gradients += 1
-            if gradient.result is None:
-                s.discard(gradient.ticket)
         self.inflight[w] = None
         s.pipelines[w] = None
         self.check_finished()

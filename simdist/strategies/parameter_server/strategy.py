@@ -20,6 +20,12 @@ from simdist.cluster import Device
 from simdist.network import Transfer
 from simdist.strategies.base import Strategy
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
+from simdist.strategies.parameter_server.dataflow import (
+    Dataflow,
+    DataflowServers,
+    Journal,
+    Replayed,
+)
 from simdist.strategies.parameter_server.partition import (
     batch_norm_state_leaves,
     bytes_per_ps,
@@ -42,6 +48,11 @@ class ParameterServerStrategy(Strategy):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # A second pass of a run found to diverge gets the workload wrapped (dataflow.Replayed).
+        args = list(args)
+        self.stop_at: int | None = None
+        if len(args) > 5 and isinstance(args[5], Replayed):
+            self.stop_at, args[5] = args[5].cut, args[5].workload
         super().__init__(*args, **kwargs)
         options = self.scenario.strategy
         self.options = options
@@ -60,9 +71,21 @@ class ParameterServerStrategy(Strategy):
             options.max_shards,
         )
         self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
-        self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
+        # What the loops record metrics and rows into: the recorder, or a journal whose
+        # values the dataflow replay fills in (asynchronous runs with numerics).
+        self.log: Any = self.recorder
+        self.dataflow: Dataflow | None = None
+        self.rerun_with: Replayed | None = None  # set when the replay finds a divergence
+        self._final: Any = None
         self.deferred: Any = None
-        if self.workload is not None:
+        if self.workload is not None and options.mode != "sync":
+            self.dataflow = Dataflow(self.n_ps)
+            self.log = Journal()
+            self.servers: ParameterServers = DataflowServers(self.shards, self.n_ps, self.dataflow)
+            self.initial = ParameterServers(self.shards, self.n_ps, self.workload)
+        else:
+            self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
+        if self.workload is not None and self.dataflow is None:
             from simdist.numerics.executor import DeferredGradients
 
             # BatchNormalization normalises per replica: a worker's devices each on their part
@@ -89,10 +112,12 @@ class ParameterServerStrategy(Strategy):
     @property
     def numeric(self) -> bool:
         """Whether gradients are computed for real (False in timing-only runs)."""
-        return self.deferred is not None
+        return self.workload is not None
 
     @property
     def final_params(self) -> Any | None:
+        if self.dataflow is not None:
+            return self._final
         return self.servers.current() if self.numeric else None
 
     @property
@@ -323,8 +348,14 @@ class ParameterServerStrategy(Strategy):
         assert self.workload is not None
         return self.workload.batches.batch(iteration * self.n_workers + w, self.worker_batch)
 
-    def submit(self, w: int, iteration: int, values: Sequence[dict[str, Any]]) -> int:
-        """Queue worker ``w``'s gradient at the ``values`` it pulled; return its ticket."""
+    def submit(self, w: int, iteration: int, values: Sequence[Any]) -> int:
+        """Queue worker ``w``'s gradient at the ``values`` it pulled; return its ticket.
+
+        In a dataflow run ``values`` are the state ids pulled and the ticket is the
+        gradient's number in the dataflow.
+        """
+        if self.dataflow is not None:
+            return self.dataflow.ticket(iteration * self.n_workers + w, values)
         x, y = self._batch(w, iteration)
         return self.deferred.submit(self.servers.assemble(values), x, y)
 
@@ -336,8 +367,37 @@ class ParameterServerStrategy(Strategy):
 
     def discard(self, ticket: int | None) -> None:
         """Forget a gradient that will never be applied (lost or dropped)."""
-        if ticket is not None:
+        if ticket is not None and self.deferred is not None:
             self.deferred.discard(ticket)
+
+    def evaluate(self, step: int, params: Any) -> None:
+        """Test metrics now; in a dataflow run ``params`` are state ids, evaluated later."""
+        if self.dataflow is None:
+            super().evaluate(step, params)
+            return
+        point = self.dataflow.evaluate(params)
+        self.log.evaluation(self.env.now + self.eval_delay_s, step, point)
+
+    def replay(self) -> None:
+        """Compute the recorded dataflow (:mod:`.replay`) and write what waited for values.
+
+        When a gradient's loss turns out not to be finite, nothing is written: the
+        run has to stop at that shard, so ``rerun_with`` asks the engine to simulate
+        it again, stopping there (a second pass replays its own, shorter dataflow).
+        """
+        from simdist.strategies.parameter_server.replay import Replay
+
+        assert self.dataflow is not None and self.workload is not None
+        replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
+        engine = Replay(self.initial, self.workload, self.worker_batch, replicas)
+        outcome = engine.run(self.dataflow, self.servers.current())
+        self.replay_calls = (engine.calls, engine.chains)
+        if outcome.cut is not None:
+            assert self.stop_at is None, "the second pass of a diverged run diverged again"
+            self.rerun_with = Replayed(self.workload, outcome.cut)
+            return
+        self.log.flush(self.recorder, outcome.losses, outcome.evaluations)
+        self._final = outcome.final
 
     # -- the run -----------------------------------------------------------
 

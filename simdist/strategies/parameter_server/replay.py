@@ -1,0 +1,557 @@
+"""The numerics of an asynchronous run, replayed from its dataflow in large XLA programs.
+
+The SimPy pass recorded every gradient (its batch, the PS states it pulled) and
+every op in order (:mod:`.dataflow`). The replay first *plans* on the host —
+no values needed: whenever the next applied shard needs a gradient not yet
+computed, every gradient whose pulled states exist forms a *wave*, computed
+:data:`BUCKET` at a time; then each PS applies what it can, up to
+:data:`~simdist.numerics.chains.CHAIN` shards per call. Then it *executes* the
+plan on the device:
+
+* the states of each PS (values, optimizer state, model state) live in a
+  *bank*, one array of ``[slots, ...]`` per variable shard; the gradients in
+  another. The plan allocates the slots: a state keeps its slot while a later
+  gradient, update or evaluation reads it;
+* a wave is one program: it gathers each lane's parameter version from the
+  banks, computes the 8 gradients (``Workload.stacked_vmap``) and writes them
+  into the gradient bank;
+* a chain is one program per PS: a ``lax.scan`` over its updates, reading the
+  gradient shards from the bank and writing each new state into its slot
+  (optimizers whose update XLA compiles differently in a loop body run one
+  standard update call per shard instead: :func:`~simdist.numerics.chains.scan_exact`).
+
+Banks are donated, so updates happen in place, and nothing waits for a value
+until the end (evaluations excepted): Python plans and dispatches while XLA
+computes. The losses are read at the end; the first applied shard whose
+gradient's loss is not finite is the divergence cut (the run is then simulated
+again to stop there; what was computed past it is discarded).
+
+Bit for bit what the step-by-step loop computed: a lane of the 8-wide gradient
+program does not depend on the other lanes nor on whether its version was
+gathered in the program or stacked outside, and the fused updates equal one
+call per update (tests/test_ps_dataflow.py; 20 report folders byte-identical).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from simdist.numerics.chains import CHAIN
+from simdist.numerics.models import update_moving_stats
+from simdist.strategies.parameter_server.dataflow import Apply, Dataflow, Evaluate
+from simdist.strategies.parameter_server.servers import ParameterServers
+
+#: Parameter versions per gradient call: the vmap width whose lanes the step-by-step loop used.
+BUCKET = 8
+
+
+class Outcome(NamedTuple):
+    """What the replay computed: losses by ticket, evaluations in order, the final parameters.
+
+    ``cut`` is the number of shards applied before the first one whose gradient's
+    loss is not finite (None when training did not diverge; then nothing else is
+    meaningful).
+    """
+
+    losses: dict[int, float]
+    evaluations: list[dict[str, float]]
+    final: Any
+    cut: int | None
+
+
+class Wave(NamedTuple):
+    """Up to :data:`BUCKET` gradients: their tickets, state slots [8, n_ps], gradient slots."""
+
+    tickets: list[int]
+    slots: np.ndarray
+    targets: np.ndarray
+
+
+class Chain(NamedTuple):
+    """Updates of one PS in a row: from state slot ``source``, each writing its ``targets``."""
+
+    ps: int
+    source: int
+    ops: list[Apply]
+    grads: list[int]  # the gradient slot of each update
+    targets: list[int]  # the state slot of each update's result (a scratch slot if unread)
+
+
+class Check(NamedTuple):
+    """An evaluation of the states in ``slots`` (one per PS)."""
+
+    slots: tuple[int, ...]
+
+
+class Slots:
+    """Slot numbers of one bank: reused once free; the last one is scratch."""
+
+    def __init__(self) -> None:
+        self.free: list[int] = []
+        self.size = 0
+
+    def take(self) -> int:
+        if self.free:
+            return self.free.pop()
+        self.size += 1
+        return self.size - 1
+
+    def give(self, slot: int) -> None:
+        self.free.append(slot)
+
+    @property
+    def capacity(self) -> int:
+        """Slots used at most, plus scratch, rounded up to a power of two (at least 8): runs
+        of different sizes (a sweep over workers) then share compiled programs."""
+        return max(8, 1 << self.size.bit_length())
+
+
+class Plan:
+    """The waves, chains and evaluations of one dataflow, in order, with their slots."""
+
+    def __init__(self, flow: Dataflow, n_ps: int, final_ids: Sequence[int]) -> None:
+        self.n_ps = n_ps
+        self.steps: list[Wave | Chain | Check] = []
+        self.states = [Slots() for _ in range(n_ps)]
+        self.gradients = Slots()
+        tickets, ops = flow.tickets, flow.ops
+        self.uses: dict[tuple[int, int], int] = {}
+        self.where: dict[tuple[int, int], int] = {
+            (ps, 0): self.states[ps].take() for ps in range(n_ps)
+        }
+        needed = sorted({op.ticket for op in ops if isinstance(op, Apply)})
+        self.pending = dict.fromkeys(needed, 0)  # updates still to apply, per ticket
+        for op in ops:
+            if isinstance(op, Apply):
+                self.pending[op.ticket] += 1
+                self._use(op.ps, op.source)
+            else:
+                for ps, i in enumerate(op.ids):
+                    self._use(ps, i)
+        for t in needed:
+            for ps, i in enumerate(tickets[t].pulled):
+                self._use(ps, i)
+        for ps, i in enumerate(final_ids):
+            self._use(ps, i, 1 << 40)  # kept to the end
+        self.gslot: dict[int, int] = {}
+        self._walk(tickets, ops, needed)
+        self.final = tuple(self.where[(ps, i)] for ps, i in enumerate(final_ids))
+        self.scratch = [s.capacity - 1 for s in self.states]
+        self.gscratch = self.gradients.capacity - 1
+        # Padded steps write to the scratch slots.
+        for step in self.steps:
+            if isinstance(step, Wave):
+                step.targets[len(step.tickets) :] = self.gscratch
+            elif isinstance(step, Chain):
+                step.targets[:] = [self.scratch[step.ps] if t < 0 else t for t in step.targets]
+
+    def _use(self, ps: int, i: int, n: int = 1) -> None:
+        self.uses[(ps, i)] = self.uses.get((ps, i), 0) + n
+
+    def _release(self, ps: int, i: int) -> None:
+        self.uses[(ps, i)] -= 1
+        if self.uses[(ps, i)] == 0:
+            del self.uses[(ps, i)]
+            self.states[ps].give(self.where.pop((ps, i)))
+
+    def _walk(
+        self, tickets: Sequence[Any], ops: Sequence[Apply | Evaluate], needed: list[int]
+    ) -> None:
+        produced = [0] * self.n_ps  # the newest state id of each PS computed so far
+        waiting = list(needed)  # tickets not computed yet, in ticket order
+        i, n = 0, len(ops)
+        while i < n:
+            j = i
+            while j < n and (isinstance(ops[j], Evaluate) or ops[j].ticket in self.gslot):
+                j += 1
+            self._execute(ops[i:j], produced)
+            i = j
+            if i == n:
+                break
+            blocked = ops[i].ticket  # type: ignore[union-attr]
+            ready = _ready(waiting, blocked, tickets, produced)
+            done: set[int] = set()
+            for start in range(0, len(ready), BUCKET):
+                chunk = ready[start : start + BUCKET]
+                if len(chunk) < BUCKET and blocked in done:
+                    break  # a partial wave waits for more gradients
+                self._wave(chunk, tickets)
+                done.update(chunk)
+            waiting = [t for t in waiting if t not in done]
+
+    def _wave(self, chunk: list[int], tickets: Sequence[Any]) -> None:
+        padded = chunk + [chunk[-1]] * (BUCKET - len(chunk))
+        slots = np.array(
+            [[self.where[(ps, p)] for ps, p in enumerate(tickets[t].pulled)] for t in padded],
+            dtype=np.int32,
+        )
+        targets = np.zeros(BUCKET, np.int32)
+        for lane, t in enumerate(chunk):
+            self.gslot[t] = targets[lane] = self.gradients.take()
+        self.steps.append(Wave(chunk, slots, targets))
+        for t in chunk:
+            for ps, p in enumerate(tickets[t].pulled):
+                self._release(ps, p)
+
+    def _execute(self, ops: Sequence[Apply | Evaluate], produced: list[int]) -> None:
+        runs: list[list[Apply]] = [[] for _ in range(self.n_ps)]
+        for op in ops:
+            if isinstance(op, Apply):
+                runs[op.ps].append(op)
+        for ps, run in enumerate(runs):
+            start = 0
+            while start < len(run):
+                stop = start + 1  # a chain continues from its last state; a restore breaks it
+                while (
+                    stop < len(run)
+                    and stop - start < CHAIN
+                    and run[stop].source == run[stop - 1].target
+                ):
+                    stop += 1
+                self._chain(ps, run[start:stop])
+                produced[ps] = run[stop - 1].target
+                start = stop
+        for op in ops:
+            if isinstance(op, Evaluate):
+                self.steps.append(Check(tuple(self.where[(ps, i)] for ps, i in enumerate(op.ids))))
+                for ps, i in enumerate(op.ids):
+                    self._release(ps, i)
+
+    def _chain(self, ps: int, run: list[Apply]) -> None:
+        source = self.where[(ps, run[0].source)]
+        grads, targets = [], []
+        for op in run:
+            grads.append(self.gslot[op.ticket])
+            if (ps, op.target) in self.uses:
+                self.where[(ps, op.target)] = self.states[ps].take()
+                targets.append(self.where[(ps, op.target)])
+            else:
+                targets.append(-1)  # nobody reads it: scratch
+            self._release(ps, op.source)
+            self.pending[op.ticket] -= 1
+            if self.pending[op.ticket] == 0:
+                self.gradients.give(self.gslot[op.ticket])
+        self.steps.append(Chain(ps, source, run, grads, targets))
+
+
+def _ready(
+    waiting: list[int], blocked: int, tickets: Sequence[Any], produced: list[int]
+) -> list[int]:
+    """The waiting gradients whose pulled states exist, ``blocked`` among them.
+
+    Tickets are numbered in pull order and a later pull reads newer states, so the
+    scan stops at the first one not ready (after a rollback an older state may be
+    pulled later: such a ticket waits for the next wave).
+    """
+
+    def ready(t: int) -> bool:
+        return all(p <= produced[ps] for ps, p in enumerate(tickets[t].pulled))
+
+    out = []
+    for t in waiting:
+        if not ready(t):
+            break
+        out.append(t)
+    if blocked not in out:
+        assert ready(blocked), "a gradient is applied before the states it pulled exist"
+        out.append(blocked)
+        out.sort()
+    return out
+
+
+class Replay:
+    """Replays one run's :class:`~.dataflow.Dataflow` on the values of ``servers``.
+
+    ``servers`` holds the initial values (a :class:`~.servers.ParameterServers`
+    with the workload); a gradient's batch is global batch ``Ticket.batch`` of
+    ``global_batch`` examples of ``workload.batches``.
+    """
+
+    def __init__(
+        self, servers: ParameterServers, workload: Any, global_batch: int, replicas: int = 1
+    ) -> None:
+        assert servers.values is not None and servers.opt_states is not None
+        assert servers.states is not None
+        self.servers = servers
+        self.workload = workload
+        self.global_batch = int(global_batch)
+        self.replicas = int(replicas)
+        self.n_ps = servers.n_ps
+        self.n_leaves = servers.treedef.num_leaves
+        self.calls = 0  # gradient calls, for benchmarks
+        self.chains = 0  # update chains (or single updates), for benchmarks
+
+    def run(self, flow: Dataflow, final_ids: Sequence[int]) -> Outcome:
+        """Compute every applied gradient, update and evaluation of ``flow`` in order."""
+        plan = Plan(flow, self.n_ps, final_ids)
+        programs = self._programs()
+        banks = programs.banks(
+            self.servers, [slots.capacity for slots in plan.states], plan.gradients.capacity
+        )
+        evaluations: list[dict[str, float]] = []
+        waves: list[tuple[list[int], Any]] = []
+        for step in plan.steps:
+            if isinstance(step, Wave):
+                xs, ys = self._batches(step, flow)
+                loss, banks["grads"], banks["moments"] = programs.wave(
+                    banks["values"],
+                    banks["grads"],
+                    banks["moments"],
+                    step.slots,
+                    xs,
+                    ys,
+                    step.targets,
+                )
+                waves.append((step.tickets, loss))
+                self.calls += 1
+            elif isinstance(step, Chain):
+                programs.chain(banks, step, plan.scratch[step.ps])
+                self.chains += 1
+            else:
+                variables = programs.gather(banks["values"], banks["models"], step.slots)
+                evaluations.append(self.workload.evaluate(variables))
+        losses: dict[int, float] = {}
+        for tickets, loss in waves:
+            values = np.asarray(loss)
+            for lane, t in enumerate(tickets):
+                losses[t] = float(values[lane])
+        applied = 0
+        for op in flow.ops:
+            if isinstance(op, Apply):
+                if not np.isfinite(losses[op.ticket]):
+                    return Outcome(losses, evaluations, None, applied)
+                applied += 1
+        final = programs.gather(banks["values"], banks["models"], plan.final)
+        return Outcome(losses, evaluations, final, None)
+
+    def _programs(self) -> _Programs:
+        """The jitted programs for this structure of shards, kept on the workload: a run
+        with the same model, batch and shards reuses them (and their traces)."""
+        s = self.servers
+        key = (
+            tuple(
+                tuple((k, leaf, None if r is None else (r.start, r.stop)) for k, leaf, r in held)
+                for held in s._ps_slices + s._ps_state_slices
+            ),
+            self.global_batch,
+            self.replicas,
+        )
+        cache = self.workload.__dict__.setdefault("_replay_programs", {})
+        if key not in cache:
+            cache[key] = _Programs(s, self.workload, self.global_batch, self.replicas)
+        return cache[key]
+
+    def _batches(self, wave: Wave, flow: Dataflow) -> tuple[np.ndarray, np.ndarray]:
+        """The lanes' batches in one gather: BatchStream.batch's rows, all at once."""
+        stream = self.workload.batches
+        padded = wave.tickets + [wave.tickets[-1]] * (BUCKET - len(wave.tickets))
+        size = self.global_batch
+        rows = np.concatenate([stream.indices(flow.tickets[t].batch, size) for t in padded])
+        data = stream.dataset
+        xs = data.x_train[rows].reshape(BUCKET, size, *data.x_train.shape[1:])
+        ys = data.y_train[rows].reshape(BUCKET, size, *data.y_train.shape[1:])
+        return xs, ys
+
+
+class _Programs:
+    """The jitted programs and initial banks of one replay (one trace per run's structure)."""
+
+    def __init__(self, servers: ParameterServers, workload: Any, global_batch: int, replicas: int):
+        s, wl = servers, workload
+        self.servers, self.workload = s, wl
+        n = s.treedef.num_leaves
+        self.n_leaves = n
+        owner = {
+            key: ps for ps in range(s.n_ps) for key, *_ in s._ps_slices[ps] + s._ps_state_slices[ps]
+        }
+        self.leaf_parts = [[(owner[k], k) for k in keys] for keys in s._leaf_keys]
+        vm = wl.stacked_vmap(global_batch, replicas)
+        treedef = s.treedef
+
+        def params_of(values: Sequence[dict], slots: Any) -> Any:
+            """Each lane's parameter version, gathered from the banks: leaves [8, ...]."""
+            leaves = []
+            for parts in self.leaf_parts[:n]:
+                arrays = [values[ps][key][slots[:, ps]] for ps, key in parts]
+                leaves.append(arrays[0] if len(arrays) == 1 else jnp.concatenate(arrays, axis=1))
+            return jax.tree_util.tree_unflatten(treedef, leaves)
+
+        def wave(values, grads, moments, slots, xs, ys, targets):
+            loss, g, m = vm(params_of(values, slots), xs, ys)
+            grads = [
+                bank.at[targets].set(a)
+                for bank, a in zip(grads, jax.tree_util.tree_leaves(g), strict=True)
+            ]
+            moments = [
+                bank.at[targets].set(a)
+                for bank, a in zip(moments, jax.tree_util.tree_leaves(m), strict=True)
+            ]
+            return loss, grads, moments
+
+        self.wave = jax.jit(wave, donate_argnums=(1, 2))
+
+        def gather(values, models, slots):
+            slots = jnp.asarray(slots)
+            leaves = []
+            for parts in self.leaf_parts:
+                arrays = [
+                    (values if (ps, key) in self._value_keys else models)[ps][key][slots[ps]]
+                    for ps, key in parts
+                ]
+                leaves.append(arrays[0] if len(arrays) == 1 else jnp.concatenate(arrays, axis=0))
+            params = jax.tree_util.tree_unflatten(treedef, leaves[:n])
+            if not s.state_treedef.num_leaves:
+                return params
+            state = jax.tree_util.tree_unflatten(s.state_treedef, leaves[n:])
+            return wl.variables(params, state)
+
+        self._value_keys = {(ps, key) for ps in range(s.n_ps) for key, *_ in s._ps_slices[ps]}
+        self._gather = jax.jit(gather)
+        self._chains: dict[int, Any] = {}
+
+    def gather(self, values, models, slots) -> Any:
+        return self._gather(values, models, np.asarray(slots, np.int32))
+
+    def banks(
+        self, servers: ParameterServers, state_slots: Sequence[int], gradient_slots: int
+    ) -> dict[str, Any]:
+        """Every bank: ``state_slots[ps]`` states of each PS (slot 0 holds its initial
+        state, as ``servers`` holds it) and ``gradient_slots`` gradients."""
+        s, wl = servers, self.workload
+
+        def bank(first: Any, slots: int) -> Any:
+            first = np.asarray(first)
+            out = np.zeros((slots, *first.shape), first.dtype)
+            out[0] = first
+            return jnp.asarray(out)
+
+        values, opts, models = [], [], []
+        for ps in range(s.n_ps):
+            size = state_slots[ps]
+            values.append({k: bank(v, size) for k, v in s.values[ps].items()})
+            opts.append(jax.tree.map(lambda a, size=size: bank(a, size), s.opt_states[ps]))
+            models.append({k: bank(v, size) for k, v in s.states[ps].items()})
+        size = gradient_slots
+        leaves = jax.tree_util.tree_leaves(wl.params)
+        state_leaves = jax.tree_util.tree_leaves(wl.model_state)
+        # NumPy then one transfer each (jnp.zeros would be a program of its own).
+        grads = [jnp.asarray(np.zeros((size, *a.shape), a.dtype)) for a in leaves]
+        moments = [jnp.asarray(np.zeros((size, *a.shape), a.dtype)) for a in state_leaves]
+        return {
+            "values": values,
+            "opts": opts,
+            "models": models,
+            "grads": grads,
+            "moments": moments,
+        }
+
+    def chain(self, banks: dict[str, Any], chain: Chain, scratch: int) -> None:
+        """Apply ``chain``'s updates to its PS's banks (in place)."""
+        ps = chain.ps
+        if self.workload.scan_updates:
+            fn = self._chains.get(ps) or self._scan_chain(ps)
+            pad = CHAIN - len(chain.ops)
+            grads = np.array(chain.grads + [chain.grads[-1]] * pad, np.int32)
+            targets = np.array(chain.targets + [scratch] * pad, np.int32)
+            scales = np.array([op.scale for op in chain.ops] + [1.0] * pad, np.float32)
+            banks["values"][ps], banks["opts"][ps], banks["models"][ps] = fn(
+                banks["values"][ps],
+                banks["opts"][ps],
+                banks["models"][ps],
+                banks["grads"],
+                banks["moments"],
+                np.int32(chain.source),
+                grads,
+                scales,
+                targets,
+            )
+            return
+        get, put, shard = self._chains.get(ps) or self._call_chain(ps)
+        values, opt, model = get(
+            banks["values"][ps], banks["opts"][ps], banks["models"][ps], np.int32(chain.source)
+        )
+        for op, gslot, target in zip(chain.ops, chain.grads, chain.targets, strict=True):
+            grad, moments = shard(banks["grads"], banks["moments"], np.int32(gslot))
+            values, opt = self.workload.apply(values, opt, grad, op.scale)
+            if moments:
+                model = self.workload.update_state(model, moments)
+            banks["values"][ps], banks["opts"][ps], banks["models"][ps] = put(
+                banks["values"][ps],
+                banks["opts"][ps],
+                banks["models"][ps],
+                values,
+                opt,
+                model,
+                np.int32(target),
+            )
+
+    def _shards(
+        self, ps: int, grads: Sequence[Any], moments: Sequence[Any], slot: Any
+    ) -> tuple[dict, dict]:
+        s, n = self.servers, self.n_leaves
+
+        def cut(a: Any, rows: slice | None) -> Any:
+            return a if rows is None else a[rows]
+
+        g = {key: cut(grads[leaf][slot], rows) for key, leaf, rows in s._ps_slices[ps]}
+        m = {key: cut(moments[leaf - n][slot], rows) for key, leaf, rows in s._ps_state_slices[ps]}
+        return g, m
+
+    def _scan_chain(self, ps: int) -> Any:
+        wl = self.workload
+        momentum = getattr(wl.model, "batch_norm_momentum", None)
+
+        def chain(vbank, obank, mbank, grads, moments, source, gslots, scales, targets):
+            first = (
+                {k: a[source] for k, a in vbank.items()},
+                jax.tree.map(lambda a: a[source], obank),
+                {k: a[source] for k, a in mbank.items()},
+            )
+
+            def body(carry, step):
+                (values, opt, model), (vbank, obank, mbank) = carry
+                gslot, scale, target = step
+                grad, batch_moments = self._shards(ps, grads, moments, gslot)
+                values, opt = wl._apply_impl(values, opt, grad, scale)
+                if batch_moments:
+                    model = update_moving_stats(model, batch_moments, momentum)
+                vbank = {k: a.at[target].set(values[k]) for k, a in vbank.items()}
+                obank = jax.tree.map(lambda a, b: a.at[target].set(b), obank, opt)
+                mbank = {k: a.at[target].set(model[k]) for k, a in mbank.items()}
+                return ((values, opt, model), (vbank, obank, mbank)), None
+
+            carry = (first, (vbank, obank, mbank))
+            (_, banks), _ = jax.lax.scan(body, carry, (gslots, scales, targets))
+            return banks
+
+        fn = jax.jit(chain, donate_argnums=(0, 1, 2))
+        self._chains[ps] = fn
+        return fn
+
+    def _call_chain(self, ps: int) -> tuple[Any, Any, Any]:
+        def get(vbank, obank, mbank, slot):
+            return (
+                {k: a[slot] for k, a in vbank.items()},
+                jax.tree.map(lambda a: a[slot], obank),
+                {k: a[slot] for k, a in mbank.items()},
+            )
+
+        def put(vbank, obank, mbank, values, opt, model, slot):
+            return (
+                {k: a.at[slot].set(values[k]) for k, a in vbank.items()},
+                jax.tree.map(lambda a, b: a.at[slot].set(b), obank, opt),
+                {k: a.at[slot].set(model[k]) for k, a in mbank.items()},
+            )
+
+        fns = (
+            jax.jit(get),
+            jax.jit(put, donate_argnums=(0, 1, 2)),
+            jax.jit(lambda grads, moments, slot: self._shards(ps, grads, moments, slot)),
+        )
+        self._chains[ps] = fns
+        return fns
