@@ -236,6 +236,7 @@ def test_a_diverged_run_stops_at_the_reference_s_first_non_finite_loss(bound, mo
     dataflow op by op; the run must stop at the first applied shard whose gradient's loss
     is not finite, with the second pass's dataflow the first's prefix."""
     data = ps(workers=4, servers=2, steps=80, staleness_bound=bound)
+    data["cluster"]["network"] = {"duplex": "half", "sharing": "fifo"}  # d8b723f's network
     data["workload"]["optimizer"]["learning_rate"] = 1e30
     data["workload"]["eval_every"] = 3
     data["checkpoint"] = {"every_steps": 4, "storage_bandwidth": "1GB/s"}
@@ -281,6 +282,7 @@ def test_a_run_stopped_at_a_shard_is_the_prefix_of_the_whole_run():
 @pytest.mark.parametrize("bound", [None, 1])
 def test_divergence_is_cut_where_the_step_by_step_loop_stopped(bound):
     data = ps(workers=4, servers=2, steps=80, staleness_bound=bound)
+    data["cluster"]["network"] = {"duplex": "half", "sharing": "fifo"}  # d8b723f's network
     data["workload"]["optimizer"]["learning_rate"] = 1e30
     data["workload"]["eval_every"] = 3
     data["checkpoint"] = {"every_steps": 4, "storage_bandwidth": "1GB/s"}

@@ -103,23 +103,25 @@ class FairShare:
         *,
         link_bytes: Sequence[float] | None = None,
         collective: bool = False,
+        ref_Bps: float | None = None,
     ) -> Flow:
         """Start a flow over ``links`` (deduplicated); ``callback()`` runs when its work is done.
 
         A message (``collective=False``) consumes its rate on every link; a collective
         consumes each link's capacity in proportion (see the module docstring).
         ``link_bytes`` (per link, for telemetry) default to the bytes the flow's rate puts
-        there: ``work_s · ref`` for a message, ``work_s · capacity`` for a collective.
+        there: ``work_s · ref`` for a message, ``work_s · capacity`` for a collective;
+        ``ref_Bps``, the route's slowest bandwidth, when the caller has it already.
         """
         now = self.env.now
-        ref = min(link.bandwidth_Bps for link in links)
+        ref = ref_Bps if ref_Bps is not None else min(link.bandwidth_Bps for link in links)
         if collective:
             weights = [link.bandwidth_Bps / ref for link in links]
+            bps = [link.bandwidth_Bps for link in links]
         else:
             weights = [1.0] * len(links)
-        if link_bytes is None:
-            bps = [w * ref for w in weights]
-        else:
+            bps = [ref] * len(links)
+        if link_bytes is not None:
             bps = [b / work_s if work_s > 0 else 0.0 for b in link_bytes]
         self._seq += 1
         flow = Flow(list(links), work_s, weights, bps, ref, callback, self._seq, now)

@@ -360,14 +360,15 @@ class Transfer:
         self.sent_s: float | None = None
         self.state = "claimed"  # claimed → serialising → in flight → arrived | cancelled
         self._on_arrival = on_arrival
-        self.serialise_s = nbytes / min(link.bandwidth_Bps for link in route)
+        ref_Bps = min(link.bandwidth_Bps for link in route)
+        self.serialise_s = nbytes / ref_Bps
         self._latency_s = sum(link.latency_s for link in route)
         self._arbiter = arbiter = route[0].arbiter
         self._flow = None
         if isinstance(arbiter, FairShare):
             self.state = "serialising"
             self.start_s = env.now
-            self._flow = arbiter.start(route, self.serialise_s, self._sent)
+            self._flow = arbiter.start(route, self.serialise_s, self._sent, ref_Bps=ref_Bps)
         else:
             self._claim = arbiter.claim(route)
             self._claim.event.callbacks.append(self._granted)
