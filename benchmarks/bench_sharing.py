@@ -11,13 +11,18 @@ waits for a link also records an ``idle`` row; under ``fair`` it starts at once)
 so the wall-time ratio is the fair comparison.
 
     python benchmarks/bench_sharing.py [--quick]
+    python benchmarks/bench_sharing.py --checkout /tmp/wt_base   # another checkout's code
+
+``--checkout DIR`` measures the same rows with the simdist of another checkout (e.g. a
+``git worktree`` of commit d8b723f, before issue 13), in a subprocess, with that code's
+own network model: the "before" column of docs/PERFORMANCE.md §5 came from it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from common import best_interleaved, parse_args, sync_scenario
+from common import best_interleaved, sync_scenario
 
 from simdist import engine
 from simdist.scenario import Scenario
@@ -71,8 +76,57 @@ def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
     return [measure(kind, devices, repeat, quick) for kind, devices in rows]
 
 
+_CHECKOUT_SCRIPT = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1] + "/benchmarks")
+from common import sync_scenario
+from simdist import engine
+rows = []
+for kind, devices in json.loads(sys.argv[2]):
+    work = max(4 * devices, 100_000 // 7) if kind == "parameter_server" else max(
+        5, 100_000 // (2 * devices))
+    scenario = sync_scenario(kind, devices, work, numerics=False)
+    engine.run(scenario)
+    times = []
+    for _ in range(int(sys.argv[3])):
+        t = time.perf_counter()
+        result = engine.run(scenario)
+        times.append(time.perf_counter() - t)
+    rows.append([kind, devices, 1e3 * min(times) / result.summary["steps"]])
+print(json.dumps(rows))
+"""
+
+
+def measure_checkout(checkout: str, repeat: int) -> list[list[Any]]:
+    """``[kind, devices, ms per step]`` of every row with the simdist of ``checkout``."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": checkout}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHECKOUT_SCRIPT, checkout, json.dumps(ROWS), str(repeat)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 def main() -> None:
-    args = parse_args(__doc__)
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--checkout", help="measure another checkout's simdist instead")
+    args = parser.parse_args()
+    if args.checkout:
+        for kind, devices, ms in measure_checkout(args.checkout, args.repeat):
+            print(f"{kind:>22} {devices:>5}  {ms:8.4f} ms/step ({args.checkout})")
+        return
     for row in run(args.repeat, args.quick):
         print(
             f"{row['strategy']:>22} {row['devices']:>5}  "

@@ -586,6 +586,11 @@ def simulate(
             return again(strategy.rerun_with)
         metrics = recorder.metrics_frame()
         events = recorder.events_frame()
+        links = network_links(network)
+        tables = {**recorder.table_frames(), **link_frames(links, float(env.now))}
+        recorder.clear()
+        for link in links:
+            link.rates = []  # in the tables now; see Recorder.clear
     summary = build_summary(
         scenario=scenario,
         metrics=metrics,
@@ -609,5 +614,5 @@ def simulate(
         events=events,
         summary=summary,
         params=strategy.final_params,
-        tables={**recorder.table_frames(), **link_frames(network_links(network), float(env.now))},
+        tables=tables,
     )

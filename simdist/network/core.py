@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Device
-from simdist.network.links import Link, Transfer, hold_links
+from simdist.network.links import Link, Transfer, hold_ordered, ordered
 from simdist.network.topology import Endpoint, Topology, machine_of
 from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
@@ -71,6 +71,7 @@ class Network:
         #: What point-to-point messages cost beyond the wire (default: ``ideal``, none).
         self.transport = Transport(env, protocol or PROTOCOLS["ideal"])
         self._routes: dict[tuple[str, str], _Route] = {}
+        self._holds: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _hold
 
     # -- point to point ------------------------------------------------------
 
@@ -294,14 +295,27 @@ class Network:
         detail: str,
         link_bytes: Sequence[float] | None = None,
     ) -> Generator[Any, Any, tuple[float, float]]:
-        start, end = yield from hold_links(self.env, links, seconds, link_bytes)
-        cells: dict[str, str] = {}
+        if seconds < 0:
+            raise ValueError(f"cannot hold links for a negative time: {seconds}")
+        # A strategy holds the same links step after step: their acquisition order and the
+        # rows' link cells are worked out once per set of links (the topology's links
+        # live as long as the run, so their ids identify them), not per call.
+        key = tuple(map(id, links))
+        cached = self._holds.get(key)
+        if cached is None:
+            held = ordered(links)
+            index = {id(link): i for i, link in enumerate(links)}
+            cached = self._holds[key] = (held, [index[id(link)] for link in held], {})
+        held, order, cells = cached
+        per_link = None if link_bytes is None else [link_bytes[i] for i in order]
+        start, end = yield from hold_ordered(self.env, held, seconds, per_link)
+        event = self.recorder.event
         for device in devices:
             host = device.host
             cell = cells.get(host)
             if cell is None:
                 cell = cells[host] = links_on(links, host)
-            self.recorder.event(start, end, host, device.name, "comm", nbytes, step, detail, cell)
+            event(start, end, host, device.name, "comm", nbytes, step, detail, cell)
         return start, end
 
 

@@ -239,7 +239,12 @@ class FairShare:
         if heap:
             self._arm(heap[0][0])
         for flow in done:
-            flow.callback()
+            callback, flow.callback = flow.callback, _done
+            callback()
+
+
+def _done() -> None:
+    """A finished flow's callback: the real one is dropped once called (no reference cycles)."""
 
 
 def _component(start: Link, seen: set[int]) -> tuple[list[Link], list[Flow]]:

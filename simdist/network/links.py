@@ -267,14 +267,31 @@ def hold_links(
     """
     if seconds < 0:
         raise ValueError(f"cannot hold links for a negative time: {seconds}")
+    held, per_link = held_order(links, link_bytes)
+    return (yield from hold_ordered(env, held, seconds, per_link))
+
+
+def held_order(
+    links: Sequence[Link], link_bytes: Sequence[float] | None = None
+) -> tuple[list[Link], list[float] | None]:
+    """``links`` in acquisition order (:func:`ordered`), with ``link_bytes`` realigned."""
     held = ordered(links)
+    if link_bytes is None:
+        return held, None
+    by_name = {link.name: b for link, b in zip(links, link_bytes, strict=True)}
+    return held, [by_name[link.name] for link in held]
+
+
+def hold_ordered(
+    env: simpy.Environment,
+    held: list[Link],
+    seconds: float,
+    per_link: list[float] | None,
+) -> Generator[simpy.Event, Any, tuple[float, float]]:
+    """:func:`hold_links` on links already in :func:`held_order` (callers that cache it)."""
     if not held:
         yield env.timeout(seconds)
         return env.now - seconds, env.now
-    per_link = None
-    if link_bytes is not None:
-        by_name = {link.name: b for link, b in zip(links, link_bytes, strict=True)}
-        per_link = [by_name[link.name] for link in held]
     model = held[0].arbiter
     if isinstance(model, FairShare):
         done = env.event()
@@ -395,6 +412,7 @@ class Transfer:
     def _sent(self) -> None:
         self.state = "in flight"
         self.sent_s = self.env.now
+        self._flow = None  # the flow called back: drop the Transfer ↔ Flow cycle
         self.env.timeout(self._latency_s).callbacks.append(self._arrived)
 
     def _arrived(self, _: simpy.Event) -> None:
@@ -402,8 +420,11 @@ class Transfer:
             return
         self.state = "arrived"
         assert self.start_s is not None
-        if self._on_arrival is not None:
-            self._on_arrival(self.start_s, self.env.now)
+        on_arrival, self._on_arrival = self._on_arrival, None
+        if on_arrival is not None:
+            # Dropped first: callers' closures refer back to this Transfer, and a cycle
+            # per message would keep every message alive until a full collection.
+            on_arrival(self.start_s, self.env.now)
         self.done.succeed((self.start_s, self.env.now))
 
     def cancel(self) -> None:
@@ -419,3 +440,4 @@ class Transfer:
         elif self.state != "in flight":
             return
         self.state = "cancelled"
+        self._on_arrival = self._flow = None

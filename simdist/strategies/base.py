@@ -221,7 +221,8 @@ class Strategy(ABC):
 
     def record_compute(self, device: Device, start_s: float, seconds: float, step: int) -> None:
         """A compute span, split into the normal part and the straggling excess."""
-        normal_s = self.device_costs(device).compute_s
+        costs = self.costs if not self.costs.per_profile else self.device_costs(device)
+        normal_s = costs.compute_s
         base = min(normal_s, seconds)
         self.recorder.event(start_s, start_s + base, device.host, device.name, "compute", 0, step)
         if seconds > base:
@@ -241,7 +242,7 @@ class Strategy(ABC):
     def device_costs(self, device: Device) -> Costs:
         """The costs as ``device`` computes them: its own class's compute time and layers
         on a mixed cluster (a V100 and an A100 take different times for the same batch)."""
-        if not self.costs.per_profile:
+        if not self.costs.per_profile:  # homogeneous: one class, the costs as measured
             return self.costs
         label = device.profile
         if label not in self._class_costs:
@@ -250,7 +251,10 @@ class Strategy(ABC):
 
     def compute_s(self, device: Device, step: int) -> float:
         """Simulated time for ``device`` to compute its gradient of step ``step``."""
-        return self.device_costs(device).compute_s * self.slowdown(device, step)
+        costs = self.costs if not self.costs.per_profile else self.device_costs(device)
+        if not self.stragglers:
+            return costs.compute_s
+        return costs.compute_s * self.slowdown(device, step)
 
     def slowdown(self, device: Device, step: int) -> float:
         """The straggler factor (>= 1) of ``device`` at ``step``."""
