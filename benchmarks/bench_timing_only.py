@@ -62,6 +62,49 @@ def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
     return [measure(kind, n, repeat, rows) for kind in kinds for n in SIZES]
 
 
+#: Issue 15's scale rows: (strategy, devices, PS tasks, steps or gradients).
+SCALE: tuple[tuple[str, int, int, int], ...] = (
+    ("multi_worker_mirrored", 1024, 0, 20),
+    ("multi_worker_mirrored", 2048, 0, 20),
+    ("multi_worker_mirrored", 4096, 0, 20),
+    ("parameter_server", 256, 64, 1024),
+    ("parameter_server", 1024, 64, 1024),
+)
+
+
+def scale(repeat: int = 2, quick: bool = False) -> list[dict[str, Any]]:
+    """The big timing-only runs: wall time per simulated step and per device, events/s.
+
+    The cost per simulated step should grow at most linearly with the devices, so the
+    wall time per step and device stays flat across a strategy's rows.
+    """
+    rows = []
+    for kind, devices, ps, work in SCALE[:2] + SCALE[3:4] if quick else SCALE:
+        scenario = sync_scenario(kind, devices, work, numerics=False)
+        if ps:
+            cluster = scenario.cluster.model_copy(
+                update={"ps": ps, "ps_names": [f"ps{i}" for i in range(ps)]}
+            )
+            scenario = scenario.model_copy(update={"cluster": cluster})
+        engine.run(scenario)
+        seconds, result = best_interleaved({"run": lambda s=scenario: engine.run(s)}, repeat)["run"]
+        steps = result.summary["steps"]
+        rows.append(
+            {
+                "strategy": kind,
+                "devices": devices,
+                "ps": ps,
+                "steps": steps,
+                "events": len(result.events),
+                "wall_s": seconds,
+                "ms_per_step": 1e3 * seconds / steps,
+                "us_per_step_device": 1e6 * seconds / steps / devices,
+                "events_per_s": len(result.events) / seconds,
+            }
+        )
+    return rows
+
+
 def main() -> None:
     args = parse_args(__doc__)
     for row in run(args.repeat, args.quick):

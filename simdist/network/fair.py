@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import simpy
@@ -58,7 +58,7 @@ class Flow:
 
     def __init__(
         self,
-        links: list[Link],
+        links: Sequence[Link],
         work_s: float,
         weights: list[float],
         bps: list[float],
@@ -92,6 +92,8 @@ class FairShare:
         self._timer_at: float | None = None
         self._dirty: dict[Link, None] = {}
         self._settling = False
+        # id(links) → (links, ref, weights, capacities) of collectives' link sets
+        self._collective_weights: dict[int, tuple[Any, ...]] = {}
 
     # -- flows -------------------------------------------------------------
 
@@ -114,29 +116,41 @@ class FairShare:
         ``ref_Bps``, the route's slowest bandwidth, when the caller has it already.
         """
         now = self.env.now
-        ref = ref_Bps if ref_Bps is not None else min(link.bandwidth_Bps for link in links)
         if collective:
-            weights = [link.bandwidth_Bps / ref for link in links]
-            bps = [link.bandwidth_Bps for link in links]
+            # a collective holds the same links step after step: its weights once per set
+            cached = self._collective_weights.get(id(links))
+            if cached is None or cached[0] is not links:
+                if len(self._collective_weights) >= 256:  # callers with a new list each time
+                    self._collective_weights.clear()
+                ref = min(link.bandwidth_Bps for link in links)
+                weights = [link.bandwidth_Bps / ref for link in links]
+                capacities = [link.bandwidth_Bps for link in links]
+                cached = self._collective_weights[id(links)] = (links, ref, weights, capacities)
+            _, ref, weights, bps = cached
         else:
+            ref = ref_Bps if ref_Bps is not None else min(link.bandwidth_Bps for link in links)
             weights = [1.0] * len(links)
             bps = [ref] * len(links)
         if link_bytes is not None:
-            bps = [b / work_s if work_s > 0 else 0.0 for b in link_bytes]
+            bps = [b / work_s for b in link_bytes] if work_s > 0 else [0.0] * len(link_bytes)
         self._seq += 1
-        flow = Flow(list(links), work_s, weights, bps, ref, callback, self._seq, now)
+        flow = Flow(links, work_s, weights, bps, ref, callback, self._seq, now)
         alone = True
-        for link in flow.links:
+        for link in links:
             if link.flows:
                 alone = False
             link.flows[flow] = None
         if alone:
             flow.speed = 1.0
-            for link, rate in zip(flow.links, bps, strict=True):
-                link.set_rate(now, rate)
+            for link, rate in zip(links, bps, strict=True):
+                rates = link.rates  # Link.set_rate, inlined: a collective holds many links
+                if rates and rates[-1][0] == now:
+                    rates.pop()
+                if not rates or rates[-1][1] != rate:
+                    rates.append((now, rate))
             self._schedule(flow, now + work_s)
         else:
-            self._touch(flow.links)
+            self._touch(links)
         return flow
 
     def stop(self, flow: Flow) -> None:
@@ -157,7 +171,11 @@ class FairShare:
             if link.flows:
                 shared.append(link)
             else:
-                link.set_rate(now, 0.0)
+                rates = link.rates  # Link.set_rate(now, 0.0), inlined
+                if rates and rates[-1][0] == now:
+                    rates.pop()
+                if not rates or rates[-1][1] != 0.0:
+                    rates.append((now, 0.0))
         if shared:
             self._touch(shared)
 
