@@ -370,13 +370,14 @@ class ParameterServerStrategy(Strategy):
         if ticket is not None and self.deferred is not None:
             self.deferred.discard(ticket)
 
-    def evaluate(self, step: int, params: Any) -> None:
+    def evaluate(self, step: int, params: Any, *, delay_s: float | None = None) -> None:
         """Test metrics now; in a dataflow run ``params`` are state ids, evaluated later."""
         if self.dataflow is None:
-            super().evaluate(step, params)
+            super().evaluate(step, params, delay_s=delay_s)
             return
         point = self.dataflow.evaluate(params)
-        self.log.evaluation(self.env.now + self.eval_delay_s, step, point)
+        delay = self.eval_delay_s if delay_s is None else delay_s
+        self.log.evaluation(self.env.now + delay, step, point)
 
     def replay(self) -> None:
         """Compute the recorded dataflow (:mod:`.replay`) and write what waited for values.
