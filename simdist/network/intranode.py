@@ -128,11 +128,16 @@ def _pair(
     return a, b
 
 
-class NvlinkFabric(HostFabric):
-    """GPUs all-to-all over NVLink (a port per GPU), the CPU behind a shared PCIe uplink."""
+class _PortFabric(HostFabric):
+    """Devices with a dual-simplex port each (``<device>/<port_kind>/tx|rx``) and the
+    host's shared uplink (``<host>/pcie/up|down``) to its CPU; device to device is port
+    to port. Subclasses say what a port is and what sits behind the uplink."""
 
-    mode = "nvlink"
     ports = True
+    #: The channel name of each device's port.
+    port_kind = ""
+    #: The uplink's latency as a share of the intra-host latency.
+    uplink_latency_share = 1.0
 
     def __init__(
         self,
@@ -150,12 +155,24 @@ class NvlinkFabric(HostFabric):
         self.bandwidth_Bps = bandwidth_Bps
         self.port: dict[str, tuple[Link, Link]] = {
             d.name: _pair(
-                env, f"{d.name}/nvlink", latency_s / 2, bandwidth_Bps, host, sharing, ("tx", "rx")
+                env,
+                f"{d.name}/{self.port_kind}",
+                latency_s / 2,
+                bandwidth_Bps,
+                host,
+                sharing,
+                ("tx", "rx"),
             )
             for d in devices
         }
         self.up, self.down = _pair(
-            env, f"{host}/pcie", latency_s, pcie_uplink_Bps, host, sharing, ("up", "down")
+            env,
+            f"{host}/pcie",
+            latency_s * self.uplink_latency_share,
+            pcie_uplink_Bps,
+            host,
+            sharing,
+            ("up", "down"),
         )
 
     def links(self) -> list[Link]:
@@ -164,60 +181,35 @@ class NvlinkFabric(HostFabric):
     def between(self, a: Device, b: Device) -> list[Hop]:
         return [(self.port[a.name][0], "tx"), (self.port[b.name][1], "rx")]
 
+    def host_to_host(self) -> list[Hop]:
+        return [(self.up, "up")]
+
+
+class NvlinkFabric(_PortFabric):
+    """GPUs all-to-all over NVLink (a port per GPU), the CPU behind a shared PCIe uplink."""
+
+    mode = "nvlink"
+    port_kind = "nvlink"
+
     def to_host(self, device: Device) -> list[Hop]:
         return [(self.up, "up")]
 
     def from_host(self, device: Device) -> list[Hop]:
         return [(self.down, "down")]
 
-    def host_to_host(self) -> list[Hop]:
-        return [(self.up, "up")]
 
-
-class PcieFabric(HostFabric):
+class PcieFabric(_PortFabric):
     """Devices under one PCIe switch, a link each; one uplink to the root complex (CPU, NIC)."""
 
     mode = "pcie"
-    ports = True
-
-    def __init__(
-        self,
-        env: Any,
-        host: str,
-        devices: tuple[Device, ...],
-        latency_s: float,
-        bandwidth_Bps: float,
-        sharing: str,
-        *,
-        pcie_uplink_Bps: float = PCIE3_X16_Bps,
-    ) -> None:
-        self.host = host
-        self.latency_s = latency_s
-        self.bandwidth_Bps = bandwidth_Bps
-        self.lane: dict[str, tuple[Link, Link]] = {
-            d.name: _pair(
-                env, f"{d.name}/pcie", latency_s / 2, bandwidth_Bps, host, sharing, ("tx", "rx")
-            )
-            for d in devices
-        }
-        self.up, self.down = _pair(
-            env, f"{host}/pcie", latency_s / 2, pcie_uplink_Bps, host, sharing, ("up", "down")
-        )
-
-    def links(self) -> list[Link]:
-        return [link for pair in self.lane.values() for link in pair] + [self.up, self.down]
-
-    def between(self, a: Device, b: Device) -> list[Hop]:
-        return [(self.lane[a.name][0], "tx"), (self.lane[b.name][1], "rx")]
+    port_kind = "pcie"
+    uplink_latency_share = 0.5
 
     def to_host(self, device: Device) -> list[Hop]:
-        return [(self.lane[device.name][0], "tx"), (self.up, "up")]
+        return [(self.port[device.name][0], "tx"), (self.up, "up")]
 
     def from_host(self, device: Device) -> list[Hop]:
-        return [(self.down, "down"), (self.lane[device.name][1], "rx")]
-
-    def host_to_host(self) -> list[Hop]:
-        return [(self.up, "up")]
+        return [(self.down, "down"), (self.port[device.name][1], "rx")]
 
     def to_nic(self, device: Device) -> list[Hop]:
         return self.to_host(device)
