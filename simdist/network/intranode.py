@@ -37,7 +37,7 @@ from typing import Any
 
 from simdist.cluster import Device
 from simdist.network.bottleneck import Hop
-from simdist.network.links import Link
+from simdist.network.links import Link, channel_links
 
 #: The intra-host fabrics ``cluster.network.intra_host`` may name.
 INTRA_HOST: tuple[str, ...] = ("shared", "nvlink", "pcie")
@@ -102,32 +102,6 @@ class HostFabric:
         return []
 
 
-def _pair(
-    env: Any,
-    name: str,
-    latency_s: float,
-    bandwidth_Bps: float,
-    host: str,
-    sharing: str,
-    sides: tuple[str, str],
-) -> tuple[Link, Link]:
-    """A dual-simplex channel ``name``: one link per direction, ``name/<side>``."""
-    a, b = (
-        Link(
-            env,
-            f"{name}/{side}",
-            latency_s,
-            bandwidth_Bps,
-            host,
-            sharing=sharing,
-            channel=name,
-            direction=side,
-        )
-        for side in sides
-    )
-    return a, b
-
-
 class _PortFabric(HostFabric):
     """Devices with a dual-simplex port each (``<device>/<port_kind>/tx|rx``) and the
     host's shared uplink (``<host>/pcie/up|down``) to its CPU; device to device is port
@@ -154,25 +128,24 @@ class _PortFabric(HostFabric):
         self.latency_s = latency_s
         self.bandwidth_Bps = bandwidth_Bps
         self.port: dict[str, tuple[Link, Link]] = {
-            d.name: _pair(
+            d.name: channel_links(
                 env,
                 f"{d.name}/{self.port_kind}",
                 latency_s / 2,
                 bandwidth_Bps,
                 host,
-                sharing,
-                ("tx", "rx"),
+                sharing=sharing,
             )
             for d in devices
         }
-        self.up, self.down = _pair(
+        self.up, self.down = channel_links(
             env,
             f"{host}/pcie",
             latency_s * self.uplink_latency_share,
             pcie_uplink_Bps,
             host,
-            sharing,
-            ("up", "down"),
+            sharing=sharing,
+            sides=("up", "down"),
         )
 
     def links(self) -> list[Link]:

@@ -56,7 +56,7 @@ from simdist.errors import SimdistError
 from simdist.network import bottleneck
 from simdist.network.bottleneck import Hop
 from simdist.network.intranode import HostFabric, PCIE3_X16_Bps, host_fabric
-from simdist.network.links import Link
+from simdist.network.links import Link, channel_links
 from simdist.network.switch import nic_links
 from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
 
@@ -145,16 +145,15 @@ class LeafSpineTopology(Topology):
         self._pricing: dict[tuple[Any, ...], Pricing] = {}
 
     def _uplink(self, env: Any, leaf: int, duplex: str, sharing: str) -> tuple[Link, Link]:
-        name = f"leaf{leaf}/uplink"
-        bw, lat = self.uplink_Bps, self.hop_latency_s
-        if duplex == "half":
-            link = Link(env, name, lat, bw, sharing=sharing)
-            return link, link
-        up, down = (
-            Link(env, f"{name}/{side}", lat, bw, sharing=sharing, channel=name, direction=side)
-            for side in ("up", "down")
+        return channel_links(
+            env,
+            f"leaf{leaf}/uplink",
+            self.hop_latency_s,
+            self.uplink_Bps,
+            sharing=sharing,
+            duplex=duplex,
+            sides=("up", "down"),
         )
-        return up, down
 
     @classmethod
     def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> LeafSpineTopology:

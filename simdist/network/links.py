@@ -100,6 +100,40 @@ class Link:
         )
 
 
+def channel_links(
+    env: simpy.Environment,
+    name: str,
+    latency_s: float,
+    bandwidth_Bps: float,
+    host: str = "",
+    *,
+    sharing: str,
+    duplex: str = "full",
+    sides: tuple[str, str] = ("tx", "rx"),
+) -> tuple[Link, Link]:
+    """Channel ``name`` as (one way, the other way): a link ``name/<side>`` per direction
+    when full duplex, one link ``name`` for both when half."""
+    if duplex == "half":
+        link = Link(env, name, latency_s, bandwidth_Bps, host, sharing=sharing)
+        return link, link
+    if duplex != "full":
+        raise ValueError(f"duplex must be 'full' or 'half', got {duplex!r}")
+    a, b = (
+        Link(
+            env,
+            f"{name}/{side}",
+            latency_s,
+            bandwidth_Bps,
+            host,
+            sharing=sharing,
+            channel=name,
+            direction=side,
+        )
+        for side in sides
+    )
+    return a, b
+
+
 _FAIR: weakref.WeakKeyDictionary[simpy.Environment, FairShare] = weakref.WeakKeyDictionary()
 
 

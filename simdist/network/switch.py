@@ -42,7 +42,7 @@ from simdist.collectives import (
     reduce_s,
 )
 from simdist.errors import SimdistError
-from simdist.network.links import Link
+from simdist.network.links import Link, channel_links
 from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
 
 
@@ -55,25 +55,9 @@ def nic_links(
     sharing: str,
 ) -> tuple[Link, Link]:
     """A host's NIC as (transmit, receive) links: two when full duplex, one link twice when half."""
-    if duplex == "half":
-        nic = Link(env, f"{host}/nic", latency_s, bandwidth_Bps, host, sharing=sharing)
-        return nic, nic
-    if duplex != "full":
-        raise ValueError(f"duplex must be 'full' or 'half', got {duplex!r}")
-    tx, rx = (
-        Link(
-            env,
-            f"{host}/nic/{side}",
-            latency_s,
-            bandwidth_Bps,
-            host,
-            sharing=sharing,
-            channel=f"{host}/nic",
-            direction=side,
-        )
-        for side in ("tx", "rx")
+    return channel_links(
+        env, f"{host}/nic", latency_s, bandwidth_Bps, host, sharing=sharing, duplex=duplex
     )
-    return tx, rx
 
 
 class SwitchTopology(Topology):
