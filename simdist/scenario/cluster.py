@@ -178,6 +178,13 @@ class NetworkSpec(Spec):
         return self
 
 
+def known_profile(value: str) -> str:
+    """``value`` if it names a device profile; else one error listing them."""
+    if value not in DEVICE_PROFILES:
+        raise ValueError(choice_message(value, tuple(DEVICE_PROFILES), "profile"))
+    return value
+
+
 class DeviceSpec(Spec):
     """The accelerator of every replica: a named profile, optionally overridden.
 
@@ -196,9 +203,7 @@ class DeviceSpec(Spec):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, value: str) -> str:
-        if value not in DEVICE_PROFILES:
-            raise ValueError(choice_message(value, tuple(DEVICE_PROFILES), "profile"))
-        return value
+        return known_profile(value)
 
     @model_validator(mode="after")
     def _precision_and_calibration(self) -> DeviceSpec:
@@ -250,9 +255,7 @@ class HostSpec(Spec):
     @field_validator("profile")
     @classmethod
     def _known_profile(cls, value: str) -> str:
-        if value not in DEVICE_PROFILES:
-            raise ValueError(choice_message(value, tuple(DEVICE_PROFILES), "profile"))
-        return value
+        return known_profile(value)
 
     @model_validator(mode="after")
     def _one_device(self) -> HostSpec:
