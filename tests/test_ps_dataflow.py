@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import assert_trees_close, tiny
+from helpers import assert_trees_close
 
 from simdist.engine import cached_workload, measure_costs, run, simulate
 from simdist.numerics.chains import CHAIN
@@ -17,21 +17,14 @@ from simdist.strategies.parameter_server import ParameterServers, partition
 from simdist.strategies.parameter_server import replay as replay_module
 from simdist.strategies.parameter_server.dataflow import Apply, Evaluate, Replayed
 from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
-
-NET = {"bandwidth": "1GB/s", "latency": "10us"}
+from tests.test_parameter_server import ps as parameter_server_scenario
 
 
 def ps(workers: int = 4, servers: int = 2, steps: int = 40, **strategy) -> dict:
-    return tiny(
-        **{
-            "strategy": {"kind": "parameter_server", **strategy},
-            "cluster.hosts": workers,
-            "cluster.ps": servers,
-            "cluster.links.network": NET,
-            "workload.steps": steps,
-            "workload.eval_every": 7,
-        }
-    )
+    """tests/test_parameter_server.py's scenario, 2 PS tasks, an evaluation every 7 steps."""
+    data = parameter_server_scenario(workers, servers, steps, **strategy)
+    data["workload"]["eval_every"] = 7
+    return data
 
 
 def reference(strategy: ParameterServerStrategy) -> tuple[dict, list, object]:
