@@ -13,7 +13,7 @@ import gc
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -584,18 +584,34 @@ def simulate(
             # parameter_server computes its numerics after the simulation (its dataflow
             # replay); a run found to diverge is simulated again to stop where it diverged.
             return again(strategy.rerun_with)
-        metrics = recorder.metrics_frame()
-        events = recorder.events_frame()
         links = network_links(network)
-        tables = {**recorder.table_frames(), **link_frames(links, float(env.now))}
-        recorder.clear()
+        result = run_result(scenario, costs, workload, strategy, recorder, links, float(env.now))
         for link in links:
             link.rates = []  # in the tables now; see Recorder.clear
+    return result
+
+
+def run_result(
+    scenario: Scenario,
+    costs: Costs,
+    workload: Any | None,
+    strategy: Any,
+    recorder: Recorder,
+    links: Sequence[Any],
+    end_s: float,
+) -> Result:
+    """A finished run's :class:`Result`: its frames, ``links``' telemetry up to ``end_s``
+    and the summary. The recorder's rows are dropped once they are in frames
+    (:meth:`Recorder.clear`); call it with the cyclic collector paused (:func:`gc_paused`)."""
+    metrics = recorder.metrics_frame()
+    events = recorder.events_frame()
+    tables = {**recorder.table_frames(), **link_frames(links, end_s)}
+    recorder.clear()
     summary = build_summary(
         scenario=scenario,
         metrics=metrics,
         events=events,
-        sim_time_s=float(env.now),
+        sim_time_s=end_s,
         steps=strategy.steps_done,
         costs=costs,
         devices=[d.name for d in strategy.training_devices],

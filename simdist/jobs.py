@@ -37,6 +37,7 @@ from simdist.engine import (
     gc_paused,
     measure_costs,
     needs_workload,
+    run_result,
     surrogate_note,
 )
 from simdist.errors import SimdistError
@@ -46,8 +47,7 @@ from simdist.recorder import Recorder
 from simdist.scenario import Scenario
 from simdist.strategies import strategy_class
 from simdist.strategies.base import Costs
-from simdist.strategies.sync import resolve_execution
-from simdist.summary import SUMMARY_VERSION, build_summary
+from simdist.summary import SUMMARY_VERSION
 
 #: Columns of ``interference.csv``: one row per job.
 INTERFERENCE_COLUMNS = (
@@ -188,36 +188,11 @@ def _company(scenario: Scenario, run: JobRun, runs: Sequence[JobRun]) -> str:
 def _result(run: JobRun, strategy: Any, recorder: Recorder, end_s: float, links: Any) -> Result:
     """One job's Result at its end, as :func:`simdist.engine.simulate` makes a run's."""
     js = run.scenario
-    metrics = recorder.metrics_frame()
-    events = recorder.events_frame()
-    summary = build_summary(
-        scenario=js,
-        metrics=metrics,
-        events=events,
-        sim_time_s=end_s,
-        steps=strategy.steps_done,
-        costs=run.costs,
-        devices=[d.name for d in strategy.training_devices],
-        examples_per_step=strategy.examples_per_step,
-        diverged_at=strategy.diverged_at,
-        extra={**strategy.fault_summary(), **strategy.summary()},
-    )
-    summary["execution"] = (
-        resolve_execution(getattr(js.strategy, "execution", "batched"), js.replicas)
-        if run.workload is not None
-        else "none"
-    )
+    result = run_result(js, run.costs, run.workload, strategy, recorder, links, end_s)
     note = surrogate_note(js) if run.workload is not None else None
     if note:
-        summary = {"_surrogate": note, **summary}
-    return Result(
-        scenario=js,
-        metrics=metrics,
-        events=events,
-        summary=summary,
-        params=strategy.final_params,
-        tables={**recorder.table_frames(), **link_frames(links, end_s)},
-    )
+        result.summary = {"_surrogate": note, **result.summary}
+    return result
 
 
 def job_runs(scenario: Scenario) -> list[JobRun]:
