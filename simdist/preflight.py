@@ -1,0 +1,226 @@
+"""Before and after a run: what :func:`preflight` checks before the first step (the run's
+size, data files, the model's memory, ``--out``) and the warnings of :func:`warnings_after`.
+
+Part of the Python API (:mod:`simdist.api` re-exports it); like ``simdist validate``, it
+starts without pandas, SimPy or the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simdist.errors import DataError, ScenarioError, SimdistError
+
+if TYPE_CHECKING:
+    from simdist.engine import Result
+
+
+#: Above this estimated wall time a run is called huge (a warning, not an error).
+HUGE_RUN_S = 3600.0
+#: Rough wall time per simulated step: per training device or PS task, and for the
+#: numerics (one jitted gradient and update); measured on a 2-core CPU for digits/mlp.
+WALL_S_PER_TASK_STEP = 30e-6
+WALL_S_PER_NUMERIC_STEP = 1e-3
+#: A final train loss this many times its first is reported as a likely divergence.
+BLOW_UP_FACTOR = 10.0
+#: Least memory one simulated step of one task takes: a run keeps its events and metrics
+#: until the report is written (measured 600-1,800 bytes with the tables built).
+RECORD_BYTES_PER_TASK_STEP = 300
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What :func:`preflight` found: the run's expected size, and warnings to print.
+
+    ``total_steps`` is None only for ``epochs`` without a data set (refused at load);
+    ``train_examples`` is None when the scenario trains on no data set.
+    """
+
+    total_steps: int | None
+    train_examples: int | None
+    wall_s: float
+    warnings: tuple[str, ...] = ()
+
+
+def _source(path_or_scenario: Any) -> str | None:
+    if isinstance(path_or_scenario, str | Path):
+        return str(path_or_scenario)
+    return None
+
+
+def _duration_words(seconds: float) -> str:
+    """``3.2 h``, ``12 days``, ``4.1e+20 years``: the scale a person reads at a glance."""
+    for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("h", 3600.0)):
+        if seconds >= size:
+            value = seconds / size
+            return f"{value:.3g} {unit}" if value < 1e6 else f"{value:.2g} {unit}"
+    return f"{seconds / 60:.3g} min"
+
+
+def _batch_field(scenario: Any) -> str:
+    given = scenario.workload.model_fields_set
+    return "workload.global_batch_size" if "global_batch_size" in given else "workload.batch_size"
+
+
+def _check_files_and_model(scenario: Any, source: str) -> None:
+    """Read the data files whole and build the model on shapes: what a run's first
+    moments would refuse (a bad npz or init_from, a model too large for the memory or
+    unfit for the data). Raises DataError, or ScenarioError naming ``source``."""
+    from simdist.catalog import FULLSIZE_MODELS
+    from simdist.numerics.data import model_inputs
+    from simdist.numerics.memory import check_param_bytes, known_model_size
+
+    w = scenario.workload
+    if w.dataset is not None:
+        shape, outputs = model_inputs(w.dataset, scenario.seed)
+        if w.model is not None and w.model.name not in FULLSIZE_MODELS:
+            known = known_model_size(w.model, shape, outputs) if w.init_from is None else None
+            if known is not None:  # built on these shapes before: no JAX needed
+                check_param_bytes(*known, w.model)
+                return
+            from simdist.numerics.executor import check_model
+
+            try:
+                check_model(w.model, shape, outputs, w.init_from)
+            except DataError:
+                raise
+            except SimdistError as exc:  # e.g. a cnn on flat vectors
+                raise ScenarioError(source, "workload.model", str(exc)) from None
+            return
+    if w.init_from is not None:
+        from simdist.numerics.executor import read_params_file
+
+        read_params_file(w.init_from)
+
+
+def preflight(
+    scenario: Any,
+    *,
+    out: str | Path | None = None,
+    source: str | None = None,
+    data: bool = False,
+) -> Preflight:
+    """Check what a run of ``scenario`` would hit before its first step, and estimate it.
+
+    Raises :class:`~simdist.errors.ScenarioError` (naming ``source``, the scenario's
+    file) for a global batch larger than the training set (with numerics on) and a data
+    file that cannot be used, and :class:`~simdist.errors.SimdistError` for an ``out``
+    that cannot be a report folder. Returns the expected step count, a rough wall time
+    and warnings, e.g. for a run that would take longer than an hour.
+
+    ``data=True`` (``simdist validate``) also reads an npz data set and an ``init_from``
+    file whole and checks their values, and checks the model on shapes alone (its size
+    against the memory, ``init_from`` against its parameters); a run does all that as it
+    builds its workload.
+    """
+    from simdist.numerics.data import train_examples
+    from simdist.report.tables import check_output_folder
+    from simdist.spec import show
+
+    source = source or f"<scenario {scenario.name}>"
+    if getattr(scenario, "jobs", None) is not None:
+        return _preflight_jobs(scenario, out=out, source=source, data=data)
+    if out is not None:
+        check_output_folder(Path(out))
+    w = scenario.workload
+    n_train = None
+    try:
+        if w.dataset is not None:
+            n_train = train_examples(w.dataset, scenario.seed)
+        if data:
+            _check_files_and_model(scenario, source)
+    except DataError as exc:
+        raise exc.in_scenario(source) from None
+    batch = scenario.global_batch
+    if scenario.numerics and n_train is not None and batch > n_train:
+        per = max(1, n_train // scenario.replicas)
+        raise ScenarioError(
+            source,
+            _batch_field(scenario),
+            f"the global batch of {batch:,} examples ({scenario.replicas} replica(s) x "
+            f"{w.batch_size:,}) is larger than the training set of {n_train:,} "
+            f"({w.dataset.name}); a step draws distinct examples, so use at most "
+            f"{n_train:,}, e.g. batch_size: {per}",
+        )
+    total = w.steps
+    if total is None and n_train is not None:
+        total = w.total_steps(n_train)
+    tasks = max(1, scenario.replicas + scenario.cluster.ps)
+    per_step = WALL_S_PER_TASK_STEP * tasks + (WALL_S_PER_NUMERIC_STEP if scenario.numerics else 0)
+    steps = float(min(total or 0, 10**300))
+    wall = per_step * steps
+    warnings = []
+    if wall > HUGE_RUN_S:
+        from simdist.numerics.memory import physical_memory_nbytes
+
+        field = "workload.steps" if w.steps is not None else "workload.epochs"
+        huge = (
+            f"{f'{total:,}' if total < 10**15 else show(total)} steps is huge: simulating them "
+            f"would take about {_duration_words(wall)} of wall time (roughly "
+            f"{per_step * 1e3:.2g} ms a step here)"
+        )
+        memory, ram = RECORD_BYTES_PER_TASK_STEP * tasks * steps, physical_memory_nbytes()
+        if ram is not None and memory > ram:
+            raise ScenarioError(
+                source,
+                field,
+                f"{huge} and at least {memory / 1e9:.2g} GB of memory for what it records "
+                f"(kept until the report is written), more than this machine's "
+                f"{ram / 1e9:.3g} GB; e.g. steps: 1000",
+            )
+        warnings.append(f"{source}: {field}: {huge}; Ctrl-C stops a run")
+    return Preflight(total, n_train, wall, tuple(warnings))
+
+
+def _preflight_jobs(scenario: Any, *, out: str | Path | None, source: str, data: bool) -> Preflight:
+    """:func:`preflight` of every job of a scenario with ``jobs:``, its errors at the job's
+    fields; the step count and wall time add up (each job also runs alone, timing-only)."""
+    from simdist.report.tables import check_output_folder
+    from simdist.scenario.jobs import job_field
+
+    if out is not None:
+        check_output_folder(Path(out))
+    total, wall, warnings = 0, 0.0, []
+    for i, job in enumerate(scenario.jobs):
+        try:
+            checked = preflight(job.scenario, source=source, data=data)
+        except ScenarioError as exc:
+            raise ScenarioError(exc.source, job_field(i, exc.field), exc.message) from None
+        total += checked.total_steps or 0
+        wall += checked.wall_s
+        warnings += [w.replace(f"{source}: ", f"{source}: jobs[{i}].", 1) for w in checked.warnings]
+    return Preflight(total, None, wall, tuple(warnings))
+
+
+def warnings_after(result: Result, source: str | None = None) -> list[str]:
+    """Warnings about a finished run: what the scenario asked for that did not happen.
+
+    A failure scheduled after the run ended (it never happened), and a train loss that
+    blew up without becoming NaN or inf (its last value far above its first).
+    """
+    scenario, summary = result.scenario, result.summary
+    source = source or f"<scenario {scenario.name}>"
+    from simdist.units import format_duration
+
+    end = float(summary["simulated_time_s"])
+    warnings = []
+    for i, failure in enumerate(scenario.faults.failures):
+        if failure.at_s is not None and failure.at_s > end:
+            at = failure.at_s
+            when = f"{at / 3600:,.6g} h" if at >= 3600 else format_duration(at)
+            warnings.append(
+                f"{source}: faults.failures[{i}].at: {when} is after the run ended at "
+                f"simulated t = {format_duration(end)}; this failure never happened"
+            )
+    losses = result.metrics.loc[result.metrics["metric"] == "train_loss", "value"]
+    if not summary.get("diverged") and len(losses) > 1:
+        first, last = float(losses.iloc[0]), float(losses.iloc[-1])
+        if first > 0 and last > BLOW_UP_FACTOR * first:
+            warnings.append(
+                f"{source}: workload.optimizer.learning_rate: the train loss rose from "
+                f"{first:.4g} at the first step to {last:.4g} at the last without becoming "
+                "NaN or inf; the run has probably diverged, e.g. try a smaller learning_rate"
+            )
+    return warnings
