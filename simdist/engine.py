@@ -581,8 +581,8 @@ def simulate(
     with gc_paused():
         env.run(until=main)
         if getattr(strategy, "rerun_with", None) is not None:
-            # parameter_server computes its numerics after the simulation (its dataflow
-            # replay); a run found to diverge is simulated again to stop where it diverged.
+            # A divergence found after the fact (parameter_server's dataflow replay, a
+            # synchronous step's loss read one step late): simulate again, stopping there.
             return again(strategy.rerun_with)
         links = network_links(network)
         result = run_result(scenario, costs, workload, strategy, recorder, links, float(env.now))

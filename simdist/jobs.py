@@ -150,6 +150,7 @@ def simulate_jobs(
         network = Network(env, topology, recorder, protocol)
         cls = strategy_class(js.strategy.kind)
         strategy = cls(js, env, view, network, recorder, run.workload, run.costs, on_step=stepped)
+        strategy.may_rerun = False  # jobs share the clock: no job runs again on its own
         main = env.process(strategy.process())
         machines = set(view.machines)  # its links: its machines' NICs and intra-host links
         own = [link for link in topology.links() if link.host in machines]

@@ -8,6 +8,7 @@ no strategy and no SimPy; rows come out in the order they were recorded
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -79,6 +80,19 @@ class Recorder:
     def metric(self, time_s: float, step: int, name: str, value: float) -> None:
         """Record the value of metric ``name`` at simulated time ``time_s``."""
         self._metrics.append((float(time_s), int(step), name, float(value)))
+
+    def metric_later(self, time_s: float, step: int, name: str) -> int:
+        """A metric row whose value comes later (:meth:`fill_metric`); returns its index.
+
+        The row keeps its place in recording order, which orders rows of equal times.
+        """
+        self._metrics.append((float(time_s), int(step), name, math.nan))
+        return len(self._metrics) - 1
+
+    def fill_metric(self, row: int, value: float) -> None:
+        """Set the value of the row :meth:`metric_later` returned."""
+        time_s, step, name, _ = self._metrics[row]
+        self._metrics[row] = (time_s, step, name, float(value))
 
     def row(self, table: str, **fields: Any) -> None:
         """Append one row to the extra table ``table`` (e.g. ``updates``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -70,6 +71,59 @@ def test_divergence_is_a_result_not_a_crash():
     result = run(scenario_from_dict(tiny(**{"workload.optimizer.learning_rate": 1e30})))
     assert result.summary["diverged"] is True
     assert result.summary["steps"] < 12
+
+
+@pytest.mark.parametrize(
+    ("kind", "cluster"),
+    [
+        ("mirrored", {"cluster.devices_per_host": 2}),
+        ("multi_worker_mirrored", {"cluster.hosts": 2}),
+        ("central_storage", {"cluster.devices_per_host": 2}),
+    ],
+)
+def test_a_loss_read_a_step_late_still_stops_the_run_where_it_diverged(kind, cluster, monkeypatch):
+    """Synchronous loops read a step's loss at the next step's end (the device computes
+    while the next step is simulated). A corrupt batch that makes step 7's loss NaN
+    still ends the run at step 7, with the very tables, summary and parameters of a
+    run that reads every loss at once; a run without it is unchanged too."""
+    from simdist.numerics.data import BatchStream
+    from simdist.strategies.base import Strategy
+
+    batch = BatchStream.batch
+
+    def corrupt(self, index, size):
+        x, y = batch(self, index, size)
+        return (x * np.nan, y) if index == 6 else (x, y)
+
+    changes = {"strategy.kind": kind, **cluster, "workload.steps": 12, "workload.eval_every": 4}
+    scenario = scenario_from_dict(tiny(**changes))
+    results = {}
+    for poisoned in (False, True):
+        if poisoned:
+            monkeypatch.setattr(BatchStream, "batch", corrupt)
+        for late in (True, False):
+            monkeypatch.setattr(Strategy, "may_rerun", late)
+            results[poisoned, late] = run(scenario)
+    for poisoned in (False, True):
+        late, eager = results[poisoned, True], results[poisoned, False]
+        assert late.metrics.equals(eager.metrics)
+        assert late.events.equals(eager.events)
+        assert json.dumps(late.summary, sort_keys=True) == json.dumps(eager.summary, sort_keys=True)
+        for a, b in zip(*map(_leaves, (late.params, eager.params)), strict=True):
+            np.testing.assert_array_equal(a, b)
+    diverged = results[True, True]
+    assert diverged.summary["diverged_at_step"] == diverged.summary["steps"] == 7
+    losses = diverged.metrics.query("metric == 'train_loss'")
+    assert list(losses["step"]) == list(range(1, 8))
+    assert np.isnan(losses["value"].iloc[-1]) and np.isfinite(losses["value"].iloc[:-1]).all()
+    assert diverged.events["step"].max() == 6  # steps are 0-based in events.csv
+    assert results[False, True].summary["steps"] == 12
+
+
+def _leaves(tree):
+    import jax
+
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
 
 
 def test_timing_only_run_has_the_same_clock_and_no_loss():

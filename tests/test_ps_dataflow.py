@@ -13,9 +13,10 @@ from helpers import assert_trees_close
 from simdist.engine import cached_workload, measure_costs, run, simulate
 from simdist.numerics.chains import CHAIN
 from simdist.scenario import scenario_from_dict
+from simdist.strategies.base import Replayed
 from simdist.strategies.parameter_server import ParameterServers, partition
 from simdist.strategies.parameter_server import replay as replay_module
-from simdist.strategies.parameter_server.dataflow import Apply, Evaluate, Replayed
+from simdist.strategies.parameter_server.dataflow import Apply, Evaluate
 from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
 from tests.test_parameter_server import ps as parameter_server_scenario
 

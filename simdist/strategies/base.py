@@ -16,7 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
 
@@ -87,6 +87,21 @@ class Costs:
         return self
 
 
+class Replayed(NamedTuple):
+    """A run found to diverge, for its second pass: it stops where training diverged.
+
+    Passed to the strategy in place of the workload (``engine.simulate``'s
+    ``workload``, unwrapped by :class:`Strategy`), which sets ``stop_at`` to ``cut``.
+    Its meaning is the strategy's: parameter_server counts the shards applied
+    before the first whose gradient's loss is not finite (the dataflow replay
+    finds it after the simulation); the synchronous loop, the step whose loss was
+    not finite (found one step late, see :meth:`Strategy.end_step`).
+    """
+
+    workload: Any
+    cut: int
+
+
 def _first_devices(counts: Sequence[int]) -> list[int]:
     """The global index of each host's first device, for hosts holding ``counts`` devices."""
     firsts, total = [], 0
@@ -103,6 +118,9 @@ class Strategy(ABC):
     topology: ClassVar[str] = "switch"
     #: Seconds after an evaluation point at which its test metrics are stamped.
     eval_delay_s: float = 0.0
+    #: Whether the caller simulates the run again when ``rerun_with`` is set after it
+    #: (``engine.simulate`` does; a shared run of several jobs does not: simdist.jobs).
+    may_rerun: bool = True
 
     def __init__(
         self,
@@ -120,7 +138,13 @@ class Strategy(ABC):
         self.cluster = cluster
         self.net = network
         self.recorder = recorder
+        # A second pass of a run found to diverge gets the workload wrapped (Replayed).
+        self.stop_at: int | None = None
+        if isinstance(workload, Replayed):
+            self.stop_at, workload = workload.cut, workload.workload
         self.workload = workload
+        self.rerun_with: Replayed | None = None  # set when a divergence is found late
+        self._pending_loss: tuple[int, int, Any] | None = None  # (metric row, step, loss)
         self.costs = costs
         self.on_step = on_step or (lambda step: None)
         self.total_steps = costs.total_steps
@@ -355,19 +379,42 @@ class Strategy(ABC):
     # -- end of a step -------------------------------------------------------
 
     def end_step(
-        self, start_s: float, done: int, loss: float | None, params: Callable[[], Any]
+        self, start_s: float, done: int, loss: Any | None, params: Callable[[], Any]
     ) -> bool:
         """Record finished step ``done``: throughput, its loss, an evaluation when due.
 
         ``loss`` is None in timing-only runs; ``params`` gives the parameters to
         evaluate (only called when an evaluation is due). Returns False when the
         loss is not finite: the run stops there and reports the divergence.
+
+        ``loss`` may be a device scalar still being computed. Then, away from
+        evaluation points and the last step, it is not waited for: its metric row
+        is filled in at the next step's end, so the simulation of the next step
+        runs while the device computes (the clock of a synchronous step does not
+        depend on values). Should that loss turn out not to be finite, the run is
+        one step past its divergence: it stops, and the engine simulates it again
+        with ``stop_at`` set to that step, waiting for every loss up to it
+        (:class:`Replayed`), so the report is the one of a run that stopped there.
         """
+        if not self.settle_loss():
+            return False
         now = self.env.now
         rate = self.examples_per_step / (now - start_s) if now > start_s else math.inf
         self.recorder.metric(now, done, "examples_per_s", rate)
         self.steps_done = done
         if loss is not None:
+            if (
+                self.may_rerun
+                and self.stop_at is None
+                and not isinstance(loss, float)
+                and done != self.total_steps
+                and not self.eval_due(done)
+            ):
+                row = self.recorder.metric_later(now, done, "train_loss")
+                self._pending_loss = (row, done, loss)
+                self.on_step(done)
+                return True
+            loss = float(loss)
             self.recorder.metric(now, done, "train_loss", loss)
             if not math.isfinite(loss):
                 self.diverged_at = done
@@ -378,6 +425,20 @@ class Strategy(ABC):
                 self.evaluate(done, params(), delay_s=0.0)
         self.on_step(done)
         return True
+
+    def settle_loss(self) -> bool:
+        """Wait for the loss :meth:`end_step` left pending and record it; False when it is
+        not finite (``rerun_with`` then asks for a second pass stopping at its step)."""
+        if self._pending_loss is None:
+            return True
+        row, step, loss = self._pending_loss
+        self._pending_loss = None
+        value = float(loss)
+        self.recorder.fill_metric(row, value)
+        if math.isfinite(value):
+            return True
+        self.rerun_with = Replayed(self.workload, step)
+        return False
 
     def evaluate(self, step: int, params: Any, *, delay_s: float | None = None) -> None:
         """Record test metrics, stamped ``delay_s`` (default ``eval_delay_s``) from now: when

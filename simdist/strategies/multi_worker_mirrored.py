@@ -185,7 +185,8 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
     def process(self) -> Generator[Any, Any, None]:
         yield from super().process()
         done = self.steps_done
-        if self.diverged_at is not None or done == 0 or not self.eval_due(done):
+        stopped = self.diverged_at is not None or self.rerun_with is not None
+        if stopped or done == 0 or not self.eval_due(done):
             return
         start, end = self.env.now, self.env.now + self.eval_s
         chief = self.cluster.chief.name

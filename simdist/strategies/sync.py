@@ -129,8 +129,10 @@ class SyncTrainer:
         """Global batch ``step`` of the data order."""
         return self.workload.batches.batch(step, self.global_batch)
 
-    def gradients(self, params: Any, batch: tuple[Any, Any]) -> tuple[float, Any, Any]:
-        """Mean loss, summed gradient and the replicas' mean batch moments of ``batch``."""
+    def gradients(self, params: Any, batch: tuple[Any, Any]) -> tuple[Any, Any, Any]:
+        """Mean loss, summed gradient and the replicas' mean batch moments of ``batch``.
+
+        The loss is a device scalar, not waited for (see :meth:`dispatch`)."""
         from simdist.numerics.data import shard
 
         x, y = batch
@@ -143,10 +145,19 @@ class SyncTrainer:
             loss, grads, moments = self.workload.replica_grads(
                 params, xs, ys, self.global_batch, self.execution, with_moments=True
             )
-        return float(loss), grads, moments
+        return loss, grads, moments
 
     def update(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, float]:
         """One training step on ``batch``: the new state and the step's mean loss."""
+        state, loss = self.dispatch(state, batch)
+        return state, float(loss)
+
+    def dispatch(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, Any]:
+        """:meth:`update` without waiting for the device: the loss is a device scalar.
+
+        JAX dispatches asynchronously, so the caller (the simulation of the next
+        step) runs while the device computes this one; reading the loss waits.
+        """
         loss, grads, moments = self.gradients(state.params, batch)
         params, opt_state = self.workload.apply(state.params, state.opt_state, grads)
         model_state = self.workload.update_state(state.model_state, moments)
@@ -341,7 +352,7 @@ class SynchronousStrategy(Strategy):
                 continue
             loss = None
             if self.trainer is not None and self.state is not None:
-                self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
+                self.state, loss = self.trainer.dispatch(self.state, self.trainer.batch(step))
             if not self.end_step(start, done, loss, lambda: self.final_params):
                 return
             if checkpoint:

@@ -24,9 +24,9 @@ recorder in the same order once :mod:`.replay` has computed the values.
 
 A diverged run: the replay finds the first applied shard whose gradient's loss
 is not finite; everything before it is exact (nothing depends on later
-values). The run is then simulated again with :class:`Replayed` — the
-divergence known — and stops at that shard as the step-by-step loop did. No JAX
-here.
+values). The run is then simulated again with
+:class:`~simdist.strategies.base.Replayed` — the divergence
+known — and stops at that shard as the step-by-step loop did. No JAX here.
 """
 
 from __future__ import annotations
@@ -140,19 +140,6 @@ class DataflowServers(ParameterServers):
         self.versions = list(state.versions)
         assert state.values is not None
         self.ids = list(state.values)
-
-
-class Replayed(NamedTuple):
-    """A run found to diverge, for its second pass: it stops where training diverged.
-
-    Passed to the strategy in place of the workload (``engine.simulate``'s
-    ``workload``): the second pass records the same dataflow up to ``cut`` (the
-    number of shards applied before the first whose loss is not finite), stops
-    there as the step-by-step loop did, and replays its own shorter dataflow.
-    """
-
-    workload: Any
-    cut: int
 
 
 class Journal:

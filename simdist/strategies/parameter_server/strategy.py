@@ -18,13 +18,12 @@ import simpy
 
 from simdist.cluster import Device
 from simdist.network import Transfer
-from simdist.strategies.base import Strategy
+from simdist.strategies.base import Replayed, Strategy
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
 from simdist.strategies.parameter_server.dataflow import (
     Dataflow,
     DataflowServers,
     Journal,
-    Replayed,
 )
 from simdist.strategies.parameter_server.partition import (
     batch_norm_state_leaves,
@@ -48,11 +47,6 @@ class ParameterServerStrategy(Strategy):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # A second pass of a run found to diverge gets the workload wrapped (dataflow.Replayed).
-        args = list(args)
-        self.stop_at: int | None = None
-        if len(args) > 5 and isinstance(args[5], Replayed):
-            self.stop_at, args[5] = args[5].cut, args[5].workload
         super().__init__(*args, **kwargs)
         options = self.scenario.strategy
         self.options = options
@@ -75,7 +69,6 @@ class ParameterServerStrategy(Strategy):
         # values the dataflow replay fills in (asynchronous runs with numerics).
         self.log: Any = self.recorder
         self.dataflow: Dataflow | None = None
-        self.rerun_with: Replayed | None = None  # set when the replay finds a divergence
         self._final: Any = None
         self.deferred: Any = None
         if self.workload is not None and options.mode != "sync":
