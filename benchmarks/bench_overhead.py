@@ -164,7 +164,7 @@ def measure(
 
 #: What the breakdown times (nested: the replay includes its plan).
 PARTS: list[tuple[str, tuple[Any, str]]] = [
-    ("plan", (Plan, "__init__")),
+    ("plan", (Plan, "add")),
     ("replay", (Replay, "run")),
     ("journal", (Journal, "flush")),
 ]

@@ -137,6 +137,27 @@ def test_the_replay_equals_a_step_by_step_reference(name, monkeypatch):
     assert len(updates) == strategy.dataflow.applies
 
 
+@pytest.mark.parametrize(
+    "name", ["async-sgd", "ssp-inverse-momentum-row-shards", "twelve-workers-overlap"]
+)
+def test_a_replay_in_segments_during_the_run_equals_one_after_it(name, monkeypatch):
+    """The replay advances every few applied shards while the simulation runs (the device
+    computes meanwhile); planned and dispatched in one go after the run instead, every
+    table and the final parameters are the same, bit for bit."""
+    from simdist.strategies.parameter_server import strategy as strategy_module
+
+    results = {}
+    for segment in (3, 10**9):
+        monkeypatch.setattr(strategy_module, "SEGMENT", segment)
+        results[segment] = run(scenario_from_dict(SCENARIOS[name]))
+    a, b = results[3], results[10**9]
+    assert a.metrics.equals(b.metrics)
+    assert a.events.equals(b.events)
+    pd.testing.assert_frame_equal(a.tables["updates"], b.tables["updates"])
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
 def test_a_wide_run_fills_its_gradient_calls(monkeypatch):
     """24 workers: waves hold ~24 gradients, so every 8-wide call is full (the step-by-step
     loop evaluated what was pending at each first arrival: about 4 per call)."""

@@ -516,8 +516,16 @@ class Workload:
         ``params`` holds the model state too when there is one (:meth:`variables`):
         BatchNormalization then normalises with the moving statistics (inference mode).
         """
-        out = jax.device_get(self._evaluate(params, self._x_test, self._y_test))
-        return {k: float(v) for k, v in out.items()}
+        return self.evaluated(self.evaluate_async(params))
+
+    def evaluate_async(self, params: Any) -> Any:
+        """:meth:`evaluate` without waiting for the device: :meth:`evaluated` reads it."""
+        return self._evaluate(params, self._x_test, self._y_test)
+
+    @staticmethod
+    def evaluated(out: Any) -> dict[str, float]:
+        """The metrics of an :meth:`evaluate_async` result, as floats (waits for them)."""
+        return {k: float(v) for k, v in jax.device_get(out).items()}
 
     @staticmethod
     def is_finite(loss: Any) -> bool:

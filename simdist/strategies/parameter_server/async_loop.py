@@ -39,6 +39,7 @@ class InFlight(NamedTuple):
     versions: tuple[int, ...]  # the version of each PS it pulled
     waiting: int  # PS tasks that have not applied their shard yet
     ticket: int | None = None  # its gradient in the dataflow (numerics only)
+    pulled: Any = None  # what it read: values, or the state ids of a dataflow run
 
 
 class AsyncTraining:
@@ -100,7 +101,9 @@ class AsyncTraining:
         self.claimed += 1
         iteration = self.clock[w]
         pulled = s.servers.pull_all()  # the values are read when the request is issued
-        gradient = InFlight(iteration, iteration - min(self.clock), pulled.versions, s.n_ps)
+        gradient = InFlight(
+            iteration, iteration - min(self.clock), pulled.versions, s.n_ps, pulled=pulled.values
+        )
         self.inflight[w] = gradient
 
         def submit() -> None:
@@ -182,6 +185,8 @@ class AsyncTraining:
         s.steps_done = s.applied
         s.on_step(s.applied)
         self.recovery.checkpoint_if_due()
+        # The replay keeps what a pull has read and the gradient not yet ticketed.
+        s.advance_replay([g.pulled for g in self.inflight if g is not None and g.ticket is None])
 
     def diverge(self) -> None:
         """A non-finite loss: stop training (the step it would have made is reported).

@@ -21,10 +21,15 @@ plan on the device:
   standard update call per shard instead: :func:`~simdist.numerics.chains.scan_exact`).
 
 Banks are donated, so updates happen in place, and nothing waits for a value
-until the end (evaluations excepted): Python plans and dispatches while XLA
-computes. The losses are read at the end; the first applied shard whose
-gradient's loss is not finite is the divergence cut (the run is then simulated
-again to stop there; what was computed past it is discarded).
+until the end: Python plans and dispatches while XLA computes. In a run without
+failures this starts during the simulation: every few applied shards the
+strategy plans and dispatches what the dataflow holds so far (:meth:`Replay.advance`),
+keeping the states later ops may still read (each PS's current one, and those
+read by pulls not yet ticketed), so the device computes while SimPy goes on;
+the banks grow when the plan needs more slots. The losses are read at the end;
+the first applied shard whose gradient's loss is not finite is the divergence
+cut (the run is then simulated again to stop there; what was computed past it
+is discarded).
 
 Bit for bit what the step-by-step loop computed: a lane of the 8-wide gradient
 program does not depend on the other lanes nor on whether its version was
@@ -112,43 +117,102 @@ class Slots:
 
 
 class Plan:
-    """The waves, chains and evaluations of one dataflow, in order, with their slots."""
+    """The waves, chains and evaluations of one dataflow, in order, with their slots.
 
-    def __init__(self, flow: Dataflow, n_ps: int, final_ids: Sequence[int]) -> None:
+    Built in one go from a finished dataflow (:meth:`add` once, with ``final``), or
+    segment by segment while the simulation still runs (:meth:`add` without
+    ``final``, then once with it): the steps planned so far are taken
+    (:meth:`take`) and executed while the simulation goes on.
+    """
+
+    def __init__(self, n_ps: int) -> None:
         self.n_ps = n_ps
         self.steps: list[Wave | Chain | Check] = []
         self.states = [Slots() for _ in range(n_ps)]
         self.gradients = Slots()
-        tickets, ops = flow.tickets, flow.ops
         self.uses: dict[tuple[int, int], int] = {}
         self.where: dict[tuple[int, int], int] = {
             (ps, 0): self.states[ps].take() for ps in range(n_ps)
         }
-        needed = sorted({op.ticket for op in ops if isinstance(op, Apply)})
-        self.pending = dict.fromkeys(needed, 0)  # updates still to apply, per ticket
-        for op in ops:
+        self.pending: dict[int, int] = {}  # updates still to apply, per ticket
+        self.gslot: dict[int, int] = {}
+        self.produced = [0] * n_ps  # the newest state id of each PS computed so far
+        self.waiting: list[int] = []  # tickets not computed yet, in ticket order
+        self.final: tuple[int, ...] = ()
+        self._ops = 0  # ops planned so far
+        self._tickets = 0  # tickets counted so far
+        self._held: list[tuple[int, ...]] = []  # states kept for later segments
+
+    def add(
+        self,
+        flow: Dataflow,
+        held: Sequence[Sequence[int]] = (),
+        final: Sequence[int] | None = None,
+    ) -> None:
+        """Plan the ops ``flow`` recorded since the last call.
+
+        ``held``: state ids (tuples of one per PS) kept until the next call — what
+        later ops may still read: each PS's current state, and the states read by
+        pulls whose gradients have no ticket yet. ``final``: the final states, kept to
+        the end, given with the last call only. A dataflow planned in one go counts
+        only the tickets some op applies; in segments, every new ticket is counted
+        with one update per PS to come (every gradient is applied on every PS; a
+        segmented run has no failures, which would lose some).
+        """
+        tickets, ops = flow.tickets, flow.ops
+        new = ops[self._ops :]
+        counts: dict[int, int] = {}
+        if final is not None and self._ops == 0 and self._tickets == 0:
+            for op in new:
+                if isinstance(op, Apply):
+                    counts[op.ticket] = counts.get(op.ticket, 0) + 1
+            fresh = sorted(counts)
+        else:
+            fresh = list(range(self._tickets, len(tickets)))
+            counts = dict.fromkeys(fresh, self.n_ps)
+        self.pending.update(counts)
+        for op in new:
             if isinstance(op, Apply):
-                self.pending[op.ticket] += 1
                 self._use(op.ps, op.source)
             else:
                 for ps, i in enumerate(op.ids):
                     self._use(ps, i)
-        for t in needed:
+        for t in fresh:
             for ps, i in enumerate(tickets[t].pulled):
                 self._use(ps, i)
-        for ps, i in enumerate(final_ids):
-            self._use(ps, i, 1 << 40)  # kept to the end
-        self.gslot: dict[int, int] = {}
-        self._walk(tickets, ops, needed)
-        self.final = tuple(self.where[(ps, i)] for ps, i in enumerate(final_ids))
-        self.scratch = [s.capacity - 1 for s in self.states]
-        self.gscratch = self.gradients.capacity - 1
-        # Padded steps write to the scratch slots.
+        for ids in held:
+            for ps, i in enumerate(ids):
+                self._use(ps, i)
+        if final is not None:
+            for ps, i in enumerate(final):
+                self._use(ps, i, 1 << 40)
+        for ids in self._held:  # after the new uses: a state read again stays
+            for ps, i in enumerate(ids):
+                self._release(ps, i)
+        self._held = [tuple(ids) for ids in held]
+        self.waiting.extend(fresh)
+        self._ops, self._tickets = len(ops), len(tickets)
+        self._walk(tickets, new)
+        if final is not None:
+            self.final = tuple(self.where[(ps, i)] for ps, i in enumerate(final))
+
+    def take(self) -> list[Wave | Chain | Check]:
+        """The steps planned since the last call, their padding aimed at the scratch slots
+        of the banks' present capacity (above every slot in use, so never read)."""
+        scratch = self.scratch
+        gscratch = self.gradients.capacity - 1
         for step in self.steps:
             if isinstance(step, Wave):
-                step.targets[len(step.tickets) :] = self.gscratch
+                step.targets[len(step.tickets) :] = gscratch
             elif isinstance(step, Chain):
-                step.targets[:] = [self.scratch[step.ps] if t < 0 else t for t in step.targets]
+                step.targets[:] = [scratch[step.ps] if t < 0 else t for t in step.targets]
+        steps, self.steps = self.steps, []
+        return steps
+
+    @property
+    def scratch(self) -> list[int]:
+        """Each PS bank's scratch slot: its last one."""
+        return [s.capacity - 1 for s in self.states]
 
     def _use(self, ps: int, i: int, n: int = 1) -> None:
         self.uses[(ps, i)] = self.uses.get((ps, i), 0) + n
@@ -159,22 +223,18 @@ class Plan:
             del self.uses[(ps, i)]
             self.states[ps].give(self.where.pop((ps, i)))
 
-    def _walk(
-        self, tickets: Sequence[Any], ops: Sequence[Apply | Evaluate], needed: list[int]
-    ) -> None:
-        produced = [0] * self.n_ps  # the newest state id of each PS computed so far
-        waiting = list(needed)  # tickets not computed yet, in ticket order
+    def _walk(self, tickets: Sequence[Any], ops: Sequence[Apply | Evaluate]) -> None:
         i, n = 0, len(ops)
         while i < n:
             j = i
             while j < n and (isinstance(ops[j], Evaluate) or ops[j].ticket in self.gslot):
                 j += 1
-            self._execute(ops[i:j], produced)
+            self._execute(ops[i:j])
             i = j
             if i == n:
                 break
             blocked = ops[i].ticket  # type: ignore[union-attr]
-            ready = _ready(waiting, blocked, tickets, produced)
+            ready = _ready(self.waiting, blocked, tickets, self.produced)
             done: set[int] = set()
             for start in range(0, len(ready), BUCKET):
                 chunk = ready[start : start + BUCKET]
@@ -182,7 +242,7 @@ class Plan:
                     break  # a partial wave waits for more gradients
                 self._wave(chunk, tickets)
                 done.update(chunk)
-            waiting = [t for t in waiting if t not in done]
+            self.waiting = [t for t in self.waiting if t not in done]
 
     def _wave(self, chunk: list[int], tickets: Sequence[Any]) -> None:
         padded = chunk + [chunk[-1]] * (BUCKET - len(chunk))
@@ -198,7 +258,7 @@ class Plan:
             for ps, p in enumerate(tickets[t].pulled):
                 self._release(ps, p)
 
-    def _execute(self, ops: Sequence[Apply | Evaluate], produced: list[int]) -> None:
+    def _execute(self, ops: Sequence[Apply | Evaluate]) -> None:
         runs: list[list[Apply]] = [[] for _ in range(self.n_ps)]
         for op in ops:
             if isinstance(op, Apply):
@@ -214,7 +274,7 @@ class Plan:
                 ):
                     stop += 1
                 self._chain(ps, run[start:stop])
-                produced[ps] = run[stop - 1].target
+                self.produced[ps] = run[stop - 1].target
                 start = stop
         for op in ops:
             if isinstance(op, Evaluate):
@@ -269,7 +329,9 @@ class Replay:
 
     ``servers`` holds the initial values (a :class:`~.servers.ParameterServers`
     with the workload); a gradient's batch is global batch ``Ticket.batch`` of
-    ``global_batch`` examples of ``workload.batches``.
+    ``global_batch`` examples of ``workload.batches``. :meth:`advance`, called while
+    the simulation runs, plans and dispatches what the dataflow holds so far, so
+    the device computes while the simulation goes on; :meth:`run` does the rest.
     """
 
     def __init__(
@@ -285,17 +347,52 @@ class Replay:
         self.n_leaves = servers.treedef.num_leaves
         self.calls = 0  # gradient calls, for benchmarks
         self.chains = 0  # update chains (or single updates), for benchmarks
+        self.plan = Plan(self.n_ps)
+        self._banks: dict[str, Any] | None = None
+        self._evaluations: list[Any] = []  # the evaluations' device results, in order
+        self._waves: list[tuple[list[int], Any]] = []  # each wave's tickets and losses
+
+    def advance(self, flow: Dataflow, held: Sequence[Sequence[int]]) -> None:
+        """Plan and dispatch what ``flow`` recorded so far, keeping the states ``held``
+        (see :meth:`Plan.add`) for what comes later. Nothing waits for the device."""
+        self.plan.add(flow, held)
+        self._dispatch(flow)
 
     def run(self, flow: Dataflow, final_ids: Sequence[int]) -> Outcome:
-        """Compute every applied gradient, update and evaluation of ``flow`` in order."""
-        plan = Plan(flow, self.n_ps, final_ids)
+        """Compute every applied gradient, update and evaluation of ``flow`` in order (what
+        :meth:`advance` has not), then read the losses and the evaluations."""
+        self.plan.add(flow, (), final=final_ids)
+        programs = self._dispatch(flow)
+        banks = self._banks
+        assert banks is not None
+        evaluations = [self.workload.evaluated(out) for out in self._evaluations]
+        losses: dict[int, float] = {}
+        for tickets, loss in self._waves:
+            values = np.asarray(loss)
+            for lane, t in enumerate(tickets):
+                losses[t] = float(values[lane])
+        applied = 0
+        for op in flow.ops:
+            if isinstance(op, Apply):
+                if not np.isfinite(losses[op.ticket]):
+                    return Outcome(losses, evaluations, None, applied)
+                applied += 1
+        final = programs.gather(banks["values"], banks["models"], self.plan.final)
+        return Outcome(losses, evaluations, final, None)
+
+    def _dispatch(self, flow: Dataflow) -> _Programs:
+        """Execute the steps planned since the last call on the banks (first enlarged if
+        the plan uses more slots than they have)."""
+        plan = self.plan
+        steps = plan.take()
         programs = self._programs()
-        banks = programs.banks(
-            self.servers, [slots.capacity for slots in plan.states], plan.gradients.capacity
-        )
-        evaluations: list[dict[str, float]] = []
-        waves: list[tuple[list[int], Any]] = []
-        for step in plan.steps:
+        capacities = [slots.capacity for slots in plan.states]
+        if self._banks is None:
+            self._banks = programs.banks(self.servers, capacities, plan.gradients.capacity)
+        else:
+            programs.grow(self._banks, capacities, plan.gradients.capacity)
+        banks, scratch = self._banks, plan.scratch
+        for step in steps:
             if isinstance(step, Wave):
                 xs, ys = self._batches(step, flow)
                 loss, banks["grads"], banks["moments"] = programs.wave(
@@ -307,27 +404,15 @@ class Replay:
                     ys,
                     step.targets,
                 )
-                waves.append((step.tickets, loss))
+                self._waves.append((step.tickets, loss))
                 self.calls += 1
             elif isinstance(step, Chain):
-                programs.chain(banks, step, plan.scratch[step.ps])
+                programs.chain(banks, step, scratch[step.ps])
                 self.chains += 1
             else:
                 variables = programs.gather(banks["values"], banks["models"], step.slots)
-                evaluations.append(self.workload.evaluate(variables))
-        losses: dict[int, float] = {}
-        for tickets, loss in waves:
-            values = np.asarray(loss)
-            for lane, t in enumerate(tickets):
-                losses[t] = float(values[lane])
-        applied = 0
-        for op in flow.ops:
-            if isinstance(op, Apply):
-                if not np.isfinite(losses[op.ticket]):
-                    return Outcome(losses, evaluations, None, applied)
-                applied += 1
-        final = programs.gather(banks["values"], banks["models"], plan.final)
-        return Outcome(losses, evaluations, final, None)
+                self._evaluations.append(self.workload.evaluate_async(variables))
+        return programs
 
     def _programs(self) -> _Programs:
         """The jitted programs for this structure of shards, kept on the workload: a run
@@ -449,6 +534,22 @@ class _Programs:
             "grads": grads,
             "moments": moments,
         }
+
+    def grow(self, banks: dict[str, Any], state_slots: Sequence[int], gradient_slots: int) -> None:
+        """Enlarge ``banks`` in place to at least these slots (a segmented replay learns how
+        many it needs as it goes); the slots in use keep their contents."""
+
+        def pad(a: Any, slots: int) -> Any:
+            if a.shape[0] >= slots:
+                return a
+            return jnp.concatenate([a, jnp.zeros((slots - a.shape[0], *a.shape[1:]), a.dtype)])
+
+        for ps, size in enumerate(state_slots):
+            banks["values"][ps] = {k: pad(a, size) for k, a in banks["values"][ps].items()}
+            banks["opts"][ps] = jax.tree.map(lambda a, size=size: pad(a, size), banks["opts"][ps])
+            banks["models"][ps] = {k: pad(a, size) for k, a in banks["models"][ps].items()}
+        banks["grads"] = [pad(a, gradient_slots) for a in banks["grads"]]
+        banks["moments"] = [pad(a, gradient_slots) for a in banks["moments"]]
 
     def chain(self, banks: dict[str, Any], chain: Chain, scratch: int) -> None:
         """Apply ``chain``'s updates to its PS's banks (in place)."""

@@ -34,6 +34,10 @@ from simdist.strategies.parameter_server.partition import (
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.sync_backup import SyncWithBackups
 
+#: Applied shards between two advances of the dataflow replay during the simulation: enough
+#: that each advance plans full waves and chains, few enough that the device starts early.
+SEGMENT = 32
+
 
 class ParameterServerStrategy(Strategy):
     """Asynchronous (or synchronous with backup workers) parameter-server training.
@@ -76,6 +80,14 @@ class ParameterServerStrategy(Strategy):
             self.log = Journal()
             self.servers: ParameterServers = DataflowServers(self.shards, self.n_ps, self.dataflow)
             self.initial = ParameterServers(self.shards, self.n_ps, self.workload)
+            from simdist.strategies.parameter_server.replay import Replay
+
+            replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
+            self._replay = Replay(self.initial, self.workload, self.worker_batch, replicas)
+            # Without failures every gradient is applied on every PS and no state comes back
+            # (a restore would), so the replay can run while the simulation goes on.
+            self._segmented = not self.scenario.faults.failures
+            self._advanced = 0  # shards applied when the replay last advanced
         else:
             self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
         if self.workload is not None and self.dataflow is None:
@@ -372,6 +384,16 @@ class ParameterServerStrategy(Strategy):
         delay = self.eval_delay_s if delay_s is None else delay_s
         self.log.evaluation(self.env.now + delay, step, point)
 
+    def advance_replay(self, reading: Sequence[Sequence[int]]) -> None:
+        """Let the replay dispatch what the dataflow holds so far, every :data:`SEGMENT`
+        applied shards: the device computes while the simulation goes on. ``reading``:
+        the state ids of pulls whose gradients have no ticket yet (kept for them)."""
+        flow = self.dataflow
+        if flow is None or not self._segmented or flow.applies - self._advanced < SEGMENT:
+            return
+        self._advanced = flow.applies
+        self._replay.advance(flow, [self.servers.current(), *reading])
+
     def replay(self) -> None:
         """Compute the recorded dataflow (:mod:`.replay`) and write what waited for values.
 
@@ -379,11 +401,8 @@ class ParameterServerStrategy(Strategy):
         run has to stop at that shard, so ``rerun_with`` asks the engine to simulate
         it again, stopping there (a second pass replays its own, shorter dataflow).
         """
-        from simdist.strategies.parameter_server.replay import Replay
-
         assert self.dataflow is not None and self.workload is not None
-        replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
-        engine = Replay(self.initial, self.workload, self.worker_batch, replicas)
+        engine = self._replay
         outcome = engine.run(self.dataflow, self.servers.current())
         self.replay_calls = (engine.calls, engine.chains)
         if outcome.cut is not None:
