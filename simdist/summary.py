@@ -79,11 +79,12 @@ def time_split_by_device(
     if devices is None:
         devices = sorted(set(events["device"]), key=natural_key)
     devices = list(devices)
-    cats = events["kind"].map(split_category)
-    start = events["start_s"].clip(0.0, sim_time_s).to_numpy()
-    end = events["end_s"].clip(0.0, sim_time_s).to_numpy()
+    # NumPy rather than pandas column operations: a short run pays their fixed cost per call.
+    kinds, kind_index = np.unique(events["kind"].to_numpy(dtype=object), return_inverse=True)
+    all_cats = np.array([split_category(k) for k in kinds], dtype=object)[kind_index]
+    start = np.clip(events["start_s"].to_numpy(dtype=float), 0.0, sim_time_s)
+    end = np.clip(events["end_s"].to_numpy(dtype=float), 0.0, sim_time_s)
     by_device = events.groupby("device", sort=False).indices
-    all_cats = cats.to_numpy()
     rows = []
     for device in devices:
         idx = by_device.get(device, np.array([], dtype=np.int64))
@@ -165,7 +166,8 @@ def collapse_reason(metrics: pd.DataFrame, chance: float | None) -> str | None:
                 f"final test accuracy {accuracy:.1%} is within "
                 f"{COLLAPSE_ACCURACY_MARGIN * 100:g} points of chance ({chance:.1%})"
             )
-    losses = metrics.loc[metrics["metric"] == "train_loss", "value"].to_numpy(dtype=float)
+    names = metrics["metric"].to_numpy(dtype=object)
+    losses = metrics["value"].to_numpy(dtype=float)[names == "train_loss"]
     losses = losses[np.isfinite(losses)]
     if len(losses) > 1:
         first, last = float(losses[0]), float(losses[-COLLAPSE_LOSS_WINDOW:].mean())
@@ -179,8 +181,8 @@ def collapse_reason(metrics: pd.DataFrame, chance: float | None) -> str | None:
 
 
 def _last(metrics: pd.DataFrame, name: str) -> float | None:
-    rows = metrics[metrics["metric"] == name]
-    return None if rows.empty else float(rows["value"].iloc[-1])
+    rows = np.flatnonzero(metrics["metric"].to_numpy(dtype=object) == name)
+    return None if len(rows) == 0 else float(metrics["value"].to_numpy()[rows[-1]])
 
 
 def build_summary(
