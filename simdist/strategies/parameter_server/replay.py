@@ -335,7 +335,12 @@ class Replay:
     """
 
     def __init__(
-        self, servers: ParameterServers, workload: Any, global_batch: int, replicas: int = 1
+        self,
+        servers: ParameterServers,
+        workload: Any,
+        global_batch: int,
+        replicas: int = 1,
+        workers: int = 1,
     ) -> None:
         assert servers.values is not None and servers.opt_states is not None
         assert servers.states is not None
@@ -348,6 +353,9 @@ class Replay:
         self.calls = 0  # gradient calls, for benchmarks
         self.chains = 0  # update chains (or single updates), for benchmarks
         self.plan = Plan(self.n_ps)
+        # Up to about one gradient per worker waits for its PS tasks: a gradient bank of that
+        # size from the start spares a segmented replay recompiling its programs as it grows.
+        self._gradient_slots = max(8, 1 << int(workers).bit_length())
         self._banks: dict[str, Any] | None = None
         self._evaluations: list[Any] = []  # the evaluations' device results, in order
         self._waves: list[tuple[list[int], Any]] = []  # each wave's tickets and losses
@@ -387,10 +395,11 @@ class Replay:
         steps = plan.take()
         programs = self._programs()
         capacities = [slots.capacity for slots in plan.states]
+        self._gradient_slots = max(self._gradient_slots, plan.gradients.capacity)
         if self._banks is None:
-            self._banks = programs.banks(self.servers, capacities, plan.gradients.capacity)
+            self._banks = programs.banks(self.servers, capacities, self._gradient_slots)
         else:
-            programs.grow(self._banks, capacities, plan.gradients.capacity)
+            programs.grow(self._banks, capacities, self._gradient_slots)
         banks, scratch = self._banks, plan.scratch
         for step in steps:
             if isinstance(step, Wave):

@@ -83,7 +83,9 @@ class ParameterServerStrategy(Strategy):
             from simdist.strategies.parameter_server.replay import Replay
 
             replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
-            self._replay = Replay(self.initial, self.workload, self.worker_batch, replicas)
+            self._replay = Replay(
+                self.initial, self.workload, self.worker_batch, replicas, self.n_workers
+            )
             # Without failures every gradient is applied on every PS and no state comes back
             # (a restore would), so the replay can run while the simulation goes on.
             self._segmented = not self.scenario.faults.failures
