@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Device
-from simdist.network.links import Link, Transfer, hold_ordered, ordered
+from simdist.network.links import Link, Path, Transfer, hold_ordered, ordered, path_of
 from simdist.network.topology import Endpoint, Topology, machine_of
 from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
@@ -46,8 +46,9 @@ if TYPE_CHECKING:
     from simdist.recorder import Recorder
 
 
-#: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines.
-_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str]]
+#: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines,
+#: the route's :class:`Path` and what each end records of an ideal message (:meth:`send`).
+_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Path, tuple[Any, ...]]
 
 
 def links_on(links: Iterable[Link], host: str) -> str:
@@ -95,7 +96,19 @@ class Network:
             else:
                 mode = "loopback"
             cells = (links_on(links, a), links_on(links, b))
-            cached = self._routes[key] = (links, cells, mode, (a, b))
+            # Per end that records anything: (a device?, its host, its track, its cell).
+            ends = tuple(
+                (
+                    isinstance(end, Device),
+                    end.host if isinstance(end, Device) else end.name,
+                    end.name,
+                    cell,
+                )
+                for end, cell in zip((src, dst), cells, strict=True)
+                if isinstance(end, Device) or not end.devices
+            )
+            path = path_of(links)
+            cached = self._routes[key] = (links, cells, mode, (a, b), path, ends)
         return cached
 
     def send(
@@ -118,9 +131,24 @@ class Network:
         The protocol (``cluster.network.protocol``) prices the message: see
         :mod:`simdist.network.transport`.
         """
-        links, cells, mode, machines = self._route(src, dst)
+        links, cells, mode, machines, path, ends = self._route(src, dst)
         asked = self.env.now
         event = self.recorder.event
+        if self.transport.protocol.ideal:
+            # The common case, with what each end records worked out once per route.
+
+            def landed(start: float, arrival: float) -> None:
+                for device, host, track, cell in ends:
+                    if device:
+                        event(asked, start, host, track, "idle", 0, step, wait_detail)
+                        event(start, arrival, host, track, "comm", nbytes, step, detail, cell)
+                    else:
+                        event(start, moving.sent_s, host, track, "comm", nbytes, step, detail, cell)
+                if then is not None:
+                    then()
+
+            moving = Transfer(self.env, links, nbytes, landed, path=path)
+            return moving
 
         def arrived(start: float, arrival: float) -> None:
             staged = isinstance(moving, Message)
@@ -137,10 +165,7 @@ class Network:
             if then is not None:
                 then()
 
-        if self.transport.protocol.ideal:
-            moving: Transfer | Message = Transfer(self.env, links, nbytes, arrived)
-        else:
-            moving = self.transport.send(links, nbytes, arrived, machines=machines, mode=mode)
+        moving = self.transport.send(links, nbytes, arrived, machines=machines, mode=mode)
         return moving
 
     def wait_all(

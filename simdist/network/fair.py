@@ -47,6 +47,7 @@ class Flow:
         "callback",
         "finish_s",
         "gen",
+        "key",
         "last_s",
         "links",
         "ref_Bps",
@@ -66,8 +67,10 @@ class Flow:
         callback: Callable[[], None],
         seq: int,
         now: float,
+        key: tuple[Any, ...] = (),
     ) -> None:
         self.links = links
+        self.key = key  # what its share depends on: links, reference rate, weights
         self.weights = weights  # capacity units consumed per unit of level, per link
         self.bps = bps  # bytes/s put on each link at full speed (telemetry)
         self.ref_Bps = ref_Bps  # level at which the flow runs at full speed
@@ -92,8 +95,11 @@ class FairShare:
         self._timer_at: float | None = None
         self._dirty: dict[Link, None] = {}
         self._settling = False
-        # id(links) → (links, ref, weights, capacities) of collectives' link sets
-        self._collective_weights: dict[int, tuple[Any, ...]] = {}
+        # (id(links), collective?) → (links, ref, weights, bps, key): see _shape
+        self._shapes: dict[tuple[int, bool], tuple[Any, ...]] = {}
+        # Each flow's speed for one component's layout (its links, its flows' keys in
+        # order): the max-min levels depend on nothing else, and a run repeats few layouts.
+        self._speeds: dict[tuple[Any, ...], list[float]] = {}
 
     # -- flows -------------------------------------------------------------
 
@@ -116,25 +122,17 @@ class FairShare:
         ``ref_Bps``, the route's slowest bandwidth, when the caller has it already.
         """
         now = self.env.now
-        if collective:
-            # a collective holds the same links step after step: its weights once per set
-            cached = self._collective_weights.get(id(links))
-            if cached is None or cached[0] is not links:
-                if len(self._collective_weights) >= 256:  # callers with a new list each time
-                    self._collective_weights.clear()
-                ref = min(link.bandwidth_Bps for link in links)
-                weights = [link.bandwidth_Bps / ref for link in links]
-                capacities = [link.bandwidth_Bps for link in links]
-                cached = self._collective_weights[id(links)] = (links, ref, weights, capacities)
-            _, ref, weights, bps = cached
-        else:
-            ref = ref_Bps if ref_Bps is not None else min(link.bandwidth_Bps for link in links)
-            weights = [1.0] * len(links)
-            bps = [ref] * len(links)
+        # A route or a collective's link set carries flow after flow: its shape once per set.
+        shape = self._shapes.get((id(links), collective))
+        if shape is None or shape[0] is not links:
+            if len(self._shapes) >= 256:  # callers with a new list each time
+                self._shapes.clear()
+            shape = self._shapes[(id(links), collective)] = _shape(links, collective, ref_Bps)
+        _, ref, weights, bps, key = shape
         if link_bytes is not None:
             bps = [b / work_s for b in link_bytes] if work_s > 0 else [0.0] * len(link_bytes)
         self._seq += 1
-        flow = Flow(links, work_s, weights, bps, ref, callback, self._seq, now)
+        flow = Flow(links, work_s, weights, bps, ref, callback, self._seq, now, key)
         alone = True
         for link in links:
             if link.flows:
@@ -193,9 +191,9 @@ class FairShare:
         """Reallocate the rates of every component a change touched this instant."""
         self._settling = False
         dirty, self._dirty = self._dirty, {}
-        seen: set[int] = set()
+        seen: set[Link] = set()
         for link in dirty:
-            if id(link) in seen or not link.flows:
+            if link in seen or not link.flows:
                 continue
             links, flows = _component(link, seen)
             self._reallocate(links, flows)
@@ -209,18 +207,25 @@ class FairShare:
         if len(flows) == 1:
             speeds = [1.0]
         else:
-            levels = _max_min_levels(links, flows)
-            # rounding can leave a link a hair short of a flow's share: keep every speed > 0
-            speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
-        rates: dict[int, float] = {id(link): 0.0 for link in links}
+            layout = (tuple(links), tuple([flow.key for flow in flows]))
+            found = self._speeds.get(layout)
+            if found is None:
+                levels = _max_min_levels(links, flows)
+                # rounding can leave a link a hair short of a flow's share: keep speeds > 0
+                found = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
+                if len(self._speeds) >= 4096:
+                    self._speeds.clear()
+                self._speeds[layout] = found
+            speeds = found
+        rates = dict.fromkeys(links, 0.0)
         for flow, speed in zip(flows, speeds, strict=True):
             for link, bps in zip(flow.links, flow.bps, strict=True):
-                rates[id(link)] += speed * bps
+                rates[link] += speed * bps
             if speed != flow.speed:
                 flow.speed = speed
                 self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
         for link in links:
-            link.set_rate(now, rates[id(link)])
+            link.set_rate(now, rates[link])
 
     def _schedule(self, flow: Flow, finish_s: float) -> None:
         flow.gen += 1
@@ -261,16 +266,36 @@ class FairShare:
             callback()
 
 
+def _shape(
+    links: Sequence[Link], collective: bool, ref_Bps: float | None
+) -> tuple[Sequence[Link], float, list[float], list[float], tuple[Any, ...]]:
+    """What every flow over ``links`` shares: the links, the reference rate (the slowest
+    link's bandwidth), the weights and bytes/s per link at full speed, and the key that
+    with the links decides its share (see :class:`FairShare`)."""
+    if collective:
+        ref = min(link.bandwidth_Bps for link in links)
+        weights = [link.bandwidth_Bps / ref for link in links]
+        return (
+            links,
+            ref,
+            weights,
+            [link.bandwidth_Bps for link in links],
+            (tuple(links), ref, tuple(weights)),
+        )
+    ref = ref_Bps if ref_Bps is not None else min(link.bandwidth_Bps for link in links)
+    return links, ref, [1.0] * len(links), [ref] * len(links), (tuple(links), ref, None)
+
+
 def _done() -> None:
     """A finished flow's callback: the real one is dropped once called (no reference cycles)."""
 
 
-def _component(start: Link, seen: set[int]) -> tuple[list[Link], list[Flow]]:
+def _component(start: Link, seen: set[Link]) -> tuple[list[Link], list[Flow]]:
     """The links and flows connected to ``start`` through shared flows, in a stable order."""
     links: list[Link] = []
     flows: dict[Flow, None] = {}
     stack = [start]
-    seen.add(id(start))
+    seen.add(start)
     while stack:
         link = stack.pop()
         links.append(link)
@@ -278,8 +303,8 @@ def _component(start: Link, seen: set[int]) -> tuple[list[Link], list[Flow]]:
             if flow not in flows:
                 flows[flow] = None
                 for other in flow.links:
-                    if id(other) not in seen:
-                        seen.add(id(other))
+                    if other not in seen:
+                        seen.add(other)
                         stack.append(other)
     links.sort(key=lambda link: link.name)
     return links, sorted(flows, key=lambda flow: flow.seq)
@@ -292,14 +317,14 @@ def _max_min_levels(links: list[Link], flows: list[Flow]) -> list[float]:
     (least remaining capacity per unit of unfixed weight; ties to the first link by
     name) fixes its flows at its level, which is subtracted from their other links.
     """
-    index = {id(link): i for i, link in enumerate(links)}
+    index = {link: i for i, link in enumerate(links)}
     remaining = [link.bandwidth_Bps for link in links]
     weight = [0.0] * len(links)
     count = [0] * len(links)
     members: list[list[int]] = [[] for _ in links]
     for j, flow in enumerate(flows):
         for link, w in zip(flow.links, flow.weights, strict=True):
-            i = index[id(link)]
+            i = index[link]
             weight[i] += w
             count[i] += 1
             members[i].append(j)
@@ -321,7 +346,7 @@ def _max_min_levels(links: list[Link], flows: list[Flow]) -> list[float]:
             levels[j] = best_level
             flow = flows[j]
             for link, w in zip(flow.links, flow.weights, strict=True):
-                i = index[id(link)]
+                i = index[link]
                 remaining[i] -= best_level * w
                 weight[i] -= w
                 count[i] -= 1

@@ -21,7 +21,7 @@ import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import simpy
 
@@ -352,6 +352,29 @@ def hold_ordered(
         model.release(claim)
 
 
+class Path(NamedTuple):
+    """What a :class:`Transfer` needs of its route, the same for every message on it."""
+
+    links: list[Link]  # deduplicated, in acquisition order (:func:`ordered`)
+    ref_Bps: float  # the slowest link's bandwidth: the rate of a message alone on the route
+    latency_s: float  # every hop's latency, summed
+    arbiter: LinkArbiter | FairShare  # the links' sharing model
+
+
+def path_of(links: Sequence[Link]) -> Path:
+    """The :class:`Path` of a route over ``links`` (callers sending many messages on one
+    route compute it once)."""
+    route = ordered(links)
+    if not route:
+        raise ValueError("a Transfer needs at least one link")
+    return Path(
+        route,
+        min(link.bandwidth_Bps for link in route),
+        sum(link.latency_s for link in route),
+        route[0].arbiter,
+    )
+
+
 class Transfer:
     """One message on its way along a route, driven by callbacks.
 
@@ -372,7 +395,7 @@ class Transfer:
     arrival; ``on_arrival(start_s, arrival_s)`` runs at the arrival itself, before
     ``done`` is scheduled; ``sent_s`` is when the serialisation ended. :meth:`cancel`
     (a failure) withdraws a pending claim or flow, or releases held links, and
-    nothing more happens.
+    nothing more happens. ``path``: the route's :class:`Path`, when the caller has it.
     """
 
     __slots__ = (
@@ -397,12 +420,12 @@ class Transfer:
         links: Sequence[Link],
         nbytes: float,
         on_arrival: Callable[[float, float], None] | None = None,
+        *,
+        path: Path | None = None,
     ) -> None:
         if nbytes < 0:
             raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
-        route = ordered(links)
-        if not route:
-            raise ValueError("a Transfer needs at least one link")
+        route, ref_Bps, self._latency_s, arbiter = path if path is not None else path_of(links)
         self.env = env
         self.links = route
         self.nbytes = nbytes
@@ -411,10 +434,8 @@ class Transfer:
         self.sent_s: float | None = None
         self.state = "claimed"  # claimed → serialising → in flight → arrived | cancelled
         self._on_arrival = on_arrival
-        ref_Bps = min(link.bandwidth_Bps for link in route)
         self.serialise_s = nbytes / ref_Bps
-        self._latency_s = sum(link.latency_s for link in route)
-        self._arbiter = arbiter = route[0].arbiter
+        self._arbiter = arbiter
         self._flow = None
         if isinstance(arbiter, FairShare):
             self.state = "serialising"
