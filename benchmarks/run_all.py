@@ -36,25 +36,17 @@ RATIO_TARGET = 1.3  # issue 7
 #: heavier mlp 512-512 batch 128 (8 workers).
 RATIO_TARGET_PS_SMALL = 2.0
 RATIO_TARGET_PS_HEAVY = 1.3
-#: Benchmark 1's parameter_server rows measured back to back on this machine (2026-11-23,
-#: load 1.5-2): bench_overhead.measure of commit d8b723f (step-by-step numerics) and of the
-#: dataflow replay, in alternating processes, two rounds each, the best round of each side:
-#: (full run s, ratio) before and after. Ratios measured in different sessions differ by up
-#: to 1.5x with the machine's load, so only these pairs compare the two designs.
-AB = {
-    ("parameter_server", 4, "mlp 128, batch 32"): ((0.330, 15.36), (0.276, 13.04)),
-    ("parameter_server", 8, "mlp 128, batch 32"): ((0.416, 19.59), (0.228, 10.38)),
-    ("parameter_server", 64, "mlp 128, batch 32"): ((0.369, 15.81), (0.201, 9.13)),
-    ("parameter_server", 8, "mlp 512-512, batch 128"): ((0.713, 4.88), (0.403, 1.96)),
-}
-#: The ratios before, by row: the back-to-back figures above for parameter_server; mirrored's
-#: code did not change (the previous page's figures, commit d8b723f).
-RATIO_BEFORE = {
-    **{key: before[1] for key, (before, _) in AB.items()},
-    ("mirrored", 4, "mlp 128, batch 32"): 2.55,
-    ("mirrored", 8, "mlp 128, batch 32"): 2.51,
-    ("mirrored", 64, "mlp 128, batch 32"): 1.65,
-}
+#: Benchmark 1's rows measured back to back on this machine (2026-11-25): the code at the
+#: start of this round (commit 7c8b1bb) and after it, ``bench_overhead.measure`` in
+#: alternating processes, two rounds each, the best round of each side: (full run s,
+#: ratio) before and after. Ratios move between sessions with the machine and its load,
+#: so only these pairs compare two versions of the code.
+AB: dict[tuple[str, int, str], tuple[tuple[float, float], tuple[float, float]]] = {}
+#: The same for benchmark 2's parameter_server and central_storage rows (50,000-row
+#: timing-only runs): (wall s, events/s) before and after.
+AB_TIMING: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {}
+#: The ratios before (commit 7c8b1bb), by row.
+RATIO_BEFORE = {key: before[1] for key, (before, _) in AB.items()}
 EVENTS_TARGET = 300_000  # issue 7
 FLAT_TOLERANCE = 1.2  # "flat": 64 workers cost at most 20 % more per update than 8
 #: Issue 15's whole-process targets (seconds, best of 5); cold runs: at most 2x warm.
@@ -97,6 +89,18 @@ REPORT_BEFORE = {
 }
 
 
+def _python_loop_s() -> float:
+    """Seconds of a fixed pure-Python loop (10**7 additions), best of 3: how fast this
+    machine runs Python, for comparing absolute rates between machines."""
+    best = math.inf
+    for _ in range(3):
+        start, total = time.perf_counter(), 0
+        for i in range(10**7):
+            total += i
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def _versions() -> str:
     import jax
     import numpy
@@ -125,7 +129,7 @@ def _ok(met: bool) -> str:
 
 
 def _before_range(rows: list[dict[str, Any]]) -> str:
-    """Benchmark 1's ratios of these rows before the dataflow replay, as a range."""
+    """Benchmark 1's ratios of these rows at commit 7c8b1bb (:data:`AB`), as a range."""
     before = [RATIO_BEFORE.get((r["strategy"], r["size"], r["model"])) for r in rows]
     known = [b for b in before if b is not None]
     if not known:
@@ -145,6 +149,7 @@ def render(
     scale: list[dict[str, Any]] | None = None,
 ) -> str:
     """The whole of docs/PERFORMANCE.md."""
+    meta_loop_s = meta.get("python_loop_s", math.nan)
     out: list[str] = []
     add = out.append
     add("# Performance\n")
@@ -228,9 +233,8 @@ def render(
         "compiled before timing (the run's Workload is reused from an untimed first run). "
         "*Simulation share*: the timing-only run of the same scenario over the full run. "
         "*Gradients per bucket*: how full the replay's 8-wide gradient calls were on "
-        "average. *Before*: the ratio at commit d8b723f (step-by-step numerics): for "
-        "parameter_server measured back to back with this code (the table after this one), "
-        "for mirrored, whose code did not change, the previous page's.\n"
+        "average. *Before*: the ratio at commit 7c8b1bb, the start of this round, measured "
+        "back to back with this code on this machine (the table after this one).\n"
     )
     rows = []
     for r in overhead:
@@ -270,19 +274,22 @@ def render(
         + "\n"
     )
     add(
-        "Back to back, the same benchmark of d8b723f and of this code in alternating "
-        "processes (two rounds, the best of each side; `AB` in run_all.py): ratios vary "
-        "between sessions with the machine's load by up to 1.5×, so these pairs are the "
-        "comparison of the two designs.\n"
+        "Back to back on this machine, the same benchmark of commit 7c8b1bb (the start of "
+        "this round) and of this code in alternating processes (two rounds, the best of "
+        "each side; `AB` in run_all.py): ratios move between sessions with the machine "
+        "and its load, so these pairs are the comparison of the two versions. (The first "
+        "round, from step-by-step numerics at d8b723f to the dataflow replay at 7c8b1bb, "
+        "took parameter_server from 15.4–19.6 to 5.9–8.9 and mlp 512-512 from 4.88 to "
+        "1.51, measured on the previous session's machine.)\n"
     )
     add(
         _table(
-            ["workers", "model", "full run before (s)", "after (s)", "speed-up", "ratio before",
-             "after"],
+            ["strategy", "workers / devices", "model", "full run before (s)", "after (s)",
+             "speed-up", "ratio before", "after"],
             [
-                [str(size), model, f"{b[0]:.3f}", f"{a[0]:.3f}", f"×{b[0] / a[0]:.2f}",
+                [kind, str(size), model, f"{b[0]:.3f}", f"{a[0]:.3f}", f"×{b[0] / a[0]:.2f}",
                  f"{b[1]:.2f}", f"**{a[1]:.2f}**"]
-                for (_, size, model), (b, a) in AB.items()
+                for (kind, size, model), (b, a) in AB.items()
             ],
         )
         + "\n"
@@ -362,8 +369,28 @@ def render(
         "concurrent flows are reallocated together (section 5), so each events.csv row "
         "costs several SimPy events and Python calls; they miss the target by that factor. "
         "Reaching it would take recording and routing in bulk (a step's messages as arrays) "
-        "rather than per message.\n"
+        "rather than per message. The target is absolute, so the machine counts: this "
+        f"one runs a reference pure-Python loop (10⁷ additions) in {meta_loop_s:.2f} s, and "
+        "the page written on the machine of the previous session measured mirrored's "
+        "64-device row at 0.23 s against this page's figure above.\n"
     )
+    if AB_TIMING:
+        add(
+            "Back to back with commit 7c8b1bb (the start of this round), 50,000-row runs in "
+            "alternating processes, the best of two rounds each (`AB_TIMING`):\n"
+        )
+        add(
+            _table(
+                ["strategy", "devices", "wall before (s)", "after (s)", "speed-up",
+                 "events / s before", "after"],
+                [
+                    [kind, str(n), f"{b[0]:.2f}", f"{a[0]:.2f}", f"×{b[0] / a[0]:.2f}",
+                     f"{b[1]:,.0f}", f"**{a[1]:,.0f}**"]
+                    for (kind, n), (b, a) in AB_TIMING.items()
+                ],
+            )
+            + "\n"
+        )  # fmt: skip
     if scale:
         _render_scale(add, scale)
 
@@ -444,6 +471,19 @@ def render(
         "Besides the 20 report folders of benchmark 1, a 256-worker SSP run with 4 PS tasks "
         "(3000 gradients) is byte-identical, in 9.5 s instead of 14.2 s as a whole process "
         "and with 12 % less memory.\n"
+        "* Issue 15, second round (checked against 7c8b1bb on 44 report folders: the 16 "
+        "parameter_server and mixed scenarios and variants named in the closing note, 10 "
+        "synchronous ones and 8 divergences at lr 1e30 — every file byte-identical): the "
+        "dataflow replay advances during the simulation (benchmark 1); synchronous loops "
+        "read each loss one step late, so the device computes while the next step is "
+        "simulated (benchmark 1, mirrored); max-min fair speeds are memoised per component "
+        "layout (links and the flows' routes, in order: a run repeats a handful), a "
+        "route's transfer constants and what each end records are computed once per route, "
+        "a flow's weights once per route or link set, and links are dict keys themselves "
+        "instead of `id(link)` (timing-only parameter_server and central_storage 1.2–1.3× "
+        "faster, table in benchmark 2); the run summary's time split and the link tables' "
+        "dtypes cost a few milliseconds per run instead of about 12, which a short run "
+        "pays.\n"
     )
     add("## Left as they are\n")
     add(
@@ -451,11 +491,23 @@ def render(
         "serialisation, the latency, the arrival) are still the largest single cost of "
         "parameter_server and central_storage. Merging any two of them reorders events "
         "that tie at equal simulated times, hence different outputs: a model change, not "
-        "an optimisation.\n"
+        "an optimisation. For the same reason a transfer whose links are free is not one "
+        "timeout: under fair sharing a flow starting later on one of its links slows it, "
+        "so its end is not known when it starts.\n"
+        "* Events are appended to a list as tuples, not written into preallocated "
+        "columns: in CPython appending a tuple is the cheapest thing a Python call can do "
+        "per event, and the columns are built once per run (`Recorder.events_frame`).\n"
         "* A parameter_server run that diverges is simulated and replayed to the end of its "
         "budget before the replay finds the cut, then simulated again up to it: at most one "
-        "wasted pass (checking the losses while the simulation runs would need the replay "
-        "to run alongside it, with the states a later pull or a restore may still read).\n"
+        "wasted pass (the replay runs alongside the simulation, but reading its losses as "
+        "it goes would make Python wait for the device). A synchronous run whose loss, "
+        "read one step late, is not finite is simulated again in the same way.\n"
+        "* Each PS's update chain is a program of its own: with 4 workers a wave of 4 "
+        "gradients is followed by one chain per PS, three dispatches per four gradients. "
+        "Running the chains of all PS tasks in one program would save one per wave; not "
+        "done. Running a wave and its chains, or a synchronous step's gradient and update, "
+        "in one program is not exact on XLA:CPU (cnn and resnet under SGD and momentum "
+        "differ in the last bits).\n"
         "* parameter_server's `mode: sync` (backup workers) still evaluates step by step: "
         "its dropped gradients depend on arrival order, and each step needs the previous "
         "one's values anyway.\n"
@@ -471,7 +523,7 @@ def _ps_narrative(
     """Benchmark 1's explanation of the parameter_server rows: the design and what is left."""
     bare = parts["bare loop (same gradients)"]
     simulation = parts["simulation (timing-only run)"]
-    replay = parts["replay (Replay.run: plan, dispatch, waiting for XLA)"]
+    replay = parts["replay (Replay.advance and run: plan, dispatch, waiting for XLA)"]
     fills = {
         (r["size"], "512" in r["model"]): r["gradients_per_bucket"]
         for r in overhead
@@ -496,8 +548,13 @@ def _ps_narrative(
         "gathers each lane's parameter version from the banks, computes the 8 gradients and "
         "writes them to the gradient bank; one program per chain is a `lax.scan` over the "
         "PS's updates, writing each new state into its slot. Banks are donated (updated in "
-        "place) and no value is read until the end (evaluations excepted), so Python plans "
-        "and dispatches while XLA computes. The losses are read last: the first applied shard "
+        "place) and no value is read until the end, so Python plans and dispatches while XLA "
+        "computes. In a run without failures this starts during the simulation: every 32 "
+        "applied shards the strategy plans and dispatches what the dataflow holds so far "
+        "(`Replay.advance`), keeping the states later ops may still read (each PS's current "
+        "one and those read by pulls whose gradients have no ticket yet), so the device "
+        "computes while SimPy goes on; planned in segments or in one go after the run, the "
+        "bits are the same (tested). The losses are read last: the first applied shard "
         "whose gradient's loss is not finite is the divergence cut, and the run is simulated "
         "again to stop exactly there, as the step-by-step loop did (nothing before the cut "
         "depends on later values).\n\n"
@@ -517,19 +574,23 @@ def _ps_narrative(
         "per PS. For the same reason the replay is not a single `lax.scan` over the waves.\n\n"
         f"What is left, per gradient (the table above): *the simulation* ({simulation:.0f} µs, "
         f"{simpy_per_gradient:.0f} SimPy events per gradient: benchmark 2) is "
-        f"{simulation / bare:.1f}× the bare arithmetic ({bare:.0f} µs) by itself, so with "
-        f"this model the ratio cannot go below {1 + simulation / bare:.1f} whatever the "
-        f"numerics do; the ≤ {RATIO_TARGET_PS_SMALL} target needs a simulation cheaper than "
-        "the arithmetic (the network's transfers, not the numerics). The replay costs "
-        f"{replay:.0f} µs per gradient against the bare loop's {bare:.0f}. *Fill*: a "
-        "wave holds the gradients whose pulled states exist, about one per worker — "
+        f"{simulation / bare:.1f}× the bare arithmetic ({bare:.0f} µs) by itself. The device "
+        "now computes alongside it, but Python's own work is the simulation plus the "
+        f"replay's planning and dispatching ({replay:.0f} µs of replay per gradient, its "
+        "final wait for XLA included), one thread: with this model the ratio cannot go "
+        f"below {simulation / bare:.1f} whatever the numerics do, and the ≤ "
+        f"{RATIO_TARGET_PS_SMALL} target needs a simulation cheaper than the arithmetic "
+        "(the network's transfers, not the numerics). *Fill*: a wave holds the gradients "
+        "whose pulled states exist, about one per worker — "
         f"{fills.get((4, False), math.nan):.1f} of 8 lanes with 4 workers (half of each call "
-        f"is padding), {fills.get((8, False), math.nan):.1f} with 8 and "
-        f"{fills.get((64, False), math.nan):.1f} with 64 (the step-by-step loop filled 4.0 at "
-        f"every size). The mlp 512-512 row is bound by its fill ({heavy:.1f} of 8 with 8 "
-        f"workers: a floor of {8 / heavy:.2f}); narrower calls would waste less, but a lane's "
-        "bits depend on the vmap width on XLA:CPU, and the width of 8 is what the results "
-        "are pinned to.\n"
+        f"is padding, and each wave is followed by one update chain per PS: three dispatches "
+        f"per four gradients), {fills.get((8, False), math.nan):.1f} with 8 and "
+        f"{fills.get((64, False), math.nan):.1f} with 64. The mlp 512-512 row is bound by "
+        "the device: the replay's programs gather each lane's parameter version from the "
+        "banks and apply every shard's update, which the bare loop does not; narrower "
+        "calls would waste less at low fill, but a lane's bits depend on the vmap width on "
+        f"XLA:CPU, and the width of 8 (fill {heavy:.1f} here) is what the results are "
+        "pinned to.\n"
     )
 
 
@@ -771,6 +832,7 @@ def main() -> None:
         "machine": platform.machine(),
         "versions": _versions(),
         "load": os.getloadavg()[0],
+        "python_loop_s": _python_loop_s(),
         "repeat": args.repeat,
         "quick": args.quick,
     }

@@ -125,7 +125,7 @@ class FairShare:
         # A route or a collective's link set carries flow after flow: its shape once per set.
         shape = self._shapes.get((id(links), collective))
         if shape is None or shape[0] is not links:
-            if len(self._shapes) >= 256:  # callers with a new list each time
+            if len(self._shapes) >= 16384:  # callers with a new list each time
                 self._shapes.clear()
             shape = self._shapes[(id(links), collective)] = _shape(links, collective, ref_Bps)
         _, ref, weights, bps, key = shape

@@ -185,8 +185,12 @@ class AsyncTraining:
         s.steps_done = s.applied
         s.on_step(s.applied)
         self.recovery.checkpoint_if_due()
-        # The replay keeps what a pull has read and the gradient not yet ticketed.
-        s.advance_replay([g.pulled for g in self.inflight if g is not None and g.ticket is None])
+        s.advance_replay(self.reading)
+
+    def reading(self) -> list[Any]:
+        """The state ids read by pulls whose gradients have no ticket yet (the replay keeps
+        them for those gradients)."""
+        return [g.pulled for g in self.inflight if g is not None and g.ticket is None]
 
     def diverge(self) -> None:
         """A non-finite loss: stop training (the step it would have made is reported).

@@ -386,15 +386,15 @@ class ParameterServerStrategy(Strategy):
         delay = self.eval_delay_s if delay_s is None else delay_s
         self.log.evaluation(self.env.now + delay, step, point)
 
-    def advance_replay(self, reading: Sequence[Sequence[int]]) -> None:
+    def advance_replay(self, reading: Callable[[], Sequence[Sequence[int]]]) -> None:
         """Let the replay dispatch what the dataflow holds so far, every :data:`SEGMENT`
-        applied shards: the device computes while the simulation goes on. ``reading``:
+        applied shards: the device computes while the simulation goes on. ``reading()``:
         the state ids of pulls whose gradients have no ticket yet (kept for them)."""
         flow = self.dataflow
         if flow is None or not self._segmented or flow.applies - self._advanced < SEGMENT:
             return
         self._advanced = flow.applies
-        self._replay.advance(flow, [self.servers.current(), *reading])
+        self._replay.advance(flow, [self.servers.current(), *reading()])
 
     def replay(self) -> None:
         """Compute the recorded dataflow (:mod:`.replay`) and write what waited for values.
