@@ -80,8 +80,8 @@ def time_split_by_device(
         devices = sorted(set(events["device"]), key=natural_key)
     devices = list(devices)
     # NumPy rather than pandas column operations: a short run pays their fixed cost per call.
-    kinds, kind_index = np.unique(events["kind"].to_numpy(dtype=object), return_inverse=True)
-    all_cats = np.array([split_category(k) for k in kinds], dtype=object)[kind_index]
+    kind_index, kinds = pd.factorize(events["kind"])  # hashing: no sort of the strings
+    all_cats = np.array([split_category(k) for k in kinds] + [""], dtype=object)[kind_index]
     start = np.clip(events["start_s"].to_numpy(dtype=float), 0.0, sim_time_s)
     end = np.clip(events["end_s"].to_numpy(dtype=float), 0.0, sim_time_s)
     by_device = events.groupby("device", sort=False).indices
