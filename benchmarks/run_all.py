@@ -38,13 +38,28 @@ RATIO_TARGET_PS_SMALL = 2.0
 RATIO_TARGET_PS_HEAVY = 1.3
 #: Benchmark 1's rows measured back to back on this machine (2026-11-25): the code at the
 #: start of this round (commit 7c8b1bb) and after it, ``bench_overhead.measure`` in
-#: alternating processes, two rounds each, the best round of each side: (full run s,
+#: alternating processes, three rounds each, the best round of each side: (full run s,
 #: ratio) before and after. Ratios move between sessions with the machine and its load,
 #: so only these pairs compare two versions of the code.
-AB: dict[tuple[str, int, str], tuple[tuple[float, float], tuple[float, float]]] = {}
+AB: dict[tuple[str, int, str], tuple[tuple[float, float], tuple[float, float]]] = {
+    ("parameter_server", 4, "mlp 128, batch 32"): ((0.642, 7.73), (0.474, 5.73)),
+    ("parameter_server", 8, "mlp 128, batch 32"): ((0.499, 5.95), (0.396, 4.64)),
+    ("parameter_server", 64, "mlp 128, batch 32"): ((0.495, 5.93), (0.393, 4.64)),
+    ("parameter_server", 8, "mlp 512-512, batch 128"): ((0.758, 1.17), (0.732, 1.18)),
+    ("mirrored", 4, "mlp 128, batch 32"): ((0.086, 2.44), (0.049, 1.34)),
+    ("mirrored", 8, "mlp 128, batch 32"): ((0.124, 1.93), (0.072, 1.21)),
+    ("mirrored", 64, "mlp 128, batch 32"): ((0.579, 1.52), (0.513, 1.32)),
+}
 #: The same for benchmark 2's parameter_server and central_storage rows (50,000-row
-#: timing-only runs): (wall s, events/s) before and after.
-AB_TIMING: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {}
+#: timing-only runs, five rounds each): (wall s, events/s) before and after.
+AB_TIMING: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {
+    ("parameter_server", 64): ((2.063, 24232), (1.628, 30712)),
+    ("parameter_server", 256): ((2.039, 24515), (1.668, 29970)),
+    ("parameter_server", 1024): ((2.542, 19667), (2.187, 22860)),
+    ("central_storage", 64): ((2.163, 46335), (1.595, 62839)),
+    ("central_storage", 256): ((2.236, 44461), (1.827, 54414)),
+    ("central_storage", 1024): ((2.455, 40051), (2.130, 46155)),
+}
 #: The ratios before (commit 7c8b1bb), by row.
 RATIO_BEFORE = {key: before[1] for key, (before, _) in AB.items()}
 EVENTS_TARGET = 300_000  # issue 7
@@ -275,7 +290,7 @@ def render(
     )
     add(
         "Back to back on this machine, the same benchmark of commit 7c8b1bb (the start of "
-        "this round) and of this code in alternating processes (two rounds, the best of "
+        "this round) and of this code in alternating processes (three rounds, the best of "
         "each side; `AB` in run_all.py): ratios move between sessions with the machine "
         "and its load, so these pairs are the comparison of the two versions. (The first "
         "round, from step-by-step numerics at d8b723f to the dataflow replay at 7c8b1bb, "
@@ -377,7 +392,7 @@ def render(
     if AB_TIMING:
         add(
             "Back to back with commit 7c8b1bb (the start of this round), 50,000-row runs in "
-            "alternating processes, the best of two rounds each (`AB_TIMING`):\n"
+            "alternating processes, the best of five rounds each (`AB_TIMING`):\n"
         )
         add(
             _table(
