@@ -142,6 +142,7 @@ def simulate_jobs(
             on_step(step)
 
     results: dict[str, Result] = {}
+    strategies: dict[str, Any] = {}
     mains = []
     for run in runs:
         js = run.scenario
@@ -150,7 +151,7 @@ def simulate_jobs(
         network = Network(env, topology, recorder, protocol)
         cls = strategy_class(js.strategy.kind)
         strategy = cls(js, env, view, network, recorder, run.workload, run.costs, on_step=stepped)
-        strategy.may_rerun = False  # jobs share the clock: no job runs again on its own
+        strategies[js.name] = strategy
         main = env.process(strategy.process())
         machines = set(view.machines)  # its links: its machines' NICs and intra-host links
         own = [link for link in topology.links() if link.host in machines]
@@ -171,6 +172,15 @@ def simulate_jobs(
         mains.append(main)
     with gc_paused():
         env.run(until=env.all_of(mains))
+    rerun = {name: s.rerun_with for name, s in strategies.items() if s.rerun_with is not None}
+    if rerun:
+        # A job found to diverge after the fact (its dataflow replay, a loss read a step
+        # late) stops earlier than it ran, which changes what the others shared: every job
+        # is simulated again, that one stopping where it diverged (engine.simulate's rule).
+        again = [replace(run, workload=rerun.get(run.scenario.name, run.workload)) for run in runs]
+        return simulate_jobs(
+            scenario, again, on_step=on_step, on_time=on_time, make_topology=make_topology
+        )
     end_s = float(env.now)
     ordered = {run.scenario.name: results[run.scenario.name] for run in runs}
     return SharedRun(ordered, link_frames(topology.links(), end_s), end_s)
@@ -189,8 +199,8 @@ def _company(scenario: Scenario, run: JobRun, runs: Sequence[JobRun]) -> str:
 def _result(run: JobRun, strategy: Any, recorder: Recorder, end_s: float, links: Any) -> Result:
     """One job's Result at its end, as :func:`simdist.engine.simulate` makes a run's."""
     js = run.scenario
-    result = run_result(js, run.costs, run.workload, strategy, recorder, links, end_s)
-    note = surrogate_note(js) if run.workload is not None else None
+    result = run_result(js, run.costs, strategy.workload, strategy, recorder, links, end_s)
+    note = surrogate_note(js) if strategy.workload is not None else None
     if note:
         result.summary = {"_surrogate": note, **result.summary}
     return result

@@ -13,11 +13,12 @@ import copy
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from simdist import api
+from simdist import api, engine
 from simdist.cli import app
 from simdist.collectives import ring_allreduce_s
 from simdist.engine import simulate
@@ -67,11 +68,13 @@ class SharedCore(SwitchTopology):
         return seconds, [*links, self.core] if len(hosts_of(devices)) > 1 else links
 
 
-def scenario(jobs, *, sharing="fair", latency=ALPHA, hosts=4, ps=0, network=None, **cluster):
+def scenario(
+    jobs, *, sharing="fair", latency=ALPHA, hosts=4, ps=0, network=None, numerics=False, **cluster
+):
     data = {
         "name": "shared",
         "seed": 0,
-        "numerics": False,
+        "numerics": numerics,
         "cluster": {
             "hosts": hosts,
             "ps": ps,
@@ -212,6 +215,40 @@ def test_a_job_alone_equals_a_run_of_its_own_scenario():
             pd.testing.assert_frame_equal(mine.tables[name], own.tables[name])
     assert s.jobs[1].hosts == ["worker0", "worker2"]  # a count takes the free hosts in order
     assert set(shared.results["ring"].events["host"]) == {"worker1", "worker3"}
+
+
+@pytest.mark.parametrize("diverging", ["ring", "ps"])
+def test_a_job_found_to_diverge_after_the_fact_stops_there_in_the_shared_run(diverging):
+    """A synchronous job reads each loss a step late and parameter_server replays its
+    dataflow: either finds a divergence after the job ran on. The shared run is then
+    simulated again with that job stopping where it diverged, so its report has every
+    loss up to there, as a run of its own would; a synchronous job's divergence step is
+    its own run's (values do not depend on timing), and the other job runs to its end."""
+    real = {"dataset": "digits"}
+    lr = {"optimizer": {"name": "sgd", "learning_rate": 1e30}}
+    jobs = [
+        job("ring", ["worker1", "worker3"], RING, steps=6, **real,
+            **(lr if diverging == "ring" else {})),
+        job("ps", 2, "parameter_server", ps=1, steps=12, **real,
+            **(lr if diverging == "ps" else {})),
+    ]  # fmt: skip
+    for j in jobs:
+        del j["workload"]["input_shape"]
+    loaded = scenario(jobs, ps=1, numerics=True)
+    shared = run_jobs(loaded).jobs
+    mine, other = shared[diverging], shared["ps" if diverging == "ring" else "ring"]
+    assert mine.summary["diverged"] is True
+    assert mine.summary["steps"] == mine.summary["diverged_at_step"]
+    losses = mine.metrics.query("metric == 'train_loss'")["value"].to_numpy()
+    if diverging == "ring":  # the step whose loss was not finite is recorded
+        assert len(losses) == mine.summary["steps"] and not np.isfinite(losses[-1])
+    else:  # the shard whose gradient's loss was not finite is not applied
+        assert len(losses) == mine.summary["steps"] - 1 and np.isfinite(losses).all()
+        assert np.isfinite(mine.tables["updates"]["loss"]).all()
+    assert other.summary["diverged"] is False
+    if diverging == "ring":
+        alone = engine.run(loaded.jobs[0].scenario)
+        assert mine.summary["diverged_at_step"] == alone.summary["diverged_at_step"]
 
 
 # ---------------------------------------------------------------- seeds and determinism

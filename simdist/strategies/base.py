@@ -119,7 +119,8 @@ class Strategy(ABC):
     #: Seconds after an evaluation point at which its test metrics are stamped.
     eval_delay_s: float = 0.0
     #: Whether the caller simulates the run again when ``rerun_with`` is set after it
-    #: (``engine.simulate`` does; a shared run of several jobs does not: simdist.jobs).
+    #: (``engine.simulate`` and ``jobs.simulate_jobs`` do). A driver that cannot sets it
+    #: False: synchronous losses are then read at once, so no divergence is found late.
     may_rerun: bool = True
 
     def __init__(
