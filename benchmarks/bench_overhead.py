@@ -31,7 +31,8 @@ from common import best_interleaved, parse_args, ps_scenario, sync_scenario
 
 from simdist import engine
 from simdist.strategies.parameter_server.dataflow import Journal
-from simdist.strategies.parameter_server.replay import Plan, Replay
+from simdist.strategies.parameter_server.plan import Plan
+from simdist.strategies.parameter_server.replay import Replay
 
 BUCKET = 8
 
