@@ -392,9 +392,9 @@ def render(
         "Reaching it would take recording and routing in bulk (a step's messages as arrays) "
         "rather than per message. The target is absolute, so the machine counts: the "
         "previous session's page measured mirrored's 64-device row at 0.23 s and "
-        "parameter_server's at 2.32 s, with code that runs them no slower than this page's "
-        "(the A/B table below is within a few per cent for mirrored), against this page's "
-        "figures above: this machine is about 3× slower. run_all.py now records a "
+        "parameter_server's at 2.32 s, with code that runs them no faster than this page's "
+        "(the A/B below; mirrored's timing-only rows moved by a few per cent), against this "
+        "page's figures above: this machine is about 3× slower. run_all.py now records a "
         f"reference pure-Python loop (10⁷ additions in a function: {meta_loop_s:.2f} s "
         "here) to compare machines.\n"
     )
