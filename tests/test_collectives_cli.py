@@ -6,13 +6,21 @@ import pytest
 from typer.testing import CliRunner
 
 from simdist.cli import app
+from simdist.cli.common import console
 from simdist.collectives import ALGORITHMS, collectives_table
 
 runner = CliRunner()
 
 
 def invoke(*args: str):
-    return runner.invoke(app, ["collectives", *args], env={"COLUMNS": "160"})
+    # rich fixes a console's width when the console is created (from COLUMNS or the terminal),
+    # which may be before this test under any runner, so widen the CLI's console here.
+    width = console.width
+    console.width = 160
+    try:
+        return runner.invoke(app, ["collectives", *args])
+    finally:
+        console.width = width
 
 
 def rows(output: str) -> list[list[str]]:

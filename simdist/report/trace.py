@@ -389,9 +389,21 @@ def dumps_trace(trace: Mapping[str, Any]) -> str:
         if k != "traceEvents"
     )
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-    lines = [encode(e) for e in trace["traceEvents"]]
-    body = ",\n".join(lines)
+    events = trace["traceEvents"]
+    # One encoder call for the whole list (one per event cost ~40 µs each: 1.7 s for 42,000
+    # events), then a line break between events. Every event's first key is "name", and a
+    # string value cannot hold an unescaped quote, so '},{"name":' only occurs between two
+    # events unless an event nests a list of such objects: then the count tells, and each
+    # event is encoded on its own.
+    joined = encode(events)[1:-1]
+    body = joined.replace(_BETWEEN, _BETWEEN_LINES)
+    if len(body) - len(joined) != max(len(events) - 1, 0):
+        body = ",\n".join(encode(e) for e in events)
     return f'{{{head}"traceEvents":[\n{body}\n]}}\n'
+
+
+_BETWEEN = '},{"name":'
+_BETWEEN_LINES = '},\n{"name":'
 
 
 def write_trace(result: Any, path: Path) -> None:
