@@ -38,7 +38,7 @@ _BREAKDOWN = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import simdist.api, simdist.engine, simdist.numerics.executor, simdist.report.plots
-import simdist.report.trace, simdist.report.markdown
+import simdist.report.trace, simdist.report.markdown, simdist.report.timeline
 t1 = time.perf_counter()
 from collections import Counter
 from jax import monitoring

@@ -76,7 +76,7 @@ LAYERS = {
     ),
     "report": (
         "import simdist.report, simdist.report.compare, simdist.report.markdown, "
-        "simdist.report.plots",
+        "simdist.report.plots, simdist.report.timeline",
         "simdist.report.trace",
         ("simdist.api", "simdist.engine", "simdist.strategies", "simpy"),
     ),

@@ -1,6 +1,7 @@
 """What every ``simdist`` command shares: the typer ``app`` the command modules register
-on, the two consoles, the ``--set`` option, the exit statuses, and the helpers that turn a
-user error into one message and exit status 2 (never a traceback)."""
+on, the two consoles, the options and arguments several commands declare (``--set``,
+``--quiet``, ``--scheduler``, the scenario path), the exit statuses, and the helpers that
+turn a user error into one message and exit status 2 (never a traceback)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,17 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
+# Declared once, so that every command spells a shared option and its help alike.
+ScenarioArgument = Annotated[Path, typer.Argument(help="Scenario YAML file.")]
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario field: --set cluster.hosts=8 (repeatable)."),
+]
+#: --quiet of the commands that show :func:`_progress_bar`.
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+SchedulerOption = Annotated[
+    str | None,
+    typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
 ]
 
 

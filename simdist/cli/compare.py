@@ -1,6 +1,6 @@
 """``simdist compare`` and ``simdist tradeoff``: several runs side by side (optionally over
 seeds), and time to a target accuracy for sync, backups, SSP and async; their shared
---seeds / --processes / --scheduler options."""
+--seeds / --processes / --quiet options."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from simdist.cli.common import SetOption, _guarded, app, console, err_console
+from simdist.cli.common import SchedulerOption, SetOption, _guarded, app, console, err_console
 from simdist.errors import SimdistError
 from simdist.units import format_number
 
@@ -41,10 +41,8 @@ ProcessesOption = Annotated[
     int | None,
     typer.Option(min=1, help="Worker processes when the runs go to Dask (default: cores)."),
 ]
-SchedulerOption = Annotated[
-    str | None,
-    typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
-]
+#: --quiet of compare and tradeoff, which print a line per run rather than a progress bar.
+QuietMessagesOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")]
 
 
 @app.command()
@@ -63,7 +61,7 @@ def compare(
     seeds: SeedsOption = None,
     processes: ProcessesOption = None,
     scheduler: SchedulerOption = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+    quiet: QuietMessagesOption = False,
 ) -> None:
     """Run or load several scenarios and write one comparison report (compare.csv, .md, plot).
 
@@ -175,7 +173,7 @@ def tradeoff(
     set_: SetOption = None,
     processes: ProcessesOption = None,
     scheduler: SchedulerOption = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+    quiet: QuietMessagesOption = False,
 ) -> None:
     """Time to a target accuracy = updates needed / update throughput, for sync, sync +
     backups, SSP and async, against worker count and straggler severity, across seeds

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from simdist.cli.common import (
     EXIT_DIVERGED,
+    QuietOption,
+    ScenarioArgument,
     SetOption,
     _guarded,
     _load,
@@ -57,13 +59,13 @@ def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
 
 @app.command()
 def run(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario: ScenarioArgument,
     out: Annotated[
         Path | None, typer.Option("--out", help="Report folder (default reports/<name>).")
     ] = None,
     set_: SetOption = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Override the scenario seed.")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Simulate SCENARIO and write its report folder.
 
@@ -156,7 +158,7 @@ def _finish_jobs(result: Any, out_dir: Path, source: str) -> None:
 
 @app.command()
 def validate(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML file.")],
+    scenario: ScenarioArgument,
     set_: SetOption = None,
     out: Annotated[
         Path | None,

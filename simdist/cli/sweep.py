@@ -9,7 +9,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from simdist.cli.common import SetOption, _guarded, _progress_bar, app, console, err_console
+from simdist.cli.common import (
+    QuietOption,
+    SchedulerOption,
+    SetOption,
+    _guarded,
+    _progress_bar,
+    app,
+    console,
+    err_console,
+)
 
 
 @app.command()
@@ -23,10 +32,7 @@ def sweep(
         ),
     ] = None,
     set_: SetOption = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
-    ] = None,
+    scheduler: SchedulerOption = None,
     processes: Annotated[
         int | None,
         typer.Option(min=1, help="Worker processes of the local Dask cluster (default: cores)."),
@@ -38,7 +44,7 @@ def sweep(
         str | None,
         typer.Option(help="Summary figure to plot over the grid (default final_test_accuracy)."),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Run every point of a grid over a scenario as Dask tasks; merge into sweep.csv.
 

@@ -4,7 +4,8 @@ Every figure is drawn from the run's tidy tables only (metrics, events, the
 extra tables), so the plots of a loaded report equal those of the live run.
 PNGs carry no timestamp or software version, so identical runs write
 identical files.  Time axes pick s / ms / µs (or min / h) from the run's
-length, because simulated runs span microseconds to hours.
+length, because simulated runs span microseconds to hours.  The timeline and the
+per-device time split are drawn in :mod:`simdist.report.timeline`.
 """
 
 from __future__ import annotations
@@ -17,49 +18,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 from matplotlib.ticker import StrMethodFormatter
 
-from simdist.report.trace import timeline_spans
-from simdist.summary import (
-    SPLIT_CATEGORIES,
-    natural_key,
-    split_category,
-    time_split_by_device,
-    training_devices,
-)
-
-#: Colours of event kinds; unknown kinds get :data:`_SPARE_COLORS` in sorted order.
-KIND_COLORS = {
-    "compute": "#1f77b4",
-    "straggle": "#6baed6",
-    "comm": "#ff7f0e",
-    "idle": "#bdbdbd",
-    "input_wait": "#e377c2",
-    "eval": "#2ca02c",
-    "apply": "#9467bd",
-    "checkpoint": "#8c564b",
-    "failure": "#d62728",
-    "restart": "#bcbd22",
-    "restore": "#c49c94",
-}
-_SPARE_COLORS = ("#17becf", "#7f7f7f", "#aec7e8", "#98df8a", "#c5b0d5", "#dbdb8d")
-#: Shades for the kinds of communication (pull, push, all-reduce, …) in the timeline.
-_COMM_SHADES = ("#ff7f0e", "#ffbb78", "#d95f02", "#a63603", "#fdd0a2", "#e6550d")
-_SPLIT_COLORS = {
-    "compute": KIND_COLORS["compute"],
-    "comm": KIND_COLORS["comm"],
-    "waiting": "#737373",
-    "other": KIND_COLORS["eval"],
-    "idle": "#f0f0f0",
-}
-_SPLIT_LABELS = {
-    "compute": "compute",
-    "comm": "communication",
-    "waiting": "waiting ({kinds} events)",
-    "other": "other ({kinds} events)",
-    "idle": "idle (nothing recorded)",
-}
+from simdist.summary import natural_key
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -421,138 +382,6 @@ def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
     _save(fig, path)
 
 
-def _kind_color(kind: str, spare: dict[str, str]) -> str:
-    if kind in KIND_COLORS:
-        return KIND_COLORS[kind]
-    if kind not in spare:
-        spare[kind] = _SPARE_COLORS[len(spare) % len(_SPARE_COLORS)]
-    return spare[kind]
-
-
-def _comm_label(detail: str, hosts: set[str]) -> str:
-    """``pull ps0`` → ``pull``: what kind of transfer, without the task it went to."""
-    words = [w for w in str(detail).split() if w not in hosts]
-    return " ".join(words) if words else "transfer"
-
-
-def plot_timeline(
-    events: pd.DataFrame, scenario: Any, title: str, path: Path, steps: int = 3
-) -> None:
-    """Gantt chart of the first ``steps`` steps: one row per device / PS task (and lane).
-
-    The window ends when the last event of step ``steps − 1`` ends (for
-    asynchronous workers: each worker's first ``steps`` iterations).
-    """
-    first = events[(events["step"] >= 0) & (events["step"] < steps)]
-    end_s = float(first["end_s"].max()) if len(first) else float(events["end_s"].max() or 0)
-    window = events[events["start_s"] < end_s]
-    tracks, spans = timeline_spans(window, scenario, links=False)
-    height = min(14.0, 1.6 + 0.32 * max(1, len(tracks)))
-    fig = Figure(figsize=(10, height), layout="constrained")
-    ax = fig.subplots()
-    if not tracks:
-        _no_data(ax, "no events recorded")
-        _save(fig, path)
-        return
-    factor, unit = time_unit(end_s)
-    hosts = set(events["host"])
-    spare: dict[str, str] = {}
-    comm_colors: dict[str, str] = {}
-    labels = []
-    for kind, detail in zip(spans["kind"].tolist(), spans["detail"].tolist(), strict=True):
-        if kind == "comm":
-            label = f"comm: {_comm_label(detail, hosts)}"
-            if label not in comm_colors:
-                comm_colors[label] = _COMM_SHADES[len(comm_colors) % len(_COMM_SHADES)]
-        else:
-            label = kind
-        labels.append(label)
-    spans = spans.assign(label=labels)
-    colors = {label: comm_colors.get(label) or _kind_color(label, spare) for label in set(labels)}
-    rows = len(tracks)
-    for (label, track), part in spans.groupby(["label", "track"], sort=True):
-        start = part["start_s"].clip(upper=end_s).to_numpy() * factor
-        width = part["end_s"].clip(upper=end_s).to_numpy() * factor - start
-        ax.broken_barh(
-            list(zip(start, width, strict=True)),
-            (rows - 1 - track - 0.4, 0.8),
-            facecolors=colors[label],
-            edgecolors="white",
-            linewidth=0.3,
-        )
-    ax.set_yticks(range(rows), [t.label for t in reversed(tracks)])
-    ax.set_ylim(-0.6, rows - 0.4)
-    ax.set_xlim(0, end_s * factor)
-    order = sorted(colors, key=lambda lbl: (lbl.split(":")[0] != "compute", lbl))
-    fig.legend(
-        handles=[Patch(color=colors[lbl], label=lbl) for lbl in order],
-        loc="outside lower center",
-        ncol=min(5, len(order)),
-        frameon=False,
-    )
-    ax.set_xlabel(f"simulated time ({unit})")
-    lanes = " (#k: spans at the same time)" if any(t.lane for t in tracks) else ""
-    ax.set_title(f"{title}: timeline of the first {steps} steps{lanes}")
-    ax.grid(axis="x", alpha=0.3)
-    _save(fig, path)
-
-
-def plot_time_split(
-    events: pd.DataFrame, sim_time_s: float, title: str, path: Path
-) -> pd.DataFrame:
-    """Stacked bars: the share of simulated time each device computes, communicates, waits, idles.
-
-    Overlapping events count once, in the priority compute > communication >
-    waiting > other (see :func:`simdist.summary.time_split_by_device`).
-    Training devices come first, then parameter-server tasks.  Returns the
-    shares drawn (fractions of ``sim_time_s``).
-    """
-    trained = training_devices(events)
-    others = sorted(set(events["device"]) - set(trained), key=natural_key)
-    split = time_split_by_device(events, sim_time_s, trained + others)
-    shares = split / sim_time_s if sim_time_s > 0 else split * 0.0
-    other_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "other")
-    waiting_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "waiting")
-    fig = Figure(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
-    ax = fig.subplots()
-    y = np.arange(len(shares))[::-1]
-    left = np.zeros(len(shares))
-    for category in SPLIT_CATEGORIES:
-        values = shares[category].to_numpy() * 100
-        if category not in ("compute", "comm") and not (values > 0.05).any():
-            continue
-        kinds = waiting_kinds if category == "waiting" else other_kinds
-        label = _SPLIT_LABELS[category].format(kinds=", ".join(kinds) or "—")
-        ax.barh(
-            y,
-            values,
-            left=left,
-            color=_SPLIT_COLORS[category],
-            edgecolor="0.6",
-            linewidth=0.4,
-            label=label,
-        )
-        for yi, li, vi in zip(y, left, values, strict=True):
-            if vi >= 8:
-                ax.text(
-                    li + vi / 2,
-                    yi,
-                    f"{vi:.0f}%",
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if category in ("compute", "waiting") else "black",
-                )
-        left += values
-    ax.set_yticks(y, list(shares.index))
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("share of simulated time (%)")
-    ax.set_title(f"{title}: where each device's time goes")
-    fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
-    _save(fig, path)
-    return shares
-
-
 def plot_accuracy_overlay(
     runs: Mapping[str, pd.DataFrame], target: float | None, title: str, path: Path
 ) -> None:
@@ -592,6 +421,9 @@ def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str
     ``memory_per_device`` and ``pipeline_staleness.png`` when the run has a
     ``stage_updates`` table (pipeline; the latter pipedream only).
     """
+    # Not at module level: simdist.report.timeline imports this module's helpers.
+    from simdist.report.timeline import plot_time_split, plot_timeline
+
     out_dir = Path(out_dir)
     name = result.scenario.name
     sim_time_s = float(result.summary["simulated_time_s"])
