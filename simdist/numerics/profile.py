@@ -313,7 +313,10 @@ def _source_digest(name: str) -> str:
     """Hash of the files defining the model and this costing, so edits invalidate the cache."""
     here = Path(__file__).resolve().parent
     files = [here / "profile.py", here.parent / "layers.py"]
-    files.append(here / ("fullsize.py" if name in FULLSIZE_MODELS else "models.py"))
+    if name in FULLSIZE_MODELS:
+        files += sorted((here / "fullsize").glob("*.py"))
+    else:
+        files.append(here / "models.py")
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())
