@@ -47,7 +47,7 @@ from simdist.compile_cache import CACHE_ENV, cache_dir  # the per-user folder (n
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.numerics import fullsize
-from simdist.numerics.executor import tree_paths
+from simdist.numerics.param_files import tree_paths
 
 __all__ = ["CACHE_ENV", "cache_dir", "profile_model"]
 
