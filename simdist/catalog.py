@@ -20,25 +20,18 @@ __all__ = [
     "TEACHER_DEFAULTS",
     "DatasetName",
     "Execution",
+    "FullsizeModelName",
     "ModelName",
     "OptimizerName",
     "ScheduleKind",
 ]
 
-ModelName = Literal[
-    "softmax",
-    "mlp",
-    "cnn",
-    "resnet",
-    # Full-size models for the clock (simdist/numerics/fullsize.py): costed layer by layer from
-    # XLA's cost analysis, never allocated; they run with numerics: false.
-    "resnet50",
-    "resnet101",
-    "vgg16",
-    "inception_v3",
-    "bert_base",
-    "gpt2",
-]
+# Full-size models for the clock (simdist/numerics/fullsize/): costed layer by layer from
+# XLA's cost analysis, never allocated; they run with numerics: false.
+FullsizeModelName = Literal["resnet50", "resnet101", "vgg16", "inception_v3", "bert_base", "gpt2"]
+# The zoo that trains (simdist/numerics/models.py), then the full-size models: a Literal
+# nested in a Literal is flattened into it, so pydantic checks and lists every name.
+ModelName = Literal["softmax", "mlp", "cnn", "resnet", FullsizeModelName]
 DatasetName = Literal["digits", "synthetic_regression", "teacher", "npz"]
 OptimizerName = Literal["sgd", "momentum", "adam"]
 ScheduleKind = Literal["constant", "cosine", "exponential", "warmup_cosine", "piecewise_constant"]
@@ -47,14 +40,7 @@ ScheduleKind = Literal["constant", "cosine", "exponential", "warmup_cosine", "pi
 Execution = Literal["auto", "batched", "devices"]
 
 MODELS: tuple[str, ...] = typing.get_args(ModelName)
-FULLSIZE_MODELS: tuple[str, ...] = (
-    "resnet50",
-    "resnet101",
-    "vgg16",
-    "inception_v3",
-    "bert_base",
-    "gpt2",
-)
+FULLSIZE_MODELS: tuple[str, ...] = typing.get_args(FullsizeModelName)
 # The zoo's resnet when its options are left out: small enough to train on digits in seconds
 # (ResNet-18 would be blocks [2, 2, 2, 2], width 64); momentum is Keras BatchNormalization's.
 RESNET_DEFAULTS: dict[str, object] = {

@@ -285,7 +285,7 @@ def _param_shapes(
     import jax
     import jax.numpy as jnp
 
-    from simdist.numerics.executor import tree_paths
+    from simdist.numerics.param_files import tree_paths
 
     if full_size(spec):
         from simdist.numerics import fullsize

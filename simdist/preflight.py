@@ -90,7 +90,7 @@ def _check_files_and_model(scenario: Any, source: str) -> None:
                 raise ScenarioError(source, "workload.model", str(exc)) from None
             return
     if w.init_from is not None:
-        from simdist.numerics.executor import read_params_file
+        from simdist.numerics.param_files import read_params_file
 
         read_params_file(w.init_from)
 

@@ -16,7 +16,7 @@ from pandas.testing import assert_frame_equal
 import simdist
 from simdist.api import read_params, resolve_scenario
 from simdist.errors import ScenarioError, SimdistError
-from simdist.numerics.executor import tree_paths
+from simdist.numerics.param_files import tree_paths
 
 PS = tiny(
     **{

@@ -25,9 +25,9 @@ from simdist.errors import SimdistError
 from simdist.layers import read_profile
 from simdist.numerics import fullsize
 from simdist.numerics import profile as profiling
-from simdist.numerics.executor import tree_paths
 from simdist.numerics.fullsize import FULLSIZE_MODELS, PUBLISHED
 from simdist.numerics.models import make_model
+from simdist.numerics.param_files import tree_paths
 from simdist.numerics.profile import profile_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from simdist.cli import app
 from simdist.errors import ScenarioError, SimdistError
-from simdist.numerics.executor import save_params
+from simdist.numerics.param_files import save_params
 from simdist.sweep import (
     Axis,
     expand_values,

@@ -41,9 +41,9 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from simdist.errors import DataError, SimdistError
+from simdist.errors import SimdistError
 from simdist.numerics.chains import scan_exact
-from simdist.numerics.data import BatchStream, Dataset, check_values, load_dataset, read_npz
+from simdist.numerics.data import BatchStream, Dataset, load_dataset
 from simdist.numerics.memory import (  # noqa: F401  (re-exported)
     PARAM_COPIES,
     check_param_bytes,
@@ -52,6 +52,7 @@ from simdist.numerics.memory import (  # noqa: F401  (re-exported)
 )
 from simdist.numerics.models import MOMENTS, STATE, make_model, update_moving_stats
 from simdist.numerics.optim import apply_updates, make_optimizer
+from simdist.numerics.param_files import check_params_file, load_params, tree_paths
 from simdist.seeds import jax_key_data
 
 EXECUTIONS: tuple[str, ...] = ("batched", "devices")
@@ -84,32 +85,6 @@ def ensure_devices(n: int) -> int:
     return len(jax.devices())
 
 
-def _key_str(k: Any) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
-def tree_paths(tree: Any) -> list[str]:
-    """The "/"-joined key path of every leaf, in tree order, e.g. ``params/Dense_0/kernel``."""
-    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return ["/".join(_key_str(k) for k in path) for path, _ in flat]
-
-
-def save_params(path: str | Path, params: Any) -> None:
-    """Write ``params`` to an ``.npz`` file keyed by leaf path (the layout ``init_from`` reads)."""
-    leaves = jax.tree_util.tree_leaves(params)
-    arrays = {k: np.asarray(v) for k, v in zip(tree_paths(params), leaves, strict=True)}
-    # A file handle stops numpy from appending ".npz" to the given name.
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
-
-
-#: The scenario field that names a parameter file, for errors about it.
-INIT_FROM_FIELD = "workload.init_from"
-
-
 def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
     """Refuse a model whose parameters, gradients and optimizer state exceed the RAM;
     return its (parameter count, bytes).
@@ -123,63 +98,6 @@ def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
     count = sum(int(leaf.size) for leaf in leaves)
     check_param_bytes(count, nbytes, model_spec)
     return count, nbytes
-
-
-def read_params_file(path: str | Path) -> dict[str, np.ndarray]:
-    """The arrays of a parameter file, checked: a readable npz of finite real numbers.
-
-    Raises :class:`~simdist.errors.DataError` naming the file and ``workload.init_from``;
-    needs no model, so ``simdist validate`` checks the file before any JAX work.
-    """
-    path = Path(path)
-    stored = read_npz(path, INIT_FROM_FIELD)
-    for key, value in stored.items():
-        check_values(path, INIT_FROM_FIELD, key, value)
-    return stored
-
-
-def _fit_params(path: Path, stored: dict[str, np.ndarray], like: Any) -> None:
-    """Raise a DataError unless ``stored``'s keys and shapes are exactly ``like``'s leaves
-    (arrays, or the ShapeDtypeStructs of ``jax.eval_shape``)."""
-    leaves = jax.tree_util.tree_leaves(like)
-    keys = tree_paths(like)
-    missing = [k for k in keys if k not in stored]
-    extra = sorted(set(stored) - set(keys))
-    shapes = [
-        f"{k}: file {stored[k].shape}, model {tuple(v.shape)}"
-        for k, v in zip(keys, leaves, strict=True)
-        if k in stored and stored[k].shape != tuple(v.shape)
-    ]
-    if missing or extra or shapes:
-        parts = []
-        if missing:
-            parts.append("missing keys: " + ", ".join(missing))
-        if extra:
-            parts.append("unexpected keys: " + ", ".join(extra))
-        if shapes:
-            parts.append("shape mismatches: " + "; ".join(shapes))
-        raise DataError(
-            str(path),
-            INIT_FROM_FIELD,
-            f"does not fit the model ({'; '.join(parts)}); expected keys: {', '.join(keys)}",
-        )
-
-
-def load_params(path: str | Path, like: Any) -> Any:
-    """Read an ``.npz`` written by :func:`save_params` into the structure of ``like``.
-
-    The file must hold finite real numbers (:func:`read_params_file`), its keys must
-    match ``like``'s leaf paths exactly and shapes must agree; otherwise a
-    :class:`~simdist.errors.DataError` lists the missing and extra keys and the shape
-    mismatches. Values are cast to ``like``'s dtypes.
-    """
-    path = Path(path)
-    stored = read_params_file(path)
-    _fit_params(path, stored, like)
-    leaves, treedef = jax.tree_util.tree_flatten(like)
-    keys = tree_paths(like)
-    out = [jnp.asarray(stored[k], dtype=v.dtype) for k, v in zip(keys, leaves, strict=True)]
-    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def check_model(
@@ -197,7 +115,7 @@ def check_model(
     count, nbytes = check_fits_memory(abstract, model_spec)
     remember_model_size(model_spec, input_shape, n_outputs, count, nbytes)
     if init_from is not None:
-        _fit_params(Path(init_from), read_params_file(init_from), abstract)
+        check_params_file(init_from, abstract)
 
 
 class Workload:

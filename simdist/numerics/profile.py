@@ -47,7 +47,7 @@ from simdist.compile_cache import CACHE_ENV, cache_dir  # the per-user folder (n
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.numerics import fullsize
-from simdist.numerics.executor import tree_paths
+from simdist.numerics.param_files import tree_paths
 
 __all__ = ["CACHE_ENV", "cache_dir", "profile_model"]
 
@@ -313,7 +313,10 @@ def _source_digest(name: str) -> str:
     """Hash of the files defining the model and this costing, so edits invalidate the cache."""
     here = Path(__file__).resolve().parent
     files = [here / "profile.py", here.parent / "layers.py"]
-    files.append(here / ("fullsize.py" if name in FULLSIZE_MODELS else "models.py"))
+    if name in FULLSIZE_MODELS:
+        files += sorted((here / "fullsize").glob("*.py"))
+    else:
+        files.append(here / "models.py")
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())

@@ -32,7 +32,7 @@ def __getattr__(name: str) -> Any:
 def write_report(result: Any, out_dir: Path) -> Path:
     """Write ``result`` into ``out_dir`` atomically; return the folder."""
     import simdist.report as report
-    from simdist.numerics.executor import save_params
+    from simdist.numerics.param_files import save_params
     from simdist.scenario import dump_scenario
 
     # Through the module, so the lazy names load (and a test may replace one).

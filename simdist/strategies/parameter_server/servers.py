@@ -83,7 +83,7 @@ class ParameterServers:
         import jax
 
         from simdist.errors import SimdistError
-        from simdist.numerics.executor import tree_paths
+        from simdist.numerics.param_files import tree_paths
 
         leaves, self.treedef = jax.tree_util.tree_flatten(workload.params)
         state_leaves, self.state_treedef = jax.tree_util.tree_flatten(workload.model_state)
