@@ -1,17 +1,18 @@
 """The engine: owns the one SimPy environment, wires cluster + workload + strategy, runs.
 
-Nothing else in simdist keeps time.  The engine measures the per-step costs
-once (XLA cost analysis of the real gradient function, the real byte size of
-the parameters), hands them to the strategy, runs the SimPy clock to the end
-and returns a :class:`Result` — the tidy tables, a summary and the final
-parameters.  Writing the report folder is :mod:`simdist.report`'s job.
+Nothing else in simdist keeps time.  The engine has the per-step costs
+measured once (:mod:`simdist.costs`: XLA cost analysis of the real gradient
+function, the real byte size of the parameters), hands them to the strategy,
+runs the SimPy clock to the end and returns a :class:`Result` — the tidy
+tables, a summary and the final parameters.  It keeps the last few JAX
+Workloads per process (:func:`cached_workload`).  Writing the report folder is
+:mod:`simdist.report`'s job.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,15 +25,14 @@ import pandas as pd
 import simpy
 
 from simdist.cluster import Cluster
+from simdist.costs import file_stamp, full_size, measure_costs, remember
 from simdist.errors import SimdistError
 from simdist.network import Network, build_topology, protocol_of
 from simdist.network.telemetry import link_frames, network_links
-from simdist.profiles import DeviceProfile
 from simdist.recorder import Recorder
-from simdist.roofline import calibrate, layer_times, step_time
 from simdist.scenario import Scenario, load_scenario
 from simdist.strategies import strategy_class
-from simdist.strategies.base import Costs, DeviceCosts, LayerCost
+from simdist.strategies.base import Costs
 from simdist.strategies.sync import resolve_execution
 from simdist.summary import build_summary
 
@@ -70,36 +70,10 @@ def build_workload(scenario: Scenario) -> Any:
     )
 
 
-_WORKLOAD_CACHE_SIZE = 4
 _workloads: OrderedDict[str, Any] = OrderedDict()
 # Fields that do not change what a timing-only run reads from its Workload (shapes, bytes,
-# data set sizes); the clock's layer profile is cached apart (:func:`clock_profile`).
+# data set sizes); the clock's layer profile is cached apart (:func:`simdist.costs.clock_profile`).
 _TIMING_IRRELEVANT = ("batch_size", "global_batch_size", "steps", "epochs", "eval_every")
-
-
-def _file_stamp(path: Path | None) -> list[Any] | None:
-    if path is None:
-        return None
-    stat = Path(path).stat()
-    return [str(path), stat.st_size, stat.st_mtime_ns]
-
-
-def _remember(cache: OrderedDict[str, Any], key: str, make: Callable[[], Any]) -> Any:
-    """``cache[key]``, made by ``make()`` when missing; the least recently used go first."""
-    value = cache.pop(key, None)
-    if value is None:
-        value = make()
-    cache[key] = value
-    while len(cache) > _WORKLOAD_CACHE_SIZE:
-        cache.popitem(last=False)
-    return value
-
-
-def full_size(model: Any) -> bool:
-    """Whether ``model`` (a ModelSpec) is one of the zoo's full-size models (clock only)."""
-    from simdist.catalog import FULLSIZE_MODELS
-
-    return model is not None and model.name in FULLSIZE_MODELS
 
 
 def needs_workload(scenario: Scenario) -> bool:
@@ -108,8 +82,8 @@ def needs_workload(scenario: Scenario) -> bool:
     Numerics always do. A timing-only run does too when its clock model is a small zoo
     model trained on a data set (the shapes and sizes come from the real thing, so the
     clock equals the full run's); full-size models, profile files and runs without a
-    data set are costed abstractly instead (:func:`measure_costs`), without allocating
-    a parameter.
+    data set are costed abstractly instead (:func:`~simdist.costs.measure_costs`), without
+    allocating a parameter.
     """
     w = scenario.workload
     if scenario.numerics:
@@ -142,325 +116,16 @@ def cached_workload(scenario: Scenario) -> Any:
     key = json.dumps(
         [
             spec,
-            _file_stamp(dataset.path if dataset is not None else None),
-            _file_stamp(scenario.workload.init_from),
+            file_stamp(dataset.path if dataset is not None else None),
+            file_stamp(scenario.workload.init_from),
             scenario.seed if scenario.numerics else None,
         ],
         sort_keys=True,
     )
-    return _remember(_workloads, key, lambda: build_workload(scenario))
+    return remember(_workloads, key, lambda: build_workload(scenario))
 
 
-_profiles: OrderedDict[str, Any] = OrderedDict()
 _PS = ("parameter_server",)
-
-
-def scale_profile(profile: Any, batch_size: int) -> Any:
-    """``profile`` for ``batch_size`` examples: FLOPs, bytes and given times scale linearly.
-
-    A profile file is measured at one batch size; running it at another scales every
-    per-batch cost by the ratio (parameters and their gradients do not change). Weights are
-    read once per batch whatever its size, so bytes scale less than this says: profile at
-    the batch you run for exact figures. A profile of unknown batch (``batch_size`` 0, as
-    ASTRA-sim files) is one step as given.
-    """
-    from dataclasses import replace
-
-    if profile.batch_size in (0, batch_size):
-        return profile
-    r = batch_size / profile.batch_size
-
-    def scaled(layer: Any) -> Any:
-        return replace(
-            layer,
-            forward_flops=layer.forward_flops * r,
-            backward_flops=layer.backward_flops * r,
-            forward_bytes=layer.forward_bytes * r,
-            backward_bytes=layer.backward_bytes * r,
-            output_nbytes=round(layer.output_nbytes * r),
-            forward_s=None if layer.forward_s is None else layer.forward_s * r,
-            backward_s=None if layer.backward_s is None else layer.backward_s * r,
-        )
-
-    return replace(profile, batch_size=batch_size, layers=tuple(scaled(x) for x in profile.layers))
-
-
-def _dataset_shape(scenario: Scenario, workload: Any) -> tuple[tuple[int, ...] | None, int | None]:
-    """(input shape, outputs) the trained data set gives a small zoo model; (None, None) else."""
-    if workload is not None:
-        return tuple(workload.dataset.input_shape), int(workload.dataset.n_outputs)
-    data = _dataset(scenario)
-    if data is None:
-        return None, None
-    return tuple(data.input_shape), int(data.n_outputs)
-
-
-def clock_profile(scenario: Scenario, workload: Any | None = None) -> Any:
-    """The :class:`~simdist.layers.ModelProfile` the clock follows, for one replica's batch.
-
-    ``workload.profile`` (a layers.csv or ASTRA-sim file) if given; else the zoo model
-    ``workload.timing_model`` (a surrogate's clock) or ``workload.model``, costed layer by
-    layer from XLA's cost analysis (:func:`simdist.numerics.profile.profile_model`). A
-    full-size model or a timing model takes its own input shape and outputs; the trained
-    model takes the data set's. ``workload.input_shape`` overrides the shape. Cached per
-    process (and on disk, by ``profile_model``).
-    """
-    w = scenario.workload
-    batch = int(w.batch_size)
-    if w.profile is not None:
-
-        def read() -> Any:
-            from simdist.layers import read_profile
-
-            return read_profile(w.profile)
-
-        key = json.dumps(["file", _file_stamp(w.profile)])
-        return scale_profile(_remember(_profiles, key, read), batch)
-    spec = w.clock_model
-    shape: tuple[int, ...] | None = None
-    n_outputs: int | None = None
-    if w.timing_model is None and not full_size(spec):
-        shape, n_outputs = _dataset_shape(scenario, workload)
-    if w.input_shape:
-        shape = tuple(int(d) for d in w.input_shape)
-
-    def lower() -> Any:
-        from simdist.numerics.profile import profile_model
-
-        return profile_model(spec, batch, input_shape=shape, n_outputs=n_outputs)
-
-    key = json.dumps(["zoo", spec.model_dump(mode="json"), batch, shape, n_outputs])
-    return _remember(_profiles, key, lower)
-
-
-_datasets: OrderedDict[str, Any] = OrderedDict()
-
-
-def _dataset(scenario: Scenario) -> Any | None:
-    """The named data set (for its sizes and shapes), or None when the scenario has none."""
-    spec = scenario.workload.dataset
-    if spec is None:
-        return None
-
-    def load() -> Any:
-        from simdist.numerics.data import load_dataset
-
-        return load_dataset(spec, scenario.seed)
-
-    key = json.dumps([spec.model_dump(mode="json"), _file_stamp(spec.path), scenario.seed])
-    return _remember(_datasets, key, load)
-
-
-def abstract_leaves(
-    scenario: Scenario, profile: Any
-) -> tuple[tuple[str, tuple[int, ...], int], ...]:
-    """(path, shape, nbytes) of the clock model's parameters, without allocating them.
-
-    A zoo model's come from ``jax.eval_shape`` of its init (a full-size model's layer by
-    layer, named ``params/<layer>/...`` as its profile's ``param_paths``); a profile file's
-    are one variable per layer that has parameters, named by the layer, as its
-    ``param_paths`` are not sized one by one.
-    """
-    w = scenario.workload
-    if w.profile is not None:
-        per = max(1, int(profile.bytes_per_param))
-        return tuple(
-            (layer.name, (int(layer.param_nbytes) // per,), int(layer.param_nbytes))
-            for layer in profile.layers
-            if layer.param_nbytes > 0
-        )
-    spec = w.clock_model
-    shape = tuple(profile.input_shape)
-    n_outputs = None
-    if w.timing_model is None and not full_size(spec):
-        n_outputs = _dataset_shape(scenario, None)[1]
-    key = json.dumps(["leaves", spec.model_dump(mode="json"), list(shape), n_outputs])
-    return _remember(_profiles, key, lambda: _param_shapes(spec, shape, n_outputs))
-
-
-def _param_shapes(
-    spec: Any, shape: tuple[int, ...], n_outputs: int | None
-) -> tuple[tuple[str, tuple[int, ...], int], ...]:
-    """The parameters of zoo model ``spec`` on examples of ``shape``, as shapes only."""
-    import jax
-    import jax.numpy as jnp
-
-    from simdist.numerics.param_files import tree_paths
-
-    if full_size(spec):
-        from simdist.numerics import fullsize
-
-        model = fullsize.build(spec.name, shape, n_outputs)
-        trees = [(f"params/{a.layer.name}/", a.params) for a in fullsize.abstract_layers(model, 1)]
-    else:
-        from simdist.numerics.models import make_model
-
-        module = make_model(spec, 10 if n_outputs is None else n_outputs, shape)
-        x = jax.ShapeDtypeStruct((1, *shape), jnp.float32)
-        variables = jax.eval_shape(module.init, jax.random.PRNGKey(0), x)
-        trees = [("params/", variables.get("params", {}))]
-    return tuple(
-        (prefix + path, tuple(int(d) for d in leaf.shape), int(leaf.size * leaf.dtype.itemsize))
-        for prefix, tree in trees
-        for path, leaf in zip(tree_paths(tree), jax.tree_util.tree_leaves(tree), strict=True)
-    )
-
-
-def _opt_state_nbytes(scenario: Scenario, leaves: Any, total_steps: int) -> int:
-    """Bytes of the optimizer's state for parameters of these (path, shape, nbytes) leaves."""
-    import jax
-    import numpy as np
-
-    from simdist.numerics.optim import make_optimizer
-
-    tree = {path: jax.ShapeDtypeStruct(shape, np.float32) for path, shape, _ in leaves}
-    state = jax.eval_shape(make_optimizer(scenario.workload.optimizer, total_steps).init, tree)
-    return sum(int(leaf.size * leaf.dtype.itemsize) for leaf in jax.tree_util.tree_leaves(state))
-
-
-def measured_step_s(scenario: Scenario, device_spec: Any = None) -> float | None:
-    """One device's measured step time: ``cluster.device.compute_time``, or the per-replica
-    batch / ``cluster.device.examples_per_s``; None when nothing was measured.
-
-    ``device_spec``: a host's own device section instead of ``cluster.device``.
-    """
-    spec = scenario.cluster.device if device_spec is None else device_spec
-    if spec.compute_time_s is not None:
-        return float(spec.compute_time_s)
-    if spec.examples_per_s is not None:
-        return scenario.workload.batch_size / spec.examples_per_s
-    return None
-
-
-def step_seconds(
-    scenario: Scenario, profile: Any, device: DeviceProfile, device_spec: Any = None
-) -> list[tuple[float, float]]:
-    """(forward_s, backward_s) per layer on ``device``: the roofline, or calibrated.
-
-    A measured step (:func:`measured_step_s` of ``device_spec``, by default the cluster's
-    device section) scales the roofline's times by one factor so that one device's step
-    takes exactly that long.
-    """
-    times = layer_times(profile, device, device.precision)
-    measured = measured_step_s(scenario, device_spec)
-    return times if measured is None else calibrate(times, measured)
-
-
-def measure_costs(
-    scenario: Scenario, workload: Any | None, device: DeviceProfile | None = None
-) -> Costs:
-    """Per-replica compute time of one step, layer by layer, and the bytes that move.
-
-    The clock model's layer profile (:func:`clock_profile`) priced by the roofline of the
-    scenario's device at its precision (:mod:`simdist.roofline`), or calibrated to a
-    measured step (:func:`step_seconds`); ``compute_s`` is their sum. Parameters,
-    optimizer state and data set sizes come from the Workload when the run has one and
-    trains the clock model; otherwise they are derived without allocating anything.
-
-    A mixed cluster (hosts listed with different device profiles) prices the same
-    per-replica batch on every device class (:attr:`Costs.per_profile`); ``compute_s`` and
-    ``layers`` are then worker 0's. ``device`` prices every device as that profile.
-    """
-    w = scenario.workload
-    profile = clock_profile(scenario, workload)
-    if device is None:
-        cluster = Cluster(scenario.cluster)
-        classes = [(label, p, cluster.device_specs[label]) for label, p in cluster.profiles.items()]
-    else:
-        classes = [(device.name, device, None)]
-    layer_paths = _layer_paths(scenario, profile)
-    per_profile = tuple(
-        (label, _device_costs(scenario, profile, p, spec, layer_paths))
-        for label, p, spec in classes
-    )
-    first = per_profile[0][1]
-    data = workload.dataset if workload is not None else _dataset(scenario)
-    n_train = int(data.n_train) if data is not None else 0
-    total_steps = w.total_steps(n_train)
-    if workload is not None and not w.surrogate:
-        import jax
-
-        shapes = [tuple(leaf.shape) for leaf in jax.tree_util.tree_leaves(workload.params)]
-        leaves = tuple(
-            (path, shape, nbytes)
-            for (path, nbytes), shape in zip(workload.param_leaves, shapes, strict=True)
-        )
-        opt_state = workload.init_opt_state(workload.params)
-        opt_nbytes = sum(
-            int(leaf.size * leaf.dtype.itemsize) for leaf in jax.tree_util.tree_leaves(opt_state)
-        )
-        x = workload.dataset.x_train
-        example_nbytes = int(x[0].size * x.dtype.itemsize)
-        grad_nbytes = int(workload.param_bytes)
-    else:
-        leaves = abstract_leaves(scenario, profile)
-        opt_nbytes = _opt_state_nbytes(scenario, leaves, total_steps)
-        example_nbytes = 4 * math.prod(profile.input_shape) if profile.input_shape else 0
-        grad_nbytes = sum(nbytes for _, _, nbytes in leaves)
-    return Costs(
-        compute_s=first.compute_s,
-        grad_nbytes=grad_nbytes,
-        flops_per_replica_step=float(profile.flops),
-        total_steps=total_steps,
-        param_leaves=leaves,
-        opt_state_nbytes=opt_nbytes,
-        example_nbytes=example_nbytes,
-        test_examples=len(data.x_test) if data is not None else 0,
-        layers=first.layers,
-        per_profile=per_profile if len(per_profile) > 1 else (),
-    )
-
-
-def _device_costs(
-    scenario: Scenario,
-    profile: Any,
-    device: DeviceProfile,
-    device_spec: Any,
-    layer_paths: list[tuple[str, ...]],
-) -> DeviceCosts:
-    """The clock model's layers on one device class: its roofline, or its measured step."""
-    times = step_seconds(scenario, profile, device, device_spec)
-    measured = measured_step_s(scenario, device_spec)
-    compute_s = measured if measured is not None else step_time(times)
-    launches = _launch_seconds(profile, device, times, measured)
-    return DeviceCosts(
-        compute_s=compute_s,
-        layers=tuple(
-            LayerCost(
-                layer.name, f, b, int(layer.param_nbytes), paths, int(layer.output_nbytes), launch
-            )
-            for layer, (f, b), paths, launch in zip(
-                profile.layers, times, layer_paths, launches, strict=True
-            )
-        ),
-    )
-
-
-def _launch_seconds(
-    profile: Any, device: DeviceProfile, times: Any, measured: float | None
-) -> list[float]:
-    """Each layer's fixed launch cost inside its forward (and its backward) time.
-
-    The roofline adds ``device.launch_s`` to every layer pass whose time it prices (not to a
-    layer whose source gave its times); a measured step scales it with the rest, by the same
-    factor :func:`~simdist.roofline.calibrate` applied.
-    """
-    own = [
-        getattr(layer, "forward_s", None) is not None and layer.backward_s is not None
-        for layer in profile.layers
-    ]
-    launch = [0.0 if given else float(device.launch_s) for given in own]
-    if measured is None or not any(launch):
-        return launch
-    raw = step_time(layer_times(profile, device, device.precision))
-    return [x * measured / raw for x in launch] if raw > 0 else launch
-
-
-def _layer_paths(scenario: Scenario, profile: Any) -> list[tuple[str, ...]]:
-    """Each layer's parameter paths, as :attr:`Costs.param_leaves` names them."""
-    if scenario.workload.profile is not None:
-        return [(layer.name,) if layer.param_nbytes > 0 else () for layer in profile.layers]
-    return [tuple(layer.param_paths) for layer in profile.layers]
 
 
 def prepare_devices(scenario: Scenario) -> None:

@@ -31,11 +31,11 @@ import pandas as pd
 import simpy
 
 from simdist.cluster import Cluster
+from simdist.costs import measure_costs
 from simdist.engine import (
     Result,
     cached_workload,
     gc_paused,
-    measure_costs,
     needs_workload,
     run_result,
     surrogate_note,

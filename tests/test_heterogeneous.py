@@ -17,7 +17,8 @@ import yaml
 
 from simdist.cluster import Cluster
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import measure_costs, simulate
+from simdist.costs import measure_costs
+from simdist.engine import simulate
 from simdist.errors import ScenarioError
 from simdist.faults import Stragglers
 from simdist.profiles import DEVICE_PROFILES
@@ -293,7 +294,7 @@ def test_each_device_class_prices_the_same_batch_on_its_own_roofline():
     scenario = load(mixed())
     costs = measure_costs(scenario, None)
     assert [label for label, _ in costs.per_profile] == ["v100", "a100"]
-    from simdist.engine import clock_profile
+    from simdist.costs import clock_profile
 
     profile = clock_profile(scenario)
     for label, own in costs.per_profile:

@@ -57,7 +57,7 @@ class SharedCore(SwitchTopology):
     def __init__(self, env, cluster, **options):
         super().__init__(env, cluster, **options)
         bandwidth, sharing = options["nic_bandwidth_Bps"], options["sharing"]
-        self.core = Link(env, "core", 0.0, bandwidth, "", sharing=sharing)
+        self.core = self.add_link(Link(env, "core", 0.0, bandwidth, "", sharing=sharing))
 
     def route(self, src, dst):
         links = super().route(src, dst)

@@ -332,7 +332,7 @@ def test_every_micro_batch_pays_each_layers_launch_cost():
 
 
 def test_measured_costs_carry_the_rooflines_launch_calibrated_like_the_times():
-    from simdist.engine import measure_costs
+    from simdist.costs import measure_costs
     from simdist.scenario import load_scenario
 
     plain = load_scenario("scenarios/pipeline_gpipe.yaml", overrides=("numerics=false",))

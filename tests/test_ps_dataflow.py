@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from helpers import assert_trees_close
 
-from simdist.engine import cached_workload, measure_costs, run, simulate
+from simdist.costs import measure_costs
+from simdist.engine import cached_workload, run, simulate
 from simdist.numerics.chains import CHAIN
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Replayed

@@ -10,7 +10,8 @@ import pytest
 from helpers import tiny
 
 from simdist.cluster import effective_profile
-from simdist.engine import clock_profile, measure_costs, run
+from simdist.costs import clock_profile, measure_costs
+from simdist.engine import run
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.profiles import DEVICE_PROFILES, PRECISIONS, DeviceProfile, PrecisionPeak

@@ -267,7 +267,8 @@ def test_overlap_off_is_the_single_compute_span_then_the_collective(path):
     # all-reduce (the model before per-layer costs), whatever the layer profile says.
     from dataclasses import replace
 
-    from simdist.engine import cached_workload, measure_costs, needs_workload
+    from simdist.costs import measure_costs
+    from simdist.engine import cached_workload, needs_workload
 
     scenario = load_scenario(path, ["numerics=false", "strategy.overlap=false", "workload.steps=3"])
     workload = cached_workload(scenario) if needs_workload(scenario) else None

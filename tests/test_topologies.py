@@ -28,6 +28,7 @@ from simdist.network import (
     Link,
     Network,
     SwitchTopology,
+    TorusTopology,
     build_topology,
 )
 from simdist.network.bottleneck import flow, max_min_rates, tree_steps
@@ -95,6 +96,90 @@ def switch(hosts: int, devices: int, duplex: str = "full") -> SwitchTopology:
 
 def names(links) -> list[str]:
     return [link.name for link in links]
+
+
+# ---------------------------------------------------------------- links()
+
+
+def held_links(topology) -> dict[int, Link]:
+    """Every Link the topology holds: in its attributes, their dicts, lists and tuples, and
+    its helper objects (a host's fabric); an oracle for what links() must register."""
+    found: dict[int, Link] = {}
+    seen: set[int] = set()
+
+    def walk(value) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, Link):
+            found[id(value)] = value
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+        elif type(value).__module__.startswith("simdist.network") and hasattr(value, "__dict__"):
+            for item in vars(value).values():
+                walk(item)
+
+    walk(vars(topology))
+    return found
+
+
+def torus(x: int, y: int, duplex: str) -> TorusTopology:
+    cluster = Cluster(make_spec(1, x * y, 0))
+    return TorusTopology(
+        simpy.Environment(),
+        cluster,
+        x,
+        y,
+        ici_latency_s=A_IN,
+        ici_bandwidth_Bps=B_IN,
+        nic_latency_s=ALPHA,
+        nic_bandwidth_Bps=B,
+        duplex=duplex,
+    )
+
+
+TOPOLOGIES = {
+    **{
+        f"switch-{duplex}": lambda duplex=duplex: switch(3, 2, duplex)
+        for duplex in ("full", "half")
+    },
+    **{
+        f"leaf_spine-{fabric}-{duplex}": lambda fabric=fabric, duplex=duplex: (
+            leaf_spine(3, 2, ps=1, intra_host=fabric, duplex=duplex)[1].topology
+        )
+        for fabric in ("shared", "nvlink", "pcie")
+        for duplex in ("full", "half")
+    },
+    **{f"torus-{duplex}": lambda duplex=duplex: torus(2, 2, duplex) for duplex in ("full", "half")},
+}
+
+
+@pytest.mark.parametrize("kind", list(TOPOLOGIES))
+def test_links_lists_every_link_of_the_topology_once(kind):
+    topology = TOPOLOGIES[kind]()
+    listed = topology.links()
+    assert len({id(link) for link in listed}) == len(listed)
+    assert {id(link) for link in listed} == set(held_links(topology))
+    cluster = topology.cluster
+    ends = [*cluster.devices, *cluster.hosts]
+    routed = {id(link) for a, b in itertools.product(ends, ends) for link in topology.route(a, b)}
+    assert routed <= {id(link) for link in listed}
+
+
+def test_links_go_by_host_then_by_name_uplinks_last():
+    _, net = leaf_spine(2, 1, hosts_per_leaf=1, intra_host="pcie")
+    assert names(net.topology.links()) == [
+        *(
+            f"worker{h}/{link}"
+            for h in range(2)
+            for link in ("gpu0/pcie/rx", "gpu0/pcie/tx", "nic/rx", "nic/tx", "pcie/down", "pcie/up")
+        ),
+        *(f"leaf{leaf}/uplink/{side}" for leaf in range(2) for side in ("down", "up")),
+    ]
 
 
 # ---------------------------------------------------------------- routes

@@ -118,13 +118,12 @@ class LeafSpineTopology(Topology):
         self.tx: dict[str, Link] = {}  # a machine's NIC, leaving it (== rx when half duplex)
         self.rx: dict[str, Link] = {}
         self.fabric: dict[str, HostFabric] = {}
-        self.fabric_links: list[Link] = []  # every intra-host link (found by links())
         # A switch hop's latency is split between the two links it joins: half on each NIC
         # side (host ↔ leaf), and a whole hop on each uplink (half leaf, half spine).
         nic_port_s = self.nic_latency_s + self.hop_latency_s / 2
         for name in machines:
-            self.tx[name], self.rx[name] = nic_links(
-                env, name, nic_port_s, nic_bandwidth_Bps, duplex, sharing
+            self.tx[name], self.rx[name] = self.add_links(
+                nic_links(env, name, nic_port_s, nic_bandwidth_Bps, duplex, sharing)
             )
             fabric = self.fabric[name] = host_fabric(
                 env,
@@ -136,12 +135,14 @@ class LeafSpineTopology(Topology):
                 sharing=sharing,
                 pcie_uplink_Bps=pcie_uplink_Bps,
             )
-            self.fabric_links += fabric.links()
+            self.add_links(fabric.links())
         self.up: dict[int, Link] = {}  # leaf → spine (== down when half duplex)
         self.down: dict[int, Link] = {}
         leaves = sorted(set(self.leaf_of.values()))
         for leaf in leaves if len(leaves) > 1 else ():
-            self.up[leaf], self.down[leaf] = self._uplink(env, leaf, duplex, sharing)
+            self.up[leaf], self.down[leaf] = self.add_links(
+                self._uplink(env, leaf, duplex, sharing)
+            )
         self._pricing: dict[tuple[Any, ...], Pricing] = {}
 
     def _uplink(self, env: Any, leaf: int, duplex: str, sharing: str) -> tuple[Link, Link]:

@@ -82,12 +82,13 @@ class SwitchTopology(Topology):
         self.rx: dict[str, Link] = {}
         self.intra: dict[str, Link] = {}
         for name in cluster.machines:  # a co-located PS task shares its worker's links
-            self.tx[name], self.rx[name] = nic_links(
-                env, name, nic_latency_s, nic_bandwidth_Bps, duplex, sharing
+            self.tx[name], self.rx[name] = self.add_links(
+                nic_links(env, name, nic_latency_s, nic_bandwidth_Bps, duplex, sharing)
             )
-            self.intra[name] = Link(
+            intra = Link(
                 env, f"{name}/intra", intra_latency_s, intra_bandwidth_Bps, name, sharing=sharing
             )
+            self.intra[name] = self.add_link(intra)
 
     @classmethod
     def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> Topology:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from simdist.cluster import Cluster, Device, Host
 from simdist.network.links import Link
@@ -25,6 +25,9 @@ Endpoint = Device | Host
 
 #: The collectives a topology prices.
 COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "reduce")
+
+#: Links as a helper makes them: a (transmit, receive) pair, a fabric's list.
+LinkGroup = TypeVar("LinkGroup", bound=Sequence[Link])
 
 
 def host_name(endpoint: Endpoint) -> str:
@@ -58,7 +61,8 @@ class Topology(ABC):
 
     Subclasses build their links in ``__init__`` (one :class:`Link` per physical
     channel, named ``<host>/<kind>`` and tagged with the host whose timeline
-    shows it) and implement :meth:`route` and :meth:`collective`.
+    shows it), register each with :meth:`add_link` or :meth:`add_links` as they make
+    it, and implement :meth:`route` and :meth:`collective`.
     """
 
     #: The name scenarios and strategies use for this topology.
@@ -66,6 +70,22 @@ class Topology(ABC):
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self._links: dict[int, Link] = {}  # registered, in creation order, once each
+
+    def add_link(self, link: Link) -> Link:
+        """Register ``link`` as one of this topology's (:meth:`links`) and return it."""
+        self._links.setdefault(id(link), link)
+        return link
+
+    def add_links(self, links: LinkGroup) -> LinkGroup:
+        """Register every link of ``links`` (:meth:`add_link`) and return ``links`` as given.
+
+        A half-duplex channel is one link twice in its (transmit, receive) pair: it is
+        registered once.
+        """
+        for link in links:
+            self.add_link(link)
+        return links
 
     @classmethod
     @abstractmethod
@@ -85,40 +105,18 @@ class Topology(ABC):
     def links(self) -> list[Link]:
         """Every link of this topology, once each: by host (the cluster's order), then by name.
 
-        Generic: gathers the :class:`Link` objects held in the instance's attributes,
-        directly, in dicts, lists and tuples (``self.tx[host]``) or in helper objects of
-        ``simdist.network`` (a host's fabric), so a new topology gets its telemetry
-        without code of its own. A half-duplex NIC, one link in both ``tx`` and ``rx``,
-        appears once; links of no host (uplinks) come last.
+        The links registered with :meth:`add_link` / :meth:`add_links`: what telemetry
+        (``links.csv``, the heatmap, a job's share of the network) covers, so a link a
+        topology makes and does not register carries traffic unrecorded. A half-duplex
+        NIC, one link in both ``tx`` and ``rx``, appears once; links of no host (uplinks)
+        come last.
         """
-        found: dict[int, Link] = {}
-
-        def gather(value: Any, depth: int) -> None:
-            if isinstance(value, Link):
-                found.setdefault(id(value), value)
-            elif depth >= 4:
-                return
-            elif isinstance(value, dict):
-                for item in value.values():
-                    gather(item, depth + 1)
-            elif isinstance(value, list | tuple):
-                for item in value:
-                    gather(item, depth + 1)
-            elif type(value).__module__.startswith("simdist.network.") and hasattr(
-                value, "__dict__"
-            ):
-                for item in vars(value).values():
-                    gather(item, depth + 1)
-
-        for name, value in vars(self).items():
-            if name not in _SHARE_CACHES:
-                gather(value, 0)
         names = [*getattr(self.cluster, "machines", ()), *(h.name for h in self.cluster.hosts)]
         rank: dict[str, int] = {}
         for name in names:
             rank.setdefault(name, len(rank))
         return sorted(
-            found.values(),
+            self._links.values(),
             key=lambda link: (rank.get(link.host, len(rank)), _natural(link.name)),
         )
 

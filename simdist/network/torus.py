@@ -50,11 +50,11 @@ class TorusTopology(Topology):
         self.tx: dict[str, Link] = {}
         self.rx: dict[str, Link] = {}
         for name in cluster.machines:
-            self.ici[name] = Link(
-                env, f"{name}/ici", ici_latency_s, ici_bandwidth_Bps, name, sharing=sharing
+            self.ici[name] = self.add_link(
+                Link(env, f"{name}/ici", ici_latency_s, ici_bandwidth_Bps, name, sharing=sharing)
             )
-            self.tx[name], self.rx[name] = nic_links(
-                env, name, nic_latency_s, nic_bandwidth_Bps, duplex, sharing
+            self.tx[name], self.rx[name] = self.add_links(
+                nic_links(env, name, nic_latency_s, nic_bandwidth_Bps, duplex, sharing)
             )
 
     @classmethod
