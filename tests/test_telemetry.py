@@ -337,7 +337,7 @@ def test_mirrored_intra_link_carries_every_ring_edge_and_the_report_says_why_abo
     assert any(line.startswith("Above 100%") for line in link_lines(result))
 
 
-def test_topology_links_are_found_generically_once_each_in_host_order():
+def test_topology_links_are_listed_once_each_in_host_order():
     env = simpy.Environment()
     _, half, _ = switch(env, hosts=2, devices=1, ps=1, duplex="half", sharing="fifo")
     assert [link.name for link in half.links()] == [
