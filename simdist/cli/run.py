@@ -74,13 +74,15 @@ def run(
     """
     from simdist.api import preflight, warnings_after
     from simdist.api import run as run_scenario
+    from simdist.report.painter import painting
 
     loaded = _load(scenario, set_, seed)
     out_dir = out if out is not None else Path("reports") / loaded.name
     source = str(scenario)
     where = Progress()
     bar = _progress_bar(quiet)
-    with interruptible(where, out_dir):
+    # The painter is forked first: before JAX, the progress bar's thread and the watchdog.
+    with painting(), interruptible(where, out_dir):
         checked = _guarded(lambda: preflight(loaded, out=out_dir, source=source))
         _warn(checked.warnings)
         where.total = checked.total_steps

@@ -33,26 +33,28 @@ def write_report(result: Any, out_dir: Path) -> Path:
     """Write ``result`` into ``out_dir`` atomically; return the folder."""
     import simdist.report as report
     from simdist.numerics.param_files import save_params
+    from simdist.report.painter import plots_beside
     from simdist.scenario import dump_scenario
 
     # Through the module, so the lazy names load (and a test may replace one).
-    plot_loss_vs_time, write_plots = report.plot_loss_vs_time, report.write_plots
     write_markdown, write_trace = report.write_markdown, report.write_trace
-    write_link_plots = report.write_link_plots
 
     out_dir = Path(out_dir)
     with AtomicFolder(out_dir) as tmp:
-        write_csv(result.metrics, tmp / "metrics.csv")
-        write_csv(result.events, tmp / "events.csv")
-        for name, frame in result.tables.items():
-            write_csv(frame, tmp / f"{name}.csv")
-        write_json(result.summary, tmp / "summary.json")
-        (tmp / "scenario.yaml").write_text(dump_scenario(result.scenario))
-        if result.params is not None:
-            save_params(tmp / "params.npz", result.params)
-        plot_loss_vs_time(result.metrics, result.scenario.name, tmp / "loss_vs_time.png")
-        plots = ["loss_vs_time.png", *write_plots(result, tmp), *write_link_plots(result, tmp)]
-        write_trace(result, tmp / "trace.json")
+
+        def write_rest() -> None:
+            write_csv(result.metrics, tmp / "metrics.csv")
+            write_csv(result.events, tmp / "events.csv")
+            for name, frame in result.tables.items():
+                write_csv(frame, tmp / f"{name}.csv")
+            write_json(result.summary, tmp / "summary.json")
+            (tmp / "scenario.yaml").write_text(dump_scenario(result.scenario))
+            if result.params is not None:
+                save_params(tmp / "params.npz", result.params)
+            write_trace(result, tmp / "trace.json")
+
+        # The plots in a painter process if the CLI started one (see report.painter).
+        plots = plots_beside(result, tmp, write_rest)
         write_markdown(result, tmp / "report.md", plots)
     result.out_dir = out_dir
     return out_dir

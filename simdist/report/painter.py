@@ -1,0 +1,191 @@
+"""A report's plots drawn in a second process while this one writes the rest.
+
+On the 2-core machine of docs/PERFORMANCE.md, matplotlib's import and the plots are
+about 2 of a warm ``simdist run``'s 5–8 seconds, and nothing else in the report needs
+them: the tables, trace.json and report.md only need the plots' file names. So
+``simdist run`` forks a *painter* before the run imports JAX (forking a process that
+runs XLA's threads is unsafe); it imports matplotlib while the run simulates, then
+draws the plots into the report's temporary folder while the run writes the tables.
+Same code, same data: the PNGs are the same bytes as when drawn in-process (tested).
+
+Whatever goes wrong on the painter's side falls back to drawing in-process, so a
+report never depends on it: a platform without ``fork``, JAX already imported, a
+painter that died or whose plot raised (the in-process drawing then raises the same
+error, with its traceback). ``SIMDIST_PLOT_PROCESS=0`` turns the painter off.
+The painter ignores the signals that stop a run: the run kills it, then removes its
+temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: ``SIMDIST_PLOT_PROCESS=0`` draws every plot in-process.
+ENV = "SIMDIST_PLOT_PROCESS"
+
+
+@dataclass
+class Drawn:
+    """What the plots read of a run's result: a picklable view of it."""
+
+    metrics: Any
+    events: Any
+    tables: Any
+    summary: Any
+    scenario: Any
+
+    @classmethod
+    def of(cls, result: Any) -> Drawn:
+        return cls(result.metrics, result.events, result.tables, result.summary, result.scenario)
+
+
+def draw_plots(result: Any, folder: Path) -> list[str]:
+    """Draw every plot of ``result`` into ``folder``; the file names, in report.md's order."""
+    import simdist.report as report
+
+    # Through the package, so a test may replace one of them.
+    report.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
+    return [
+        "loss_vs_time.png",
+        *report.write_plots(result, folder),
+        *report.write_link_plots(result, folder),
+    ]
+
+
+def _serve(conn: Any) -> None:
+    """The painter: draw each (result, folder) received, answer with the names or None."""
+    from simdist.report.tables import HELD_SIGNALS
+
+    for signum in HELD_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)  # the parent's watchdog pipe is not ours
+    import simdist.report.links
+    import simdist.report.plots
+    import simdist.report.timeline  # noqa: F401  (imported now, while the run simulates)
+
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return  # the run has ended, or was killed
+        if job is None:
+            return
+        result, folder = job
+        try:
+            names: list[str] | None = draw_plots(result, folder)
+        except Exception:
+            names = None  # the run draws again in-process and gets the error itself
+        try:
+            conn.send(names)
+        except OSError:
+            return
+
+
+class Painter:
+    """The run's side of a painter process."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("fork")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child,), daemon=True)
+        self._process.start()
+        child.close()
+
+    def submit(self, result: Any, folder: Path) -> bool:
+        """Ask for ``result``'s plots in ``folder``; False if the painter cannot take them."""
+        try:
+            self._conn.send((Drawn.of(result), Path(folder)))
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def collect(self) -> list[str] | None:
+        """The names of the plots submitted last, or None if they must be drawn here."""
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def kill(self) -> None:
+        """Stop the painter now (the run is being stopped); it writes nothing more."""
+        self._process.kill()
+        self._process.join()
+        self._conn.close()
+
+    def close(self) -> None:
+        """Let the painter finish and end."""
+        with contextlib.suppress(OSError, ValueError):
+            self._conn.send(None)
+        self._process.join(timeout=5)
+        if self._process.is_alive():
+            self.kill()
+        else:
+            self._conn.close()
+
+
+_current: Painter | None = None
+
+
+def current() -> Painter | None:
+    """The painter of the ``painting()`` block being run, if any."""
+    return _current
+
+
+def usable() -> bool:
+    """Whether a painter may be forked here and now (see the module docstring)."""
+    return (
+        os.environ.get(ENV, "1") != "0"
+        and sys.platform == "linux"
+        and "jax" not in sys.modules
+        and _current is None
+    )
+
+
+@contextlib.contextmanager
+def painting() -> Iterator[None]:
+    """Reports written inside the block draw their plots in a painter, when :func:`usable`."""
+    global _current
+    if not usable():
+        yield
+        return
+    try:
+        painter = _current = Painter()
+    except OSError:  # no process to spare: draw in-process
+        yield
+        return
+    try:
+        yield
+    finally:
+        if _current is painter:  # not killed by a stopped report
+            _current = None
+            painter.close()
+
+
+def plots_beside(result: Any, folder: Path, write_rest: Callable[[], None]) -> list[str]:
+    """Draw ``result``'s plots into ``folder`` while ``write_rest()`` writes the other files.
+
+    In the current painter if there is one, else after ``write_rest`` in-process;
+    returns the plots' names. An exception (a signal) kills the painter first, so
+    nothing writes into the folder while it is removed.
+    """
+    painter = current()
+    sent = painter is not None and painter.submit(result, folder)
+    try:
+        write_rest()
+        names = painter.collect() if sent and painter is not None else None
+    except BaseException:
+        if sent and painter is not None:
+            painter.kill()
+            global _current
+            _current = None
+        raise
+    return names if names is not None else draw_plots(result, folder)
