@@ -52,7 +52,7 @@ def accuracy_bands(
     the x axis (default: s, ms or µs from the longest run). Returns each label's band
     table (``time_s``, ``mean``, ``min``, ``max``, ``n``) for further use.
     """
-    from simdist.report.plots import time_unit
+    from simdist.report.figures import time_unit
 
     curves = {label: metric_curves(results, metric) for label, results in results_by_label.items()}
     end = max((float(t.max()) for cs in curves.values() for t, _ in cs if len(t)), default=0.0)
@@ -86,7 +86,7 @@ def plot_accuracy_bands(
     results_by_label: Mapping[str, Sequence[Any]], target: float | None, title: str, path: Path
 ) -> None:
     """:func:`accuracy_bands` as a PNG (``simdist compare --seeds``'s ``accuracy_vs_time.png``)."""
-    from simdist.report.plots import _save
+    from simdist.report.figures import save_figure
 
     fig = Figure(figsize=(8, 4.5))
     ax = fig.subplots()
@@ -96,4 +96,4 @@ def plot_accuracy_bands(
         floor = min([*lows, target if target is not None else 1.0])
         ax.set_ylim(max(0.0, (int((floor - 0.02) * 10)) / 10), 1.0)
     ax.set_title(f"{title} (line: mean over seeds; band: min–max)")
-    _save(fig, Path(path))
+    save_figure(fig, Path(path))

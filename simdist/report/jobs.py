@@ -66,7 +66,7 @@ def plot_interference(table: Any, title: str, path: Path) -> None:
     import numpy as np
     from matplotlib.figure import Figure
 
-    from simdist.report.plots import _save
+    from simdist.report.figures import save_figure
 
     fig = Figure(figsize=(max(6.0, 1.6 * len(table) + 3), 4))
     ax = fig.subplots()
@@ -84,7 +84,7 @@ def plot_interference(table: Any, title: str, path: Path) -> None:
     ax.set_ylim(0, max([*alone, *together, 1.0]) * 1.15)
     ax.set_title(f"{title}: throughput alone vs together (×slowdown)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def jobs_markdown(result: Any, plots: list[str]) -> list[str]:

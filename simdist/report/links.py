@@ -56,7 +56,7 @@ def plot_link_utilisation(
     """Heatmap: one row per link (and direction), one column per time bucket, colour = load."""
     from matplotlib.figure import Figure
 
-    from simdist.report.plots import _save, time_unit
+    from simdist.report.figures import save_figure, time_unit
 
     names, edges, values = heatmap_matrix(links, buckets)
     factor, unit = time_unit(float(edges[-1]))
@@ -87,7 +87,7 @@ def plot_link_utilisation(
         pad=0.01,
         extend="max" if over else "neither",
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def write_link_plots(result: Any, out_dir: Path) -> list[str]:

@@ -16,18 +16,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import StrMethodFormatter
 
+from simdist.report.figures import no_data, save_figure, time_unit
+from simdist.report.timeline import plot_time_split, plot_timeline
 from simdist.summary import natural_key
-
-
-def _save(fig: Figure, path: Path) -> None:
-    if fig.get_layout_engine() is None:
-        fig.tight_layout()
-    # No timestamp in the PNG metadata, so identical runs write identical files.
-    fig.savefig(path, dpi=110, metadata={"Software": None})
 
 
 def _accuracy_floor(values: pd.Series) -> float:
@@ -35,25 +29,8 @@ def _accuracy_floor(values: pd.Series) -> float:
     return max(0.0, np.floor((float(values.min()) - 0.02) * 10) / 10) if len(values) else 0.0
 
 
-def time_unit(span_s: float) -> tuple[float, str]:
-    """``(factor, unit)`` so that ``seconds * factor`` reads well over ``span_s`` seconds."""
-    if span_s >= 2 * 3600:
-        return 1 / 3600, "h"
-    if span_s >= 120:
-        return 1 / 60, "min"
-    if span_s >= 1:
-        return 1.0, "s"
-    if span_s >= 1e-3:
-        return 1e3, "ms"
-    return 1e6, "µs"
-
-
 def _metric(metrics: pd.DataFrame, name: str) -> pd.DataFrame:
     return metrics[metrics["metric"] == name]
-
-
-def _no_data(ax: Axes, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
 def _smooth(values: pd.Series) -> tuple[pd.Series, int]:
@@ -73,7 +50,7 @@ def _plot_loss_accuracy(metrics: pd.DataFrame, title: str, path: Path, x: str) -
         factor, xlabel, against = 1.0, "step (applied updates)", "step"
     loss = _metric(metrics, "train_loss")
     if loss.empty:
-        _no_data(ax, "timing-only run (numerics: false): no loss or accuracy computed")
+        no_data(ax, "timing-only run (numerics: false): no loss or accuracy computed")
     else:
         smooth, window = _smooth(loss["value"])
         if window > 1:
@@ -112,7 +89,7 @@ def _plot_loss_accuracy(metrics: pd.DataFrame, title: str, path: Path, x: str) -
         handles, labels = handles + h2, labels + l2
     if handles:
         ax.legend(handles, labels, loc="center right")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_loss_vs_time(metrics: pd.DataFrame, title: str, path: Path) -> None:
@@ -157,7 +134,7 @@ def plot_throughput(
     end_s = float(summary.get("simulated_time_s") or 0.0)
     factor, unit = time_unit(end_s)
     if len(done) < 2 or per_step <= 0:
-        _no_data(ax, "fewer than two steps: no throughput over time")
+        no_data(ax, "fewer than two steps: no throughput over time")
     else:
         t = done["time_s"].to_numpy(float)
         n = done["step"].to_numpy(float)
@@ -192,7 +169,7 @@ def plot_throughput(
     ax.set_ylabel("training examples / s (simulated)")
     ax.set_title(f"{title}: throughput over time")
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
@@ -206,7 +183,7 @@ def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
     ax = fig.subplots()
     values = updates["staleness"].to_numpy(float) if "staleness" in updates else np.array([])
     if values.size == 0:
-        _no_data(ax, "no gradient applied")
+        no_data(ax, "no gradient applied")
     else:
         ssp = updates["ssp_staleness"].to_numpy(int) if "ssp_staleness" in updates else None
         top = int(max(values.max(), 0 if ssp is None else ssp.max()))
@@ -242,7 +219,7 @@ def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
     ax.set_xlabel("staleness (parameter versions behind at apply)")
     ax.set_ylabel("applied gradient shards (count)")
     ax.set_title(f"{title}: staleness of applied gradients")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 #: summary.json's ``memory_per_device`` parts → (label, colour), stacked in this order.
@@ -277,8 +254,8 @@ def plot_memory(summary: Mapping[str, Any], title: str, path: Path) -> None:
     fig = Figure(figsize=(8, 2.2 + 0.4 * max(1, len(devices))), layout="constrained")
     ax = fig.subplots()
     if not devices:
-        _no_data(ax, "no per-device memory recorded")
-        _save(fig, path)
+        no_data(ax, "no per-device memory recorded")
+        save_figure(fig, path)
         return
     totals = [float(per_device[d].get("total", 0.0)) for d in devices]
     top = max(totals)
@@ -315,7 +292,7 @@ def plot_memory(summary: Mapping[str, Any], title: str, path: Path) -> None:
     ax.set_xlabel(f"peak memory ({unit})")
     ax.set_title(f"{title}: peak memory per device")
     fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _format_bytes(nbytes: float) -> str:
@@ -334,8 +311,8 @@ def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
     fig = Figure(figsize=(10, 4), layout="constrained")
     left, right = fig.subplots(1, 2, width_ratios=(1, 1.4))
     if updates.empty or "staleness" not in updates:
-        _no_data(left, "no stage update recorded")
-        _save(fig, path)
+        no_data(left, "no stage update recorded")
+        save_figure(fig, path)
         return
     stages = sorted(int(s) for s in updates["stage"].unique())
     grouped = updates.groupby("stage")["staleness"]
@@ -379,7 +356,7 @@ def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
     right.legend(loc="lower right", fontsize=8)
     right.grid(alpha=0.3)
     fig.suptitle(f"{title}: weight staleness per pipeline stage")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_accuracy_overlay(
@@ -400,7 +377,7 @@ def plot_accuracy_overlay(
     if target is not None:
         ax.axhline(target, color="0.4", ls=":", lw=1, label=f"target {target:g}")
     if not drawn:
-        _no_data(ax, "no run recorded test accuracy (timing-only runs)")
+        no_data(ax, "no run recorded test accuracy (timing-only runs)")
     floor = _accuracy_floor(pd.concat(drawn)) if drawn else 0.0
     if target is not None:
         floor = min(floor, _accuracy_floor(pd.Series([target])))
@@ -410,7 +387,7 @@ def plot_accuracy_overlay(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str]:
@@ -421,9 +398,6 @@ def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str
     ``memory_per_device`` and ``pipeline_staleness.png`` when the run has a
     ``stage_updates`` table (pipeline; the latter pipedream only).
     """
-    # Not at module level: simdist.report.timeline imports this module's helpers.
-    from simdist.report.timeline import plot_time_split, plot_timeline
-
     out_dir = Path(out_dir)
     name = result.scenario.name
     sim_time_s = float(result.summary["simulated_time_s"])

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from simdist.report.plots import _no_data, _save, time_unit
+from simdist.report.figures import no_data, save_figure, time_unit
 from simdist.report.trace import timeline_spans
 from simdist.summary import (
     SPLIT_CATEGORIES,
@@ -89,8 +89,8 @@ def plot_timeline(
     fig = Figure(figsize=(10, height), layout="constrained")
     ax = fig.subplots()
     if not tracks:
-        _no_data(ax, "no events recorded")
-        _save(fig, path)
+        no_data(ax, "no events recorded")
+        save_figure(fig, path)
         return
     factor, unit = time_unit(end_s)
     hosts = set(events["host"])
@@ -132,7 +132,7 @@ def plot_timeline(
     lanes = " (#k: spans at the same time)" if any(t.lane for t in tracks) else ""
     ax.set_title(f"{title}: timeline of the first {steps} steps{lanes}")
     ax.grid(axis="x", alpha=0.3)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_time_split(
@@ -187,5 +187,5 @@ def plot_time_split(
     ax.set_xlabel("share of simulated time (%)")
     ax.set_title(f"{title}: where each device's time goes")
     fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
     return shares

@@ -89,11 +89,11 @@ def plot_tradeoff(
     summary: pd.DataFrame, target: float, strategies: Sequence[str], path: Path
 ) -> None:
     """:func:`draw_tradeoff` as a PNG."""
-    from simdist.report.plots import _save
+    from simdist.report.figures import save_figure
 
     fig = Figure(figsize=(10, 9), layout="constrained")
     draw_tradeoff(fig, summary, target, strategies)
-    _save(fig, Path(path))
+    save_figure(fig, Path(path))
 
 
 def tradeoff_markdown(summary: pd.DataFrame, target: float, plot: str) -> str:
