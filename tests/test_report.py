@@ -174,3 +174,21 @@ def test_time_split_counts_overlaps_once_and_sorts_future_kinds():
     threads = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"]
     # link tracks are the links the rows name: h/nic carries both (overlapping) pulls
     assert threads == ["d", "d #2", "h/intra", "h/nic", "h/nic #2"]
+
+
+def test_trace_text_has_one_event_per_line_whatever_the_events_hold():
+    events = [
+        {"name": "a", "ph": "X", "args": {"detail": 'say "},{"name":" here'}},
+        {"name": "b", "args": {"nested": [{"name": 1}, {"name": 2}]}},  # '},{"name":' inside
+        {"ph": "M", "name": "c"},  # "name" not first
+        {"name": "d", "ts": 1.5},
+    ]
+    text = dumps_trace({"displayTimeUnit": "ns", "traceEvents": events})
+    lines = text.splitlines()
+    assert lines[0] == '{"displayTimeUnit":"ns","traceEvents":['
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == events
+    assert lines[-1] == "]}"
+    # The common case (every event starts with "name", nothing nested) gives the same layout.
+    plain = [e for e in events if e["name"] in ("a", "d")]
+    lines = dumps_trace({"traceEvents": plain}).splitlines()
+    assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == plain

@@ -44,6 +44,7 @@ class Drawn:
 
     @classmethod
     def of(cls, result: Any) -> Drawn:
+        """The view of ``result`` the plots read (its params stay in this process)."""
         return cls(result.metrics, result.events, result.tables, result.summary, result.scenario)
 
 
@@ -177,6 +178,7 @@ def plots_beside(result: Any, folder: Path, write_rest: Callable[[], None]) -> l
     returns the plots' names. An exception (a signal) kills the painter first, so
     nothing writes into the folder while it is removed.
     """
+    global _current
     painter = current()
     sent = painter is not None and painter.submit(result, folder)
     try:
@@ -185,7 +187,6 @@ def plots_beside(result: Any, folder: Path, write_rest: Callable[[], None]) -> l
     except BaseException:
         if sent and painter is not None:
             painter.kill()
-            global _current
             _current = None
         raise
     return names if names is not None else draw_plots(result, folder)

@@ -390,14 +390,15 @@ def dumps_trace(trace: Mapping[str, Any]) -> str:
     )
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     events = trace["traceEvents"]
-    # One encoder call for the whole list (one per event cost ~40 µs each: 1.7 s for 42,000
-    # events), then a line break between events. Every event's first key is "name", and a
-    # string value cannot hold an unescaped quote, so '},{"name":' only occurs between two
-    # events unless an event nests a list of such objects: then the count tells, and each
-    # event is encoded on its own.
+    # One encoder call for the whole list (one call per event took 0.36 s for ps_4w2s's
+    # 42,000 events, this 0.24 s), then a line break between events. Every event's first
+    # key is "name", and a string value cannot hold an unescaped quote, so '},{"name":'
+    # only occurs between two events unless an event nests a list of such objects: then
+    # the count tells, and each event is encoded on its own.
     joined = encode(events)[1:-1]
     body = joined.replace(_BETWEEN, _BETWEEN_LINES)
-    if len(body) - len(joined) != max(len(events) - 1, 0):
+    named = all(next(iter(e), None) == "name" for e in events)
+    if not named or len(body) - len(joined) != max(len(events) - 1, 0):
         body = ",\n".join(encode(e) for e in events)
     return f'{{{head}"traceEvents":[\n{body}\n]}}\n'
 
