@@ -93,7 +93,7 @@ def plot_timeline(
         save_figure(fig, path)
         return
     factor, unit = time_unit(end_s)
-    hosts = set(events["host"])
+    hosts = set(events["host"].unique())
     spare: dict[str, str] = {}
     comm_colors: dict[str, str] = {}
     labels = []
@@ -146,11 +146,13 @@ def plot_time_split(
     shares drawn (fractions of ``sim_time_s``).
     """
     trained = training_devices(events)
-    others = sorted(set(events["device"]) - set(trained), key=natural_key)
+    others = sorted(set(events["device"].unique()) - set(trained), key=natural_key)
     split = time_split_by_device(events, sim_time_s, trained + others)
     shares = split / sim_time_s if sim_time_s > 0 else split * 0.0
-    other_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "other")
-    waiting_kinds = sorted(k for k in set(events["kind"]) if split_category(k) == "waiting")
+    other_kinds = sorted(k for k in set(events["kind"].unique()) if split_category(k) == "other")
+    waiting_kinds = sorted(
+        k for k in set(events["kind"].unique()) if split_category(k) == "waiting"
+    )
     fig = Figure(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(shares))[::-1]
