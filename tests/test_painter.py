@@ -24,9 +24,9 @@ from simdist.report import painter
 scenario, out, case = sys.argv[1:]
 if case == "broken":
     import simdist.report.plots as plots
-    def broken(result, folder):
+    def broken(*args):
         raise RuntimeError("a plot that cannot be drawn")
-    plots.write_plots = broken
+    plots.plot_throughput = broken
 with painter.painting():
     forked = painter.current() is not None
     if case == "kill" and forked:

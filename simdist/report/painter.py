@@ -7,6 +7,9 @@ them: the tables, trace.json and report.md only need the plots' file names. So
 runs XLA's threads is unsafe); it imports matplotlib while the run simulates, then
 draws the plots into the report's temporary folder while the run writes the tables.
 Same code, same data: the PNGs are the same bytes as when drawn in-process (tested).
+On two cores or more the painter forks a helper when the plots are due (matplotlib is
+loaded by then, so the fork costs little) and each draws every second figure
+(:func:`_draw_shared`): ps_4w2s's seven figures take 1.4 s instead of 2.1 s.
 
 Whatever goes wrong on the painter's side falls back to drawing in-process, so a
 report never depends on it: a platform without ``fork``, JAX already imported, a
@@ -21,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,17 +53,84 @@ class Drawn:
         return cls(result.metrics, result.events, result.tables, result.summary, result.scenario)
 
 
+def plot_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
+    """Every plot of ``result`` as a job drawing into ``folder`` and returning the names it
+    wrote, in report.md's order: ``loss_vs_time.png``, those of
+    :func:`simdist.report.plots.plot_jobs`, then the links' heatmap (none when no link
+    carried bytes)."""
+    import simdist.report as report
+    from simdist.report import plots
+
+    def loss_vs_time() -> list[str]:
+        # Through the package, so a test may replace it.
+        report.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
+        return ["loss_vs_time.png"]
+
+    def job(name: str, draw: Callable[[], None]) -> Callable[[], list[str]]:
+        def drawn() -> list[str]:
+            draw()
+            return [name]
+
+        return drawn
+
+    return [
+        loss_vs_time,
+        *(job(name, draw) for name, draw in plots.plot_jobs(result, folder)),
+        lambda: report.write_link_plots(result, folder),
+    ]
+
+
 def draw_plots(result: Any, folder: Path) -> list[str]:
     """Draw every plot of ``result`` into ``folder``; the file names, in report.md's order."""
-    import simdist.report as report
+    return [name for job in plot_jobs(result, folder) for name in job()]
 
-    # Through the package, so a test may replace one of them.
-    report.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
-    return [
-        "loss_vs_time.png",
-        *report.write_plots(result, folder),
-        *report.write_link_plots(result, folder),
-    ]
+
+def _draw_shared(result: Any, folder: Path) -> list[str]:
+    """:func:`draw_plots` on two cores: a forked helper draws every second plot.
+
+    The helper draws into a private folder and sends the files' bytes back through a
+    pipe; this process writes them into ``folder``. So only this process ever writes
+    into the report's folder, and a helper left alone (this painter killed) fails on the
+    pipe and ends without touching it. A helper that fails leaves its plots to this one.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the helper
+        os.close(read_fd)
+        status = 1
+        try:
+            with tempfile.TemporaryDirectory(prefix="simdist-plots-") as private:
+                jobs = plot_jobs(result, Path(private))
+                files = {
+                    i: [(name, (Path(private) / name).read_bytes()) for name in jobs[i]()]
+                    for i in range(1, len(jobs), 2)
+                }
+                with os.fdopen(write_fd, "wb") as out:
+                    pickle.dump(files, out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    pipe = os.fdopen(read_fd, "rb")
+    try:
+        jobs = plot_jobs(result, folder)
+        names = {i: jobs[i]() for i in range(0, len(jobs), 2)}
+        try:
+            theirs = pickle.load(pipe)
+        except Exception:  # the helper failed: its pipe ended early
+            theirs = None
+    finally:
+        pipe.close()  # a helper still writing then fails and ends
+        os.waitpid(pid, 0)
+    for i in range(1, len(jobs), 2):
+        if theirs is None:
+            names[i] = jobs[i]()
+            continue
+        names[i] = []
+        for name, data in theirs[i]:
+            (folder / name).write_bytes(data)
+            names[i].append(name)
+    return [name for i in sorted(names) for name in names[i]]
 
 
 def _serve(conn: Any) -> None:
@@ -82,7 +154,8 @@ def _serve(conn: Any) -> None:
             return
         result, folder = job
         try:
-            names: list[str] | None = draw_plots(result, folder)
+            draw = _draw_shared if (os.cpu_count() or 1) > 1 else draw_plots
+            names: list[str] | None = draw(result, folder)
         except Exception:
             names = None  # the run draws again in-process and gets the error itself
         try:

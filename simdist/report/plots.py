@@ -10,7 +10,7 @@ per-device time split are drawn in :mod:`simdist.report.timeline`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -390,34 +390,68 @@ def plot_accuracy_overlay(
     save_figure(fig, path)
 
 
-def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str]:
-    """Every plot of a run except ``loss_vs_time.png``; returns the file names written.
+def plot_jobs(
+    result: Any, out_dir: Path, timeline_steps: int = 3
+) -> list[tuple[str, Callable[[], None]]]:
+    """Every plot of a run except ``loss_vs_time.png``, undrawn: ``(file name, draw)`` pairs.
 
-    ``staleness_hist.png`` is written only when the run has an ``updates``
+    ``staleness_hist.png`` is drawn only when the run has an ``updates``
     table with staleness (parameter_server); ``memory.png`` when the summary has
     ``memory_per_device`` and ``pipeline_staleness.png`` when the run has a
-    ``stage_updates`` table (pipeline; the latter pipedream only).
+    ``stage_updates`` table (pipeline; the latter pipedream only). Separate jobs, so
+    that :mod:`simdist.report.painter` can share them between two processes.
     """
-    out_dir = Path(out_dir)
+    out = Path(out_dir)
     name = result.scenario.name
     sim_time_s = float(result.summary["simulated_time_s"])
-    plot_loss_vs_step(result.metrics, name, out_dir / "loss_vs_step.png")
-    plot_throughput(result.metrics, result.summary, name, out_dir / "throughput.png")
-    written = ["loss_vs_step.png", "throughput.png"]
+    metrics, summary, events = result.metrics, result.summary, result.events
+    jobs: list[tuple[str, Callable[[], None]]] = [
+        ("loss_vs_step.png", lambda: plot_loss_vs_step(metrics, name, out / "loss_vs_step.png")),
+        (
+            "throughput.png",
+            lambda: plot_throughput(metrics, summary, name, out / "throughput.png"),
+        ),
+    ]
     updates = result.tables.get("updates")
     if updates is not None and "staleness" in updates:
-        plot_staleness_hist(updates, name, out_dir / "staleness_hist.png")
-        written.append("staleness_hist.png")
-    stage_updates = result.tables.get("stage_updates")
-    if stage_updates is not None and "staleness" in stage_updates:
-        plot_stage_staleness(stage_updates, name, out_dir / "pipeline_staleness.png")
-        written.append("pipeline_staleness.png")
-    if result.summary.get("memory_per_device"):
-        plot_memory(result.summary, name, out_dir / "memory.png")
-        written.append("memory.png")
-    plot_timeline(result.events, result.scenario, name, out_dir / "timeline.png", timeline_steps)
-    plot_time_split(result.events, sim_time_s, name, out_dir / "time_split.png")
-    return [*written, "timeline.png", "time_split.png"]
+        jobs.append(
+            (
+                "staleness_hist.png",
+                lambda: plot_staleness_hist(updates, name, out / "staleness_hist.png"),
+            )
+        )
+    stages = result.tables.get("stage_updates")
+    if stages is not None and "staleness" in stages:
+        jobs.append(
+            (
+                "pipeline_staleness.png",
+                lambda: plot_stage_staleness(stages, name, out / "pipeline_staleness.png"),
+            )
+        )
+    if summary.get("memory_per_device"):
+        jobs.append(("memory.png", lambda: plot_memory(summary, name, out / "memory.png")))
+    scenario = result.scenario
+    jobs.append(
+        (
+            "timeline.png",
+            lambda: plot_timeline(events, scenario, name, out / "timeline.png", timeline_steps),
+        )
+    )
+    jobs.append(
+        (
+            "time_split.png",
+            lambda: plot_time_split(events, sim_time_s, name, out / "time_split.png"),
+        )
+    )
+    return jobs
+
+
+def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str]:
+    """Draw every plot of :func:`plot_jobs`; returns the file names written, in order."""
+    jobs = plot_jobs(result, out_dir, timeline_steps)
+    for _, draw in jobs:
+        draw()
+    return [name for name, _ in jobs]
 
 
 # Seeds' mean-and-band plots live in simdist.report.bands (issue 16); the name is here too.
