@@ -110,7 +110,7 @@ REPORT_BEFORE = {
 REPORT_AB = {"mirrored_4dev": (5.57, 5.39), "ps_4w2s": (8.70, 7.94)}
 #: The same, the next session (2026-11-25, later), best of 4: commit 67d4532 (the end of the
 #: round above) against the plots drawn in a painter process (``simdist.report.painter``).
-REPORT_AB_PAINTER = {"mirrored_4dev": (5.46, 4.76), "ps_4w2s": (8.18, 6.49)}
+REPORT_AB_PAINTER = {"mirrored_4dev": (4.94, 3.68), "ps_4w2s": (7.41, 5.60)}
 
 
 def _python_loop_s() -> float:
@@ -840,17 +840,18 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
         "* `simdist run` forks a painter process at its start, before JAX is imported "
         "(`simdist/report/painter.py`): it imports matplotlib while the run simulates and "
         "draws the plots into the report's temporary folder while the run writes the tables, "
-        "trace.json and params; the PNGs are the same bytes (tested, and in the 34 recorded "
-        "folders). If the painter is missing or fails, the run draws them itself; "
-        "`SIMDIST_PLOT_PROCESS=0` turns it off. trace.json is encoded in one `json` call "
-        "instead of one per event (0.36 → 0.24 s for ps_4w2s's 42,000 events, same bytes).\n\n"
-        "Not changed: the plots' own cost. Writing the report (the *write* column) is "
-        "mostly matplotlib laying out and drawing text, six or seven figures of 0.16–0.30 s "
-        "each (ps_4w2s: 1.9 s in all, mirrored_4dev 1.35 s), now the critical path of the "
-        "write phase: the run waits about 1.6 s for the painter. Two painters, each drawing "
-        "half the figures, cut that wait to about 1 s but made the whole run no faster on "
-        "2 cores (the second one's matplotlib import competes with the simulation), so "
-        "there is one.\n"
+        "trace.json and params; on two cores or more it forks a helper when the plots are "
+        "due (cheap: matplotlib is loaded by then) and each draws every second figure, the "
+        "helper sending its PNGs' bytes back (ps_4w2s's seven figures: 2.1 → 1.4 s). The "
+        "PNGs are the same bytes (tested, and in the 34 recorded folders). If the painter is "
+        "missing or fails, the run draws them itself; `SIMDIST_PLOT_PROCESS=0` turns it "
+        "off. trace.json is encoded in one `json` call instead of one per event (0.36 → "
+        "0.24 s for ps_4w2s's 42,000 events, same bytes).\n\n"
+        "Not changed: the figures' own cost, six or seven of 0.16–0.30 s each, mostly "
+        "matplotlib laying out and drawing text (and PNG encoding, 15%): now the critical "
+        "path of the write phase, which waits about 1 s for them. Two painters forked at the "
+        "start (each importing matplotlib) made the run no faster on 2 cores, as the second "
+        "import competes with the simulation; forking the helper late does not.\n"
     )
 
 
