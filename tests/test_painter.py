@@ -17,16 +17,17 @@ from pathlib import Path
 import pytest
 from helpers import tiny, write
 
-# argv: scenario, out folder, what to do ("draw", "kill" the painter first, "broken" plot).
+# argv: scenario, out folder, what to do: "draw", "kill" the painter first, or the name of a
+# plot function of simdist.report.plots to break.
 _CHILD = """
 import json, sys
 from simdist.report import painter
 scenario, out, case = sys.argv[1:]
-if case == "broken":
+if case.startswith("plot_"):
     import simdist.report.plots as plots
     def broken(*args):
         raise RuntimeError("a plot that cannot be drawn")
-    plots.plot_throughput = broken
+    setattr(plots, case, broken)
 with painter.painting():
     forked = painter.current() is not None
     if case == "kill" and forked:
@@ -93,8 +94,10 @@ def test_a_dead_painter_leaves_the_plots_to_the_run(scenario: Path, drawn_here: 
     _same_folders(out, drawn_here)
 
 
-def test_a_plot_that_fails_in_the_painter_fails_the_run_as_in_process(scenario: Path):
-    out = scenario.parent / "broken"
-    seen = _run(scenario, out, "broken")
+# throughput.png is the painter's to draw, loss_vs_step.png its helper's (every second one).
+@pytest.mark.parametrize("plot", ["plot_throughput", "plot_loss_vs_step"])
+def test_a_plot_that_fails_in_the_painter_fails_the_run_as_in_process(scenario: Path, plot: str):
+    out = scenario.parent / f"broken_{plot}"
+    seen = _run(scenario, out, plot)
     assert seen["forked"] and seen["error"] == "a plot that cannot be drawn"
     assert not out.exists()  # no half-written report
