@@ -71,6 +71,9 @@ class Topology(ABC):
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._links: dict[int, Link] = {}  # registered, in creation order, once each
+        # collective_link_bytes' caches: shares per device list, and per device names.
+        self._recent_shares: dict[tuple[Any, ...], Any] = {}
+        self._link_share_cache: dict[tuple[Any, ...], dict[int, float]] = {}
 
     def add_link(self, link: Link) -> Link:
         """Register ``link`` as one of this topology's (:meth:`links`) and return it."""
@@ -142,16 +145,14 @@ class Topology(ABC):
         # Strategies pass the same devices every step: the shares aligned with ``links``
         # are remembered for this very list (checked element by element, cheap), and per
         # device names otherwise.
-        recent: dict[tuple[Any, ...], Any] = self.__dict__.setdefault(_SHARE_CACHES[0], {})
+        recent = self._recent_shares
         members, held = tuple(devices), tuple(links)
         key = (op, algo, id(devices))
         hit = recent.get(key)
         if hit is None or hit[0] != members or hit[1] != held:
             if len(recent) >= 64:  # new lists every call: keep this cache small
                 recent.clear()
-            cache: dict[tuple[Any, ...], dict[int, float]] = self.__dict__.setdefault(
-                _SHARE_CACHES[1], {}
-            )
+            cache = self._link_share_cache
             names = (op, algo, tuple(device.name for device in devices))
             shares = cache.get(names)
             if shares is None:
@@ -172,10 +173,6 @@ class Topology(ABC):
             for link in self.route(ranked[src], ranked[dst]):
                 shares[id(link)] = shares.get(id(link), 0.0) + share
         return shares
-
-
-#: The attributes :meth:`Topology.collective_link_bytes` keeps its caches in.
-_SHARE_CACHES = ("_recent_shares", "_link_share_cache")
 
 
 def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
