@@ -142,8 +142,7 @@ def _serve(conn: Any) -> None:
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # the parent's watchdog pipe is not ours
     import simdist.report.links
-    import simdist.report.plots
-    import simdist.report.timeline  # noqa: F401  (imported now, while the run simulates)
+    import simdist.report.plots  # noqa: F401  (imported now, while the run simulates)
 
     while True:
         try:
