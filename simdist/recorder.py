@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -50,7 +51,9 @@ class Recorder:
     """Collects events (intervals), metrics (points) and extra tidy tables."""
 
     def __init__(self) -> None:
-        self._events: list[tuple[Any, ...]] = []
+        self._events: list[tuple[Any, ...]] = []  # rows recorded one by one since the last block
+        self._chunks: list[list[tuple[Any, ...]] | _Block] = []  # earlier rows, in order
+        self._columns: dict[tuple[int, ...], tuple[Any, np.ndarray, np.ndarray]] = {}
         self._metrics: list[tuple[Any, ...]] = []
         self._tables: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
@@ -77,6 +80,65 @@ class Recorder:
         if end_s > start_s:
             self._events.append((start_s, end_s, host, device, kind, nbytes, step, detail, links))
 
+    def events(
+        self,
+        start_s: np.ndarray | float,
+        end_s: np.ndarray | float,
+        host: np.ndarray,
+        device: np.ndarray,
+        kind: np.ndarray | str,
+        nbytes: float = 0,
+        step: int = -1,
+        detail: np.ndarray | str = "",
+        links: np.ndarray | str = "",
+    ) -> None:
+        """Many :meth:`event` rows at once, as columns: the same rows in the same order.
+
+        ``host`` and ``device`` are object arrays, one entry per row; every other
+        argument is a scalar shared by the rows or an array as long. A phase of a
+        synchronous step records a few rows per device (1024 devices make thousands),
+        which cost a method call each; a block costs a few NumPy operations.
+        """
+        n = len(device)
+        if isinstance(start_s, np.ndarray) or isinstance(end_s, np.ndarray):
+            keep = np.broadcast_to(np.asarray(end_s) > np.asarray(start_s), n)
+            if not keep.all():
+                if not keep.any():
+                    return
+                start_s, end_s, host, device, kind, detail, links = (
+                    np.broadcast_to(c, n)[keep] if isinstance(c, np.ndarray) else c
+                    for c in (start_s, end_s, host, device, kind, detail, links)
+                )
+                n = len(device)
+        elif not end_s > start_s:
+            return
+        else:
+            start_s, end_s = float(start_s), float(end_s)
+        if self._events:
+            self._chunks.append(self._events)
+            self._events = []
+        self._chunks.append(
+            _Block(n, start_s, end_s, host, device, kind, int(nbytes), int(step), detail, links)
+        )
+
+    def device_columns(self, devices: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The ``host`` and ``name`` of each of ``devices`` as object arrays, for :meth:`events`.
+
+        Kept for the last sequences asked (strategies pass the same devices step after
+        step), keyed by the objects' identities, which the cache keeps alive.
+        """
+        key = tuple(map(id, devices))
+        cached = self._columns.get(key)
+        if cached is None:
+            if len(self._columns) >= 64:
+                self._columns.clear()
+            cached = self._columns[key] = (
+                tuple(devices),
+                _objects(tuple(d.host for d in devices)),
+                _objects(tuple(d.name for d in devices)),
+            )
+        return cached[1], cached[2]
+
     def metric(self, time_s: float, step: int, name: str, value: float) -> None:
         """Record the value of metric ``name`` at simulated time ``time_s``."""
         self._metrics.append((float(time_s), int(step), name, float(value)))
@@ -100,25 +162,11 @@ class Recorder:
 
     def events_frame(self) -> pd.DataFrame:
         """All events, one row per simulated interval, stably sorted by start time."""
-        if not self._events:
+        chunks = [*self._chunks, self._events] if self._events else self._chunks
+        if not chunks:
             return pd.DataFrame(self._events, columns=list(EVENT_COLUMNS))
-        start, end, host, device, kind, nbytes, step, detail, links = zip(
-            *self._events, strict=True
-        )
-        n = len(start)
-        frame = pd.DataFrame(
-            {
-                "start_s": np.fromiter(map(float, start), np.float64, n),
-                "end_s": np.fromiter(map(float, end), np.float64, n),
-                "host": list(host),
-                "device": list(device),
-                "kind": list(kind),
-                "nbytes": np.fromiter(map(int, nbytes), np.int64, n),
-                "step": np.fromiter(map(int, step), np.int64, n),
-                "detail": list(detail),
-                "links": list(links),
-            }
-        )
+        parts = [_Block.of(c) if isinstance(c, list) else c for c in chunks]
+        frame = pd.DataFrame({name: _Block.joined(parts, name) for name in EVENT_COLUMNS})
         return frame.sort_values("start_s", kind="stable", ignore_index=True)
 
     def metrics_frame(self) -> pd.DataFrame:
@@ -135,9 +183,67 @@ class Recorder:
         cost a timing-only run up to a third of its wall time.
         """
         self._events = []
+        self._chunks = []
         self._metrics = []
         self._tables = defaultdict(list)
 
     def table_frames(self) -> dict[str, pd.DataFrame]:
         """The extra tables, by name, in recording order."""
         return {name: pd.DataFrame(rows) for name, rows in sorted(self._tables.items())}
+
+
+class _Block:
+    """Rows of events as columns: each a NumPy array with a value per row, or one scalar
+    shared by all ``n`` rows (a float, a string, an int)."""
+
+    __slots__ = ("n", "values")
+
+    def __init__(self, n: int, *values: Any) -> None:
+        self.n = n
+        self.values = dict(zip(EVENT_COLUMNS, values, strict=True))
+
+    @classmethod
+    def of(cls, rows: list[tuple[Any, ...]]) -> _Block:
+        """The rows :meth:`Recorder.event` recorded one by one, as columns."""
+        start, end, host, device, kind, nbytes, step, detail, links = zip(*rows, strict=True)
+        n = len(start)
+        return cls(
+            n,
+            np.fromiter(map(float, start), np.float64, n),
+            np.fromiter(map(float, end), np.float64, n),
+            _objects(host),
+            _objects(device),
+            _objects(kind),
+            np.fromiter(map(int, nbytes), np.int64, n),
+            np.fromiter(map(int, step), np.int64, n),
+            _objects(detail),
+            _objects(links),
+        )
+
+    @staticmethod
+    def joined(blocks: list[_Block], name: str) -> np.ndarray:
+        """Column ``name`` of ``blocks``, one after the other."""
+        dtype = _COLUMN_DTYPES[name]
+        values = [block.values[name] for block in blocks]
+        if not any(isinstance(value, np.ndarray) for value in values):
+            return np.repeat(np.array(values, dtype=dtype), [block.n for block in blocks])
+        return np.concatenate(
+            [
+                value if isinstance(value, np.ndarray) else np.full(block.n, value, dtype=dtype)
+                for block, value in zip(blocks, values, strict=True)
+            ]
+        )
+
+
+#: The NumPy dtype each events column is built with (strings as objects: pandas stores them
+#: as ``str``).
+_COLUMN_DTYPES = {
+    name: object if dtype == "str" else np.dtype(dtype) for name, dtype in EVENT_DTYPES.items()
+}
+
+
+def _objects(values: tuple[Any, ...]) -> np.ndarray:
+    """``values`` as a 1-D object array (``np.array`` would make a string array)."""
+    array = np.empty(len(values), dtype=object)
+    array[:] = values
+    return array

@@ -79,26 +79,53 @@ def time_split_by_device(
     if devices is None:
         devices = sorted(set(events["device"]), key=natural_key)
     devices = list(devices)
+    if len(set(devices)) < len(devices):  # a device asked for twice gets its row twice
+        return time_split_by_device(events, sim_time_s, dict.fromkeys(devices)).loc[devices]
     # NumPy rather than pandas column operations: a short run pays their fixed cost per call.
     kind_index, kinds = pd.factorize(events["kind"])  # hashing: no sort of the strings
     all_cats = np.array([split_category(k) for k in kinds] + [""], dtype=object)[kind_index]
     start = np.clip(events["start_s"].to_numpy(dtype=float), 0.0, sim_time_s)
     end = np.clip(events["end_s"].to_numpy(dtype=float), 0.0, sim_time_s)
-    by_device = events.groupby("device", sort=False).indices
-    rows = []
-    for device in devices:
-        idx = by_device.get(device, np.array([], dtype=np.int64))
-        covered, row = 0.0, {}
-        mask = np.zeros(len(idx), dtype=bool)
-        dev_cats = all_cats[idx]
-        for category in SPLIT_CATEGORIES[:-1]:
-            mask |= dev_cats == category
-            total = union_seconds(start[idx][mask], end[idx][mask])
-            row[category] = max(0.0, total - covered)
-            covered = max(covered, total)
-        row["idle"] = max(0.0, sim_time_s - covered)
-        rows.append(row)
-    return pd.DataFrame(rows, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
+    # Each event's position in ``devices`` (-1: a device not asked for).
+    codes = pd.Index(devices).get_indexer(events["device"]) if len(events) else np.array([], int)
+    asked = codes >= 0
+    covered = np.zeros(len(devices))
+    columns = {}
+    mask = np.zeros(len(events), dtype=bool)
+    for category in SPLIT_CATEGORIES[:-1]:
+        mask |= all_cats == category
+        total = _unions(codes[mask & asked], start[mask & asked], end[mask & asked], len(devices))
+        columns[category] = np.maximum(0.0, total - covered)
+        covered = np.maximum(covered, total)
+    columns["idle"] = np.maximum(0.0, sim_time_s - covered)
+    return pd.DataFrame(columns, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
+
+
+def _unions(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: int) -> np.ndarray:
+    """:func:`union_seconds` of each group's intervals at once: ``groups`` totals.
+
+    Exactly the same floats: each group's intervals sorted stably by start, the same running
+    reach (a running maximum of ranks, which restarts with each group because the ranks of
+    ``(group, end)`` grow with the group, then read back as ends) and the same sums.
+    """
+    totals = np.zeros(groups)
+    if len(group) == 0:
+        return totals
+    order = np.lexsort((starts, group))  # stable: ties keep the table's order
+    g, s, e = group[order], starts[order], ends[order]
+    by_end = np.lexsort((e, g))
+    rank = np.empty(len(e), dtype=np.int64)
+    rank[by_end] = np.arange(len(e))
+    reach = e[by_end[np.maximum.accumulate(rank)]]
+    first = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+    before = np.concatenate(([-np.inf], reach[:-1]))
+    before[first] = -np.inf
+    part = np.clip(e - np.maximum(s, before), 0.0, None)
+    bounds = [*first[1:].tolist(), len(part)]
+    # ``np.sum`` of each segment: pairwise summation, as ``union_seconds`` adds (reduceat
+    # adds in sequence, which rounds differently).
+    totals[g[first]] = [part[a:b].sum() for a, b in zip(first.tolist(), bounds, strict=True)]
+    return totals
 
 
 def training_devices(events: pd.DataFrame) -> list[str]:

@@ -334,13 +334,15 @@ class Network:
         held, order, cells = cached
         per_link = None if link_bytes is None else [link_bytes[i] for i in order]
         start, end = yield from hold_ordered(self.env, held, seconds, per_link)
-        event = self.recorder.event
-        for device in devices:
-            host = device.host
-            cell = cells.get(host)
-            if cell is None:
-                cell = cells[host] = links_on(links, host)
-            event(start, end, host, device.name, "comm", nbytes, step, detail, cell)
+        hosts, names = self.recorder.device_columns(devices)
+        column = cells.get(id(hosts))  # the recorder keeps ``hosts`` as long as it is cached
+        if column is None or column[0] is not hosts:
+            if len(cells) >= 64:
+                cells.clear()
+            by_host = {host: links_on(links, host) for host in dict.fromkeys(hosts)}
+            column = cells[id(hosts)] = (hosts, hosts.copy())
+            column[1][:] = [by_host[host] for host in hosts]
+        self.recorder.events(start, end, hosts, names, "comm", nbytes, step, detail, column[1])
         return start, end
 
 

@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from simdist.recorder import Recorder
 
 
+#: The rows a device records in a compute phase, in order, and their fixed details.
+_PHASE_KINDS = ("eval", "compute", "straggle", "idle")
+_PHASE_DETAILS = ("chief", "", "", "barrier")
+
+
 @dataclass(frozen=True)
 class LayerCost:
     """One layer's share of a replica step: its compute times and its gradient's bytes."""
@@ -304,27 +309,80 @@ class Strategy(ABC):
         interrupts the phase cuts the spans at that moment.
         """
         start = self.env.now
+        # Every device computing its normal time from ``start`` (the common case) records
+        # one ``compute`` row each, with the times the plan below would give.
+        uniform = not (self.stragglers or self.costs.per_profile or (eval_s and eval_host))
         plan = [
-            (d, eval_s if d.host == eval_host else 0.0, self.compute_s(d, step)) for d in devices
+            (d, eval_s if d.host == eval_host else 0.0, self.compute_s(d, step))
+            for d in (() if uniform else devices)
         ]
-        longest = max(offset + seconds for _, offset, seconds in plan)
+        longest = self.costs.compute_s if uniform else max(o + s for _, o, s in plan)
         try:
             yield self.env.timeout(longest)
         finally:
             now = self.env.now
-            finished = now >= start + longest
-            event = self.recorder.event
-            for d, offset, seconds in plan:
-                begin = start + offset
-                if finished:
-                    done, end = begin + seconds, start + longest
-                else:
-                    begin = min(begin, now)
+            if now >= start + longest and uniform:
+                hosts, names = self.recorder.device_columns(devices)
+                self.recorder.events(start, start + longest, hosts, names, "compute", 0, step)
+            elif now >= start + longest:
+                self._record_phase(devices, plan, start, longest, step)
+            else:
+                plan = plan or [(d, 0.0, self.costs.compute_s) for d in devices]
+                event = self.recorder.event
+                for d, offset, seconds in plan:
+                    begin = min(start + offset, now)
                     done, end = min(begin + seconds, now), min(start + longest, now)
-                    seconds = done - begin
-                event(start, begin, d.host, d.name, "eval", 0, step, "chief")
-                self.record_compute(d, begin, seconds, step)
-                event(done, end, d.host, d.name, "idle", 0, step, "barrier")
+                    event(start, begin, d.host, d.name, "eval", 0, step, "chief")
+                    self.record_compute(d, begin, done - begin, step)
+                    event(done, end, d.host, d.name, "idle", 0, step, "barrier")
+
+    def _record_phase(
+        self,
+        devices: Sequence[Device],
+        plan: list[tuple[Device, float, float]],
+        start: float,
+        longest: float,
+        step: int,
+    ) -> None:
+        """The rows of a finished :meth:`compute_phase`, recorded as one block.
+
+        Per device, in order: ``eval`` (``start`` → its start), ``compute``, ``straggle``
+        (the excess over its class's normal time), ``idle: barrier`` (until the slowest is
+        done): the rows :meth:`record_compute` and :meth:`Recorder.event` would record,
+        with the same arithmetic (float64 sums are IEEE sums in NumPy as in Python).
+        """
+        import numpy as np
+
+        hosts, names = self.recorder.device_columns(devices)
+        offset = np.fromiter((p[1] for p in plan), np.float64, len(plan))
+        seconds = np.fromiter((p[2] for p in plan), np.float64, len(plan))
+        if self.costs.per_profile:
+            normal = np.array([self.device_costs(d).compute_s for d in devices], np.float64)
+        else:
+            normal = np.float64(self.costs.compute_s)
+        begin = start + offset
+        base = np.minimum(normal, seconds)
+        done = begin + seconds
+        begins = np.stack(np.broadcast_arrays(start, begin, begin + base, done), axis=1)
+        ends = np.stack(np.broadcast_arrays(begin, begin + base, done, start + longest), axis=1)
+        keep = ends > begins
+        keep[:, 2] &= seconds > base
+        kinds, details = (np.empty((len(plan), 4), dtype=object) for _ in range(2))
+        kinds[:], details[:] = _PHASE_KINDS, _PHASE_DETAILS
+        factor = np.broadcast_to(seconds / normal, len(plan))
+        for i in np.flatnonzero(keep[:, 2]):
+            details[i, 2] = f"x{factor[i]:.3g}"
+        rows = keep.ravel()
+        self.recorder.events(
+            begins.ravel()[rows],
+            ends.ravel()[rows],
+            np.repeat(hosts, 4)[rows],
+            np.repeat(names, 4)[rows],
+            kinds.ravel()[rows],
+            0,
+            step,
+            details.ravel()[rows],
+        )
 
     def input_wait(
         self, devices: Sequence[Device], pipeline: InputPipeline | None, step: int
