@@ -165,8 +165,24 @@ class Recorder:
         chunks = [*self._chunks, self._events] if self._events else self._chunks
         if not chunks:
             return pd.DataFrame(self._events, columns=list(EVENT_COLUMNS))
-        parts = [_Block.of(c) if isinstance(c, list) else c for c in chunks]
-        frame = pd.DataFrame({name: _Block.joined(parts, name) for name in EVENT_COLUMNS})
+        blocks = [c for c in chunks if isinstance(c, _Block)]
+        rows = [row for c in chunks if isinstance(c, list) for row in c]
+        if not blocks or not rows:
+            parts = blocks or [_Block.of(rows)]
+            columns = {name: _Block.joined(parts, name) for name in EVENT_COLUMNS}
+        else:
+            # The rows recorded one by one, as one block, and the blocks, put back in place.
+            one_by_one = _Block.of(rows)
+            sizes = [len(c) if isinstance(c, list) else c.n for c in chunks]
+            kinds = np.array([isinstance(c, list) for c in chunks])
+            single = np.repeat(kinds, sizes)
+            columns = {}
+            for name in EVENT_COLUMNS:
+                column = np.empty(len(single), dtype=_COLUMN_DTYPES[name])
+                column[single] = one_by_one.values[name]
+                column[~single] = _Block.joined(blocks, name)
+                columns[name] = column
+        frame = pd.DataFrame(columns)
         return frame.sort_values("start_s", kind="stable", ignore_index=True)
 
     def metrics_frame(self) -> pd.DataFrame:

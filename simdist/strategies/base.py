@@ -216,9 +216,8 @@ class Strategy(ABC):
         nbytes: float = 0,
     ) -> None:
         """Each of ``devices`` spent [start_s, end_s] in ``kind``."""
-        event = self.recorder.event
-        for device in devices:
-            event(start_s, end_s, device.host, device.name, kind, nbytes, step, detail)
+        hosts, names = self.recorder.device_columns(devices)
+        self.recorder.events(start_s, end_s, hosts, names, kind, nbytes, step, detail)
 
     def record_task(
         self,

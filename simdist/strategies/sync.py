@@ -225,42 +225,71 @@ class SynchronousStrategy(Strategy):
         ``idle: barrier`` until the slowest device has its last bucket ready; the network
         records the all-reduces.
         """
+        import numpy as np
+
         start = self.env.now
         devices = self.training_devices
-        ready: list[list[float]] = []
         # (forward_s, backward_s per bucket) of each device class: on a mixed cluster each
         # device runs its own layer times, and the buckets wait for the slowest.
-        plans: dict[str, tuple[float, list[float]]] = {}
+        plans: dict[str, list[float]] = {}
         for device in devices:
             if device.profile not in plans:
                 layers = self.device_costs(device).layers
                 backward = list(reversed(layers))
-                plans[device.profile] = (
+                plans[device.profile] = [
                     sum(layer.forward_s for layer in layers),
-                    [
+                    *(
                         sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
                         for bucket in buckets
-                    ],
-                )
-            forward_s, backward_s = plans[device.profile]
-            factor = self.slowdown(device, step)
-            t = start + (eval_s if device.host == eval_host else 0.0)
-            self.recorder.event(start, t, device.host, device.name, "eval", 0, step, "chief")
-            self.record_scaled(device, t, forward_s, factor, step, "forward")
-            t += forward_s * factor
-            times = []
-            for b, seconds in enumerate(backward_s):
-                self.record_scaled(
-                    device, t, seconds, factor, step, f"backward {b + 1}/{len(buckets)}"
-                )
-                t += seconds * factor
-                times.append(t)
-            ready.append(times)
-        bucket_ready = [max(times[b] for times in ready) for b in range(len(buckets))]
-        for device, times in zip(devices, ready, strict=True):
-            self.recorder.event(
-                times[-1], bucket_ready[-1], device.host, device.name, "idle", 0, step, "barrier"
-            )
+                    ),
+                ]
+        # The spans of every device at once, one column per span: the same sums in the same
+        # order as one device at a time (record_scaled), so the same floats.
+        if len(plans) == 1:
+            seconds = np.array(next(iter(plans.values())))[None, :]
+        else:
+            seconds = np.array([plans[d.profile] for d in devices])
+        factor = np.array([self.slowdown(d, step) for d in devices]) if self.stragglers else 1.0
+        hosts, names = self.recorder.device_columns(devices)
+        t = start + np.where(hosts == eval_host, eval_s, 0.0)
+        spans = seconds.shape[1]  # forward, then each bucket's backward
+        begins = np.empty((len(devices), 1 + 2 * spans))
+        ends = np.empty_like(begins)
+        begins[:, 0], ends[:, 0] = start, t
+        for k in range(spans):
+            begins[:, 1 + 2 * k] = t
+            ends[:, 1 + 2 * k] = begins[:, 2 + 2 * k] = t + seconds[:, k]
+            t = ends[:, 2 + 2 * k] = t + seconds[:, k] * factor
+        ready = ends[:, 4::2]  # when each device has each bucket's gradients
+        keep = ends > begins
+        keep[:, 2::2] &= np.reshape(np.asarray(factor) > 1.0, (-1, 1))
+        kinds = np.empty_like(begins, dtype=object)
+        details = np.empty_like(begins, dtype=object)
+        kinds[:], details[:] = "straggle", ""
+        kinds[:, 0], details[:, 0] = "eval", "chief"
+        kinds[:, 1::2] = "compute"
+        details[:, 1::2] = [
+            "forward",
+            *(f"backward {b + 1}/{len(buckets)}" for b in range(len(buckets))),
+        ]
+        for i in np.flatnonzero(keep[:, 2::2].any(axis=1)):
+            details[i, 2::2] = f"x{factor[i]:.3g}"
+        rows = keep.ravel()
+        n = 1 + 2 * spans
+        self.recorder.events(
+            begins.ravel()[rows],
+            ends.ravel()[rows],
+            np.repeat(hosts, n)[rows],
+            np.repeat(names, n)[rows],
+            kinds.ravel()[rows],
+            0,
+            step,
+            details.ravel()[rows],
+        )
+        bucket_ready = [float(v) for v in ready.max(axis=0)]
+        self.recorder.events(
+            ready[:, -1], bucket_ready[-1], hosts, names, "idle", 0, step, "barrier"
+        )
         for b, bucket in enumerate(buckets):
             if bucket_ready[b] > self.env.now:
                 yield self.env.timeout(bucket_ready[b] - self.env.now)
