@@ -30,8 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from simdist.errors import DataError, SimdistError
 from simdist.preflight import (  # the API's checks before and after a run, re-exported
     Preflight,
@@ -41,6 +39,7 @@ from simdist.preflight import (  # the API's checks before and after a run, re-e
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from simdist.engine import Result
@@ -278,6 +277,8 @@ def read_params(path: str | Path, layout: Literal["tree", "flat"] = "tree") -> A
     ``params`` pytree (dicts of dicts), so it can be passed to ``model.apply``;
     a pytree with lists or tuples would come back as dicts keyed ``"0"``, ``"1"``…
     """
+    import numpy as np
+
     with np.load(path, allow_pickle=False) as data:
         flat = {key: np.asarray(data[key]) for key in data.files}
     if layout == "flat":

@@ -17,11 +17,12 @@ checked by hand; the strategies ask these objects *how long* and *when*.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from simdist.seeds import rng
+
+if TYPE_CHECKING:  # imported on first use: `simdist validate` never needs NumPy
+    import numpy as np
 
 _BLOCK = 256  # steps drawn at once per stream
 
@@ -52,6 +53,8 @@ class Stragglers:
     def _block(self, entry: int, host: int, local: int, block: int) -> np.ndarray:
         key = (entry, host, local, block)
         if key not in self._blocks:
+            import numpy as np
+
             spec = self.specs[entry]
             g = rng(self.seed, "stragglers", entry, host, local, block)
             hit = g.random(_BLOCK) < spec.probability

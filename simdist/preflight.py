@@ -69,8 +69,8 @@ def _check_files_and_model(scenario: Any, source: str) -> None:
     moments would refuse (a bad npz or init_from, a model too large for the memory or
     unfit for the data). Raises DataError, or ScenarioError naming ``source``."""
     from simdist.catalog import FULLSIZE_MODELS
-    from simdist.numerics.data import model_inputs
     from simdist.numerics.memory import check_param_bytes, known_model_size
+    from simdist.numerics.sizes import model_inputs
 
     w = scenario.workload
     if w.dataset is not None:
@@ -115,7 +115,7 @@ def preflight(
     against the memory, ``init_from`` against its parameters); a run does all that as it
     builds its workload.
     """
-    from simdist.numerics.data import train_examples
+    from simdist.numerics.sizes import train_examples
     from simdist.report.tables import check_output_folder
     from simdist.spec import show
 

@@ -176,7 +176,7 @@ def chance_accuracy(scenario: Any) -> float | None:
         if not all(np.issubdtype(y.dtype, np.integer) for y in labels):
             return None
         return 1.0 / (max(int(y.max()) for y in labels) + 1)
-    from simdist.numerics.data import model_inputs  # no JAX: arithmetic on the data spec
+    from simdist.numerics.sizes import model_inputs  # no JAX: arithmetic on the data spec
 
     outputs = model_inputs(dataset, scenario.seed)[1]
     return 1.0 / outputs if outputs > 1 else None

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from helpers import tiny
 
 from simdist.errors import ScenarioError
-from simdist.numerics.data import load_dataset, model_inputs, train_examples
+from simdist.numerics.data import load_dataset
 from simdist.numerics.generated import TEACHER_WIDTH, _Teacher, class_quotas, teacher_arrays
+from simdist.numerics.sizes import model_inputs, train_examples
 from simdist.scenario import scenario_from_dict
 
 
@@ -98,16 +100,23 @@ def test_scenario_options_and_errors() -> None:
     assert info.value.field == "workload.dataset.n_classes"
 
 
+@pytest.mark.parametrize("test_fraction", [0.1, 0.2, 0.25, 0.33, 0.5])
+def test_the_digits_training_set_size_is_read_from_the_labels_alone(test_fraction: float) -> None:
+    spec = SimpleNamespace(name="digits", test_fraction=test_fraction)
+    assert train_examples(spec, 0) == load_dataset(spec, 0).n_train
+
+
 def test_shapes_and_size_are_known_without_jax_or_drawing_data() -> None:
     code = (
         "import sys\n"
         "from types import SimpleNamespace\n"
-        "from simdist.numerics import data\n"
+        "from simdist.numerics import sizes\n"
         "spec = SimpleNamespace(name='teacher', n_examples=10_000_000, n_features=5,\n"
         "                       n_classes=7, noise=0.0, test_fraction=0.2)\n"
-        "assert data.model_inputs(spec, 0) == ((5,), 7)\n"
-        "assert data.train_examples(spec, 0) == 8_000_000\n"
+        "assert sizes.model_inputs(spec, 0) == ((5,), 7)\n"
+        "assert sizes.train_examples(spec, 0) == 8_000_000\n"
         "assert 'jax' not in sys.modules and 'simdist.numerics.generated' not in sys.modules\n"
+        "assert 'numpy' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -30,7 +30,8 @@ from simdist.api import preflight, resolve_scenario
 from simdist.cli import app
 from simdist.errors import ScenarioError, SimdistError
 from simdist.interrupts import Interrupted
-from simdist.numerics.data import load_dataset, train_examples
+from simdist.numerics.data import load_dataset
+from simdist.numerics.sizes import train_examples
 from simdist.report.tables import MARKER, AtomicFolder, _host_tag, check_output_folder
 from simdist.scenario.load import scenario_from_text
 from simdist.scenario.messages import EXAMPLES

@@ -103,7 +103,9 @@ def test_the_time_split_of_all_devices_at_once_is_that_of_each_alone(rows, sim_t
     )
     devices = ["d1", "d0", "d2", "d9"]  # d9 has no events; ps is not asked for
     got = time_split_by_device(events, sim_time_s, devices)
-    pd.testing.assert_frame_equal(got, _reference_split(events, sim_time_s, devices), check_exact=True)
+    pd.testing.assert_frame_equal(
+        got, _reference_split(events, sim_time_s, devices), check_exact=True
+    )
     twice = time_split_by_device(events, sim_time_s, ["d0", "d1", "d0"])
     assert twice.index.tolist() == ["d0", "d1", "d0"]
     pd.testing.assert_frame_equal(twice.iloc[[0]], got.loc[["d0"]], check_exact=True)

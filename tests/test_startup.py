@@ -1,5 +1,5 @@
 """Cheap start (issue 15): `simdist --help` and `simdist validate` without JAX, pandas,
-matplotlib or scikit-learn where they are not needed; the model check read from the
+matplotlib, scikit-learn or NumPy where they are not needed; the model check read from the
 per-user record of model sizes gives the same verdicts as JAX."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from simdist.errors import DataError
 from simdist.numerics import memory
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("jax", "flax", "optax", "pandas", "matplotlib", "sklearn", "simpy", "dask")
+HEAVY = ("jax", "flax", "optax", "pandas", "matplotlib", "sklearn", "simpy", "dask", "numpy")
 
 _PROBE = """
 import sys
@@ -54,7 +54,7 @@ def test_validate_needs_jax_only_for_a_model_never_built(tmp_path: Path) -> None
     assert "jax" in first  # the model is built on shapes once, and its size recorded
     assert "sklearn" not in first and "matplotlib" not in first and "pandas" not in first
     assert list((tmp_path / "models").glob("*.json"))
-    assert _heavy_after(args, tmp_path) == []  # then read back: no JAX, no pandas
+    assert _heavy_after(args, tmp_path) == []  # then read back: no JAX, no pandas, no NumPy
 
 
 def test_recorded_size_gives_the_same_memory_verdict(

@@ -21,6 +21,7 @@ import numpy as np
 
 from simdist.catalog import DATASETS
 from simdist.errors import DataError, SimdistError
+from simdist.numerics.sizes import digits_file, n_test
 from simdist.seeds import rng
 
 NPZ_KEYS: tuple[str, ...] = ("x_train", "y_train", "x_test", "y_test")
@@ -56,18 +57,6 @@ MAX_CLASSES = 100_000
 _NPZ_FIELD = "workload.dataset.npz"
 
 
-def _n_test(n: int, test_fraction: float, name: str = "dataset") -> int:
-    n_test = round(n * float(test_fraction))
-    if not 0 < n_test < n:
-        raise DataError(
-            name,
-            "workload.dataset.test_fraction",
-            f"test_fraction {test_fraction} leaves {n_test} of {n} examples for testing; "
-            "choose a fraction that keeps both sets non-empty, e.g. 0.2",
-        )
-    return n_test
-
-
 def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tuple:
     """Train and test indices with each class split in proportion, seeded ("data_split")."""
     gen = rng(seed, "data_split")
@@ -82,33 +71,12 @@ def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tu
     return gen.permutation(np.concatenate(train)), gen.permutation(np.concatenate(test))
 
 
-def _digits_file() -> Path:
-    """The 8×8 digits CSV that scikit-learn ships, found without importing scikit-learn.
-
-    Importing scikit-learn costs about a second; only its data file is needed.
-    ``find_spec`` of a top-level package locates it without running its ``__init__``.
-    """
-    import importlib.util
-
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise SimdistError(
-            "dataset digits needs scikit-learn installed (it ships the data file); "
-            "pip install scikit-learn"
-        )
-    for root in spec.submodule_search_locations:
-        path = Path(root) / "datasets" / "data" / "digits.csv.gz"
-        if path.is_file():
-            return path
-    raise SimdistError("scikit-learn is installed but its datasets/data/digits.csv.gz is missing")
-
-
 @lru_cache(maxsize=1)
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     import gzip
 
     # The same parse as sklearn.datasets.load_digits: float64 rows of 64 pixels + the label.
-    with gzip.open(_digits_file(), "rt", encoding="utf-8") as f:
+    with gzip.open(digits_file(), "rt", encoding="utf-8") as f:
         data = np.loadtxt(f, delimiter=",")
     images = data[:, :-1].reshape(-1, 8, 8)
     target = data[:, -1].astype(int, copy=False)
@@ -118,7 +86,7 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 def _digits(spec: Any, seed: int) -> Dataset:
     x, y = _digits_arrays()
-    _n_test(len(y), spec.test_fraction, "digits")
+    n_test(len(y), spec.test_fraction, "digits")
     tr, te = _stratified_split(y, spec.test_fraction, seed)
     return Dataset(x[tr], y[tr], x[te], y[te], "classification", 10, (8, 8, 1))
 
@@ -132,9 +100,9 @@ def _synthetic_regression(spec: Any, seed: int) -> Dataset:
     b = gen.standard_normal(1)
     x = gen.standard_normal((n, f))
     y = x @ w + b + noise * gen.standard_normal((n, 1))
-    n_test = _n_test(n, spec.test_fraction, "synthetic_regression")
+    held = n_test(n, spec.test_fraction, "synthetic_regression")
     perm = gen.permutation(n)
-    te, tr = perm[:n_test], perm[n_test:]
+    te, tr = perm[:held], perm[held:]
     x, y = x.astype(np.float32), y.astype(np.float32)
     return Dataset(x[tr], y[tr], x[te], y[te], "regression", 1, (f,))
 
@@ -144,9 +112,9 @@ def _teacher(spec: Any, seed: int) -> Dataset:
     from simdist.numerics.generated import teacher_arrays
 
     n = int(spec.n_examples)
-    n_test = _n_test(n, spec.test_fraction, "teacher")
+    held = n_test(n, spec.test_fraction, "teacher")
     f, classes = int(spec.n_features), int(spec.n_classes)
-    d = teacher_arrays(n - n_test, n_test, f, classes, float(spec.noise), seed)
+    d = teacher_arrays(n - held, held, f, classes, float(spec.noise), seed)
     return Dataset(d.x_train, d.y_train, d.x_test, d.y_test, "classification", classes, (f,))
 
 
@@ -311,7 +279,7 @@ def _missing_keys(path: Path, names: list[str]) -> None:
         )
 
 
-def _npz_rows(path: Path, key: str) -> int:
+def npz_rows(path: Path, key: str) -> int:
     """Rows of array ``key`` of an npz, read from its header without loading the array."""
     try:
         with zipfile.ZipFile(path) as archive:
@@ -329,41 +297,6 @@ def _npz_rows(path: Path, key: str) -> int:
     if not shape:
         raise DataError(str(path), _NPZ_FIELD, f"{key} has shape (); expected (n, features...)")
     return int(shape[0])
-
-
-def model_inputs(spec: Any, seed: int) -> tuple[tuple[int, ...], int]:
-    """(one example's shape, outputs) a model trained on ``load_dataset(spec, seed)`` sees.
-
-    Generated data is not drawn for this; an npz file is read whole (and so checked).
-    """
-    if spec.name == "digits":
-        return (8, 8, 1), 10
-    if spec.name == "synthetic_regression":
-        return (int(spec.n_features),), 1
-    if spec.name == "teacher":
-        return (int(spec.n_features),), int(spec.n_classes)
-    data = load_dataset(spec, seed)
-    return tuple(data.input_shape), int(data.n_outputs)
-
-
-def train_examples(spec: Any, seed: int) -> int:
-    """Size of the training set ``load_dataset(spec, seed)`` gives, without building it.
-
-    Cheap enough to check a scenario before a run: arithmetic for generated data, the
-    bundled labels for digits, the array header for an npz file.
-    """
-    name = spec.name
-    if name == "digits":
-        labels = _digits_arrays()[1]
-        _n_test(len(labels), spec.test_fraction, "digits")
-        counts = np.unique(labels, return_counts=True)[1]
-        return int(sum(int(c) - round(int(c) * float(spec.test_fraction)) for c in counts))
-    if name in ("synthetic_regression", "teacher"):
-        n = int(spec.n_examples)
-        return n - _n_test(n, spec.test_fraction, name)
-    if name == "npz":
-        return _npz_rows(Path(spec.path), "x_train")
-    raise SimdistError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
 
 
 class BatchStream:
