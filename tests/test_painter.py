@@ -94,7 +94,8 @@ def test_a_dead_painter_leaves_the_plots_to_the_run(scenario: Path, drawn_here: 
     _same_folders(out, drawn_here)
 
 
-# throughput.png is the painter's to draw, loss_vs_step.png its helper's (every second one).
+# loss_vs_step.png is the painter's to draw, throughput.png its helper's (every second job,
+# after trace.json and loss_vs_time.png).
 @pytest.mark.parametrize("plot", ["plot_throughput", "plot_loss_vs_step"])
 def test_a_plot_that_fails_in_the_painter_fails_the_run_as_in_process(scenario: Path, plot: str):
     out = scenario.parent / f"broken_{plot}"

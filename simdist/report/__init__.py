@@ -36,8 +36,8 @@ def write_report(result: Any, out_dir: Path) -> Path:
     from simdist.report.painter import plots_beside
     from simdist.scenario import dump_scenario
 
-    # Through the module, so the lazy names load (and a test may replace one).
-    write_markdown, write_trace = report.write_markdown, report.write_trace
+    # Through the module, so the lazy name loads (and a test may replace it).
+    write_markdown = report.write_markdown
 
     out_dir = Path(out_dir)
     with AtomicFolder(out_dir) as tmp:
@@ -51,9 +51,9 @@ def write_report(result: Any, out_dir: Path) -> Path:
             (tmp / "scenario.yaml").write_text(dump_scenario(result.scenario))
             if result.params is not None:
                 save_params(tmp / "params.npz", result.params)
-            write_trace(result, tmp / "trace.json")
 
-        # The plots in a painter process if the CLI started one (see report.painter).
+        # The plots and trace.json in a painter process if the CLI started one (see
+        # report.painter).
         plots = plots_beside(result, tmp, write_rest)
         write_markdown(result, tmp / "report.md", plots)
     result.out_dir = out_dir

@@ -5,11 +5,11 @@ about 2 of a warm ``simdist run``'s 5–8 seconds, and nothing else in the repor
 them: the tables, trace.json and report.md only need the plots' file names. So
 ``simdist run`` forks a *painter* before the run imports JAX (forking a process that
 runs XLA's threads is unsafe); it imports matplotlib while the run simulates, then
-draws the plots into the report's temporary folder while the run writes the tables.
-Same code, same data: the PNGs are the same bytes as when drawn in-process (tested).
-On two cores or more the painter forks a helper when the plots are due (matplotlib is
-loaded by then, so the fork costs little) and each draws every second figure
-(:func:`_draw_shared`): ps_4w2s's seven figures take 1.4 s instead of 2.1 s.
+draws the plots and writes trace.json into the report's temporary folder while the run
+writes the tables. Same code, same data: the files are the same bytes as when written
+in-process (tested). On two cores or more the painter forks a helper when the plots are
+due (matplotlib is loaded by then, so the fork costs little) and each does every second
+job (:func:`_draw_shared`): ps_4w2s's seven figures take 1.4 s instead of 2.1 s.
 
 Whatever goes wrong on the painter's side falls back to drawing in-process, so a
 report never depends on it: a platform without ``fork``, JAX already imported, a
@@ -35,6 +35,8 @@ from typing import Any
 
 #: ``SIMDIST_PLOT_PROCESS=0`` draws every plot in-process.
 ENV = "SIMDIST_PLOT_PROCESS"
+#: The report's Chrome trace, which the painter writes too (:func:`file_jobs`).
+TRACE = "trace.json"
 
 
 @dataclass
@@ -80,13 +82,30 @@ def plot_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
     ]
 
 
-def draw_plots(result: Any, folder: Path) -> list[str]:
-    """Draw every plot of ``result`` into ``folder``; the file names, in report.md's order."""
-    return [name for job in plot_jobs(result, folder) for name in job()]
+def file_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
+    """Every file the painter writes, as jobs: ``trace.json``, then :func:`plot_jobs`.
+
+    trace.json needs no matplotlib, but building it is the longest job of a run with many
+    events (ps_4w2s: 42,000 events, about 0.5 s): drawn beside the plots, it keeps the run
+    from writing it alone while the painter and its helper wait for the CPU it holds.
+    """
+    import simdist.report as report
+
+    def trace() -> list[str]:
+        # Through the package, so a test may replace it.
+        report.write_trace(result, folder / TRACE)
+        return [TRACE]
+
+    return [trace, *plot_jobs(result, folder)]
+
+
+def draw_files(result: Any, folder: Path) -> list[str]:
+    """Write every file of :func:`file_jobs` into ``folder``; their names, in order."""
+    return [name for job in file_jobs(result, folder) for name in job()]
 
 
 def _draw_shared(result: Any, folder: Path) -> list[str]:
-    """:func:`draw_plots` on two cores: a forked helper draws every second plot.
+    """:func:`draw_files` on two cores: a forked helper does every second job.
 
     The helper draws into a private folder and sends the files' bytes back through a
     pipe; this process writes them into ``folder``. So only this process ever writes
@@ -100,7 +119,7 @@ def _draw_shared(result: Any, folder: Path) -> list[str]:
         status = 1
         try:
             with tempfile.TemporaryDirectory(prefix="simdist-plots-") as private:
-                jobs = plot_jobs(result, Path(private))
+                jobs = file_jobs(result, Path(private))
                 files = {
                     i: [(name, (Path(private) / name).read_bytes()) for name in jobs[i]()]
                     for i in range(1, len(jobs), 2)
@@ -113,7 +132,7 @@ def _draw_shared(result: Any, folder: Path) -> list[str]:
     os.close(write_fd)
     pipe = os.fdopen(read_fd, "rb")
     try:
-        jobs = plot_jobs(result, folder)
+        jobs = file_jobs(result, folder)
         names = {i: jobs[i]() for i in range(0, len(jobs), 2)}
         try:
             theirs = pickle.load(pipe)
@@ -142,7 +161,8 @@ def _serve(conn: Any) -> None:
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)  # the parent's watchdog pipe is not ours
     import simdist.report.links
-    import simdist.report.plots  # noqa: F401  (imported now, while the run simulates)
+    import simdist.report.plots
+    import simdist.report.trace  # noqa: F401  (imported now, while the run simulates)
 
     while True:
         try:
@@ -153,7 +173,7 @@ def _serve(conn: Any) -> None:
             return
         result, folder = job
         try:
-            draw = _draw_shared if (os.cpu_count() or 1) > 1 else draw_plots
+            draw = _draw_shared if (os.cpu_count() or 1) > 1 else draw_files
             names: list[str] | None = draw(result, folder)
         except Exception:
             names = None  # the run draws again in-process and gets the error itself
@@ -244,7 +264,8 @@ def painting() -> Iterator[None]:
 
 
 def plots_beside(result: Any, folder: Path, write_rest: Callable[[], None]) -> list[str]:
-    """Draw ``result``'s plots into ``folder`` while ``write_rest()`` writes the other files.
+    """Draw ``result``'s plots and trace.json into ``folder`` while ``write_rest()`` writes
+    the other files.
 
     In the current painter if there is one, else after ``write_rest`` in-process;
     returns the plots' names. An exception (a signal) kills the painter first, so
@@ -261,4 +282,5 @@ def plots_beside(result: Any, folder: Path, write_rest: Callable[[], None]) -> l
             painter.kill()
             _current = None
         raise
-    return names if names is not None else draw_plots(result, folder)
+    names = names if names is not None else draw_files(result, folder)
+    return [name for name in names if name != TRACE]
