@@ -63,19 +63,26 @@ AB_TIMING: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]
 #: The ratios before (commit 7c8b1bb), by row.
 RATIO_BEFORE = {key: before[1] for key, (before, _) in AB.items()}
 EVENTS_TARGET = 300_000  # issue 7
+_SYNCHRONOUS = ("mirrored", "multi_worker_mirrored", "tpu")
 FLAT_TOLERANCE = 1.2  # "flat": 64 workers cost at most 20 % more per update than 8
 #: Issue 15's whole-process targets (seconds, best of 5); cold runs: at most 2x warm.
 REPORT_TARGETS = {
     "help": 0.5,
     "validate": 0.5,
+    "validate, bytecode": 0.5,
     "mirrored_4dev warm": 3.0,
+    "mirrored_4dev warm, bytecode": 3.0,
     "ps_4w2s warm": 4.0,
+    "ps_4w2s warm, bytecode": 4.0,
 }
 _REPORT_LABELS = {
     "help": "`simdist --help`",
     "validate": "`simdist validate` mirrored_4dev",
+    "validate, bytecode": "`simdist validate` mirrored_4dev, bytecode cached",
     "mirrored_4dev warm": "warm `simdist run` mirrored_4dev",
+    "mirrored_4dev warm, bytecode": "warm `simdist run` mirrored_4dev, bytecode cached",
     "ps_4w2s warm": "warm `simdist run` ps_4w2s",
+    "ps_4w2s warm, bytecode": "warm `simdist run` ps_4w2s, bytecode cached",
 }
 #: ms per simulated step of bench_sharing.py's rows at commit d8b723f (before issue 13:
 #: one-transfer-at-a-time half-duplex links), measured on this machine (2026-11-25) with
@@ -111,6 +118,13 @@ REPORT_AB = {"mirrored_4dev": (5.57, 5.39), "ps_4w2s": (8.70, 7.94)}
 #: The same, the next session (2026-11-25, later), best of 4: commit 67d4532 (the end of the
 #: round above) against the plots drawn in a painter process (``simdist.report.painter``).
 REPORT_AB_PAINTER = {"mirrored_4dev": (4.94, 3.68), "ps_4w2s": (7.41, 5.60)}
+#: The same, the session after (2026-11-25, 10:00 UTC), best of 4: commit 283ce5c against
+#: trace.json written by the painter beside the plots (the machine ran slower that day).
+REPORT_AB_TRACE = {"mirrored_4dev": (4.17, 4.09), "ps_4w2s": (6.17, 5.84)}
+#: Benchmark 2's rows back to back, that session: commit 4757c2c (before) against the
+#: synchronous phases recorded as blocks of columns (``Recorder.events``), 100,000-row
+#: timing-only runs in alternating processes, the best of the rounds: (wall s, events/s).
+AB_BLOCKS: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {}
 
 
 def _python_loop_s() -> float:
@@ -198,6 +212,8 @@ def render(
     worst_heavy = max((r["ratio"] for r in heavy_rows), default=math.nan)
     worst_mirrored = max(r["ratio"] for r in mirrored_rows)
     slowest = min(events, key=lambda r: r["events_per_s"])
+    synchronous = [r for r in events if r["strategy"] in _SYNCHRONOUS]
+    slowest_sync = min(synchronous, key=lambda r: r["events_per_s"])
     flat = updates[-1]["full_vs_8"]
     add(
         _table(
@@ -232,6 +248,13 @@ def render(
                     f"{slowest['devices']}) – "
                     f"{max(r['events_per_s'] for r in events):,.0f}",
                     _ok(slowest["events_per_s"] >= EVENTS_TARGET),
+                ],
+                [
+                    "2. … the synchronous strategies alone (mirrored, multi_worker_mirrored, tpu)",
+                    f"≥ {EVENTS_TARGET:,}",
+                    f"{slowest_sync['events_per_s']:,.0f} (slowest: "
+                    f"{slowest_sync['strategy']}, {slowest_sync['devices']})",
+                    _ok(slowest_sync["events_per_s"] >= EVENTS_TARGET),
                 ],
                 [
                     "3. cost per applied update, 8 → 64 workers",
@@ -386,7 +409,11 @@ def render(
     )
     add(
         "The synchronous strategies record a few events per device per step and run few "
-        "SimPy events, so recording and building the tables dominate. parameter_server and "
+        "SimPy events, so recording and building the tables dominate; they now record a "
+        "step's rows of all devices as one block of columns (`Recorder.events`: a compute "
+        "phase, an all-reduce, an overlapped step's forward and backward spans, with the "
+        "same floats as row by row) and the time split of summary.json is computed for all "
+        "devices at once (`AB_BLOCKS` below). parameter_server and "
         "central_storage move bytes message by message: each transfer is a flow of the "
         "network's sharing model (a start, a timer, an arrival: a few SimPy events, no "
         "process of its own) and records a row per end point, and under fair sharing "
@@ -414,6 +441,25 @@ def render(
                     [kind, str(n), f"{b[0]:.2f}", f"{a[0]:.2f}", f"×{b[0] / a[0]:.2f}",
                      f"{b[1]:,.0f}", f"**{a[1]:,.0f}**"]
                     for (kind, n), (b, a) in AB_TIMING.items()
+                ],
+            )
+            + "\n"
+        )  # fmt: skip
+    if AB_BLOCKS:
+        add(
+            "The synchronous rows recorded as blocks (`AB_BLOCKS`): commit 4757c2c against "
+            "this code, 100,000-row runs in alternating processes, the best of the rounds; "
+            "parameter_server and central_storage, which record message by message, are "
+            "unchanged (their rows at the end):\n"
+        )
+        add(
+            _table(
+                ["strategy", "devices", "wall before (s)", "after (s)", "speed-up",
+                 "events / s before", "after"],
+                [
+                    [kind, str(n), f"{b[0]:.3f}", f"{a[0]:.3f}", f"×{b[0] / a[0]:.2f}",
+                     f"{b[1]:,.0f}", f"**{a[1]:,.0f}**"]
+                    for (kind, n), (b, a) in AB_BLOCKS.items()
                 ],
             )
             + "\n"
@@ -763,8 +809,24 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
             f"{name} {before:.2f} s → {after:.2f} s"
             for name, (before, after) in REPORT_AB_PAINTER.items()
         )
+        + ". Then, with trace.json written by the painter too (`REPORT_AB_TRACE`: 283ce5c "
+        "against this code, best of 4, on a slower day): "
+        + ", ".join(
+            f"{name} {before:.2f} s → {after:.2f} s"
+            for name, (before, after) in REPORT_AB_TRACE.items()
+        )
         + ". The absolute targets are missed here by the machine, before and after. A "
-        "pyenv shim in front of the console script adds about 0.1 s to every row.\n"
+        "pyenv shim in front of the console script adds about 0.1 s to every row. "
+        + (
+            "This machine's environment sets `PYTHONDONTWRITEBYTECODE`, so every process "
+            "compiles simdist's own modules again (an editable install has no bytecode); "
+            "the *bytecode* rows let Python cache it (`PYTHONPYCACHEPREFIX`, filled by the "
+            "untimed run), as it does by default and as pip does for a regular install."
+            if report.get("dont_write_bytecode")
+            else "The *bytecode* rows cache simdist's bytecode in a private folder "
+            "(`PYTHONPYCACHEPREFIX`); Python writes it by default anyway."
+        )
+        + "\n"
     )
     rows = []
     for key, value in times.items():
@@ -826,6 +888,11 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
         "`simdist.api` import their heavy parts on first use, and the model check reads the "
         "model's size from the per-user cache once JAX has built that model on those "
         "shapes (a model never built, or with `init_from`, is still checked by JAX).\n"
+        "* `simdist validate` imports no NumPy either (about 0.1 s): data-set sizes and "
+        "model inputs come from `simdist.numerics.sizes` (the digits labels counted in "
+        "the CSV with plain Python), and the seed, straggler and `read_params` helpers "
+        "import NumPy when first used (a scenario with `jobs:` still needs it for the "
+        "jobs' seeds).\n"
         "* JAX's persistent compilation cache in the per-user folder (on by default, "
         "`SIMDIST_COMPILATION_CACHE=0` turns it off, `simdist cache clear` empties it; "
         "file-locked and size-limited, so processes can share it).\n"
@@ -839,14 +906,17 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
         "(`SIMDIST_FAST_EXIT=0` keeps it; not used with Dask loaded).\n"
         "* `simdist run` forks a painter process at its start, before JAX is imported "
         "(`simdist/report/painter.py`): it imports matplotlib while the run simulates and "
-        "draws the plots into the report's temporary folder while the run writes the tables, "
-        "trace.json and params; on two cores or more it forks a helper when the plots are "
-        "due (cheap: matplotlib is loaded by then) and each draws every second figure, the "
-        "helper sending its PNGs' bytes back (ps_4w2s's seven figures: 2.1 → 1.4 s). The "
-        "PNGs are the same bytes (tested, and in the 34 recorded folders). If the painter is "
-        "missing or fails, the run draws them itself; `SIMDIST_PLOT_PROCESS=0` turns it "
-        "off. trace.json is encoded in one `json` call instead of one per event (0.36 → "
-        "0.24 s for ps_4w2s's 42,000 events, same bytes).\n\n"
+        "draws the plots and writes trace.json into the report's temporary folder while the "
+        "run writes the tables and params; on two cores or more it forks a helper when the "
+        "plots are due (cheap: matplotlib is loaded by then) and each does every second job "
+        "(trace.json first, then the figures), the helper sending its files' bytes back "
+        "(ps_4w2s's seven figures: 2.1 → 1.4 s). trace.json was the run's longest file to "
+        "write (ps_4w2s: about 0.5 s), written while the painter and its helper waited for "
+        "the CPU it held. The files are the same bytes (tested, and in the 34 recorded "
+        "folders). If the painter is missing or fails, the run writes them itself; "
+        "`SIMDIST_PLOT_PROCESS=0` turns it off. trace.json is encoded in one `json` call "
+        "instead of one per event (0.36 → 0.24 s for ps_4w2s's 42,000 events, same "
+        "bytes).\n\n"
         "Not changed: the figures' own cost, six or seven of 0.16–0.30 s each, mostly "
         "matplotlib laying out and drawing text (and PNG encoding, 15%): now the critical "
         "path of the write phase, which waits about 1 s for them. Two painters forked at the "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,8 @@ import pandas as pd
 
 EVENT_COLUMNS = ("start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail", "links")
 METRIC_COLUMNS = ("time_s", "step", "metric", "value")
+#: :meth:`Recorder.events` keeps fewer rows than this as rows, not as a block.
+_SMALL_BLOCK = 16
 #: dtypes of events.csv and metrics.csv, as :meth:`Recorder.events_frame` and
 #: :meth:`Recorder.metrics_frame` produce them.
 EVENT_DTYPES: dict[str, str] = dict(
@@ -114,6 +117,11 @@ class Recorder:
             return
         else:
             start_s, end_s = float(start_s), float(end_s)
+        columns = (start_s, end_s, host, device, kind, nbytes, step, detail, links)
+        if n < _SMALL_BLOCK:  # a few rows cost less as rows than as a block
+            rows = (c if isinstance(c, np.ndarray) else repeat(c, n) for c in columns)
+            self._events.extend(zip(*rows, strict=True))
+            return
         if self._events:
             self._chunks.append(self._events)
             self._events = []

@@ -216,8 +216,13 @@ class Strategy(ABC):
         nbytes: float = 0,
     ) -> None:
         """Each of ``devices`` spent [start_s, end_s] in ``kind``."""
-        hosts, names = self.recorder.device_columns(devices)
-        self.recorder.events(start_s, end_s, hosts, names, kind, nbytes, step, detail)
+        if len(devices) > 8:
+            hosts, names = self.recorder.device_columns(devices)
+            self.recorder.events(start_s, end_s, hosts, names, kind, nbytes, step, detail)
+            return
+        event = self.recorder.event
+        for device in devices:
+            event(start_s, end_s, device.host, device.name, kind, nbytes, step, detail)
 
     def record_task(
         self,
@@ -320,9 +325,13 @@ class Strategy(ABC):
             yield self.env.timeout(longest)
         finally:
             now = self.env.now
-            if now >= start + longest and uniform:
+            if now >= start + longest and uniform and len(devices) > 8:
                 hosts, names = self.recorder.device_columns(devices)
                 self.recorder.events(start, start + longest, hosts, names, "compute", 0, step)
+            elif now >= start + longest and uniform:  # a parameter-server worker, say
+                end, event = start + longest, self.recorder.event
+                for d in devices:
+                    event(start, end, d.host, d.name, "compute", 0, step)
             elif now >= start + longest:
                 self._record_phase(devices, plan, start, longest, step)
             else:
