@@ -216,7 +216,7 @@ class Strategy(ABC):
         nbytes: float = 0,
     ) -> None:
         """Each of ``devices`` spent [start_s, end_s] in ``kind``."""
-        if len(devices) > 8:
+        if len(devices) > 8:  # a few devices (a worker's) cost less row by row
             hosts, names = self.recorder.device_columns(devices)
             self.recorder.events(start_s, end_s, hosts, names, kind, nbytes, step, detail)
             return
