@@ -443,18 +443,7 @@ def render(
             "Back to back with commit 7c8b1bb (the start of this round), 50,000-row runs in "
             "alternating processes, the best of five rounds each (`AB_TIMING`):\n"
         )
-        add(
-            _table(
-                ["strategy", "devices", "wall before (s)", "after (s)", "speed-up",
-                 "events / s before", "after"],
-                [
-                    [kind, str(n), f"{b[0]:.2f}", f"{a[0]:.2f}", f"×{b[0] / a[0]:.2f}",
-                     f"{b[1]:,.0f}", f"**{a[1]:,.0f}**"]
-                    for (kind, n), (b, a) in AB_TIMING.items()
-                ],
-            )
-            + "\n"
-        )  # fmt: skip
+        add(_ab_timing_table(AB_TIMING, 2))
     if AB_BLOCKS:
         add(
             "The synchronous rows recorded as blocks (`AB_BLOCKS`): commit 4757c2c against "
@@ -465,18 +454,7 @@ def render(
             "overlapped 25 MiB buckets (resnet50_4x8_25g at 128 hosts, 50 steps, 563,200 "
             "rows) went from 1.77 s to 1.11 s (318k → 508k rows/s).\n"
         )
-        add(
-            _table(
-                ["strategy", "devices", "wall before (s)", "after (s)", "speed-up",
-                 "events / s before", "after"],
-                [
-                    [kind, str(n), f"{b[0]:.3f}", f"{a[0]:.3f}", f"×{b[0] / a[0]:.2f}",
-                     f"{b[1]:,.0f}", f"**{a[1]:,.0f}**"]
-                    for (kind, n), (b, a) in AB_BLOCKS.items()
-                ],
-            )
-            + "\n"
-        )  # fmt: skip
+        add(_ab_timing_table(AB_BLOCKS, 3))
     if scale:
         _render_scale(add, scale)
 
@@ -678,6 +656,24 @@ def _ps_narrative(
         f"XLA:CPU, and the width of 8 (fill {heavy:.1f} here) is what the results are "
         "pinned to.\n"
     )
+
+
+def _ab_timing_table(
+    rows: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]], digits: int
+) -> str:
+    """A timing-only A/B table: wall times (``digits`` decimals) and events/s, before and after."""
+    return (
+        _table(
+            ["strategy", "devices", "wall before (s)", "after (s)", "speed-up",
+             "events / s before", "after"],
+            [
+                [kind, str(n), f"{b[0]:.{digits}f}", f"{a[0]:.{digits}f}",
+                 f"×{b[0] / a[0]:.2f}", f"{b[1]:,.0f}", f"**{a[1]:,.0f}**"]
+                for (kind, n), (b, a) in rows.items()
+            ],
+        )
+        + "\n"
+    )  # fmt: skip
 
 
 def _report_targets(report: dict[str, Any] | None) -> list[list[str]]:
