@@ -19,8 +19,6 @@ import pandas as pd
 
 EVENT_COLUMNS = ("start_s", "end_s", "host", "device", "kind", "nbytes", "step", "detail", "links")
 METRIC_COLUMNS = ("time_s", "step", "metric", "value")
-#: :meth:`Recorder.events` keeps fewer rows than this as rows, not as a block.
-_SMALL_BLOCK = 16
 #: dtypes of events.csv and metrics.csv, as :meth:`Recorder.events_frame` and
 #: :meth:`Recorder.metrics_frame` produce them.
 EVENT_DTYPES: dict[str, str] = dict(
@@ -52,6 +50,9 @@ EVENT_KINDS = {
 
 class Recorder:
     """Collects events (intervals), metrics (points) and extra tidy tables."""
+
+    #: :meth:`events` keeps fewer rows than this as rows, not as a block (cheaper).
+    BLOCK_MIN_ROWS = 16
 
     def __init__(self) -> None:
         self._events: list[tuple[Any, ...]] = []  # rows recorded one by one since the last block
@@ -118,7 +119,7 @@ class Recorder:
         else:
             start_s, end_s = float(start_s), float(end_s)
         columns = (start_s, end_s, host, device, kind, nbytes, step, detail, links)
-        if n < _SMALL_BLOCK:  # a few rows cost less as rows than as a block
+        if n < self.BLOCK_MIN_ROWS:
             rows = (c if isinstance(c, np.ndarray) else repeat(c, n) for c in columns)
             self._events.extend(zip(*rows, strict=True))
             return
@@ -127,6 +128,32 @@ class Recorder:
             self._events = []
         self._chunks.append(
             _Block(n, start_s, end_s, host, device, kind, int(nbytes), int(step), detail, links)
+        )
+
+    def device_grid(
+        self,
+        devices: Sequence[Any],
+        begins: np.ndarray,
+        ends: np.ndarray,
+        kinds: np.ndarray,
+        details: np.ndarray,
+        keep: np.ndarray,
+        step: int,
+    ) -> None:
+        """Spans laid out one row of the grid per device, recorded device by device (the order
+        of one call per span) where ``keep`` holds; every argument after ``devices`` has the
+        grid's shape (devices × spans)."""
+        hosts, names = self.device_columns(devices)
+        rows, spans = keep.ravel(), begins.shape[1]
+        self.events(
+            begins.ravel()[rows],
+            ends.ravel()[rows],
+            np.repeat(hosts, spans)[rows],
+            np.repeat(names, spans)[rows],
+            kinds.ravel()[rows],
+            0,
+            step,
+            details.ravel()[rows],
         )
 
     def device_columns(self, devices: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +23,10 @@ def _objects(values: list[str]) -> np.ndarray:
     return array
 
 
-def test_a_block_records_the_rows_of_one_call_per_row_in_their_place():
+@pytest.mark.parametrize("block_min_rows", [1, Recorder.BLOCK_MIN_ROWS])  # blocks, then rows
+def test_a_block_records_the_rows_of_one_call_per_row_in_their_place(block_min_rows: int):
     one, block = Recorder(), Recorder()
+    block.BLOCK_MIN_ROWS = block_min_rows
     for r in (one, block):
         r.event(0.0, 1.0, "h0", "d0", "compute", 0, 0)
     starts = np.array([1.0, 1.0, 2.0, 2.0, 3.0])

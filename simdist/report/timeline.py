@@ -147,12 +147,11 @@ def plot_time_split(
     """
     trained = training_devices(events)
     others = sorted(set(events["device"].unique()) - set(trained), key=natural_key)
+    kinds = events["kind"].unique()
     split = time_split_by_device(events, sim_time_s, trained + others)
     shares = split / sim_time_s if sim_time_s > 0 else split * 0.0
-    other_kinds = sorted(k for k in set(events["kind"].unique()) if split_category(k) == "other")
-    waiting_kinds = sorted(
-        k for k in set(events["kind"].unique()) if split_category(k) == "waiting"
-    )
+    other_kinds = sorted(k for k in kinds if split_category(k) == "other")
+    waiting_kinds = sorted(k for k in kinds if split_category(k) == "waiting")
     fig = Figure(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(shares))[::-1]

@@ -216,7 +216,7 @@ class Strategy(ABC):
         nbytes: float = 0,
     ) -> None:
         """Each of ``devices`` spent [start_s, end_s] in ``kind``."""
-        if len(devices) > 8:  # a few devices (a worker's) cost less row by row
+        if len(devices) >= self.recorder.BLOCK_MIN_ROWS:
             hosts, names = self.recorder.device_columns(devices)
             self.recorder.events(start_s, end_s, hosts, names, kind, nbytes, step, detail)
             return
@@ -325,13 +325,8 @@ class Strategy(ABC):
             yield self.env.timeout(longest)
         finally:
             now = self.env.now
-            if now >= start + longest and uniform and len(devices) > 8:
-                hosts, names = self.recorder.device_columns(devices)
-                self.recorder.events(start, start + longest, hosts, names, "compute", 0, step)
-            elif now >= start + longest and uniform:  # a parameter-server worker, say
-                end, event = start + longest, self.recorder.event
-                for d in devices:
-                    event(start, end, d.host, d.name, "compute", 0, step)
+            if now >= start + longest and uniform:
+                self.record_devices(devices, start, start + longest, "compute", step)
             elif now >= start + longest:
                 self._record_phase(devices, plan, start, longest, step)
             else:
@@ -361,7 +356,6 @@ class Strategy(ABC):
         """
         import numpy as np
 
-        hosts, names = self.recorder.device_columns(devices)
         offset = np.fromiter((p[1] for p in plan), np.float64, len(plan))
         seconds = np.fromiter((p[2] for p in plan), np.float64, len(plan))
         if self.costs.per_profile:
@@ -380,17 +374,7 @@ class Strategy(ABC):
         factor = np.broadcast_to(seconds / normal, len(plan))
         for i in np.flatnonzero(keep[:, 2]):
             details[i, 2] = f"x{factor[i]:.3g}"
-        rows = keep.ravel()
-        self.recorder.events(
-            begins.ravel()[rows],
-            ends.ravel()[rows],
-            np.repeat(hosts, 4)[rows],
-            np.repeat(names, 4)[rows],
-            kinds.ravel()[rows],
-            0,
-            step,
-            details.ravel()[rows],
-        )
+        self.recorder.device_grid(devices, begins, ends, kinds, details, keep, step)
 
     def input_wait(
         self, devices: Sequence[Device], pipeline: InputPipeline | None, step: int

@@ -274,18 +274,7 @@ class SynchronousStrategy(Strategy):
         ]
         for i in np.flatnonzero(keep[:, 2::2].any(axis=1)):
             details[i, 2::2] = f"x{factor[i]:.3g}"
-        rows = keep.ravel()
-        n = 1 + 2 * spans
-        self.recorder.events(
-            begins.ravel()[rows],
-            ends.ravel()[rows],
-            np.repeat(hosts, n)[rows],
-            np.repeat(names, n)[rows],
-            kinds.ravel()[rows],
-            0,
-            step,
-            details.ravel()[rows],
-        )
+        self.recorder.device_grid(devices, begins, ends, kinds, details, keep, step)
         bucket_ready = [float(v) for v in ready.max(axis=0)]
         self.recorder.events(
             ready[:, -1], bucket_ready[-1], hosts, names, "idle", 0, step, "barrier"
