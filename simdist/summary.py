@@ -79,26 +79,42 @@ def time_split_by_device(
     if devices is None:
         devices = sorted(set(events["device"]), key=natural_key)
     devices = list(devices)
-    if len(set(devices)) < len(devices):  # a device asked for twice gets its row twice
-        return time_split_by_device(events, sim_time_s, dict.fromkeys(devices)).loc[devices]
-    # NumPy rather than pandas column operations: a short run pays their fixed cost per call.
-    kind_index, kinds = pd.factorize(events["kind"])  # hashing: no sort of the strings
+    columns = _split_columns(events, sim_time_s, devices)
+    return pd.DataFrame(columns, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
+
+
+def _split_columns(
+    events: pd.DataFrame, sim_time_s: float, devices: list[str]
+) -> dict[str, np.ndarray]:
+    """:func:`time_split_by_device`'s columns, one entry per device of ``devices`` (a device
+    asked for twice gets its entry twice).
+
+    NumPy, and pandas' hashing on NumPy arrays rather than on the frame's columns: a short
+    run pays the fixed cost of each pandas operation, and every run builds its summary.
+    """
+    unique = list(dict.fromkeys(devices))
+    kind_index, kinds = pd.factorize(events["kind"].to_numpy(dtype=object))  # no sort
     all_cats = np.array([split_category(k) for k in kinds] + [""], dtype=object)[kind_index]
     start = np.clip(events["start_s"].to_numpy(dtype=float), 0.0, sim_time_s)
     end = np.clip(events["end_s"].to_numpy(dtype=float), 0.0, sim_time_s)
-    # Each event's position in ``devices`` (-1: a device not asked for).
-    codes = pd.Index(devices).get_indexer(events["device"]) if len(events) else np.array([], int)
+    # Each event's position in ``unique`` (-1: a device not asked for).
+    device_index, names = pd.factorize(events["device"].to_numpy(dtype=object))
+    position = {name: i for i, name in enumerate(unique)}
+    codes = np.array([position.get(name, -1) for name in names] + [-1])[device_index]
     asked = codes >= 0
-    covered = np.zeros(len(devices))
+    covered = np.zeros(len(unique))
     columns = {}
     mask = np.zeros(len(events), dtype=bool)
     for category in SPLIT_CATEGORIES[:-1]:
         mask |= all_cats == category
-        total = _unions(codes[mask & asked], start[mask & asked], end[mask & asked], len(devices))
+        total = _unions(codes[mask & asked], start[mask & asked], end[mask & asked], len(unique))
         columns[category] = np.maximum(0.0, total - covered)
         covered = np.maximum(covered, total)
     columns["idle"] = np.maximum(0.0, sim_time_s - covered)
-    return pd.DataFrame(columns, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
+    if len(unique) < len(devices):
+        rows = [position[device] for device in devices]
+        columns = {category: column[rows] for category, column in columns.items()}
+    return columns
 
 
 def _unions(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: int) -> np.ndarray:
@@ -144,9 +160,10 @@ def time_split(events: pd.DataFrame, devices: Sequence[str], sim_time_s: float) 
     total = len(devices) * sim_time_s
     if total <= 0:
         return {"compute": 0.0, "comm": 0.0, "idle": 0.0}
-    split = time_split_by_device(events, sim_time_s, devices).sum()
-    compute = float(split["compute"]) / total
-    comm = float(split["comm"]) / total
+    # Each column's np.sum: the pairwise sum DataFrame.sum of the device table takes.
+    split = _split_columns(events, sim_time_s, list(devices))
+    compute = float(np.sum(split["compute"])) / total
+    comm = float(np.sum(split["comm"])) / total
     return {"compute": compute, "comm": comm, "idle": max(0.0, 1.0 - compute - comm)}
 
 
@@ -208,8 +225,17 @@ def collapse_reason(metrics: pd.DataFrame, chance: float | None) -> str | None:
 
 
 def _last(metrics: pd.DataFrame, name: str) -> float | None:
-    rows = np.flatnonzero(metrics["metric"].to_numpy(dtype=object) == name)
-    return None if len(rows) == 0 else float(metrics["value"].to_numpy()[rows[-1]])
+    return _lasts(metrics, (name,))[name]
+
+
+def _lasts(metrics: pd.DataFrame, names: Sequence[str]) -> dict[str, float | None]:
+    """The last value of each metric of ``names`` (None when it has none), columns read once."""
+    metric, values = metrics["metric"].to_numpy(dtype=object), metrics["value"].to_numpy()
+    last: dict[str, float | None] = {}
+    for name in names:
+        rows = np.flatnonzero(metric == name)
+        last[name] = None if len(rows) == 0 else float(values[rows[-1]])
+    return last
 
 
 def build_summary(
@@ -232,6 +258,7 @@ def build_summary(
     ``collapse_reason``); never set on a diverged or timing-only run.
     """
     examples = steps * examples_per_step
+    final = _lasts(metrics, ("train_loss", "test_loss", "test_accuracy"))
     summary: dict[str, Any] = {
         "summary_version": SUMMARY_VERSION,
         "name": scenario.name,
@@ -247,9 +274,9 @@ def build_summary(
         "compute_s_per_replica_step": costs.compute_s,
         "flops_per_replica_step": costs.flops_per_replica_step,
         "param_bytes": costs.grad_nbytes,
-        "final_train_loss": _last(metrics, "train_loss"),
-        "final_test_loss": _last(metrics, "test_loss"),
-        "final_test_accuracy": _last(metrics, "test_accuracy"),
+        "final_train_loss": final["train_loss"],
+        "final_test_loss": final["test_loss"],
+        "final_test_accuracy": final["test_accuracy"],
         "diverged": diverged_at is not None,
         "diverged_at_step": diverged_at,
         "collapsed": False,

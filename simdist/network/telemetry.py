@@ -164,29 +164,31 @@ class _Loads:
 
 def link_rows(links: Sequence[Link], end_s: float) -> list[dict[str, Any]]:
     """One ``links.csv`` row per link (see the module docstring)."""
-    return _link_rows(links, _Loads(links, end_s), end_s)
+    columns = _link_columns(links, _Loads(links, end_s), end_s)
+    return [
+        dict(zip(LINK_COLUMNS, row, strict=True)) for row in zip(*columns.values(), strict=True)
+    ]
 
 
-def _link_rows(links: Sequence[Link], loads: _Loads, end_s: float) -> list[dict[str, Any]]:
-    rows = []
-    for i, link in enumerate(links):
-        nbytes, busy_s = float(loads.bytes[i]), float(loads.busy_s[i])
-        capacity = link.bandwidth_Bps * end_s
-        rows.append(
-            {
-                "link": link.name,
-                "channel": link.channel,
-                "direction": link.direction,
-                "host": link.host,
-                "bandwidth_Bps": link.bandwidth_Bps,
-                "bytes": nbytes,
-                "busy_s": busy_s,
-                "busy_share": busy_s / end_s if end_s > 0 else 0.0,
-                "utilisation": nbytes / capacity if capacity > 0 else 0.0,
-                "peak_utilisation": float(loads.peak[i]) / link.bandwidth_Bps,
-            }
-        )
-    return rows
+def _link_columns(links: Sequence[Link], loads: _Loads, end_s: float) -> dict[str, Any]:
+    """``links.csv``'s columns, one entry per link."""
+    capacity = np.array([link.bandwidth_Bps for link in links], dtype=np.float64)
+    seconds = capacity * end_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busy_share = loads.busy_s / end_s if end_s > 0 else np.zeros(len(links))
+        utilisation = np.where(seconds > 0, loads.bytes / seconds, 0.0)
+    return {
+        "link": [link.name for link in links],
+        "channel": [link.channel for link in links],
+        "direction": [link.direction for link in links],
+        "host": [link.host for link in links],
+        "bandwidth_Bps": capacity,
+        "bytes": loads.bytes,
+        "busy_s": loads.busy_s,
+        "busy_share": busy_share,
+        "utilisation": utilisation,
+        "peak_utilisation": loads.peak / capacity,
+    }
 
 
 def bucket_rows(
@@ -263,9 +265,9 @@ def link_frames(
 
     loads = _Loads(links, end_s)
     frames = {
-        "links": pd.DataFrame(_link_rows(links, loads, end_s), columns=list(LINK_COLUMNS)),
+        "links": pd.DataFrame(_link_columns(links, loads, end_s)),
         "link_buckets": pd.DataFrame(_bucket_columns(links, loads, end_s, width_s)),
-        "link_load": pd.DataFrame(_load_columns(links, loads), columns=list(LOAD_COLUMNS)),
+        "link_load": pd.DataFrame(_load_columns(links, loads)),
     }
     return {name: _typed(frame, TABLE_DTYPES[name]) for name, frame in frames.items()}
 
@@ -273,5 +275,6 @@ def link_frames(
 def _typed(frame: pd.DataFrame, dtypes: dict[str, str]) -> pd.DataFrame:
     """``frame`` with ``dtypes``, converting only the columns that differ (``astype`` of a
     whole frame costs milliseconds, which a short run pays per table)."""
-    wrong = {column: dtype for column, dtype in dtypes.items() if frame[column].dtype != dtype}
+    have = dict(zip(frame.columns, frame.dtypes, strict=True))  # not a Series per column
+    wrong = {column: dtype for column, dtype in dtypes.items() if have[column] != dtype}
     return frame.astype(wrong) if wrong else frame
