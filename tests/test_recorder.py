@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simdist.recorder import EVENT_DTYPES, Recorder
-from simdist.summary import SPLIT_CATEGORIES, split_category, time_split_by_device, union_seconds
+from simdist.summary import (
+    SPLIT_CATEGORIES,
+    split_category,
+    time_split,
+    time_split_by_device,
+    union_seconds,
+)
 
 _devices = [SimpleNamespace(host=f"h{i // 2}", name=f"d{i}") for i in range(5)]
 
@@ -112,3 +118,26 @@ def test_the_time_split_of_all_devices_at_once_is_that_of_each_alone(rows, sim_t
     twice = time_split_by_device(events, sim_time_s, ["d0", "d1", "d0"])
     assert twice.index.tolist() == ["d0", "d1", "d0"]
     pd.testing.assert_frame_equal(twice.iloc[[0]], got.loc[["d0"]], check_exact=True)
+
+
+@pytest.mark.parametrize("n_devices", [3, 9, 64, 300])
+def test_the_summary_time_split_is_the_sum_of_the_device_table(n_devices):
+    """summary.json's shares add the device columns as ``DataFrame.sum`` of the device
+    table does (pairwise, which differs from adding in sequence past 8 devices)."""
+    rng = np.random.default_rng(n_devices)
+    devices = [f"d{i}" for i in range(n_devices)]
+    start = rng.random(20 * n_devices) * 10.0
+    events = pd.DataFrame(
+        {
+            "start_s": start,
+            "end_s": start + rng.random(len(start)),
+            "device": rng.choice([*devices, "ps0"], len(start)).astype(object),
+            "kind": rng.choice(["compute", "comm", "idle", "apply"], len(start)).astype(object),
+        }
+    )
+    asked = [*devices, devices[0]]  # a device asked for twice counts twice
+    sums = time_split_by_device(events, 10.0, asked).sum()
+    total = len(asked) * 10.0
+    shares = time_split(events, asked, 10.0)
+    assert shares["compute"] == float(sums["compute"]) / total
+    assert shares["comm"] == float(sums["comm"]) / total
