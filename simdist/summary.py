@@ -77,7 +77,7 @@ def time_split_by_device(
     to every device with events, in natural order.
     """
     if devices is None:
-        devices = sorted(set(events["device"]), key=natural_key)
+        devices = sorted(pd.unique(events["device"].to_numpy(dtype=object)), key=natural_key)
     devices = list(devices)
     columns = _split_columns(events, sim_time_s, devices)
     return pd.DataFrame(columns, index=pd.Index(devices, name="device"), columns=SPLIT_CATEGORIES)
@@ -146,7 +146,10 @@ def _unions(group: np.ndarray, starts: np.ndarray, ends: np.ndarray, groups: int
 
 def training_devices(events: pd.DataFrame) -> list[str]:
     """Devices that computed at least one gradient, in natural order."""
-    return sorted(set(events.loc[events["kind"] == "compute", "device"]), key=natural_key)
+    computed = events["device"].to_numpy(dtype=object)[
+        events["kind"].to_numpy(dtype=object) == "compute"
+    ]
+    return sorted(pd.unique(computed), key=natural_key)  # hashing, not a Python set of rows
 
 
 def time_split(events: pd.DataFrame, devices: Sequence[str], sim_time_s: float) -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from collections import defaultdict
 
@@ -192,3 +193,40 @@ def test_trace_text_has_one_event_per_line_whatever_the_events_hold():
     plain = [e for e in events if e["name"] in ("a", "d")]
     lines = dumps_trace({"traceEvents": plain}).splitlines()
     assert [json.loads(line.rstrip(",")) for line in lines[1:-1]] == plain
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {},
+        {"step": 2.5, "detail": "pull ps0 — ü"},  # a float step, a string to escape
+        {"nbytes": True, "detail": None},  # types the encoder writes its own way
+    ],
+)
+def test_trace_json_written_without_dicts_is_what_the_encoder_writes(odd):
+    """write_trace formats spans and counters directly; the text is the JSON encoder's of
+    build_trace's dicts, also for values that send it back through the encoder."""
+    from simdist.report.trace import _SPAN_FIELDS, _counter_lines, _span_lines
+
+    row = {"name": "comm: pull", "cat": "comm", "ts": 1.5e-06, "dur": 250.0, "pid": 1}
+    row |= {"tid": 2, "step": 3, "nbytes": 4096, "detail": "pull ps0"} | odd
+    spans = tuple([row[field], row[field]] for field in _SPAN_FIELDS)
+    encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    expected = []
+    for n, c, t, d, p, i, s, b, e in zip(*spans, strict=True):
+        args = {"step": s, **({"bytes": b} if b else {}), **({"detail": e} if e else {})}
+        event = {"name": n, "cat": c, "ph": "X", "ts": t, "dur": d, "pid": p, "tid": i}
+        expected.append(encode({**event, "args": args}))
+    assert _span_lines(spans) == expected
+    counters = [("staleness", 12.0, 3, "staleness", 2.0), ("w0/nic/tx", 0.0, 1, "utilisation", 1)]
+    assert _counter_lines(counters) == [
+        encode({"name": n, "ph": "C", "ts": t, "pid": p, "args": {k: v}})
+        for n, t, p, k, v in counters
+    ]
+    with pytest.raises(ValueError):  # a value the encoder refuses is refused here too
+        _span_lines(
+            tuple(
+                [*column[:-1], math.nan] if f == "ts" else column
+                for f, column in zip(_SPAN_FIELDS, spans, strict=True)
+            )
+        )

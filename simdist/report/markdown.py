@@ -240,7 +240,7 @@ def device_rows(result: Any) -> list[tuple[str, str, int, str, str, str, str]]:
     cluster = Cluster(result.scenario.cluster)
     sim_time_s = float(result.summary["simulated_time_s"])
     names = [d.name for d in cluster.devices]
-    present = set(result.events["device"]) if len(result.events) else set()
+    present = set(result.events["device"].unique()) if len(result.events) else set()
     split = time_split_by_device(result.events, sim_time_s, [n for n in names if n in present])
     updates = result.tables.get("updates")
     applied: dict[int, int] = {}

@@ -8,11 +8,13 @@ and lanes are the ones of ``trace.json`` (:func:`simdist.report.trace.timeline_s
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -59,6 +61,30 @@ _SPLIT_LABELS = {
 }
 
 
+#: The tallest figure either plot draws (inches): a thousand devices make one row each.
+MAX_HEIGHT_IN = 14.0
+#: Inches one tick label needs (10-point text and a little space): with less room per row,
+#: every k-th row is named.
+LABEL_IN = 0.16
+#: time_split.png writes each bar's percentages only on rows at least this tall (inches),
+#: and outlines bars only on rows at least :data:`THIN_ROW_IN` tall.
+TEXT_ROW_IN = 0.18
+THIN_ROW_IN = 0.08
+
+
+def _label_every(axis_in: float, rows: int) -> int:
+    """Name every k-th of ``rows`` rows sharing ``axis_in`` inches, so names do not overlap."""
+    return max(1, math.ceil(LABEL_IN * rows / max(axis_in, 1e-9)))
+
+
+def _bars(bottom: np.ndarray, left: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """The corners of horizontal bars 0.8 high from ``bottom``, for a :class:`PolyCollection`
+    (shape: bars × 4 × 2), computed as ``broken_barh`` and ``barh`` compute them."""
+    x0, x1, y0, y1 = left, left + width, bottom, bottom + 0.8
+    corners = [(x0, y0), (x0, y1), (x1, y1), (x1, y0)]
+    return np.stack([np.stack(corner, axis=-1) for corner in corners], axis=1)
+
+
 def _kind_color(kind: str, spare: dict[str, str]) -> str:
     if kind in KIND_COLORS:
         return KIND_COLORS[kind]
@@ -85,7 +111,7 @@ def plot_timeline(
     end_s = float(first["end_s"].max()) if len(first) else float(events["end_s"].max() or 0)
     window = events[events["start_s"] < end_s]
     tracks, spans = timeline_spans(window, scenario, links=False)
-    height = min(14.0, 1.6 + 0.32 * max(1, len(tracks)))
+    height = min(MAX_HEIGHT_IN, 1.6 + 0.32 * max(1, len(tracks)))
     fig = Figure(figsize=(10, height), layout="constrained")
     ax = fig.subplots()
     if not tracks:
@@ -108,17 +134,28 @@ def plot_timeline(
     spans = spans.assign(label=labels)
     colors = {label: comm_colors.get(label) or _kind_color(label, spare) for label in set(labels)}
     rows = len(tracks)
-    for (label, track), part in spans.groupby(["label", "track"], sort=True):
-        start = part["start_s"].clip(upper=end_s).to_numpy() * factor
-        width = part["end_s"].clip(upper=end_s).to_numpy() * factor - start
-        ax.broken_barh(
-            list(zip(start, width, strict=True)),
-            (rows - 1 - track - 0.4, 0.8),
-            facecolors=colors[label],
-            edgecolors="white",
-            linewidth=0.3,
+    # One collection of rectangles per label, track after track: the rectangles, and the
+    # order they are drawn in, of one ``broken_barh`` per label and track, without a
+    # collection per track (a 256-device run has thousands).
+    start = spans["start_s"].clip(upper=end_s).to_numpy() * factor
+    width = spans["end_s"].clip(upper=end_s).to_numpy() * factor - start
+    label_of, track_of = spans["label"].to_numpy(dtype=object), spans["track"].to_numpy()
+    for label in sorted(colors):
+        idx = np.flatnonzero(label_of == label)
+        idx = idx[np.argsort(track_of[idx], kind="stable")]
+        bottom = rows - 1 - track_of[idx] - 0.4
+        ax.add_collection(
+            PolyCollection(
+                _bars(bottom, start[idx], width[idx]),
+                facecolors=colors[label],
+                edgecolors="white",
+                linewidth=0.3,
+            )
         )
-    ax.set_yticks(range(rows), [t.label for t in reversed(tracks)])
+    every = _label_every(height - 1.6, rows)
+    names = [t.label for t in reversed(tracks)]
+    named = range((rows - 1) % every, rows, every)  # the top track (the first) is named
+    ax.set_yticks(named, [names[i] for i in named])
     ax.set_ylim(-0.6, rows - 0.4)
     ax.set_xlim(0, end_s * factor)
     order = sorted(colors, key=lambda lbl: (lbl.split(":")[0] != "compute", lbl))
@@ -152,7 +189,11 @@ def plot_time_split(
     shares = split / sim_time_s if sim_time_s > 0 else split * 0.0
     other_kinds = sorted(k for k in kinds if split_category(k) == "other")
     waiting_kinds = sorted(k for k in kinds if split_category(k) == "waiting")
-    fig = Figure(figsize=(8, 2.0 + 0.4 * max(1, len(shares))), layout="constrained")
+    rows = max(1, len(shares))
+    height = min(MAX_HEIGHT_IN, 2.0 + 0.4 * rows)
+    row_in = (height - 2.0) / rows  # about the height of one device's bar
+    every = _label_every(height - 2.0, len(shares))
+    fig = Figure(figsize=(8, height), layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(shares))[::-1]
     left = np.zeros(len(shares))
@@ -162,17 +203,18 @@ def plot_time_split(
             continue
         kinds = waiting_kinds if category == "waiting" else other_kinds
         label = _SPLIT_LABELS[category].format(kinds=", ".join(kinds) or "—")
-        ax.barh(
-            y,
-            values,
-            left=left,
-            color=_SPLIT_COLORS[category],
-            edgecolor="0.6",
-            linewidth=0.4,
-            label=label,
-        )
+        style = {
+            "color": _SPLIT_COLORS[category],
+            "edgecolor": "0.6",
+            "linewidth": 0.4 if row_in >= THIN_ROW_IN else 0.0,
+            "label": label,
+        }
+        if every == 1:
+            ax.barh(y, values, left=left, **style)
+        else:  # too many rows to name each: one artist per category, not one per bar
+            ax.add_collection(PolyCollection(_bars(y - 0.4, left, values), **style))
         for yi, li, vi in zip(y, left, values, strict=True):
-            if vi >= 8:
+            if vi >= 8 and row_in >= TEXT_ROW_IN:
                 ax.text(
                     li + vi / 2,
                     yi,
@@ -183,7 +225,9 @@ def plot_time_split(
                     color="white" if category in ("compute", "waiting") else "black",
                 )
         left += values
-    ax.set_yticks(y, list(shares.index))
+    ax.set_yticks(y[::every], list(shares.index)[::every])
+    if every > 1:
+        ax.set_ylim(-0.6, len(shares) - 0.4)
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of simulated time (%)")
     ax.set_title(f"{title}: where each device's time goes")

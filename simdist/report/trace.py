@@ -51,8 +51,9 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -97,7 +98,7 @@ def host_roles(events: pd.DataFrame, scenario: Any = None) -> dict[str, str]:
     the parameter-server tasks. Hosts the scenario does not name (or every host,
     without a scenario) follow as ``worker``, in natural order.
     """
-    seen = set(events["host"])
+    seen = set(events["host"].unique())
     roles: dict[str, str] = {}
     if scenario is not None:
         from simdist.cluster import Cluster
@@ -236,6 +237,20 @@ def link_counter_rows(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str
     return rows
 
 
+class _Parts(NamedTuple):
+    """A trace in pieces: what :func:`build_trace` returns as one dict and
+    :func:`write_trace` writes without building a dict per span."""
+
+    other: dict[str, Any]
+    meta: list[dict[str, Any]]  # process and thread names and sort indices
+    spans: tuple[list[Any], ...]  # one list per field of a complete ("X") event: _SPAN_FIELDS
+    counters: list[tuple[Any, ...]]  # counter ("C") events: (name, ts, pid, key, value)
+
+
+#: The fields of a complete event in :attr:`_Parts.spans`, in order.
+_SPAN_FIELDS = ("name", "cat", "ts", "dur", "pid", "tid", "step", "nbytes", "detail")
+
+
 def build_trace(
     events: pd.DataFrame,
     *,
@@ -245,6 +260,47 @@ def build_trace(
     summary: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Chrome trace of a run as a JSON-able dict (see the module docstring)."""
+    parts = _trace_parts(events, scenario, metrics, tables, summary)
+    complete = [
+        {
+            "name": name,
+            "cat": cat,
+            "ph": "X",
+            "ts": ts,
+            "dur": dur,
+            "pid": pid,
+            "tid": tid,
+            "args": _span_args(step, nbytes, detail),
+        }
+        for name, cat, ts, dur, pid, tid, step, nbytes, detail in zip(*parts.spans, strict=True)
+    ]
+    counters = [
+        {"name": name, "ph": "C", "ts": ts, "pid": pid, "args": {key: value}}
+        for name, ts, pid, key, value in parts.counters
+    ]
+    return {
+        "displayTimeUnit": "ns",
+        "otherData": parts.other,
+        "traceEvents": parts.meta + complete + counters,
+    }
+
+
+def _span_args(step: Any, nbytes: Any, detail: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"step": step}
+    if nbytes:
+        args["bytes"] = nbytes
+    if detail:
+        args["detail"] = detail
+    return args
+
+
+def _trace_parts(
+    events: pd.DataFrame,
+    scenario: Any,
+    metrics: pd.DataFrame | None,
+    tables: Mapping[str, pd.DataFrame] | None,
+    summary: Mapping[str, Any] | None,
+) -> _Parts:
     tables = tables or {}
     roles = host_roles(events, scenario)
     tracks, spans = timeline_spans(events, scenario)
@@ -323,71 +379,45 @@ def build_trace(
         )
 
     spans = spans.sort_values(["track", "start_s", "end_s"], kind="stable")
-    columns = ("start_s", "end_s", "kind", "detail", "nbytes", "step", "link", "track")
-    complete: list[dict[str, Any]] = []
-    for start, end, kind, detail, nbytes, step, link, track in zip(
-        *(spans[c].tolist() for c in columns), strict=True
-    ):
-        ts = _us(start)
-        args: dict[str, Any] = {"step": step}
-        if nbytes:
-            args["bytes"] = nbytes
-        if detail:
-            args["detail"] = detail
-        complete.append(
-            {
-                "name": f"{kind}: {detail}" if detail else kind,
-                "cat": "link" if link else kind,
-                "ph": "X",
-                "ts": ts,
-                "dur": _us(end) - ts,
-                "pid": pid[tracks[track].host],
-                "tid": tid[track],
-                "args": args,
-            }
-        )
+    # Microseconds as _us computes them, for every span at once (the same products).
+    start_us = spans["start_s"].to_numpy(dtype=float) * 1e6
+    ts = start_us.tolist()
+    dur = (spans["end_s"].to_numpy(dtype=float) * 1e6 - start_us).tolist()
+    kinds, details = spans["kind"].tolist(), spans["detail"].tolist()
+    links, track_of = spans["link"].tolist(), spans["track"].tolist()
+    track_pid = [pid[track.host] for track in tracks]
+    span_fields = (
+        [f"{k}: {d}" if d else k for k, d in zip(kinds, details, strict=True)],
+        ["link" if link else k for k, link in zip(kinds, links, strict=True)],
+        ts,
+        dur,
+        [track_pid[track] for track in track_of],
+        [tid[track] for track in track_of],
+        spans["step"].tolist(),
+        spans["nbytes"].tolist(),
+        details,
+    )
 
+    # Counter events as (name, ts, pid, args key, value): run metrics, then links' loads.
     counter_events = [
-        {
-            "name": name,
-            "ph": "C",
-            "ts": _us(t),
-            "pid": run_pid if host is None else pid[host],
-            "args": {name: value},
-        }
+        (name, _us(t), run_pid if host is None else pid[host], name, value)
         for host, name, t, value in sorted(
             counters, key=lambda r: (r[0] is None, hosts.index(r[0]) if r[0] else 0, r[1], r[2])
         )
     ]
     counter_events += [
-        {
-            "name": link,
-            "ph": "C",
-            "ts": _us(t),
-            "pid": pid[host],
-            "args": {"utilisation": value},
-        }
-        for host, link, t, value in link_counters
+        (link, _us(t), pid[host], "utilisation", value) for host, link, t, value in link_counters
     ]
     other: dict[str, Any] = {"generator": "simdist", "time_unit": "simulated microseconds"}
     if summary is not None:
         other.update(
             {k: summary[k] for k in ("name", "strategy", "simulated_time_s") if k in summary}
         )
-    return {
-        "displayTimeUnit": "ns",
-        "otherData": other,
-        "traceEvents": meta + complete + counter_events,
-    }
+    return _Parts(other, meta, span_fields, counter_events)
 
 
 def dumps_trace(trace: Mapping[str, Any]) -> str:
     """Deterministic JSON text: one trace event per line, keys in a fixed order."""
-    head = "".join(
-        f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'), sort_keys=True)},"
-        for k, v in sorted(trace.items())
-        if k != "traceEvents"
-    )
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     events = trace["traceEvents"]
     # One encoder call for the whole list (one call per event took 0.36 s for ps_4w2s's
@@ -400,7 +430,78 @@ def dumps_trace(trace: Mapping[str, Any]) -> str:
     named = all(next(iter(e), None) == "name" for e in events)
     if not named or len(body) - len(joined) != max(len(events) - 1, 0):
         body = ",\n".join(encode(e) for e in events)
+    return _document(trace, body)
+
+
+def _document(trace: Mapping[str, Any], body: str) -> str:
+    """The text of ``trace`` whose events, encoded one per line, are ``body``."""
+    head = "".join(
+        f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'), sort_keys=True)},"
+        for k, v in sorted(trace.items())
+        if k != "traceEvents"
+    )
     return f'{{{head}"traceEvents":[\n{body}\n]}}\n'
+
+
+def _span_lines(spans: tuple[list[Any], ...]) -> list[str]:
+    """Each complete event of ``spans`` (:data:`_SPAN_FIELDS`) as the JSON encoder writes
+    its dict (:func:`build_trace`), formatted directly: no dict per span.
+
+    Numbers as the encoder writes them (``int.__repr__``, ``float.__repr__``), strings
+    through its own escaping, each distinct string once. Should a field hold anything
+    else — a float that is not finite, which the encoder refuses, or another type (none
+    does today) — every span goes through the encoder instead.
+    """
+    name, cat, ts, dur, pid, tid, step, nbytes, detail = spans
+    if not (
+        all(_strings(column) for column in (name, cat, detail))
+        and all(_numbers(column) for column in (ts, dur, pid, tid, step, nbytes))
+    ):
+        encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+        keys = ("name", "cat", "ph", "ts", "dur", "pid", "tid", "args")
+        return [
+            encode(dict(zip(keys, (n, c, "X", t, d, p, i, _span_args(s, b, e)), strict=True)))
+            for n, c, t, d, p, i, s, b, e in zip(*spans, strict=True)
+        ]
+    quoted = {text: encode_basestring_ascii(text) for text in {*name, *cat, *detail}}
+    return [
+        f'{{"name":{quoted[n]},"cat":{quoted[c]},"ph":"X","ts":{t!r},"dur":{d!r},'
+        f'"pid":{p!r},"tid":{i!r},"args":{{"step":{s!r}'
+        + (f',"bytes":{b!r}' if b else "")
+        + (f',"detail":{quoted[e]}' if e else "")
+        + "}}"
+        for n, c, t, d, p, i, s, b, e in zip(*spans, strict=True)
+    ]
+
+
+def _counter_lines(counters: list[tuple[Any, ...]]) -> list[str]:
+    """Each counter event as the JSON encoder writes its dict (:func:`build_trace`); as
+    :func:`_span_lines`, through the encoder when a field is not a plain str or number."""
+    columns = tuple(map(list, zip(*counters, strict=True))) or ([],) * 5
+    name, ts, pid, key, value = columns
+    if not (_strings(name) and _strings(key) and all(map(_numbers, (ts, pid, value)))):
+        encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+        return [
+            encode({"name": n, "ph": "C", "ts": t, "pid": p, "args": {k: v}})
+            for n, t, p, k, v in counters
+        ]
+    quoted = {text: encode_basestring_ascii(text) for text in {*name, *key}}
+    return [
+        f'{{"name":{quoted[n]},"ph":"C","ts":{t!r},"pid":{p!r},"args":{{{quoted[k]}:{v!r}}}}}'
+        for n, t, p, k, v in counters
+    ]
+
+
+def _strings(column: list[Any]) -> bool:
+    return set(map(type, column)) <= {str}
+
+
+def _numbers(column: list[Any]) -> bool:
+    """Plain ints, or plain ints and finite floats (what the encoder writes with repr)."""
+    kinds = set(map(type, column))
+    if kinds <= {int}:
+        return True
+    return kinds <= {int, float} and bool(np.isfinite(np.asarray(column, dtype=float)).all())
 
 
 _BETWEEN = '},{"name":'
@@ -408,12 +509,14 @@ _BETWEEN_LINES = '},\n{"name":'
 
 
 def write_trace(result: Any, path: Path) -> None:
-    """Write ``result``'s timeline to ``path`` as a Chrome trace (``trace.json``)."""
-    trace = build_trace(
-        result.events,
-        scenario=result.scenario,
-        metrics=result.metrics,
-        tables=result.tables,
-        summary=result.summary,
+    """Write ``result``'s timeline to ``path`` as a Chrome trace (``trace.json``): the text
+    :func:`dumps_trace` makes of :func:`build_trace`, without a dict per span."""
+    parts = _trace_parts(
+        result.events, result.scenario, result.metrics, result.tables, result.summary
     )
-    Path(path).write_text(dumps_trace(trace))
+    encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+    lines = [encode(e) for e in parts.meta]
+    lines += _span_lines(parts.spans)
+    lines += _counter_lines(parts.counters)
+    trace = {"displayTimeUnit": "ns", "otherData": parts.other}
+    Path(path).write_text(_document(trace, ",\n".join(lines)))
