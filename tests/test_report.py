@@ -11,6 +11,8 @@ from collections import defaultdict
 import pandas as pd
 import pytest
 from helpers import tiny
+from hypothesis import given
+from hypothesis import strategies as st
 
 import simdist
 from simdist.recorder import EVENT_COLUMNS
@@ -144,6 +146,24 @@ def test_lanes_keep_overlapping_spans_apart():
     assert assign_lanes([0, 1], [1, 2]) == [0, 0]
 
 
+def _first_fit_lanes(starts, ends):
+    """The definition: in order of (start, end), the lowest lane whose last span has ended."""
+    lane_end, lanes = [], [0] * len(starts)
+    for i in sorted(range(len(starts)), key=lambda i: (starts[i], ends[i])):
+        free = [k for k, end in enumerate(lane_end) if end <= starts[i] + 1e-12]
+        lanes[i] = free[0] if free else len(lane_end)
+        lane_end[lanes[i] : lanes[i] + 1] = [ends[i]]
+    return lanes
+
+
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8)), max_size=60))
+def test_lanes_are_the_lowest_free_lane_in_start_order(spans):
+    """Reused lanes come back lowest first, whatever order they were freed in."""
+    starts = [s / 4 for s, _ in spans]
+    ends = [(s + d) / 4 for s, d in spans]
+    assert assign_lanes(starts, ends) == _first_fit_lanes(starts, ends)
+
+
 def test_time_split_counts_overlaps_once_and_sorts_future_kinds():
     events = pd.DataFrame(
         [
@@ -230,3 +250,25 @@ def test_trace_json_written_without_dicts_is_what_the_encoder_writes(odd):
                 for f, column in zip(_SPAN_FIELDS, spans, strict=True)
             )
         )
+
+
+@pytest.mark.parametrize(("devices", "split_px", "timeline_px"), [(4, 396, 316), (256, 1540, 1540)])
+def test_many_devices_keep_the_device_plots_at_most_14_inches_tall(
+    tmp_path, devices, split_px, timeline_px
+):
+    """time_split.png grows 0.4 in per device and timeline.png 0.32 in per track, up to 14 in
+    (at 110 dpi): 256 devices made a 104-inch time_split.png."""
+    from PIL import Image
+
+    from simdist.report.timeline import plot_time_split, plot_timeline
+
+    rows = []
+    for d, step in itertools.product(range(devices), range(3)):
+        host, device = f"w{d}", f"w{d}/gpu0"
+        rows.append((float(step), step + 0.6, host, device, "compute", 0, step, "", ""))
+        rows.append((step + 0.6, step + 1.0, host, device, "comm", 8, step, "all-reduce", ""))
+    events = pd.DataFrame(rows, columns=list(EVENT_COLUMNS))
+    plot_time_split(events, 3.0, "many", tmp_path / "split.png")
+    plot_timeline(events, None, "many", tmp_path / "timeline.png")
+    assert Image.open(tmp_path / "split.png").size == (880, split_px)
+    assert Image.open(tmp_path / "timeline.png").size == (1100, timeline_px)

@@ -47,6 +47,7 @@ runs (stable ordering, one event per line, floats in shortest round-trip form).
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -71,18 +72,19 @@ def assign_lanes(starts: Sequence[float], ends: Sequence[float]) -> list[int]:
     whose last interval has ended.  Returns one lane index per input interval.
     """
     order = sorted(range(len(starts)), key=lambda i: (starts[i], ends[i]))
-    lane_end: list[float] = []
     lanes = [0] * len(starts)
+    # A lane whose last interval has ended by one start has ended by every later one (the
+    # starts come in order), so lanes move once from ``busy`` (a heap of (end, lane)) to
+    # ``free`` (a heap of lane numbers), and the lowest free lane is the first that fits.
+    busy: list[tuple[float, int]] = []
+    free: list[int] = []
     for i in order:
         start = starts[i]
-        for lane, end in enumerate(lane_end):
-            if end <= start + OVERLAP_TOL_S:
-                lane_end[lane] = ends[i]
-                lanes[i] = lane
-                break
-        else:
-            lanes[i] = len(lane_end)
-            lane_end.append(ends[i])
+        while busy and busy[0][0] <= start + OVERLAP_TOL_S:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        lane = heapq.heappop(free) if free else len(busy) + len(free)
+        lanes[i] = lane
+        heapq.heappush(busy, (ends[i], lane))
     return lanes
 
 
@@ -233,7 +235,8 @@ def link_counter_rows(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, str
         idx = by_link.get(name, [])
         if len(idx) == 0 or times[idx[0]] > 0:
             rows.append((host, name, 0.0, 0.0))
-        rows.extend((host, name, float(times[i]), float(rates[i]) / bandwidth) for i in idx)
+        loads = (rates[idx] / bandwidth).tolist()  # the divisions float() / bandwidth makes
+        rows.extend((host, name, t, u) for t, u in zip(times[idx].tolist(), loads, strict=True))
     return rows
 
 
@@ -399,10 +402,11 @@ def _trace_parts(
     )
 
     # Counter events as (name, ts, pid, args key, value): run metrics, then links' loads.
+    rank = {host: i for i, host in reversed(list(enumerate(hosts)))}  # hosts.index(host)
     counter_events = [
         (name, _us(t), run_pid if host is None else pid[host], name, value)
         for host, name, t, value in sorted(
-            counters, key=lambda r: (r[0] is None, hosts.index(r[0]) if r[0] else 0, r[1], r[2])
+            counters, key=lambda r: (r[0] is None, rank[r[0]] if r[0] else 0, r[1], r[2])
         )
     ]
     counter_events += [
