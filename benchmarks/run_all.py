@@ -124,13 +124,14 @@ REPORT_AB_PAINTER = {"mirrored_4dev": (4.94, 3.68), "ps_4w2s": (7.41, 5.60)}
 #: trace.json written by the painter beside the plots (the machine ran slower that day).
 REPORT_AB_TRACE = {"mirrored_4dev": (4.17, 4.09), "ps_4w2s": (6.17, 5.84)}
 #: Warm whole-process ``simdist run`` of big timing-only runs (benchmark 2's layouts,
-#: 200,000 rows) and of the two target scenarios, this session (2026-11-25): commit
-#: 2aa375c against the report changes of this session, alternating: (before s, after s).
+#: 200,000 rows) and of the two target scenarios (2026-11-25, 22:30 UTC, on a faster
+#: machine than the earlier tables'): commit 2aa375c against 0069ecd, alternating, best of
+#: 2 (big runs) or 4 rounds: (before s, after s).
 REPORT_AB_BIG = {
-    "mirrored, 256 devices, 390 steps, timing-only": (13.49, 7.21),
-    "parameter_server, 64 workers, 28,571 gradients, timing-only": (21.64, 18.14),
-    "mirrored_4dev": (4.31, 4.20),
-    "ps_4w2s": (6.03, 5.78),
+    "mirrored, 256 devices, 390 steps, timing-only": (6.82, 3.75),
+    "parameter_server, 64 workers, 28,571 gradients, timing-only": (11.33, 8.37),
+    "mirrored_4dev": (2.18, 2.16),
+    "ps_4w2s": (3.01, 2.92),
 }
 #: Benchmark 2's rows back to back, that session: commit 4757c2c (before) against the
 #: synchronous phases recorded as blocks of columns (``Recorder.events``), 100,000-row
@@ -1028,10 +1029,11 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
     if REPORT_AB_BIG:
         add(
             "**Big runs.** A timing-only run of thousands of rows spent most of its time "
-            "writing the report: mirrored on 256 devices simulated in 0.3 s and wrote for "
-            "10.7 s, parameter_server with 64 workers simulated in 6.8 s and wrote for "
-            "11.3 s. time_split.png grew 0.4 inch per device (104 inches and 11,000 pixels "
-            "tall for 256 devices), timeline.png drew one collection per track and kind, "
+            "writing the report: in one process (no painter), mirrored on 256 devices "
+            "simulated in 0.9 s and wrote for 7.6 s, parameter_server with 64 workers "
+            "simulated in 3.1 s and wrote for 9.9 s (now 3.5 s and 6.4 s). time_split.png "
+            "grew 0.4 inch per device (104 inches and 11,000 pixels tall for 256 devices), "
+            "timeline.png drew one collection per track and kind, "
             "trace.json encoded a dict per span and placed lanes by scanning every lane. Now "
             "both figures stay at most 14 inches tall, naming every k-th row when more rows "
             "than fit (and time_split.png draws a collection per category then), the "
