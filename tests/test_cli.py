@@ -104,6 +104,22 @@ def test_bad_scenarios_exit_2_without_report(tmp_path, text, field):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_a_sweep_file_given_to_run_names_the_sweep_command(tmp_path, command):
+    """scenarios/sweep_ps_workers.yaml is a sweep: run and validate say so instead of
+    reporting the scenario fields a sweep file does not have (it said: workload missing)."""
+    out = tmp_path / "out"
+    sweep = "scenarios/sweep_ps_workers.yaml"
+    options = ["--out", str(out)] if command == "run" else []
+    result = runner.invoke(app, [command, sweep, *options])
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert f"{sweep}: base: this is a sweep file" in text
+    assert f"simdist sweep {sweep}" in text
+    assert "workload" not in text and "Traceback" not in text
+    assert not out.exists()
+
+
 def test_bad_override_exits_2(tmp_path):
     scenario = write(tmp_path, tiny())
     result = runner.invoke(app, ["validate", str(scenario), "--set", "cluster.hosts=-1"])

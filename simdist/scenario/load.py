@@ -132,6 +132,14 @@ def scenario_from_text(
             f"the top level is a {type(data).__name__}; expected a mapping of keys "
             "such as name, cluster, workload, strategy, e.g. name: my_run",
         )
+    if "base" in data:
+        # A sweep file (simdist.sweep.grid.is_sweep_file); a scenario has no ``base`` key.
+        raise ScenarioError(
+            source,
+            "base",
+            "this is a sweep file (a base scenario and a grid of values), not a scenario; "
+            f"run all its points with: simdist sweep {source}",
+        )
     data = apply_overrides(data, overrides, "--set")
     if seed is not None:
         data["seed"] = seed
