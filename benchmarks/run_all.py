@@ -193,6 +193,20 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _pairs_table(what: str, unit: str, pairs: dict[str, tuple[float, float]]) -> str:
+    """An A/B table of named (before, after) times in ``unit``, with the speed-up."""
+    return (
+        _table(
+            [what, f"before ({unit})", f"after ({unit})", "speed-up"],
+            [
+                [name, f"{before:.2f}", f"{after:.2f}", f"×{before / after:.2f}"]
+                for name, (before, after) in pairs.items()
+            ],
+        )
+        + "\n"
+    )
+
+
 def _count_larger(costs: tuple[float, ...], floor: float) -> str:
     n = sum(cost > floor for cost in costs)
     return {len(costs): "Each of the three", 0: "None of the three"}.get(n, f"{n} of the three")
@@ -455,16 +469,7 @@ def render(
         )
     )
     if AB_FIXED:
-        add(
-            _table(
-                ["run", "before (ms)", "after (ms)", "speed-up"],
-                [
-                    [name, f"{before:.2f}", f"{after:.2f}", f"×{before / after:.2f}"]
-                    for name, (before, after) in AB_FIXED.items()
-                ],
-            )
-            + "\n"
-        )
+        add(_pairs_table("run", "ms", AB_FIXED))
 
     machine_note = ""
     ps_events = [r for r in events if r["strategy"] == "parameter_server"]
@@ -1081,16 +1086,7 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
             "`simdist run`, `REPORT_AB_BIG` (2aa375c against this code, alternating, best "
             "of the rounds):\n"
         )
-        add(
-            _table(
-                ["scenario", "before (s)", "after (s)", "speed-up"],
-                [
-                    [name, f"{before:.2f}", f"{after:.2f}", f"×{before / after:.2f}"]
-                    for name, (before, after) in REPORT_AB_BIG.items()
-                ],
-            )
-            + "\n"
-        )
+        add(_pairs_table("scenario", "s", REPORT_AB_BIG))
 
 
 def main() -> None:
