@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from simdist.collectives import (
@@ -21,7 +22,7 @@ from simdist.collectives import (
 from simdist.engine import simulate
 from simdist.scenario import load_scenario
 from simdist.strategies.base import Costs, LayerCost
-from simdist.strategies.central_storage import central_storage_step_s
+from simdist.strategies.central_storage import CentralStorageStrategy, central_storage_step_s
 from simdist.strategies.multi_worker_mirrored import chief_eval_s
 from simdist.strategies.sync import Bucket, gradient_buckets
 
@@ -123,6 +124,48 @@ def test_central_storage_step_matches_its_closed_form(sharing):
     step = central_storage_step_s(4, S, link.latency_s, link.bandwidth_Bps, C, cpu, sharing)
     assert result.summary["simulated_time_s"] == pytest.approx(STEPS * step, rel=1e-12)
     assert result.summary["predicted_step_s"] == step
+
+
+def _process_per_device_compute(self, step):
+    """central_storage's compute phase as it was written first: a SimPy process per device
+    (fetch, compute, push), joined by ``all_of``: the reference of the callback chains."""
+    env, net, host, nbytes = self.env, self.net, self.host, self.costs.grad_nbytes
+    wait = "waiting for the host link"
+
+    def replica(device):
+        _, fetched = yield net.send(
+            host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
+        ).done
+        seconds = self.compute_s(device, step)
+        self.record_compute(device, fetched, seconds, step)
+        yield env.timeout(seconds)
+        _, pushed = yield net.send(
+            device, host, nbytes, step=step, detail="push gradient", wait_detail=wait
+        ).done
+        return pushed
+
+    devices = self.training_devices
+    replicas = [env.process(replica(d)) for d in devices]
+    yield env.all_of(replicas)
+    for d, done in zip(devices, replicas, strict=True):
+        self.recorder.event(done.value, env.now, d.host, d.name, "idle", 0, step, "barrier")
+
+
+@pytest.mark.parametrize("sharing", ["fair", "fifo"])
+def test_central_storage_records_what_a_process_per_device_recorded(monkeypatch, sharing):
+    """The same rows in the same order and the same summary, with stragglers (random, drawn
+    in arrival order) and a restart, under both sharing models."""
+    overrides = [
+        f"cluster.network.sharing={sharing}",
+        "faults.stragglers=[{device: 3, slowdown: 3.0}, {probability: 0.3, slowdown: 2.5}]",
+        "faults.failures=[{target: worker 0, at: 12ms, restart_after: 1ms}]",
+    ]
+    chains = run("scenarios/central_storage_4dev.yaml", *overrides, steps=12)
+    monkeypatch.setattr(CentralStorageStrategy, "compute", _process_per_device_compute)
+    processes = run("scenarios/central_storage_4dev.yaml", *overrides, steps=12)
+    assert {"straggle", "restart"} <= set(chains.events["kind"])
+    pd.testing.assert_frame_equal(chains.events, processes.events, check_exact=True)
+    assert chains.summary == processes.summary
 
 
 def test_tpu_step_is_compute_plus_torus_allreduce():

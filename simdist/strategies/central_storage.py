@@ -38,12 +38,15 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
+from simpy.core import URGENT
 
 from simdist.catalog import Execution
 from simdist.spec import Bandwidth, StrategySpecBase
 from simdist.strategies.sync import SynchronousStrategy
 
 if TYPE_CHECKING:
+    import simpy
+
     from simdist.cluster import Device, Host
 
 
@@ -99,31 +102,59 @@ class CentralStorageStrategy(SynchronousStrategy):
         n, spec = self.scenario.replicas, self.scenario.strategy
         return n * self.costs.grad_nbytes / spec.reduce_bandwidth_Bps
 
-    def _replica(self, device: Device, step: int) -> Generator[Any, Any, float]:
-        """Fetch the variables, compute, push the gradient; return when the push arrives."""
-        net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
-        wait = "waiting for the host link"
-        _, fetched = yield net.send(
-            host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
-        ).done
-        seconds = self.compute_s(device, step)
-        self.record_compute(device, fetched, seconds, step)
-        yield self.env.timeout(seconds)
-        _, pushed = yield net.send(
-            device, host, nbytes, step=step, detail="push gradient", wait_detail=wait
-        ).done
-        return pushed
-
     def compute(self, step: int) -> Generator[Any, Any, None]:
-        """Every device fetches, computes and pushes; the phase ends with the last push."""
+        """Every device fetches, computes and pushes; the phase ends with the last push.
+
+        Each device's fetch → compute → push is a chain of callbacks on its events, not a
+        SimPy process: a process per device and step cost two SimPy events of its own (its
+        start and its end) besides the waits. The chain keeps the process version's order
+        to the event: every device starts in one urgent event, as the processes' urgent
+        starts came one after another, and the last arrival ends the phase two events later,
+        as the last process's end and then the ``all_of`` did.
+        """
         env = self.env
         devices = self.training_devices
-        replicas = [env.process(self._replica(d, step)) for d in devices]
-        yield env.all_of(replicas)
-        for device, replica in zip(devices, replicas, strict=True):
-            self.recorder.event(
-                replica.value, env.now, device.host, device.name, "idle", 0, step, "barrier"
-            )
+        pushed = [0.0] * len(devices)
+        left = [len(devices)]
+        barrier = env.event()
+        net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
+        wait = "waiting for the host link"
+
+        def fetch(i: int, device: Device) -> None:
+            def fetched(event: simpy.Event) -> None:
+                seconds = self.compute_s(device, step)
+                self.record_compute(device, event.value[1], seconds, step)
+                env.timeout(seconds).callbacks.append(push)
+
+            def push(_: simpy.Event) -> None:
+                net.send(
+                    device, host, nbytes, step=step, detail="push gradient", wait_detail=wait
+                ).done.callbacks.append(arrived)
+
+            def arrived(event: simpy.Event) -> None:
+                pushed[i] = event.value[1]
+                left[0] -= 1
+                if not left[0]:
+                    ended = env.event()
+                    ended.callbacks.append(lambda _: barrier.succeed())
+                    ended.succeed()
+
+            net.send(
+                host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
+            ).done.callbacks.append(fetched)
+
+        def begin(_: simpy.Event) -> None:
+            for i, device in enumerate(devices):
+                fetch(i, device)
+
+        start = env.event()
+        start.callbacks.append(begin)
+        start._ok, start._value = True, None  # triggered, then scheduled as urgent
+        env.schedule(start, URGENT)
+        yield barrier
+        record = self.recorder.event
+        for device, end_s in zip(devices, pushed, strict=True):
+            record(end_s, env.now, device.host, device.name, "idle", 0, step, "barrier")
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         """The CPU sums the gradients (and applies them) while the devices wait."""
