@@ -136,6 +136,14 @@ REPORT_AB_BIG = {
     "mirrored_4dev": (2.18, 2.16),
     "ps_4w2s": (3.01, 2.92),
 }
+#: central_storage's compute phase as callbacks instead of a SimPy process per device, this
+#: session (2026-11-25, 23:00 UTC): commit 1e99631 against cf1f66e, benchmark 2's layouts
+#: timing-only, alternating processes, best of 2 rounds of 3: (wall s, events/s).
+AB_CS: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {
+    ("central_storage", 64): ((2.543, 157833), (2.229, 180075)),
+    ("central_storage", 256): ((2.529, 158058), (2.183, 183086)),
+    ("central_storage", 1024): ((2.730, 145562), (2.408, 165070)),
+}
 #: Benchmark 2's rows back to back, that session: commit 4757c2c (before) against the
 #: synchronous phases recorded as blocks of columns (``Recorder.events``), 100,000-row
 #: timing-only runs in alternating processes, the best of the rounds: (wall s, events/s).
@@ -535,7 +543,8 @@ def render(
         "devices at once (`AB_BLOCKS` below). parameter_server and "
         "central_storage move bytes message by message: each transfer is a flow of the "
         "network's sharing model (a start, a timer, an arrival: a few SimPy events, no "
-        "process of its own) and records a row per end point, and under fair sharing "
+        "process of its own; nor has a central_storage device, `AB_CS` below) and records "
+        "a row per end point, and under fair sharing "
         "concurrent flows are reallocated together (section 5), so each events.csv row "
         "costs several SimPy events and Python calls; they miss the target by that factor. "
         "Reaching it would take recording and routing in bulk (a step's messages as arrays) "
@@ -547,13 +556,15 @@ def render(
     if AB_TIMING:
         add(
             "Back to back with commit 7c8b1bb (the start of this round), 50,000-row runs in "
-            "alternating processes, the best of five rounds each (`AB_TIMING`):\n"
+            "alternating processes, the best of five rounds each, on the machine of "
+            "2026-11-25's first session (`AB_TIMING`):\n"
         )
         add(_ab_timing_table(AB_TIMING, 2))
     if AB_BLOCKS:
         add(
-            "The synchronous rows recorded as blocks (`AB_BLOCKS`): commit 4757c2c against "
-            "this code, 100,000-row runs in alternating processes, the best of three rounds. "
+            "The synchronous rows recorded as blocks (`AB_BLOCKS`, the third session's "
+            "machine): commit 4757c2c against that session's code, 100,000-row runs in "
+            "alternating processes, the best of three rounds. "
             "parameter_server and central_storage record message by message and are "
             "unchanged within the noise (parameter_server 64 workers, five rounds each: best "
             "2.73 s before, 2.72 s after). A timing-only ResNet-50 on 1024 V100s with "
@@ -561,6 +572,20 @@ def render(
             "rows) went from 1.77 s to 1.11 s (318k → 508k rows/s).\n"
         )
         add(_ab_timing_table(AB_BLOCKS, 3))
+    if AB_CS:
+        add(
+            "central_storage without a process per device (`AB_CS`, this session's machine): "
+            "each device's fetch, compute and push are callbacks on its events, not a SimPy "
+            "process started and ended every step (two SimPy events of its own: 183k → 133k "
+            "events for 25,600 device-steps). The callbacks keep the processes' order to the "
+            "event — every device starts in one urgent event as the processes' urgent starts "
+            "did, and the phase ends two events after the last arrival, as the last "
+            "process's end and the `all_of` did — so the rows are the same (ten report "
+            "folders byte-identical, and a test against the process version). Commit "
+            "1e99631 against this code, benchmark 2's layouts, alternating processes, best "
+            "of two rounds of three:\n"
+        )
+        add(_ab_timing_table(AB_CS, 3))
     if scale:
         _render_scale(add, scale)
 

@@ -38,7 +38,6 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
-from simpy.core import URGENT
 
 from simdist.catalog import Execution
 from simdist.spec import Bandwidth, StrategySpecBase
@@ -112,6 +111,8 @@ class CentralStorageStrategy(SynchronousStrategy):
         starts came one after another, and the last arrival ends the phase two events later,
         as the last process's end and then the ``all_of`` did.
         """
+        from simpy.core import URGENT  # not at import: validating a scenario loads no SimPy
+
         env = self.env
         devices = self.training_devices
         pushed = [0.0] * len(devices)
