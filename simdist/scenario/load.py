@@ -32,6 +32,7 @@ from simdist.scenario.strict_yaml import parse_yaml
 __all__ = [
     "MAX_SCENARIO_BYTES",
     "dump_scenario",
+    "is_sweep_file",
     "load_scenario",
     "read_scenario_text",
     "scenario_from_dict",
@@ -109,6 +110,12 @@ def read_scenario_text(path: str | Path) -> str:
         ) from None
 
 
+def is_sweep_file(data: Any) -> bool:
+    """A sweep file (:mod:`simdist.sweep`) names a ``base`` scenario; a scenario never has
+    that key."""
+    return isinstance(data, dict) and "base" in data
+
+
 def scenario_from_text(
     text: str,
     source: str = "<scenario>",
@@ -132,8 +139,7 @@ def scenario_from_text(
             f"the top level is a {type(data).__name__}; expected a mapping of keys "
             "such as name, cluster, workload, strategy, e.g. name: my_run",
         )
-    if "base" in data:
-        # A sweep file (simdist.sweep.grid.is_sweep_file); a scenario has no ``base`` key.
+    if is_sweep_file(data):
         raise ScenarioError(
             source,
             "base",

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from simdist.errors import ScenarioError, SimdistError
+from simdist.scenario.load import is_sweep_file
 
 DEFAULT_METRIC = "final_test_accuracy"
 _SWEEP_KEYS = ("name", "base", "set", "grid", "metric", "processes", "scheduler")
@@ -190,11 +191,6 @@ def _read_yaml(path: Path) -> Any:
     from simdist.scenario.strict_yaml import parse_yaml
 
     return parse_yaml(read_scenario_text(path), str(path))
-
-
-def is_sweep_file(data: Any) -> bool:
-    """A sweep file names a ``base`` scenario; a scenario never has that key."""
-    return isinstance(data, dict) and "base" in data
 
 
 def load_sweep(
