@@ -36,6 +36,8 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 
@@ -118,7 +120,6 @@ def cases(layouts: Path) -> dict[str, tuple[Path, tuple[str, ...], int | None]]:
 
 def _layout(spec: str, folder: Path) -> Path:
     """A timing-only scenario of benchmark 2's layouts (``@kind:devices:steps``), as a file."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import sync_scenario
 
     from simdist.scenario.load import dump_scenario

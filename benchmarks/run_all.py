@@ -293,9 +293,7 @@ def render(
 
     add("## Targets\n")
     ps_rows = [r for r in overhead if r["strategy"] == "parameter_server" and "128," in r["model"]]
-    heavy_rows = [
-        r for r in overhead if r["strategy"] == "parameter_server" and "512" in r["model"]
-    ]
+    heavy_rows = _heavy_rows(overhead)
     mirrored_rows = [r for r in overhead if r["strategy"] == "mirrored"]
     worst_ps = max(r["ratio"] for r in ps_rows)
     worst_heavy = max((r["ratio"] for r in heavy_rows), default=math.nan)
@@ -582,7 +580,7 @@ def render(
             "did, and the phase ends two events after the last arrival, as the last "
             "process's end and the `all_of` did — so the rows are the same (ten report "
             "folders byte-identical, and a test against the process version). Commit "
-            "1e99631 against this code, benchmark 2's layouts, alternating processes, best "
+            "1e99631 against cf1f66e, benchmark 2's layouts, alternating processes, best "
             "of two rounds of three:\n"
         )
         add(_ab_timing_table(AB_CS, 3))
@@ -715,6 +713,11 @@ def render(
     return "\n".join(out)
 
 
+def _heavy_rows(overhead: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Benchmark 1's parameter_server rows of the heavier model (mlp 512-512, batch 128)."""
+    return [r for r in overhead if r["strategy"] == "parameter_server" and "512" in r["model"]]
+
+
 def _ps_narrative(
     overhead: list[dict[str, Any]], parts: dict[str, float], events: list[dict[str, Any]]
 ) -> str:
@@ -730,11 +733,7 @@ def _ps_narrative(
     ps_events = [r for r in events if r["strategy"] == "parameter_server"]
     simpy_per_gradient = ps_events[0]["simpy_events"] / ps_events[0]["steps"]
     heavy = fills.get((8, True), math.nan)
-    heavy_ratio = max(
-        (r["ratio"] for r in overhead if r["strategy"] == "parameter_server" and r["size"] == 8
-         and "512" in r["model"]),
-        default=math.nan,
-    )  # fmt: skip
+    heavy_ratio = max((r["ratio"] for r in _heavy_rows(overhead)), default=math.nan)
     return (
         "**The dataflow replay (issue 15).** In asynchronous and SSP runs the clock does not "
         "depend on the values, so the SimPy pass computes nothing: it records the dataflow — "

@@ -116,7 +116,7 @@ class CentralStorageStrategy(SynchronousStrategy):
         env = self.env
         devices = self.training_devices
         pushed = [0.0] * len(devices)
-        left = [len(devices)]
+        left = len(devices)
         barrier = env.event()
         net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
         wait = "waiting for the host link"
@@ -133,9 +133,10 @@ class CentralStorageStrategy(SynchronousStrategy):
                 ).done.callbacks.append(arrived)
 
             def arrived(event: simpy.Event) -> None:
+                nonlocal left
                 pushed[i] = event.value[1]
-                left[0] -= 1
-                if not left[0]:
+                left -= 1
+                if not left:
                     ended = env.event()
                     ended.callbacks.append(lambda _: barrier.succeed())
                     ended.succeed()
