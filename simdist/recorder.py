@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -120,7 +119,7 @@ class Recorder:
             start_s, end_s = float(start_s), float(end_s)
         columns = (start_s, end_s, host, device, kind, nbytes, step, detail, links)
         if n < self.BLOCK_MIN_ROWS:
-            rows = (c if isinstance(c, np.ndarray) else repeat(c, n) for c in columns)
+            rows = [c if type(c) is np.ndarray else (c,) * n for c in columns]
             self._events.extend(zip(*rows, strict=True))
             return
         if self._events:

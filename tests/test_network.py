@@ -6,6 +6,7 @@ hand-made cluster, a :class:`Network` that routes, prices, holds links and recor
 
 from __future__ import annotations
 
+from itertools import pairwise
 from types import SimpleNamespace
 
 import pytest
@@ -334,3 +335,78 @@ def test_torus_topology_prices_the_2d_ring_on_the_ici():
     env.run()
     assert env.now == torus2d_allreduce_s(4, 2, MB, INTRA_LAT, INTRA_BW)
     assert set(net.recorder.events_frame()["links"]) == {"worker0/ici"}
+
+
+# -- joins ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sharing", ["fair", "fifo"])
+def test_join_fires_in_the_step_all_of_would(sharing):
+    """``Network.join`` counts its messages as they arrive and schedules only the last
+    one's ``done``: every event, tied ones included, is processed in the order
+    ``env.all_of`` over the ``done`` events gives — with fewer SimPy steps."""
+
+    def simulate(join):
+        env = simpy.Environment()
+        spec = make_spec(hosts=3, devices=1, ps=2)
+        topology = SwitchTopology(
+            env,
+            Cluster(spec),
+            nic_latency_s=US10,
+            nic_bandwidth_Bps=GBps,
+            intra_latency_s=INTRA_LAT,
+            intra_bandwidth_Bps=INTRA_BW,
+            sharing=sharing,
+        )
+        net = Network(env, topology, Recorder())
+        workers, servers = net.topology.cluster.workers, net.topology.cluster.ps_hosts
+        order = []
+        steps = [0]
+        step = env.step
+
+        def counted_step():
+            steps[0] += 1
+            step()
+
+        env.step = counted_step
+
+        def noticed(what):  # at the arrival, and in a step of its own at the same instant
+            order.append((*what, env.now))
+            env.timeout(0).callbacks.append(lambda _: order.append(("noticed", *what, env.now)))
+
+        def worker(w):
+            for i in range(4):  # equal messages from equal starts: ties at every arrival
+                moves = [
+                    net.send(
+                        ps,
+                        workers[w],
+                        MB * (1 + (w + k) % 2),
+                        step=i,
+                        detail="pull",
+                        then=lambda w=w, k=k: noticed(("arrived", w, k)),
+                    )
+                    for k, ps in enumerate(servers)
+                ]
+                yield join(env, net, moves)
+                order.append(("joined", w, i, env.now))
+
+        def observer():  # timers landing on the same instants as the joins
+            for _ in range(40):
+                yield env.timeout(MB / GBps / 2)
+                order.append(("tick", env.now))
+
+        for w in range(len(workers)):
+            env.process(worker(w))
+        env.process(observer())
+        env.run()
+        return order, steps[0]
+
+    counted, counted_steps = simulate(lambda env, net, moves: net.join(moves))
+    reference, reference_steps = simulate(
+        lambda env, net, moves: env.all_of([move.done for move in moves])
+    )
+    assert counted == reference
+    assert sum(entry[0] == "joined" for entry in counted) == 12
+    assert any(a[-1] == b[-1] and a[0] != b[0] for a, b in pairwise(counted))  # ties
+    # one ``done`` left out per joined message but the last (all_of's own step stays)
+    assert counted_steps == reference_steps - 12

@@ -36,7 +36,15 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Device
-from simdist.network.links import Link, Path, Transfer, hold_ordered, ordered, path_of
+from simdist.network.links import (
+    Countdown,
+    Link,
+    Path,
+    Transfer,
+    hold_ordered,
+    ordered,
+    path_of,
+)
 from simdist.network.topology import Endpoint, Topology, machine_of
 from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
@@ -73,6 +81,8 @@ class Network:
         self.transport = Transport(env, protocol or PROTOCOLS["ideal"])
         self._routes: dict[tuple[str, str], _Route] = {}
         self._holds: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _hold
+        self._collectives: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _collective
+        self._phase_cells: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _record_phase
 
     # -- point to point ------------------------------------------------------
 
@@ -220,12 +230,21 @@ class Network:
         nbytes: float,
     ) -> None:
         """A phase of parallel messages, ``start_s`` to now, as one ``comm`` row per device."""
-        links = [link for move in moves for link in move.links]
-        cells: dict[str, str] = {}
+        # A worker's phases move over the same routes step after step: their cells are
+        # worked out once per set of routes (each route's link list lives as long as the
+        # network, and the cache keeps the lists it names alive).
+        routes = tuple([move.links for move in moves])
+        key = tuple(map(id, routes))
+        cached = self._phase_cells.get(key)
+        if cached is None or cached[0] != routes:
+            if len(self._phase_cells) >= 4096:  # messages with links of their own
+                self._phase_cells.clear()
+            cached = self._phase_cells[key] = (routes, {})
+        cells = cached[1]
         for device in devices:
             host = device.host
             if host not in cells:
-                cells[host] = links_on(links, host)
+                cells[host] = links_on([link for route in routes for link in route], host)
             self.recorder.event(
                 start_s, self.env.now, host, device.name, "comm", nbytes, step, detail, cells[host]
             )
@@ -235,13 +254,21 @@ class Network:
 
         Scheduled in the same step as ``all_of`` would be (the one processing the last
         ``done``), so simultaneous events keep their order; it skips the condition's
-        bookkeeping, which nobody reads here.
+        bookkeeping, which nobody reads here, and when nothing else listens to the
+        moves it counts them as they arrive (:class:`~simdist.network.links.Countdown`),
+        which saves a SimPy step per move but the last.
         """
         joined = self.env.event()
-        pending = [move.done for move in moves if move.done.callbacks is not None]
+        pending = [move for move in moves if move.done.callbacks is not None]
         remaining = len(pending)  # a processed ``done`` (callbacks None) has arrived already
         if remaining == 0:
             return joined.succeed()
+        # Counted all at arrival or all at their ``done``: a mix would misplace the last.
+        if all(move.countdown is None and move.done.callbacks == [] for move in pending):
+            countdown = Countdown(joined, remaining)
+            for move in pending:
+                move.countdown = countdown
+            return joined
 
         def arrived(_: simpy.Event) -> None:
             nonlocal remaining
@@ -249,8 +276,8 @@ class Network:
             if remaining == 0:
                 joined.succeed()
 
-        for done in pending:
-            done.callbacks.append(arrived)
+        for move in pending:
+            move.done.callbacks.append(arrived)
         return joined
 
     # -- collectives ---------------------------------------------------------
@@ -302,10 +329,20 @@ class Network:
         step: int,
         detail: str | None,
     ) -> simpy.Process:
-        seconds, links = self.topology.collective(op, devices, nbytes, algo)
+        # A strategy all-reduces the same bytes over the same device list step after step:
+        # the closed form and the bytes per link are pure functions of these, worked out once
+        # for that list (kept alive here, so its identity names it).
+        key = (op, algo, nbytes, id(devices))
+        cached = self._collectives.get(key)
+        if cached is None or cached[0] is not devices:
+            seconds, links = self.topology.collective(op, devices, nbytes, algo)
+            # What each held link really carries (telemetry); the time stays the closed form's.
+            link_bytes = self.topology.collective_link_bytes(op, devices, nbytes, algo, links)
+            if len(self._collectives) >= 256:  # callers with a new list each time
+                self._collectives.clear()
+            cached = self._collectives[key] = (devices, seconds, links, link_bytes)
+        _, seconds, links, link_bytes = cached
         label = detail if detail is not None else f"{_LABELS[op]} {algo}"
-        # What each held link really carries (telemetry); the time stays the closed form's.
-        link_bytes = self.topology.collective_link_bytes(op, devices, nbytes, algo, links)
         return self.env.process(
             self._hold(devices, links, seconds, nbytes, step, label, link_bytes)
         )

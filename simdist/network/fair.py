@@ -67,10 +67,10 @@ class Flow:
         callback: Callable[[], None],
         seq: int,
         now: float,
-        key: tuple[Any, ...] = (),
+        key: Any = (),
     ) -> None:
         self.links = links
-        self.key = key  # what its share depends on: links, reference rate, weights
+        self.key = key  # names what its share depends on: links, reference rate, weights
         self.weights = weights  # capacity units consumed per unit of level, per link
         self.bps = bps  # bytes/s put on each link at full speed (telemetry)
         self.ref_Bps = ref_Bps  # level at which the flow runs at full speed
@@ -97,6 +97,7 @@ class FairShare:
         self._settling = False
         # (id(links), collective?) → (links, ref, weights, bps, key): see _shape
         self._shapes: dict[tuple[int, bool], tuple[Any, ...]] = {}
+        self._key_ids: dict[tuple[Any, ...], int] = {}
         # Each flow's speed for one component's layout (its links, its flows' keys in
         # order): the max-min levels depend on nothing else, and a run repeats few layouts.
         self._speeds: dict[tuple[Any, ...], list[float]] = {}
@@ -127,7 +128,10 @@ class FairShare:
         if shape is None or shape[0] is not links:
             if len(self._shapes) >= 16384:  # callers with a new list each time
                 self._shapes.clear()
-            shape = self._shapes[(id(links), collective)] = _shape(links, collective, ref_Bps)
+            shape = _shape(links, collective, ref_Bps)
+            # The key as a small int (equal keys, equal ints): layouts hash faster.
+            key = self._key_ids.setdefault(shape[4], len(self._key_ids))
+            shape = self._shapes[(id(links), collective)] = (*shape[:4], key)
         _, ref, weights, bps, key = shape
         if link_bytes is not None:
             bps = [b / work_s for b in link_bytes] if work_s > 0 else [0.0] * len(link_bytes)

@@ -352,6 +352,53 @@ def hold_ordered(
         model.release(claim)
 
 
+class Countdown:
+    """Waits for a set of messages: ``event`` fires when the last of them has arrived.
+
+    What ``env.all_of`` of their ``done`` events does, in the same SimPy step — the
+    one that processes the last ``done`` — for fewer events. A message counted here
+    (its ``countdown``) is counted at its arrival (:func:`arrive`), and a ``done``
+    that then has nobody else to call is marked processed instead of being
+    scheduled: its step would have called nothing. Only the last arrival's ``done``
+    is scheduled, and ``fire`` is its first callback, so the countdown's event is
+    scheduled exactly where ``all_of`` (or a counter on every ``done``) scheduled it.
+    Leaving out steps that call nothing moves no other event: SimPy orders events of
+    one instant by when they were scheduled, and that order is unchanged.
+
+    A message takes a countdown only while nothing listens to its ``done`` (its
+    ``countdown`` None, ``done.callbacks`` empty), so the countdown is its first
+    listener, as it would have been; the messages of one countdown are all counted
+    this way (:meth:`Network.join <simdist.network.core.Network.join>`).
+    """
+
+    __slots__ = ("event", "remaining")
+
+    def __init__(self, event: simpy.Event, remaining: int) -> None:
+        self.event = event
+        self.remaining = remaining
+
+    def fire(self, _: simpy.Event) -> None:
+        """The last message's ``done`` is being processed: the set has arrived."""
+        self.event.succeed()
+
+
+def arrive(done: simpy.Event, value: Any, countdown: Countdown | None) -> None:
+    """A message has arrived: trigger its ``done`` with ``value``, counting it first.
+
+    See :class:`Countdown`: with a countdown still waiting for others and no listener
+    of its own, ``done`` is marked processed now rather than scheduled.
+    """
+    if countdown is not None:
+        countdown.remaining -= 1
+        if countdown.remaining == 0:
+            done.callbacks.insert(0, countdown.fire)
+        elif not done.callbacks:
+            # succeed() and a later step that calls nothing, in one go (SimPy's own state)
+            done._ok, done._value, done.callbacks = True, value, None  # type: ignore[assignment]
+            return
+    done.succeed(value)
+
+
 class Path(NamedTuple):
     """What a :class:`Transfer` needs of its route, the same for every message on it."""
 
@@ -404,6 +451,7 @@ class Transfer:
         "_flow",
         "_latency_s",
         "_on_arrival",
+        "countdown",
         "done",
         "env",
         "links",
@@ -430,6 +478,7 @@ class Transfer:
         self.links = route
         self.nbytes = nbytes
         self.done = env.event()
+        self.countdown: Countdown | None = None  # what waits for it with others, if any
         self.start_s: float | None = None
         self.sent_s: float | None = None
         self.state = "claimed"  # claimed → serialising → in flight → arrived | cancelled
@@ -480,7 +529,7 @@ class Transfer:
             # Dropped first: callers' closures refer back to this Transfer, and a cycle
             # per message would keep every message alive until a full collection.
             on_arrival(self.start_s, self.env.now)
-        self.done.succeed((self.start_s, self.env.now))
+        arrive(self.done, (self.start_s, self.env.now), self.countdown)
 
     def cancel(self) -> None:
         """Cut the transfer (a failure): free its claim, flow or links; it never arrives."""

@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from simdist.network.links import Link, Transfer
+from simdist.network.links import Countdown, Link, Transfer, arrive
 
 if TYPE_CHECKING:
     import simpy
@@ -200,6 +200,7 @@ class Message:
         "_current",
         "_on_arrival",
         "_stages",
+        "countdown",
         "done",
         "env",
         "links",
@@ -220,6 +221,7 @@ class Message:
         self.env = env
         self.nbytes = nbytes
         self.done = env.event()
+        self.countdown: Countdown | None = None  # what waits for it with others, if any
         self.start_s: float | None = None
         self.wire_start_s: float | None = None
         self.sent_s: float | None = None
@@ -242,7 +244,7 @@ class Message:
             assert self.start_s is not None
             if self._on_arrival is not None:
                 self._on_arrival(self.start_s, self.env.now)
-            self.done.succeed((self.start_s, self.env.now))
+            arrive(self.done, (self.start_s, self.env.now), self.countdown)
             return
         kind, payload = self._stages[i]
         if kind == "delay":

@@ -16,6 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
@@ -185,9 +186,13 @@ class Strategy(ABC):
         """Training examples whose gradient one step applies (the global batch, for sync)."""
         return self.scenario.global_batch
 
-    @property
+    @cached_property
     def training_devices(self) -> list[Device]:
-        """Devices that compute gradients, for the compute / comm / idle split."""
+        """Devices that compute gradients, for the compute / comm / idle split.
+
+        One list for the whole run (read-only): a step asks for it several times, and the
+        network remembers what it worked out for a collective over this very list.
+        """
         return self.cluster.devices[: self.scenario.replicas]
 
     def summary(self) -> dict[str, Any]:

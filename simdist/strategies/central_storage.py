@@ -111,13 +111,20 @@ class CentralStorageStrategy(SynchronousStrategy):
         starts came one after another, and the last arrival ends the phase two events later,
         as the last process's end and then the ``all_of`` did.
         """
-        from simpy.core import URGENT  # not at import: validating a scenario loads no SimPy
+        # Not at import: validating a scenario loads no SimPy.
+        from simpy.core import URGENT
+
+        from simdist.network.links import Countdown
 
         env = self.env
         devices = self.training_devices
         pushed = [0.0] * len(devices)
-        left = len(devices)
         barrier = env.event()
+        # The last push's arrival ends the phase two steps later, as the last process's
+        # end and then the ``all_of`` did; the others are counted as they arrive.
+        ended = env.event()
+        ended.callbacks.append(lambda _: barrier.succeed())
+        pushes = Countdown(ended, len(devices))
         net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
         wait = "waiting for the host link"
 
@@ -129,17 +136,17 @@ class CentralStorageStrategy(SynchronousStrategy):
 
             def push(_: simpy.Event) -> None:
                 net.send(
-                    device, host, nbytes, step=step, detail="push gradient", wait_detail=wait
-                ).done.callbacks.append(arrived)
+                    device,
+                    host,
+                    nbytes,
+                    step=step,
+                    detail="push gradient",
+                    wait_detail=wait,
+                    then=landed,
+                ).countdown = pushes
 
-            def arrived(event: simpy.Event) -> None:
-                nonlocal left
-                pushed[i] = event.value[1]
-                left -= 1
-                if not left:
-                    ended = env.event()
-                    ended.callbacks.append(lambda _: barrier.succeed())
-                    ended.succeed()
+            def landed() -> None:
+                pushed[i] = env.now
 
             net.send(
                 host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
