@@ -14,7 +14,8 @@ Each case runs ``simdist run`` in its own process, with ``PYTHONPATH`` set to th
 checkout and the working directory outside it: ``python -m`` puts the working directory
 first on ``sys.path``, so a run started inside a checkout runs that checkout whatever
 ``PYTHONPATH`` says. Exit statuses are recorded too (``status.txt``: 3 is a diverged run,
-whose report is written). ``compare`` exits 1 when any file or status differs.
+whose report is written). ``compare`` exits 1 when any file or status differs, 2 when a
+folder is not a finished recording.
 
 The cases: every scenario shipped in scenarios/ (sweep files are skipped), parameter_server
 variants (stale-synchronous, lr / staleness, sync with a backup worker, fifo sharing, 64
@@ -159,6 +160,10 @@ def record(out: Path, checkout: Path, only: list[str], jobs: int) -> int:
 def compare(a: Path, b: Path) -> int:
     """Print what differs between two recordings (logs aside); 1 if anything does."""
     differ: list[str] = []
+    for root in (a, b):
+        if not (root / "status.txt").is_file():  # written last, when every case has run
+            print(f"{root}: not a finished recording (no status.txt); record it first")
+            return 2
     lines_a, lines_b = (set((p / "status.txt").read_text().splitlines()) for p in (a, b))
     differ += [f"status: {line} (only in {a})" for line in sorted(lines_a - lines_b)]
     differ += [f"status: {line} (only in {b})" for line in sorted(lines_b - lines_a)]

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simdist.engine import simulate
 from simdist.scenario import scenario_from_dict
@@ -266,3 +269,33 @@ def test_overlap_one_worker_two_layers_hand_case():
     plain = simulate(scenario(1), layered)
     assert plain.summary["simulated_time_s"] == 3 * (2 * SIGMA + L + 6 * SIGMA + 2 * SIGMA + L)
     assert result.summary["exposed_comm_s"] < plain.summary["exposed_comm_s"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    workers=st.integers(1, 6),
+    moves=st.lists(st.tuples(st.integers(0, 5), st.booleans()), max_size=60),
+)
+def test_the_slowest_clock_follows_ticks_and_restores(workers, moves):
+    """``AsyncTraining.slowest`` (kept as counts per clock value) is ``min(clock)`` after
+    any sequence of ticks and restores (a restore sets every clock back)."""
+    import simpy
+
+    from simdist.strategies.parameter_server.async_loop import AsyncTraining
+
+    strategy = SimpleNamespace(
+        env=simpy.Environment(),
+        n_workers=workers,
+        applied=0,
+        total_steps=10**6,
+        servers=SimpleNamespace(state=lambda: None),
+    )
+    training = AsyncTraining(strategy)
+    saved = list(training.clock)
+    for w, restore in moves:
+        if restore:
+            training.clock = saved
+        else:
+            training.tick(w % workers)
+            saved = saved if w % 3 else list(training.clock)
+        assert training.slowest == min(training.clock)

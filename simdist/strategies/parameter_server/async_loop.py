@@ -19,7 +19,7 @@ restart does not stretch the run.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -49,7 +49,7 @@ class AsyncTraining:
         self.strategy = strategy
         self.env = strategy.env
         n = strategy.n_workers
-        self.clock = [0] * n  # completed iterations per worker
+        self.clock = [0] * n  # completed iterations per worker (a restore sets it back)
         self.inflight: list[InFlight | None] = [None] * n
         self.claimed = 0  # gradients started (the budget is strategy.total_steps)
         self.stopped = False  # training diverged
@@ -71,6 +71,26 @@ class AsyncTraining:
             s.evaluate(s.applied, s.servers.current())
         if s.dataflow is not None:
             s.replay()  # the numerics of everything above, now that the dataflow is known
+
+    @property
+    def clock(self) -> list[int]:
+        """Completed iterations per worker (read-only: :meth:`tick` advances it)."""
+        return self._clock
+
+    @clock.setter
+    def clock(self, values: Sequence[int]) -> None:
+        # How many workers stand at each clock value, and the lowest: ``slowest`` then costs
+        # nothing per gradient (``min`` over a thousand workers did, per gradient).
+        self._clock = list(values)
+        self._at: dict[int, int] = {}
+        for value in self._clock:
+            self._at[value] = self._at.get(value, 0) + 1
+        self._slowest = min(self._clock)
+
+    @property
+    def slowest(self) -> int:
+        """The slowest worker's clock: ``min(self.clock)``."""
+        return self._slowest
 
     @property
     def spent(self) -> bool:
@@ -102,7 +122,7 @@ class AsyncTraining:
         iteration = self.clock[w]
         pulled = s.servers.pull_all()  # the values are read when the request is issued
         gradient = InFlight(
-            iteration, iteration - min(self.clock), pulled.versions, s.n_ps, pulled=pulled.values
+            iteration, iteration - self.slowest, pulled.versions, s.n_ps, pulled=pulled.values
         )
         self.inflight[w] = gradient
 
@@ -120,7 +140,7 @@ class AsyncTraining:
         if bound is None:
             return
         start = self.env.now
-        while self.clock[w] - min(self.clock) > bound:
+        while self.clock[w] - self.slowest > bound:
             yield self.progress
         devices = self.strategy.cluster.workers[w].devices
         self.strategy.record_devices(
@@ -205,7 +225,14 @@ class AsyncTraining:
 
     def tick(self, w: int) -> None:
         """Worker ``w`` completed an iteration: wake workers waiting on the staleness bound."""
-        self.clock[w] += 1
+        value, at = self._clock[w], self._at
+        self._clock[w] = value + 1
+        at[value + 1] = at.get(value + 1, 0) + 1
+        at[value] -= 1
+        if not at[value]:
+            del at[value]
+            if value == self._slowest:  # ``w`` was the last at the lowest clock
+                self._slowest = value + 1
         event, self.progress = self.progress, self.env.event()
         if event.callbacks:  # a step calling nobody would move no other event: skipped
             event.succeed()
