@@ -144,6 +144,28 @@ AB_CS: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = 
     ("central_storage", 256): ((2.529, 158058), (2.183, 183086)),
     ("central_storage", 1024): ((2.730, 145562), (2.408, 165070)),
 }
+#: The sixth session (2026-11-26, 00:00 UTC, the machine of ``AB_CS``): commit 87d3cd8
+#: against 4ff9101 (joins counting their messages as they arrive, collectives' closed forms
+#: remembered per device list, small event blocks without generators, the slowest PS
+#: worker's clock kept instead of a min() per gradient), benchmark 2's layouts timing-only,
+#: alternating processes, best of 2 rounds of 3: (wall s, events/s).
+AB_COUNT: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {
+    ("parameter_server", 64): ((2.244, 89125), (2.243, 89165)),
+    ("parameter_server", 256): ((2.502, 79935), (2.359, 84780)),
+    ("parameter_server", 1024): ((3.298, 60642), (2.999, 66688)),
+    ("central_storage", 64): ((2.177, 184398), (2.096, 191524)),
+    ("central_storage", 256): ((2.148, 186103), (2.117, 188829)),
+    ("central_storage", 1024): ((2.311, 171964), (2.199, 180723)),
+    ("mirrored", 64): ((0.180, 1110756), (0.159, 1257459)),
+    ("multi_worker_mirrored", 64): ((0.242, 826182), (0.214, 934280)),
+    ("tpu", 64): ((0.182, 1098549), (0.165, 1211733)),
+}
+#: The same session and machine: benchmark 1's mirrored full run, 4 devices, 1000 steps, with
+#: a busy wait of k µs added to every step's Python (``Strategy.end_step``): k → wall ms,
+#: best of 5; and the same gradient and update programs dispatched in a plain loop (the loss
+#: read a step late, no simulation), the timing-only run and the bare loop, in ms.
+CONTENTION = {0: 201.72, 10: 204.77, 20: 211.67, 40: 248.93, 80: 291.95}
+CONTENTION_PARTS = {"programs alone": 145.1, "timing-only": 35.9, "bare loop": 163.3}
 #: Benchmark 2's rows back to back, that session: commit 4757c2c (before) against the
 #: synchronous phases recorded as blocks of columns (``Recorder.events``), 100,000-row
 #: timing-only runs in alternating processes, the best of the rounds: (wall s, events/s).
@@ -476,6 +498,31 @@ def render(
     )
     if AB_FIXED:
         add(_pairs_table("run", "ms", AB_FIXED))
+    if CONTENTION:
+        extra = {k: v - CONTENTION[0] for k, v in CONTENTION.items() if k}
+        add(
+            "What holds the row now is not the simulation's own cost (`CONTENTION`, the "
+            "sixth session, this page's machine). That session cut the simulation of a "
+            "timing-only 4-device step from 43 to 33 µs (`AB_COUNT` in section 2: the "
+            "collective's closed form remembered per device list, small event blocks "
+            "recorded without generators), and benchmark 1's mirrored full runs did not move "
+            "beyond their noise (alternating processes: 4 and 8 devices ×0.95 – ×1.00 in two "
+            f"A/B runs). The 1000-step 4-device full run takes {CONTENTION[0]:.0f} ms; apart, "
+            "its gradient and update programs dispatched in a plain loop (the loss read a "
+            f"step late, as the run reads it) take {CONTENTION_PARTS['programs alone']:.0f} "
+            f"ms, its timing-only run {CONTENTION_PARTS['timing-only']:.0f} ms, and the bare "
+            f"loop {CONTENTION_PARTS['bare loop']:.0f} ms. Together the two halves take more "
+            "than their sum, and a busy wait added to every step of the full run costs "
+            + ", ".join(f"+{k} µs → +{v:.0f} µs" for k, v in extra.items())
+            + " per step (1000 steps: ms = µs per step): up to about 20 µs a step, Python's "
+            "work costs a third to a half of itself, beyond it about all of itself. So 10 µs "
+            "less simulation per step is worth about 3 µs (1.5% of the row), below what the "
+            "A/B runs could see. "
+            "The two cores are shared by the simulation's Python and XLA's threads, and the "
+            "excess over the bare loop is their interference at every dispatch and loss read "
+            "(my reading of these figures, not a profile of XLA's threads); the bare loop "
+            "runs one program a step with nothing beside it.\n"
+        )
 
     machine_note = ""
     ps_events = [r for r in events if r["strategy"] == "parameter_server"]
@@ -584,6 +631,25 @@ def render(
             "of two rounds of three:\n"
         )
         add(_ab_timing_table(AB_CS, 3))
+    if AB_COUNT:
+        add(
+            "Fewer SimPy steps per message (`AB_COUNT`, the sixth session, this page's "
+            "machine). A join (a worker's pull or push phase, central_storage's pushes) "
+            "counts its messages as they arrive and schedules only the last one's `done` "
+            "(`links.Countdown`): the other `done` steps called nothing, and leaving out a "
+            "step that calls nothing moves no other event, since SimPy orders an instant's "
+            "events by when they were scheduled (tested against `env.all_of`, ties included; "
+            "a parameter_server gradient takes 10.5 SimPy steps instead of 13.5, a "
+            "central_storage device-step 4 instead of 5). The async loop keeps the slowest "
+            "worker's clock as counts per clock value, where a `min` over every worker's "
+            "clock per gradient cost 10% of a 1024-worker run. The synchronous rows gain "
+            "from the collective's closed form and bytes per link being remembered per "
+            "device list and from small event blocks recorded without generators. 48 report "
+            "folders (`benchmarks/record_reports.py`) byte-identical before and after. "
+            "Commit 87d3cd8 against 4ff9101, alternating processes, best of two rounds of "
+            "three:\n"
+        )
+        add(_ab_timing_table(AB_COUNT, 3))
     if scale:
         _render_scale(add, scale)
 
