@@ -79,6 +79,7 @@ class Network:
         self.recorder = recorder
         #: What point-to-point messages cost beyond the wire (default: ``ideal``, none).
         self.transport = Transport(env, protocol or PROTOCOLS["ideal"])
+        self._ideal = self.transport.protocol.ideal  # asked per message; fixed per run
         self._routes: dict[tuple[str, str], _Route] = {}
         self._holds: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _hold
         self._collectives: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _collective
@@ -144,7 +145,7 @@ class Network:
         links, cells, mode, machines, path, ends = self._route(src, dst)
         asked = self.env.now
         event = self.recorder.event
-        if self.transport.protocol.ideal:
+        if self._ideal:
             # The common case, with what each end records worked out once per route.
 
             def landed(start: float, arrival: float) -> None:
@@ -264,7 +265,10 @@ class Network:
         if remaining == 0:
             return joined.succeed()
         # Counted all at arrival or all at their ``done``: a mix would misplace the last.
-        if all(move.countdown is None and move.done.callbacks == [] for move in pending):
+        for move in pending:
+            if move.countdown is not None or move.done.callbacks:
+                break
+        else:
             countdown = Countdown(joined, remaining)
             for move in pending:
                 move.countdown = countdown

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -310,8 +311,11 @@ def _component(start: Link, seen: set[Link]) -> tuple[list[Link], list[Flow]]:
                     if other not in seen:
                         seen.add(other)
                         stack.append(other)
-    links.sort(key=lambda link: link.name)
-    return links, sorted(flows, key=lambda flow: flow.seq)
+    links.sort(key=_NAME)
+    return links, sorted(flows, key=_SEQ)
+
+
+_NAME, _SEQ = attrgetter("name"), attrgetter("seq")  # sort keys called in C
 
 
 def _max_min_levels(links: list[Link], flows: list[Flow]) -> list[float]:

@@ -524,12 +524,13 @@ class Transfer:
             return
         self.state = "arrived"
         assert self.start_s is not None
+        now = self.env.now
         on_arrival, self._on_arrival = self._on_arrival, None
         if on_arrival is not None:
             # Dropped first: callers' closures refer back to this Transfer, and a cycle
             # per message would keep every message alive until a full collection.
-            on_arrival(self.start_s, self.env.now)
-        arrive(self.done, (self.start_s, self.env.now), self.countdown)
+            on_arrival(self.start_s, now)
+        arrive(self.done, (self.start_s, now), self.countdown)
 
     def cancel(self) -> None:
         """Cut the transfer (a failure): free its claim, flow or links; it never arrives."""
