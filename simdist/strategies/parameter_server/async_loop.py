@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
@@ -130,7 +131,7 @@ class AsyncTraining:
             if pulled.values is not None:
                 self.inflight[w] = gradient._replace(ticket=s.submit(w, iteration, pulled.values))
 
-        yield from s.work(w, iteration, lambda ps: self.apply(w, ps), submit)
+        yield from s.work(w, iteration, partial(self.apply, w), submit)
         self.inflight[w] = None
         self.tick(w)
 

@@ -11,6 +11,7 @@ host and a PS task, which contend on the NICs.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -254,7 +255,7 @@ class ParameterServerStrategy(Strategy):
                             shard.nbytes,
                             step=step,
                             detail=f"push ps{shard.ps}",
-                            then=lambda ps=shard.ps: arrived(ps),
+                            then=partial(arrived, shard.ps),
                         )
                     )
                 self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
@@ -314,7 +315,7 @@ class ParameterServerStrategy(Strategy):
                 nbytes,
                 step=step,
                 detail=f"push ps{ps}",
-                then=None if then is None else (lambda ps=ps: then(ps)),
+                then=None if then is None else partial(then, ps),
             )
             for ps, nbytes in enumerate(self.ps_nbytes)
         ]
