@@ -145,21 +145,23 @@ AB_CS: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = 
     ("central_storage", 256): ((2.529, 158058), (2.183, 183086)),
     ("central_storage", 1024): ((2.730, 145562), (2.408, 165070)),
 }
-#: The sixth session (2026-11-26, 00:00 UTC, the machine of ``AB_CS``): commit 87d3cd8
-#: against 4ff9101 (joins counting their messages as they arrive, collectives' closed forms
+#: The sixth session (2026-11-26, 00:50 UTC, the machine of ``AB_CS``): commit 87d3cd8
+#: against 7c2238d (joins counting their messages as they arrive, collectives' closed forms
 #: remembered per device list, small event blocks without generators, the slowest PS
-#: worker's clock kept instead of a min() per gradient), benchmark 2's layouts timing-only,
-#: alternating processes, best of 2 rounds of 3: (wall s, events/s).
+#: worker's clock kept instead of a min() per gradient, fewer Python calls per message),
+#: benchmark 2's layouts timing-only, alternating processes, best of 2 rounds of 3: (wall s,
+#: events/s). Between three such A/B runs that session the rows moved by up to 9%
+#: (central_storage 64: ×1.00 – ×1.09).
 AB_COUNT: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {
-    ("parameter_server", 64): ((2.244, 89125), (2.243, 89165)),
-    ("parameter_server", 256): ((2.502, 79935), (2.359, 84780)),
-    ("parameter_server", 1024): ((3.298, 60642), (2.999, 66688)),
-    ("central_storage", 64): ((2.177, 184398), (2.096, 191524)),
-    ("central_storage", 256): ((2.148, 186103), (2.117, 188829)),
-    ("central_storage", 1024): ((2.311, 171964), (2.199, 180723)),
-    ("mirrored", 64): ((0.180, 1110756), (0.159, 1257459)),
-    ("multi_worker_mirrored", 64): ((0.242, 826182), (0.214, 934280)),
-    ("tpu", 64): ((0.182, 1098549), (0.165, 1211733)),
+    ("parameter_server", 64): ((2.235, 89484), (2.158, 92677)),
+    ("parameter_server", 256): ((2.462, 81234), (2.302, 86880)),
+    ("parameter_server", 1024): ((3.401, 58805), (2.767, 72279)),
+    ("central_storage", 64): ((2.080, 192997), (2.088, 192258)),
+    ("central_storage", 256): ((2.157, 185327), (2.064, 193677)),
+    ("central_storage", 1024): ((2.318, 171445), (2.187, 181714)),
+    ("mirrored", 64): ((0.182, 1098549), (0.157, 1273478)),
+    ("multi_worker_mirrored", 64): ((0.241, 829610), (0.207, 965874)),
+    ("tpu", 64): ((0.182, 1098549), (0.160, 1249600)),
 }
 #: The same session and machine: benchmark 1's mirrored full run, 4 devices, 1000 steps, with
 #: a busy wait of k µs added to every step's Python (``Strategy.end_step``): k → wall ms,
@@ -666,12 +668,14 @@ def render(
             "a parameter_server gradient takes 10.5 SimPy steps instead of 13.5, a "
             "central_storage device-step 4 instead of 5). The async loop keeps the slowest "
             "worker's clock as counts per clock value, where a `min` over every worker's "
-            "clock per gradient cost 10% of a 1024-worker run. The synchronous rows gain "
+            "clock per gradient cost 10% of a 1024-worker run, and a message makes fewer "
+            "Python calls (sort keys in C, `functools.partial` for the arrival's callback, "
+            "the clock read once). The synchronous rows gain "
             "from the collective's closed form and bytes per link being remembered per "
             "device list and from small event blocks recorded without generators. 48 report "
             "folders (`benchmarks/record_reports.py`) byte-identical before and after. "
-            "Commit 87d3cd8 against 4ff9101, alternating processes, best of two rounds of "
-            "three:\n"
+            "Commit 87d3cd8 against 7c2238d, alternating processes, best of two rounds of "
+            "three (between three such runs a row moved by up to 9%):\n"
         )
         add(_ab_timing_table(AB_COUNT, 3))
     if scale:

@@ -75,7 +75,8 @@ class AsyncTraining:
 
     @property
     def clock(self) -> list[int]:
-        """Completed iterations per worker (read-only: :meth:`tick` advances it)."""
+        """Completed iterations per worker. Read it only: :meth:`tick` advances an entry and
+        assigning a whole list (a restore) resets it, each keeping :attr:`slowest` right."""
         return self._clock
 
     @clock.setter
