@@ -617,7 +617,8 @@ def render(
                 f"{ps_by_size[n]['wall_s'] / ps_by_size[n]['steps'] * 1e6:.0f} µs above"
                 for n in sizes
             )
-            + ". The target leaves 23 µs per gradient: it is not beyond Python, it is beyond "
+            + f". The target leaves {7e6 / EVENTS_TARGET:.0f} µs per gradient (7 rows): it is "
+            "not beyond Python, it is beyond "
             "an engine that builds SimPy events, a transfer, a flow and closures for every "
             "message. An engine of the floor's shape would have to keep SimPy's order of "
             "simultaneous events, which the reports' bytes depend on, and so be a second "
