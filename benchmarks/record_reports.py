@@ -64,6 +64,18 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], int | None]] = {
         ("cluster.hosts=64", "cluster.ps=4", "workload.batch_size=16", "workload.steps=1000"),
         None,
     ),
+    # Stale-synchronous with stragglers on 16 workers: waiting workers are woken in an
+    # order that depends on every tick's event (the 4-worker ps_ssp does not show it).
+    "ps_ssp_16w_stragglers": (
+        "ps_4w2s.yaml",
+        (
+            "cluster.hosts=16",
+            "strategy.staleness_bound=1",
+            "workload.steps=300",
+            "faults.stragglers=[{probability: 0.3, slowdown: {kind: pareto, alpha: 1.5}}]",
+        ),
+        None,
+    ),
     "ps_diverge": ("ps_4w2s.yaml", (DIVERGE,), None),
     "mirrored_diverge": ("mirrored_4dev.yaml", (DIVERGE,), None),
     "cs_diverge": ("central_storage_4dev.yaml", (DIVERGE,), None),
