@@ -76,6 +76,13 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], int | None]] = {
         ),
         None,
     ),
+    # Per-variable pulls and pushes overlapped with compute (a phase's join and each
+    # layer's join wait on the same messages), 8 workers with stragglers.
+    "ps_overlap_stragglers": (
+        "ps_4w2s.yaml",
+        ("strategy.overlap=true", "cluster.hosts=8", "workload.steps=300", STRAGGLERS),
+        None,
+    ),
     "ps_diverge": ("ps_4w2s.yaml", (DIVERGE,), None),
     "mirrored_diverge": ("mirrored_4dev.yaml", (DIVERGE,), None),
     "cs_diverge": ("central_storage_4dev.yaml", (DIVERGE,), None),
