@@ -16,11 +16,10 @@ not a model to trust for timings.
 from __future__ import annotations
 
 import heapq
-import time
 from collections.abc import Callable
 from typing import Any
 
-from common import parse_args
+from common import best_interleaved, parse_args
 
 GRADIENTS = 28_571  # benchmark 2's parameter_server rows: 200,000 rows at 7 per gradient
 SIZES = (64, 1024)
@@ -98,11 +97,8 @@ def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
     gradients = GRADIENTS // 4 if quick else GRADIENTS
     out = []
     for workers in SIZES:
-        best = float("inf")
-        for _ in range(repeat):
-            start = time.perf_counter()
-            applied, rows = simulate(workers, gradients)
-            best = min(best, time.perf_counter() - start)
+        sides = {"floor": lambda workers=workers: simulate(workers, gradients)}
+        best, (applied, rows) = best_interleaved(sides, repeat)["floor"]
         out.append(
             {
                 "workers": workers,

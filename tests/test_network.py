@@ -49,7 +49,9 @@ def make_spec(hosts: int = 2, devices: int = 2, ps: int = 1) -> SimpleNamespace:
     )
 
 
-def make_net(hosts: int = 2, devices: int = 2, ps: int = 1) -> tuple[simpy.Environment, Network]:
+def make_net(
+    hosts: int = 2, devices: int = 2, ps: int = 1, sharing: str = "fifo"
+) -> tuple[simpy.Environment, Network]:
     env = simpy.Environment()
     cluster = Cluster(make_spec(hosts, devices, ps))
     topology = SwitchTopology(
@@ -59,6 +61,7 @@ def make_net(hosts: int = 2, devices: int = 2, ps: int = 1) -> tuple[simpy.Envir
         nic_bandwidth_Bps=GBps,
         intra_latency_s=INTRA_LAT,
         intra_bandwidth_Bps=INTRA_BW,
+        sharing=sharing,
     )
     return env, Network(env, topology, Recorder())
 
@@ -347,18 +350,7 @@ def test_join_fires_in_the_step_all_of_would(sharing):
     ``env.all_of`` over the ``done`` events gives — with fewer SimPy steps."""
 
     def simulate(join):
-        env = simpy.Environment()
-        spec = make_spec(hosts=3, devices=1, ps=2)
-        topology = SwitchTopology(
-            env,
-            Cluster(spec),
-            nic_latency_s=US10,
-            nic_bandwidth_Bps=GBps,
-            intra_latency_s=INTRA_LAT,
-            intra_bandwidth_Bps=INTRA_BW,
-            sharing=sharing,
-        )
-        net = Network(env, topology, Recorder())
+        env, net = make_net(hosts=3, devices=1, ps=2, sharing=sharing)
         workers, servers = net.topology.cluster.workers, net.topology.cluster.ps_hosts
         order = []
         steps = [0]

@@ -264,24 +264,17 @@ class Network:
         remaining = len(pending)  # a processed ``done`` (callbacks None) has arrived already
         if remaining == 0:
             return joined.succeed()
+        countdown = Countdown(joined, remaining)
         # Counted all at arrival or all at their ``done``: a mix would misplace the last.
         for move in pending:
             if move.countdown is not None or move.done.callbacks:
                 break
         else:
-            countdown = Countdown(joined, remaining)
             for move in pending:
                 move.countdown = countdown
             return joined
-
-        def arrived(_: simpy.Event) -> None:
-            nonlocal remaining
-            remaining -= 1
-            if remaining == 0:
-                joined.succeed()
-
         for move in pending:
-            move.done.callbacks.append(arrived)
+            move.done.callbacks.append(countdown.count)
         return joined
 
     # -- collectives ---------------------------------------------------------
@@ -335,7 +328,8 @@ class Network:
     ) -> simpy.Process:
         # A strategy all-reduces the same bytes over the same device list step after step:
         # the closed form and the bytes per link are pure functions of these, worked out once
-        # for that list (kept alive here, so its identity names it).
+        # for that list (kept alive here, so its identity names it). This is the one cache
+        # per device list; the topology keeps the shares per device names for other lists.
         key = (op, algo, nbytes, id(devices))
         cached = self._collectives.get(key)
         if cached is None or cached[0] is not devices:

@@ -381,6 +381,13 @@ class Countdown:
         """The last message's ``done`` is being processed: the set has arrived."""
         self.event.succeed()
 
+    def count(self, _: simpy.Event) -> None:
+        """A ``done`` callback, for messages that others listen to as well: each is counted
+        when its ``done`` is processed, and the last one fires the event (``all_of``'s way)."""
+        self.remaining -= 1
+        if not self.remaining:
+            self.event.succeed()
+
 
 def arrive(done: simpy.Event, value: Any, countdown: Countdown | None) -> None:
     """A message has arrived: trigger its ``done`` with ``value``, counting it first.

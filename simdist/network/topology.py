@@ -71,8 +71,7 @@ class Topology(ABC):
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._links: dict[int, Link] = {}  # registered, in creation order, once each
-        # collective_link_bytes' caches: shares per device list, and per device names.
-        self._recent_shares: dict[tuple[Any, ...], Any] = {}
+        # collective_link_bytes' cache: the shares per device names.
         self._link_share_cache: dict[tuple[Any, ...], dict[int, float]] = {}
 
     def add_link(self, link: Link) -> Link:
@@ -142,23 +141,14 @@ class Topology(ABC):
         counted. Per (op, algo, devices), the shares are computed once and scaled by
         ``nbytes``. A torus2d all-reduce uses the topology's ``x`` × ``y`` when they match.
         """
-        # Strategies pass the same devices every step: the shares aligned with ``links``
-        # are remembered for this very list (checked element by element, cheap), and per
-        # device names otherwise.
-        recent = self._recent_shares
-        members, held = tuple(devices), tuple(links)
-        key = (op, algo, id(devices))
-        hit = recent.get(key)
-        if hit is None or hit[0] != members or hit[1] != held:
-            if len(recent) >= 64:  # new lists every call: keep this cache small
-                recent.clear()
-            cache = self._link_share_cache
-            names = (op, algo, tuple(device.name for device in devices))
-            shares = cache.get(names)
-            if shares is None:
-                shares = cache[names] = self._link_shares(op, devices, algo)
-            hit = recent[key] = (members, held, [shares.get(id(link), 0.0) for link in links])
-        return [share * nbytes for share in hit[2]]
+        # The shares are remembered per device names; a strategy's collective over the same
+        # device list step after step is remembered whole by ``Network``.
+        cache = self._link_share_cache
+        names = (op, algo, tuple(device.name for device in devices))
+        shares = cache.get(names)
+        if shares is None:
+            shares = cache[names] = self._link_shares(op, devices, algo)
+        return [shares.get(id(link), 0.0) * nbytes for link in links]
 
     def _link_shares(self, op: str, devices: Sequence[Device], algo: str) -> dict[int, float]:
         """Bytes per byte of the buffer on each link (by id) the collective's messages cross."""
