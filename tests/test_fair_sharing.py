@@ -15,7 +15,7 @@ from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
 from simdist.engine import simulate
 from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
-from simdist.network.fair import Flow, _max_min_levels
+from simdist.network.fair import FairShare, Flow, _max_min_levels
 from simdist.recorder import Recorder
 from tests.test_network import INTRA_BW, INTRA_LAT, make_spec
 from tests.test_ps_timing import ALPHA, SIGMA, B, S, costs, scenario
@@ -231,3 +231,85 @@ def test_progressive_filling_is_max_min_fair(capacities, routes):
             )
             for link in flow.links
         )
+
+
+def test_arrivals_of_one_instant_share_a_step_in_their_timeouts_order(monkeypatch):
+    """Messages whose serialisation ends together arrive in one SimPy step
+    (``FairShare.later``), processed exactly as their timeouts one by one were: a
+    batch breaks where something else was scheduled between two of them, and an urgent
+    event (a process started by an arrival) still runs before the next arrival."""
+
+    def simulate():
+        env, order = simpy.Environment(), []
+        steps = [0]
+        step = env.step
+
+        def counted_step():
+            steps[0] += 1
+            step()
+
+        env.step = counted_step
+        (shared,) = fair_links(env, ("l", 4.0))
+        near = Link(env, "x", 1.0, 1e9, sharing="fair")
+        far = Link(env, "y", 2.0, 1e9, sharing="fair")
+
+        def started(name):
+            order.append(("process", name, env.now))
+            yield env.timeout(0)
+            order.append(("process done", name, env.now))
+
+        def arrival(name):
+            order.append(("arrived", name, env.now))
+            env.timeout(0).callbacks.append(lambda _: order.append(("after", name, env.now)))
+            if name in ("a", "c", "d"):
+                env.process(started(name))  # an urgent event between two arrivals
+
+        def waited(name, transfer):
+            yield transfer.done
+            order.append(("done", name, env.now))
+
+        routes = {"a": near, "b": near, "c": near, "d": near, "e": near, "f": far}
+        for name in "abc":  # equal flows on ``shared``: their serialisations end together
+            transfer = Transfer(env, [shared, routes[name]], 8, lambda s, t, n=name: arrival(n))
+            env.process(waited(name, transfer))
+
+        def raw():  # another flow's callback, between c's and d's: breaks the batch
+            env.timeout(1.0).callbacks.append(lambda _: order.append(("raw", "flow", env.now)))
+
+        shared.arbiter.start([shared], 8 / 4.0, lambda: raw())
+        for name in "def":
+            transfer = Transfer(env, [shared, routes[name]], 8, lambda s, t, n=name: arrival(n))
+            env.process(waited(name, transfer))
+
+        def observer():  # timers landing on the same instants
+            for _ in range(20):
+                yield env.timeout(1.0)
+                order.append(("tick", env.now))
+
+        env.process(observer())
+        env.run()
+        return order, steps[0]
+
+    batched, batched_steps = simulate()
+    monkeypatch.setattr(
+        FairShare, "later", lambda self, delay, call: self.env.timeout(delay).callbacks.append(call)
+    )
+    reference, reference_steps = simulate()
+    assert batched == reference
+    arrivals = [entry for entry in batched if entry[0] == "arrived"]
+    assert [name for _, name, _ in arrivals] == list("abcdef")
+    assert {at for *_, at in arrivals[:5]} == {15.0}  # all but f at one instant
+    at_15 = [entry[:2] for entry in batched if entry[-1] == 15.0 and entry[0] != "tick"]
+    assert at_15[:8] == [
+        ("arrived", "a"),
+        ("process", "a"),  # before b's arrival, as its urgent start was
+        ("arrived", "b"),
+        ("arrived", "c"),
+        ("process", "c"),
+        ("raw", "flow"),  # scheduled between c's arrival and d's, so processed between them
+        ("arrived", "d"),
+        ("process", "d"),
+    ]
+    # a, b, c in one step and d, e in another: 3 steps saved; the processes a and d start
+    # split their batches again (a step back each); c's comes after its batch's last
+    assert batched_steps == reference_steps - 3 + 2

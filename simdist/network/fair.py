@@ -23,7 +23,9 @@ their closed-form times.
 Flows whose links no other flow touches are independent: a change recomputes
 only the connected component (links ↔ flows) it touches, once per simulated
 instant (changes at one instant are batched). One SimPy timer serves the
-earliest finish among all flows; finishes are kept in a heap.
+earliest finish among all flows; finishes are kept in a heap. Messages whose
+flows finish together and arrive after the same latency arrive in one SimPy
+event, in the order their timeouts would have had (:meth:`FairShare.later`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ import heapq
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
+
+from simpy.core import NORMAL
+from simpy.events import Event
 
 if TYPE_CHECKING:
     import simpy
@@ -102,6 +107,9 @@ class FairShare:
         # Each flow's speed for one component's layout (its links, its flows' keys in
         # order): the max-min levels depend on nothing else, and a run repeats few layouts.
         self._speeds: dict[tuple[Any, ...], list[float]] = {}
+        # While finished flows call back (_fire): the batch later calls of one delay join.
+        self._batch: _Batch | None = None
+        self._firing = False
 
     # -- flows -------------------------------------------------------------
 
@@ -266,9 +274,75 @@ class FairShare:
             heapq.heappop(heap)
         if heap:
             self._arm(heap[0][0])
-        for flow in done:
-            callback, flow.callback = flow.callback, _done
-            callback()
+        self._firing = True
+        try:
+            for flow in done:
+                callback, flow.callback = flow.callback, _done
+                callback()
+        finally:
+            self._firing, self._batch = False, None
+
+    def later(self, delay_s: float, call: Callable[[Any], None]) -> None:
+        """``call(None)`` ``delay_s`` from now: ``env.timeout(delay_s).callbacks.append(call)``.
+
+        Finished flows call back one after the other in one SimPy step (:meth:`_fire`);
+        when they each ask for a call after the same delay, with nothing scheduled in
+        between, those calls share one SimPy event (:class:`_Batch`) instead of a timeout
+        each. Their timeouts would have been scheduled back to back, for the same time and
+        priority, so SimPy would have processed them back to back in that order: the batch
+        runs them in that order at that place.
+        """
+        env = self.env
+        queue = env._queue
+        batch = self._batch
+        if batch is not None and batch.delay_s == delay_s and batch.queued == len(queue):
+            # Within one step nothing leaves the queue: an unchanged length means that
+            # nothing was scheduled since the batch's last call.
+            batch.calls.append(call)
+            return
+        batch = _Batch(env, delay_s, [call])
+        if self._firing:
+            self._batch = batch
+
+
+class _Batch:
+    """Calls due at one instant, as one SimPy event in the place of their timeouts.
+
+    Scheduled as :meth:`simpy.Environment.schedule` does, keeping its id (``eid``): should
+    a call schedule an urgent event for this instant (a process started, an interrupt),
+    SimPy would have processed that before the next call's timeout, so the calls left
+    are scheduled again with the same id, behind the urgent event and before every
+    event scheduled after the batch, where their timeouts were.
+    """
+
+    __slots__ = ("calls", "delay_s", "eid", "env", "queued")
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        delay_s: float,
+        calls: list[Callable[[Any], None]],
+        eid: int | None = None,
+    ) -> None:
+        self.env = env
+        self.delay_s = delay_s
+        self.calls = calls
+        event = Event(env)
+        event._ok, event._value = True, None
+        event.callbacks.append(self.run)  # type: ignore[union-attr]
+        queue = env._queue
+        self.eid = next(env._eid) if eid is None else eid  # type: ignore[attr-defined]
+        heapq.heappush(queue, (env._now + delay_s, NORMAL, self.eid, event))
+        self.queued = len(queue)
+
+    def run(self, _: simpy.Event) -> None:
+        env, calls = self.env, self.calls
+        queue, now, last = env._queue, env._now, len(calls) - 1
+        for i, call in enumerate(calls):
+            call(None)
+            if i < last and queue and queue[0][1] < NORMAL and queue[0][0] == now:
+                _Batch(env, 0.0, calls[i + 1 :], self.eid)
+                return
 
 
 def _shape(

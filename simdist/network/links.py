@@ -445,11 +445,13 @@ class Transfer:
     rate, so the n messages share the NIC and all arrive at ``latency +
     n·nbytes/bandwidth``. Then arrive after the latency — without a SimPy process
     of its own, which parameter_server and central_storage would otherwise pay per
-    transfer. ``done`` fires with ``(start_s, arrival_s)`` in the step after the
-    arrival; ``on_arrival(start_s, arrival_s)`` runs at the arrival itself, before
-    ``done`` is scheduled; ``sent_s`` is when the serialisation ended. :meth:`cancel`
-    (a failure) withdraws a pending claim or flow, or releases held links, and
-    nothing more happens. ``path``: the route's :class:`Path`, when the caller has it.
+    transfer (under ``fair`` sharing, messages whose serialisations end together and
+    whose latencies are equal arrive in one SimPy event: :meth:`FairShare.later`).
+    ``done`` fires with ``(start_s, arrival_s)`` in the step after the arrival;
+    ``on_arrival(start_s, arrival_s)`` runs at the arrival itself, before ``done`` is
+    scheduled; ``sent_s`` is when the serialisation ended. :meth:`cancel` (a failure)
+    withdraws a pending claim or flow, or releases held links, and nothing more
+    happens. ``path``: the route's :class:`Path`, when the caller has it.
     """
 
     __slots__ = (
@@ -523,7 +525,10 @@ class Transfer:
     def _sent(self) -> None:
         self.state = "in flight"
         self.sent_s = self.env.now
-        self._flow = None  # the flow called back: drop the Transfer ↔ Flow cycle
+        if self._flow is not None:
+            self._flow = None  # the flow called back: drop the Transfer ↔ Flow cycle
+            self._arbiter.later(self._latency_s, self._arrived)  # type: ignore[union-attr]
+            return
         self.env.timeout(self._latency_s).callbacks.append(self._arrived)
 
     def _arrived(self, _: simpy.Event) -> None:
