@@ -52,6 +52,9 @@ class AsyncTraining:
         n = strategy.n_workers
         self.clock = [0] * n  # completed iterations per worker (a restore sets it back)
         self.inflight: list[InFlight | None] = [None] * n
+        # The workers whose ``inflight`` entry is set: ``check_finished`` asks whether any is,
+        # at every tick once the budget is claimed (a scan of ``inflight`` there was O(W²)).
+        self.flying: set[int] = set()
         self.claimed = 0  # gradients started (the budget is strategy.total_steps)
         self.stopped = False  # training diverged
         self.procs: list[simpy.Process] = []
@@ -127,6 +130,7 @@ class AsyncTraining:
             iteration, iteration - self.slowest, pulled.versions, s.n_ps, pulled=pulled.values
         )
         self.inflight[w] = gradient
+        self.flying.add(w)
 
         def submit() -> None:
             if pulled.values is not None:
@@ -134,6 +138,7 @@ class AsyncTraining:
 
         yield from s.work(w, iteration, partial(self.apply, w), submit)
         self.inflight[w] = None
+        self.flying.discard(w)
         self.tick(w)
 
     def ssp_wait(self, w: int) -> Generator[Any, Any, None]:
@@ -248,6 +253,7 @@ class AsyncTraining:
         if gradient is not None:
             s.lost_gradients += 1
         self.inflight[w] = None
+        self.flying.discard(w)
         s.pipelines[w] = None
         self.check_finished()
 
@@ -260,5 +266,5 @@ class AsyncTraining:
         if self.finished.triggered:
             return
         spent = self.claimed >= self.strategy.total_steps and not self.recovery.restoring
-        if self.stopped or (spent and all(g is None for g in self.inflight)):
+        if self.stopped or (spent and not self.flying):
             self.finished.succeed()
