@@ -23,7 +23,14 @@ from simdist import engine
 from simdist.strategies import STRATEGY_CLASSES
 
 SIZES = (64, 256, 1024)
-KINDS = ("mirrored", "parameter_server", "multi_worker_mirrored", "central_storage", "tpu")
+KINDS = (
+    "mirrored",
+    "parameter_server",
+    "multi_worker_mirrored",
+    "central_storage",
+    "tpu",
+    "pipeline",
+)
 #: Rows to aim for per run, so that fixed costs (cluster set-up, tables) are amortised.
 TARGET_ROWS = 200_000
 
@@ -32,6 +39,8 @@ def _work(kind: str, devices: int, rows: int) -> int:
     """Steps (sync) or gradients (parameter_server) giving about ``rows`` events."""
     if kind == "parameter_server":
         return max(4 * devices, rows // 7)
+    if kind == "pipeline":  # 41 rows per device and step (common.sync_scenario's layout)
+        return max(2, rows // (41 * devices))
     return max(5, rows // (2 * devices))
 
 

@@ -49,10 +49,16 @@ def ps_scenario(
     )
 
 
+#: pipeline's layout: scenarios/pipeline_gpipe.yaml's model (8 layers of width 64) and
+#: schedule (4 stages, 8 micro-batches of 8 examples), copied ``devices / 4`` times.
+PIPELINE_STAGES = 4
+
+
 def sync_scenario(kind: str, devices: int, steps: int, *, numerics: bool = True) -> Scenario:
     """A synchronous strategy on ``devices`` devices (laid out as the strategy needs)."""
     cluster: dict[str, Any] = {"device": {"profile": "cpu"}}
     strategy: dict[str, Any] = {"kind": kind, "execution": "batched"}
+    workload = WORKLOAD
     if kind in ("mirrored", "central_storage"):
         cluster["devices_per_host"] = devices
     elif kind == "multi_worker_mirrored":
@@ -64,6 +70,16 @@ def sync_scenario(kind: str, devices: int, steps: int, *, numerics: bool = True)
     elif kind == "parameter_server":
         cluster.update(hosts=devices, ps=2)
         strategy = {"kind": kind}
+    elif kind == "pipeline":
+        per_host = min(8, devices)
+        cluster.update(hosts=devices // per_host, devices_per_host=per_host)
+        strategy = {
+            "kind": kind,
+            "stages": PIPELINE_STAGES,
+            "micro_batches": 8,
+            "replicas": devices // PIPELINE_STAGES,
+        }
+        workload = {**WORKLOAD, "model": {"name": "mlp", "hidden": [64] * 7}, "batch_size": 64}
     elif kind not in ("one_device", "default"):
         raise ValueError(f"no benchmark layout for {kind}")
     if kind in ("one_device", "default"):
@@ -73,7 +89,7 @@ def sync_scenario(kind: str, devices: int, steps: int, *, numerics: bool = True)
             "name": f"bench_{kind}_{devices}",
             "numerics": numerics,
             "cluster": cluster,
-            "workload": {**WORKLOAD, "steps": steps},
+            "workload": {**workload, "steps": steps},
             "strategy": strategy,
         }
     )
