@@ -6,6 +6,7 @@ times below are exact binary fractions and are compared with ``==``.
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import simpy
 from hypothesis import given, settings
@@ -13,10 +14,11 @@ from hypothesis import strategies as st
 
 from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
-from simdist.engine import simulate
+from simdist.engine import run, simulate
 from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
 from simdist.network.fair import FairShare, Flow, _max_min_levels
 from simdist.recorder import Recorder
+from simdist.scenario import scenario_from_dict
 from tests.test_network import INTRA_BW, INTRA_LAT, make_spec
 from tests.test_ps_timing import ALPHA, SIGMA, B, S, costs, scenario
 
@@ -313,3 +315,65 @@ def test_arrivals_of_one_instant_share_a_step_in_their_timeouts_order(monkeypatc
     # a, b, c in one step and d, e in another: 3 steps saved; the processes a and d start
     # split their batches again (a step back each); c's comes after its batch's last
     assert batched_steps == reference_steps - 3 + 2
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kind=st.sampled_from(["async", "ssp", "central_storage", "pipeline"]),
+    size=st.integers(2, 6),
+    straggle=st.sampled_from([0.0, 0.3]),
+    failure=st.booleans(),
+    seed=st.integers(0, 3),
+)
+def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, failure, seed):
+    """Whole timing-only runs — parameter_server (async and SSP, with a worker failing and
+    coming back), central_storage and pipeline, with stragglers — give the same events,
+    metrics, tables and summary with arrivals batched as with one timeout per message."""
+    cluster: dict = {"hosts": size, "device": {"profile": "cpu"}}
+    strategy: dict = {"kind": "parameter_server"}
+    model: dict = {"name": "mlp", "hidden": [32]}
+    faults: dict = {}
+    if kind in ("async", "ssp"):
+        cluster["ps"] = 2
+        if kind == "ssp":
+            strategy["staleness_bound"] = 1
+        if failure:
+            faults["failures"] = [{"target": "worker 1", "at": "2ms", "restart_after": "1ms"}]
+    elif kind == "central_storage":
+        cluster.update(hosts=1, devices_per_host=size)
+        strategy = {"kind": kind}
+    else:
+        cluster.update(hosts=size, devices_per_host=2)
+        strategy = {"kind": kind, "stages": 2, "micro_batches": 4, "replicas": size}
+        model["hidden"] = [32, 32, 32]
+    if straggle:
+        faults["stragglers"] = [{"probability": straggle, "slowdown": {"kind": "pareto"}}]
+    data = {
+        "name": "batched",
+        "seed": seed,
+        "numerics": False,
+        "cluster": cluster,
+        "workload": {
+            "model": model,
+            "dataset": "digits",
+            "batch_size": 16,
+            "optimizer": {"name": "sgd", "learning_rate": 0.1},
+            "steps": 40,
+        },
+        "strategy": strategy,
+        "faults": faults,
+    }
+    batched = run(scenario_from_dict(data))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            FairShare,
+            "later",
+            lambda self, delay, call: self.env.timeout(delay).callbacks.append(call),
+        )
+        reference = run(scenario_from_dict(data))
+    pd.testing.assert_frame_equal(batched.events, reference.events)
+    pd.testing.assert_frame_equal(batched.metrics, reference.metrics)
+    assert batched.tables.keys() == reference.tables.keys()
+    for name, table in batched.tables.items():
+        pd.testing.assert_frame_equal(table, reference.tables[name])
+    assert batched.summary == reference.summary
