@@ -175,6 +175,12 @@ AB_BATCH: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]]
     ("central_storage", 256): ((1.878, 212859), (1.652, 241979)),
     ("central_storage", 1024): ((1.960, 202760), (1.754, 226573)),
 }
+#: ``benchmarks/tie_order.py``, the seventh session: parameter_server's staleness (mean, max)
+#: with SimPy's order of simultaneous events, and the range over three seeded random orders.
+TIES = {
+    "ps_4w2s": ((1.50, 3), (1.859, 1.881), (6, 6)),
+    "64 identical workers": ((31.37, 63), (39.06, 39.37), (116, 118)),
+}
 #: The same session and machine: benchmark 1's mirrored full run, 4 devices, 1000 steps, with
 #: a busy wait of k µs added to every step's Python (``Strategy.end_step``): k → wall ms,
 #: best of 5; and the same gradient and update programs dispatched in a plain loop (the loss
@@ -641,7 +647,22 @@ def render(
             "message. An engine of the floor's shape would have to keep SimPy's order of "
             "simultaneous events, which the reports' bytes depend on, and so be a second "
             "implementation of the network's semantics (sharing models, protocols, failures): "
-            "that is the design this target is left waiting for.\n"
+            "that is the design this target is left waiting for."
+            + (
+                " Nor is that order only a matter of bytes (`benchmarks/tie_order.py`): with "
+                "ties broken at random every simulated time stays the same, but "
+                "parameter_server's staleness moves — "
+                + "; ".join(
+                    f"{name}: mean {ours[0]:.2f} → {lo:.2f} – {hi:.2f}, max {ours[1]} → "
+                    + (str(top[0]) if top[0] == top[1] else f"{top[0]} – {top[1]}")
+                    for name, (ours, (lo, hi), top) in TIES.items()
+                )
+                + " — so another engine must keep this rule (first scheduled, first served "
+                "within an instant), not merely some stable one."
+                if TIES
+                else ""
+            )
+            + "\n"
         )
     if AB_TIMING:
         add(
