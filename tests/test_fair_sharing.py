@@ -338,7 +338,7 @@ def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, fail
         if kind == "ssp":
             strategy["staleness_bound"] = 1
         if failure:
-            faults["failures"] = [{"target": "worker 1", "at": "2ms", "restart_after": "1ms"}]
+            faults["failures"] = [{"target": "worker 1", "at": "1ms", "restart_after": "0.5ms"}]
     elif kind == "central_storage":
         cluster.update(hosts=1, devices_per_host=size)
         strategy = {"kind": kind}
