@@ -377,3 +377,83 @@ def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, fail
     for name, table in batched.tables.items():
         pd.testing.assert_frame_equal(table, reference.tables[name])
     assert batched.summary == reference.summary
+
+
+class _Forgetful(dict):
+    """A layout cache that never finds anything: every reallocation computed afresh."""
+
+    def get(self, key, default=None):
+        return default
+
+
+@pytest.mark.parametrize("devices_per_host", [1, 2])
+def test_rates_remembered_per_layout_are_the_rates_computed_afresh(devices_per_host):
+    """The links' rates a repeated layout takes from the cache (FairShare._speeds) are the
+    floats summed afresh: every table, link telemetry included, is the same with a cache
+    that never hits — with PS messages alone, and mixed with local all-reduces whose
+    bytes per link are their own (``link_bytes``: not cached)."""
+    data = {
+        "name": "layouts",
+        "seed": 1,
+        "numerics": False,
+        "cluster": {
+            "hosts": 8,
+            "ps": 2,
+            "devices_per_host": devices_per_host,
+            "device": {"profile": "cpu"},
+        },
+        "workload": {
+            "model": {"name": "mlp", "hidden": [32]},
+            "dataset": "digits",
+            "batch_size": 16,
+            "optimizer": {"name": "sgd", "learning_rate": 0.1},
+            "steps": 200,
+        },
+        "strategy": {"kind": "parameter_server"},
+        "faults": {"stragglers": [{"probability": 0.2, "slowdown": {"kind": "pareto"}}]},
+    }
+    remembered = run(scenario_from_dict(data))
+    original = FairShare.__init__
+
+    def forgetful(self, env):
+        original(self, env)
+        self._speeds = _Forgetful()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FairShare, "__init__", forgetful)
+        afresh = run(scenario_from_dict(data))
+    assert set(remembered.tables) >= {"links", "link_load", "link_buckets"}
+    for name, table in remembered.tables.items():
+        pd.testing.assert_frame_equal(table, afresh.tables[name])
+    pd.testing.assert_frame_equal(remembered.events, afresh.events)
+    assert remembered.summary == afresh.summary
+
+
+def test_a_collective_with_bytes_of_its_own_gets_its_own_rates_in_a_known_layout():
+    """Two rounds of one layout (a message beside a collective on the same links) whose
+    collectives put different bytes on the links: the second round's link rates are its
+    own, as computed afresh, not the first round's."""
+
+    def rounds(fresh):
+        env = simpy.Environment()
+        a = Link(env, "a", 0.0, 4.0, sharing="fair")
+        b = Link(env, "b", 0.0, 8.0, sharing="fair")
+        if fresh:
+            a.arbiter._speeds = _Forgetful()
+
+        def both(carried):
+            Transfer(env, [a], 4)
+            yield env.process(hold_links(env, [a, b], 2.0, carried))
+
+        def run_rounds():
+            yield env.process(both([8.0, 16.0]))
+            yield env.timeout(10.0)
+            yield env.process(both([2.0, 4.0]))
+
+        env.process(run_rounds())
+        env.run()
+        return a.rates, b.rates
+
+    remembered, afresh = rounds(False), rounds(True)
+    assert remembered == afresh
+    assert afresh[1][-2][1] != afresh[1][1][1]  # the rounds' rates on b differ

@@ -51,6 +51,7 @@ class Flow:
         "active",
         "bps",
         "callback",
+        "custom",
         "finish_s",
         "gen",
         "key",
@@ -88,6 +89,7 @@ class Flow:
         self.seq = seq
         self.callback = callback
         self.active = True
+        self.custom = False  # bytes/s per link given by the caller, not by its key
 
 
 class FairShare:
@@ -106,7 +108,9 @@ class FairShare:
         self._key_ids: dict[tuple[Any, ...], int] = {}
         # Each flow's speed for one component's layout (its links, its flows' keys in
         # order): the max-min levels depend on nothing else, and a run repeats few layouts.
-        self._speeds: dict[tuple[Any, ...], list[float]] = {}
+        # Beside them, each link's rate, while no flow's bytes/s differ from its key's.
+        self._speeds: dict[tuple[Any, ...], list[Any]] = {}
+        self._custom = 0  # active flows whose bytes/s per link the caller gave (link_bytes)
         # While finished flows call back (_fire): the batch later calls of one delay join.
         self._batch: _Batch | None = None
         self._firing = False
@@ -146,6 +150,9 @@ class FairShare:
             bps = [b / work_s for b in link_bytes] if work_s > 0 else [0.0] * len(link_bytes)
         self._seq += 1
         flow = Flow(links, work_s, weights, bps, ref, callback, self._seq, now, key)
+        if link_bytes is not None:
+            flow.custom = True
+            self._custom += 1
         alone = True
         for link in links:
             if link.flows:
@@ -175,6 +182,8 @@ class FairShare:
         """Take ``flow`` off its links; links left with other flows are reallocated."""
         flow.active = False
         flow.gen += 1
+        if flow.custom:
+            self._custom -= 1
         now = self.env.now
         shared = []
         for link in flow.links:
@@ -217,6 +226,7 @@ class FairShare:
             if flow.last_s != now:
                 flow.remaining_s -= flow.speed * (now - flow.last_s)
                 flow.last_s = now
+        found: list[Any] | None = None
         if len(flows) == 1:
             speeds = [1.0]
         else:
@@ -225,11 +235,23 @@ class FairShare:
             if found is None:
                 levels = _max_min_levels(links, flows)
                 # rounding can leave a link a hair short of a flow's share: keep speeds > 0
-                found = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
+                speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
                 if len(self._speeds) >= 4096:
                     self._speeds.clear()
-                self._speeds[layout] = found
-            speeds = found
+                found = self._speeds[layout] = [speeds, None]
+            speeds = found[0]
+            if self._custom:  # a flow's bytes/s may not be its key's: rates as below
+                found = None
+            elif found[1] is not None:
+                # The links' rates, summed below in this order from these speeds and the
+                # keys' bytes/s the first time the layout came: the same floats.
+                for flow, speed in zip(flows, speeds, strict=True):
+                    if speed != flow.speed:
+                        flow.speed = speed
+                        self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
+                for link, rate in zip(links, found[1], strict=True):
+                    link.set_rate(now, rate)
+                return
         rates = dict.fromkeys(links, 0.0)
         for flow, speed in zip(flows, speeds, strict=True):
             for link, bps in zip(flow.links, flow.bps, strict=True):
@@ -239,6 +261,8 @@ class FairShare:
                 self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
         for link in links:
             link.set_rate(now, rates[link])
+        if found is not None:
+            found[1] = [rates[link] for link in links]
 
     def _schedule(self, flow: Flow, finish_s: float) -> None:
         flow.gen += 1
