@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -32,15 +32,29 @@ if TYPE_CHECKING:
     from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
 
 
-class InFlight(NamedTuple):
-    """A worker's gradient from its pull until every PS has applied its shard."""
+class InFlight:
+    """A worker's gradient from its pull until every PS has applied its shard.
 
-    iteration: int  # the worker's clock when it pulled
-    ssp: int  # its clock − the slowest worker's clock at the pull
-    versions: tuple[int, ...]  # the version of each PS it pulled
-    waiting: int  # PS tasks that have not applied their shard yet
-    ticket: int | None = None  # its gradient in the dataflow (numerics only)
-    pulled: Any = None  # what it read: values, or the state ids of a dataflow run
+    Updated in place (its ticket, the PS tasks still waiting for their shard): a copy per
+    applied shard cost more than the rest of the bookkeeping of an arrival.
+    """
+
+    __slots__ = ("iteration", "pulled", "ssp", "ticket", "versions", "waiting")
+
+    def __init__(
+        self,
+        iteration: int,
+        ssp: int,
+        versions: tuple[int, ...],
+        waiting: int,
+        pulled: Any = None,
+    ) -> None:
+        self.iteration = iteration  # the worker's clock when it pulled
+        self.ssp = ssp  # its clock − the slowest worker's clock at the pull
+        self.versions = versions  # the version of each PS it pulled
+        self.waiting = waiting  # PS tasks that have not applied their shard yet
+        self.ticket: int | None = None  # its gradient in the dataflow (numerics only)
+        self.pulled = pulled  # what it read: values, or the state ids of a dataflow run
 
 
 class AsyncTraining:
@@ -134,7 +148,7 @@ class AsyncTraining:
 
         def submit() -> None:
             if pulled.values is not None:
-                self.inflight[w] = gradient._replace(ticket=s.submit(w, iteration, pulled.values))
+                gradient.ticket = s.submit(w, iteration, pulled.values)
 
         yield from s.work(w, iteration, partial(self.apply, w), submit)
         self.inflight[w] = None
@@ -192,8 +206,7 @@ class AsyncTraining:
             loss=loss,
         )
         s.log.metric(now, s.applied, "staleness", staleness)
-        gradient = gradient._replace(waiting=gradient.waiting - 1)
-        self.inflight[w] = gradient
+        gradient.waiting -= 1
         if gradient.waiting == 0:
             self.step_done(loss)
 
