@@ -164,16 +164,16 @@ AB_COUNT: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]]
     ("tpu", 64): ((0.182, 1098549), (0.160, 1249600)),
 }
 #: Benchmark 2's message-by-message rows back to back, the seventh session (2026-11-26): commit
-#: de8ce62 against f442bb9 (arrivals of one fair-sharing timer in one SimPy event, the
-#: async loop's in-flight set), alternating processes, the best of two A/B runs of two
-#: rounds of three: (wall s, events/s).
+#: de8ce62 against f9ea1d1 (arrivals of one fair-sharing timer in one SimPy event, each
+#: layout's link rates remembered, the async loop's in-flight set and in-place gradients),
+#: alternating processes, the best of two A/B runs of two rounds of three: (wall s, events/s).
 AB_BATCH: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {
-    ("parameter_server", 64): ((1.916, 104383), (1.827, 109467)),
-    ("parameter_server", 256): ((2.062, 96992), (1.997, 100149)),
-    ("parameter_server", 1024): ((2.443, 81865), (2.317, 86317)),
-    ("central_storage", 64): ((1.854, 216523), (1.701, 235999)),
-    ("central_storage", 256): ((1.878, 212859), (1.652, 241979)),
-    ("central_storage", 1024): ((1.960, 202760), (1.754, 226573)),
+    ("parameter_server", 64): ((2.012, 99402), (1.777, 112548)),
+    ("parameter_server", 256): ((2.117, 94472), (1.907, 104875)),
+    ("parameter_server", 1024): ((2.611, 76598), (2.269, 88143)),
+    ("central_storage", 64): ((1.870, 214671), (1.685, 238240)),
+    ("central_storage", 256): ((1.923, 207878), (1.640, 243750)),
+    ("central_storage", 1024): ((2.073, 191707), (1.740, 228396)),
 }
 #: ``benchmarks/tie_order.py``, the seventh session: parameter_server's staleness (mean, max)
 #: with SimPy's order of simultaneous events, and the range over three seeded random orders.
@@ -720,27 +720,34 @@ def render(
         add(_ab_timing_table(AB_COUNT, 3))
     if AB_BATCH:
         add(
-            "Arrivals batched (`AB_BATCH`, the seventh session, this page's machine). Under "
-            "fair sharing a flow's end is found by the model's one timer, and the messages "
-            "whose flows end in one firing call back one after the other; each then waited "
-            "its latency in a timeout of its own. Those with equal latencies, with nothing "
-            "scheduled between them, now share one SimPy event (`FairShare.later`): their "
-            "timeouts would have been scheduled back to back for one time and priority, so "
-            "SimPy processed them back to back, and the batch runs them in that order at "
+            "Arrivals batched, rates remembered (`AB_BATCH`, the seventh session, this page's "
+            "machine). Under fair sharing a flow's end is found by the model's one timer, and "
+            "the messages whose flows end in one firing call back one after the other; each "
+            "then waited its latency in a timeout of its own. Those with equal latencies, with "
+            "nothing scheduled between them, now share one SimPy event (`FairShare.later`): "
+            "their timeouts would have been scheduled back to back for one time and priority, "
+            "so SimPy processed them back to back, and the batch runs them in that order at "
             "that place. Should an arrival schedule an urgent event for that instant (a "
             "process started, an interrupt), the rest of the batch is scheduled again with "
             "the batch's own id, behind it, as their timeouts were (tested against a timeout "
-            "per message, with ties, a break by another flow's event and urgent events). A "
-            "parameter_server gradient takes 5.3 SimPy steps instead of 9.2 at 64 workers, "
-            "a central_storage device-step 2.2 instead of 4.2 — and the wall time moves far "
-            "less than the step count, because SimPy's own step costs about a microsecond "
-            "here; the cost is the Python per message. The async loop also keeps the set of "
-            "workers with a gradient in flight: its end-of-run check scanned every worker at "
-            "each tick once the budget was claimed, O(W²) at the end of a 1024-worker run. "
-            "50 report folders (`benchmarks/record_reports.py`) byte-identical before and "
-            "after. Commit de8ce62 against f442bb9, alternating processes, the best of two "
-            "A/B runs of two rounds of three (the parameter_server rows moved by 1–10% "
-            "between runs):\n"
+            "per message, with ties, a break by another flow's event and urgent events, and on "
+            "whole runs of four strategies). A parameter_server gradient takes 5.3 SimPy steps "
+            "instead of 9.2 at 64 workers, a central_storage device-step 2.2 instead of 4.2 — "
+            "and the wall time moves far less than the step count: SimPy's own step costs "
+            "about a microsecond here, the cost is the Python per message. A sampling profiler "
+            "(py-spy; cProfile weighs call-heavy code too much) then showed the fair model "
+            "summing every link's rate flow by flow at each reallocation, 5% of a 64-worker "
+            "run: a layout now remembers its links' rates beside its flows' speeds, the "
+            "floats summed the first time it came (the same flows in the same order, their "
+            "bytes/s given by their keys; not while a collective with bytes per link of its "
+            "own is active), tested against a cache that never hits. The async loop keeps "
+            "the set of workers with a gradient in flight (its end-of-run check scanned "
+            "every worker at each tick once the budget was claimed, O(W²) at the end of a "
+            "1024-worker run) and updates a gradient in flight in place rather than copying "
+            "a NamedTuple per applied shard. 50 report folders "
+            "(`benchmarks/record_reports.py`) byte-identical before and after. Commit "
+            "de8ce62 against f9ea1d1, alternating processes, the best of two A/B runs of two "
+            "rounds of three:\n"
         )
         add(_ab_timing_table(AB_BATCH, 3))
     if scale:
