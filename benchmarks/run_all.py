@@ -517,9 +517,9 @@ def render(
             else f", above ≤ {RATIO_TARGET} by about the update's program. "
         )
         + "The target sits inside the mirrored rows' noise on this machine: 1.29 – 1.37 on "
-        "the sixth session's page, 1.29 / 1.30 / 1.36 (4 / 8 / 64 devices) in a run of "
-        "benchmark 1's mirrored rows alone at the start of the seventh, whose page reads "
-        "below 1.3.\n"
+        "the sixth session's page; in the seventh, over five runs (three of benchmark 1's "
+        "mirrored rows alone, two pages), 1.25 – 1.31 at 4 devices, 1.22 – 1.30 at 8 and "
+        "1.25 – 1.36 at 64.\n"
     )
     if AB_FIXED:
         add(_pairs_table("run", "ms", AB_FIXED))
