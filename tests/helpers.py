@@ -56,3 +56,16 @@ def assert_trees_close(a: Any, b: Any, atol: float = 1e-6) -> None:
     assert len(leaves_a) == len(leaves_b)
     for x, y in zip(leaves_a, leaves_b, strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
+
+
+def count_steps(env: Any) -> list[int]:
+    """Count ``env``'s SimPy steps from now on: the returned list's one entry."""
+    steps = [0]
+    step = env.step
+
+    def counted_step() -> None:
+        steps[0] += 1
+        step()
+
+    env.step = counted_step
+    return steps

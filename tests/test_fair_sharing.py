@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import simpy
+from helpers import count_steps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -243,14 +244,7 @@ def test_arrivals_of_one_instant_share_a_step_in_their_timeouts_order(monkeypatc
 
     def simulate():
         env, order = simpy.Environment(), []
-        steps = [0]
-        step = env.step
-
-        def counted_step():
-            steps[0] += 1
-            step()
-
-        env.step = counted_step
+        steps = count_steps(env)
         (shared,) = fair_links(env, ("l", 4.0))
         near = Link(env, "x", 1.0, 1e9, sharing="fair")
         far = Link(env, "y", 2.0, 1e9, sharing="fair")
@@ -317,6 +311,27 @@ def test_arrivals_of_one_instant_share_a_step_in_their_timeouts_order(monkeypatc
     assert batched_steps == reference_steps - 3 + 2
 
 
+def timing_only(
+    cluster: dict, strategy: dict, faults: dict, *, steps: int, seed: int, hidden=(32,)
+) -> dict:
+    """A timing-only scenario of a small MLP on digits."""
+    return {
+        "name": "timing_only",
+        "seed": seed,
+        "numerics": False,
+        "cluster": cluster,
+        "workload": {
+            "model": {"name": "mlp", "hidden": list(hidden)},
+            "dataset": "digits",
+            "batch_size": 16,
+            "optimizer": {"name": "sgd", "learning_rate": 0.1},
+            "steps": steps,
+        },
+        "strategy": strategy,
+        "faults": faults,
+    }
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     kind=st.sampled_from(["async", "ssp", "central_storage", "pipeline"]),
@@ -331,7 +346,7 @@ def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, fail
     metrics, tables and summary with arrivals batched as with one timeout per message."""
     cluster: dict = {"hosts": size, "device": {"profile": "cpu"}}
     strategy: dict = {"kind": "parameter_server"}
-    model: dict = {"name": "mlp", "hidden": [32]}
+    hidden = [32]
     faults: dict = {}
     if kind in ("async", "ssp"):
         cluster["ps"] = 2
@@ -345,24 +360,10 @@ def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, fail
     else:
         cluster.update(hosts=size, devices_per_host=2)
         strategy = {"kind": kind, "stages": 2, "micro_batches": 4, "replicas": size}
-        model["hidden"] = [32, 32, 32]
+        hidden = [32, 32, 32]
     if straggle:
         faults["stragglers"] = [{"probability": straggle, "slowdown": {"kind": "pareto"}}]
-    data = {
-        "name": "batched",
-        "seed": seed,
-        "numerics": False,
-        "cluster": cluster,
-        "workload": {
-            "model": model,
-            "dataset": "digits",
-            "batch_size": 16,
-            "optimizer": {"name": "sgd", "learning_rate": 0.1},
-            "steps": 40,
-        },
-        "strategy": strategy,
-        "faults": faults,
-    }
+    data = timing_only(cluster, strategy, faults, steps=40, seed=seed, hidden=hidden)
     batched = run(scenario_from_dict(data))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
@@ -392,26 +393,14 @@ def test_rates_remembered_per_layout_are_the_rates_computed_afresh(devices_per_h
     floats summed afresh: every table, link telemetry included, is the same with a cache
     that never hits — with PS messages alone, and mixed with local all-reduces whose
     bytes per link are their own (``link_bytes``: not cached)."""
-    data = {
-        "name": "layouts",
-        "seed": 1,
-        "numerics": False,
-        "cluster": {
-            "hosts": 8,
-            "ps": 2,
-            "devices_per_host": devices_per_host,
-            "device": {"profile": "cpu"},
-        },
-        "workload": {
-            "model": {"name": "mlp", "hidden": [32]},
-            "dataset": "digits",
-            "batch_size": 16,
-            "optimizer": {"name": "sgd", "learning_rate": 0.1},
-            "steps": 200,
-        },
-        "strategy": {"kind": "parameter_server"},
-        "faults": {"stragglers": [{"probability": 0.2, "slowdown": {"kind": "pareto"}}]},
+    cluster = {
+        "hosts": 8,
+        "ps": 2,
+        "devices_per_host": devices_per_host,
+        "device": {"profile": "cpu"},
     }
+    stragglers = {"stragglers": [{"probability": 0.2, "slowdown": {"kind": "pareto"}}]}
+    data = timing_only(cluster, {"kind": "parameter_server"}, stragglers, steps=200, seed=1)
     remembered = run(scenario_from_dict(data))
     original = FairShare.__init__
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import simpy
+from helpers import count_steps
 
 from simdist.cluster import Cluster
 from simdist.collectives import (
@@ -353,14 +354,7 @@ def test_join_fires_in_the_step_all_of_would(sharing):
         env, net = make_net(hosts=3, devices=1, ps=2, sharing=sharing)
         workers, servers = net.topology.cluster.workers, net.topology.cluster.ps_hosts
         order = []
-        steps = [0]
-        step = env.step
-
-        def counted_step():
-            steps[0] += 1
-            step()
-
-        env.step = counted_step
+        steps = count_steps(env)
 
         def noticed(what):  # at the arrival, and in a step of its own at the same instant
             order.append((*what, env.now))
