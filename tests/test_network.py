@@ -6,6 +6,7 @@ hand-made cluster, a :class:`Network` that routes, prices, holds links and recor
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import pairwise
 from types import SimpleNamespace
 
@@ -30,6 +31,7 @@ from simdist.network import (
     Transfer,
     hold_links,
 )
+from simdist.network.transport import PROTOCOLS
 from simdist.recorder import Recorder
 
 MB = 1e6
@@ -396,3 +398,53 @@ def test_join_fires_in_the_step_all_of_would(sharing):
     assert any(a[-1] == b[-1] and a[0] != b[0] for a, b in pairwise(counted))  # ties
     # one ``done`` left out per joined message but the last (all_of's own step stays)
     assert counted_steps == reference_steps - 12
+
+
+@pytest.mark.parametrize("sharing", ["fair", "fifo"])
+@pytest.mark.parametrize("protocol", ["ideal", "grpc"])
+def test_a_message_triggers_the_event_it_is_given_where_then_would(sharing, protocol):
+    """``net.send(done=event)``: the receiver's event is triggered at the arrival, in the
+    SimPy step ``then=event.succeed`` scheduled it, with the arrival's times as its value;
+    the message's own ``done`` step, which nobody listened to, is gone."""
+
+    def simulate(given):
+        env, net = make_net(hosts=3, devices=1, ps=1, sharing=sharing)
+        net = Network(env, net.topology, Recorder(), PROTOCOLS[protocol])
+        steps = count_steps(env)
+        workers, (server,) = net.topology.cluster.workers, net.topology.cluster.ps_hosts
+        order = []
+
+        def noticed(w, i):  # at the arrival, and in a step of its own at the same instant
+            order.append(("arrived", w, i, env.now))
+            env.timeout(0).callbacks.append(lambda _: order.append(("noticed", w, i)))
+
+        def receiver(w):
+            for i in range(4):  # waits before or after the arrival, ties at every arrival
+                ready = env.event()
+                if given:
+                    then = partial(noticed, w, i)
+                    net.send(server, workers[w], MB, step=i, detail="pull", then=then, done=ready)
+                else:
+
+                    def then(w=w, i=i, ready=ready):
+                        noticed(w, i)
+                        ready.succeed()
+
+                    net.send(server, workers[w], MB, step=i, detail="pull", then=then)
+                if w == 1:
+                    yield env.timeout(MB / GBps)
+                yield ready
+                order.append((w, i, env.now))
+                env.timeout(0).callbacks.append(lambda _, w=w, i=i: order.append(("then", w, i)))
+
+        for w in range(len(workers)):
+            env.process(receiver(w))
+        env.run()
+        return order, steps[0], net.recorder
+
+    given, given_steps, given_rows = simulate(True)
+    reference, reference_steps, reference_rows = simulate(False)
+    assert given == reference
+    assert len(given) == 48
+    assert given_steps == reference_steps - 12  # one ``done`` step per message
+    assert given_rows.events_frame().equals(reference_rows.events_frame())

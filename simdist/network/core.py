@@ -132,6 +132,7 @@ class Network:
         detail: str,
         wait_detail: str = "waiting for a link",
         then: Callable[[], None] | None = None,
+        done: simpy.Event | None = None,
     ) -> Transfer | Message:
         """Start moving ``nbytes`` from ``src`` to ``dst``; ``then()`` runs on arrival.
 
@@ -139,6 +140,9 @@ class Network:
         costs, a :class:`~simdist.network.transport.Message` with the same surface:
         ``yield transfer.done`` waits for the arrival (its value is ``(start_s,
         arrival_s)``), ``transfer.cancel()`` cuts it (a failure; nothing is recorded then).
+        ``done``: the event to trigger on arrival instead of a new one — an event the
+        receiver may already wait on, so it need not be triggered by ``then`` in a SimPy
+        step of its own beside the message's ``done``.
         The protocol (``cluster.network.protocol``) prices the message: see
         :mod:`simdist.network.transport`.
         """
@@ -158,7 +162,7 @@ class Network:
                 if then is not None:
                     then()
 
-            moving = Transfer(self.env, links, nbytes, landed, path=path)
+            moving = Transfer(self.env, links, nbytes, landed, path=path, done=done)
             return moving
 
         def arrived(start: float, arrival: float) -> None:
@@ -176,7 +180,9 @@ class Network:
             if then is not None:
                 then()
 
-        moving = self.transport.send(links, nbytes, arrived, machines=machines, mode=mode)
+        moving = self.transport.send(
+            links, nbytes, arrived, machines=machines, mode=mode, done=done
+        )
         return moving
 
     def wait_all(

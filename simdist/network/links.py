@@ -479,6 +479,7 @@ class Transfer:
         on_arrival: Callable[[float, float], None] | None = None,
         *,
         path: Path | None = None,
+        done: simpy.Event | None = None,
     ) -> None:
         if nbytes < 0:
             raise ValueError(f"cannot transfer a negative number of bytes: {nbytes}")
@@ -486,7 +487,7 @@ class Transfer:
         self.env = env
         self.links = route
         self.nbytes = nbytes
-        self.done = env.event()
+        self.done = env.event() if done is None else done
         self.countdown: Countdown | None = None  # what waits for it with others, if any
         self.start_s: float | None = None
         self.sent_s: float | None = None

@@ -217,10 +217,11 @@ class Message:
         stages: Sequence[tuple[str, Any]],
         nbytes: float,
         on_arrival: Callable[[float, float], None] | None = None,
+        done: simpy.Event | None = None,
     ) -> None:
         self.env = env
         self.nbytes = nbytes
-        self.done = env.event()
+        self.done = env.event() if done is None else done
         self.countdown: Countdown | None = None  # what waits for it with others, if any
         self.start_s: float | None = None
         self.wire_start_s: float | None = None
@@ -319,16 +320,18 @@ class Transport:
         *,
         machines: tuple[str, str],
         mode: str,
+        done: simpy.Event | None = None,
     ) -> Transfer | Message:
         """Start a message along ``route`` between ``machines`` (sender, receiver).
 
         ``mode``: ``network`` (two machines: the whole protocol), ``loopback`` (two
         tasks of one machine: CPU and per-message costs, no wire framing) or ``dma``
-        (a device and its host: no protocol, a bare :class:`Transfer`).
+        (a device and its host: no protocol, a bare :class:`Transfer`). ``done``: the
+        event the message triggers on arrival (default: a new one).
         """
         p = self.protocol
         if p.ideal or mode == "dma":
-            return Transfer(self.env, route, nbytes, on_arrival)
+            return Transfer(self.env, route, nbytes, on_arrival, done=done)
         wire_bytes = nbytes if mode == "loopback" else nbytes / p.efficiency
         stages: list[tuple[str, Any]] = []
         sharing = route[0].sharing
@@ -340,5 +343,5 @@ class Transport:
         if p.serialization_Bps is not None:
             stages.append(("cpu", ([self.cpu_link(machines[1], sharing)], nbytes)))
         if len(stages) == 1:  # efficiency alone: one transfer of the framed bytes
-            return Transfer(self.env, route, wire_bytes, on_arrival)
-        return Message(self.env, stages, nbytes, on_arrival)
+            return Transfer(self.env, route, wire_bytes, on_arrival, done=done)
+        return Message(self.env, stages, nbytes, on_arrival, done)

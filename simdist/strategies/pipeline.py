@@ -405,7 +405,11 @@ class PipelineStrategy(Strategy):
     def _send(
         self, r: int, s: int, to: int, kind: str, m: int, step: int, detail: str, arrivals: dict
     ) -> None:
-        """Send micro-batch ``m``'s activation (or its gradient) from stage ``s`` to ``to``."""
+        """Send micro-batch ``m``'s activation (or its gradient) from stage ``s`` to ``to``.
+
+        The receiving stage may wait already on ``ready``: the message triggers it as its own
+        ``done`` at the arrival, in the step a ``then=ready.succeed`` scheduled it, without
+        a second ``done`` step that nobody listens to."""
         ready = arrivals.setdefault((r, to, kind, m), self.env.event())
         nbytes = self.send_nbytes[min(s, to)]
         self.net.send(
@@ -414,7 +418,7 @@ class PipelineStrategy(Strategy):
             nbytes,
             step=step,
             detail=detail,
-            then=ready.succeed,
+            done=ready,
         )
 
     def process(self) -> Generator[Any, Any, None]:
