@@ -165,8 +165,9 @@ AB_COUNT: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]]
 }
 #: Benchmark 2's message-by-message rows back to back, the seventh session (2026-11-26): commit
 #: de8ce62 against f9ea1d1 (arrivals of one fair-sharing timer in one SimPy event, each
-#: layout's link rates remembered, the async loop's in-flight set and in-place gradients),
-#: alternating processes, the best of two A/B runs of two rounds of three: (wall s, events/s).
+#: layout's link rates remembered, the async loop's in-flight set and in-place gradients;
+#: pipeline against ee405f3, which adds ``Network.send(done=...)``), alternating processes,
+#: the best of two A/B runs of two rounds of three: (wall s, events/s).
 AB_BATCH: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]] = {
     ("parameter_server", 64): ((2.012, 99402), (1.777, 112548)),
     ("parameter_server", 256): ((2.117, 94472), (1.907, 104875)),
@@ -174,6 +175,9 @@ AB_BATCH: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]]
     ("central_storage", 64): ((1.870, 214671), (1.685, 238240)),
     ("central_storage", 256): ((1.923, 207878), (1.640, 243750)),
     ("central_storage", 1024): ((2.073, 191707), (1.740, 228396)),
+    ("pipeline", 64): ((1.210, 164813), (1.071, 186204)),
+    ("pipeline", 256): ((1.167, 170886), (0.992, 201032)),
+    ("pipeline", 1024): ((1.093, 153647), (0.912, 184140)),
 }
 #: ``benchmarks/tie_order.py``, the seventh session: parameter_server's staleness (mean, max)
 #: with SimPy's order of simultaneous events, and the range over three seeded random orders.
@@ -517,9 +521,9 @@ def render(
             else f", above ≤ {RATIO_TARGET} by about the update's program. "
         )
         + "The target sits inside the mirrored rows' noise on this machine: 1.29 – 1.37 on "
-        "the sixth session's page; in the seventh, over five runs (three of benchmark 1's "
-        "mirrored rows alone, two pages), 1.25 – 1.31 at 4 devices, 1.22 – 1.30 at 8 and "
-        "1.25 – 1.36 at 64.\n"
+        "the sixth session's page; in the seventh, over six runs (three of benchmark 1's "
+        "mirrored rows alone, three pages), 1.25 – 1.31 at 4 devices, 1.22 – 1.30 at 8 and "
+        "1.25 – 1.37 at 64.\n"
     )
     if AB_FIXED:
         add(_pairs_table("run", "ms", AB_FIXED))
@@ -744,10 +748,13 @@ def render(
             "the set of workers with a gradient in flight (its end-of-run check scanned "
             "every worker at each tick once the budget was claimed, O(W²) at the end of a "
             "1024-worker run) and updates a gradient in flight in place rather than copying "
-            "a NamedTuple per applied shard. 50 report folders "
-            "(`benchmarks/record_reports.py`) byte-identical before and after. Commit "
-            "de8ce62 against f9ea1d1, alternating processes, the best of two A/B runs of two "
-            "rounds of three:\n"
+            "a NamedTuple per applied shard. A pipeline message triggers the receiving "
+            "stage's event as its own `done` (`Network.send(done=...)`), in the step "
+            "`then=event.succeed` scheduled it, where each message also scheduled a `done` "
+            "nobody listened to (26% of pipeline's SimPy steps; tested against `then`). 50 "
+            "report folders (`benchmarks/record_reports.py`) byte-identical before and "
+            "after. Commit de8ce62 against f9ea1d1 (pipeline: against ee405f3), alternating "
+            "processes, the best of two A/B runs of two rounds of three:\n"
         )
         add(_ab_timing_table(AB_BATCH, 3))
     if scale:
