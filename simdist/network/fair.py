@@ -226,7 +226,7 @@ class FairShare:
             if flow.last_s != now:
                 flow.remaining_s -= flow.speed * (now - flow.last_s)
                 flow.last_s = now
-        found: list[Any] | None = None
+        found: list[Any] | None = None  # the layout's [speeds, links' rates] once known
         if len(flows) == 1:
             speeds = [1.0]
         else:
@@ -240,29 +240,25 @@ class FairShare:
                     self._speeds.clear()
                 found = self._speeds[layout] = [speeds, None]
             speeds = found[0]
-            if self._custom:  # a flow's bytes/s may not be its key's: rates as below
+            if self._custom:  # a flow's bytes/s may not be its key's: rates summed below
                 found = None
-            elif found[1] is not None:
-                # The links' rates, summed below in this order from these speeds and the
-                # keys' bytes/s the first time the layout came: the same floats.
-                for flow, speed in zip(flows, speeds, strict=True):
-                    if speed != flow.speed:
-                        flow.speed = speed
-                        self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
-                for link, rate in zip(links, found[1], strict=True):
-                    link.set_rate(now, rate)
-                return
-        rates = dict.fromkeys(links, 0.0)
+        # The links' rates are summed in this order, from these speeds and the keys' bytes/s,
+        # the first time a layout comes, then taken as they were: the same floats.
+        known = None if found is None else found[1]
+        rates = None if known is not None else dict.fromkeys(links, 0.0)
         for flow, speed in zip(flows, speeds, strict=True):
-            for link, bps in zip(flow.links, flow.bps, strict=True):
-                rates[link] += speed * bps
+            if rates is not None:
+                for link, bps in zip(flow.links, flow.bps, strict=True):
+                    rates[link] += speed * bps
             if speed != flow.speed:
                 flow.speed = speed
                 self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
-        for link in links:
-            link.set_rate(now, rates[link])
-        if found is not None:
-            found[1] = [rates[link] for link in links]
+        if rates is not None:
+            known = [rates[link] for link in links]
+            if found is not None:
+                found[1] = known
+        for link, rate in zip(links, known, strict=True):  # type: ignore[arg-type]
+            link.set_rate(now, rate)
 
     def _schedule(self, flow: Flow, finish_s: float) -> None:
         flow.gen += 1
