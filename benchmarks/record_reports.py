@@ -128,9 +128,11 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], int | None]] = {
 
 def cases(layouts: Path) -> dict[str, tuple[Path, tuple[str, ...], int | None]]:
     """Every case: the shipped scenarios, then :data:`VARIANTS`; layouts written to ``layouts``."""
+    from simdist.scenario.load import is_sweep_file
+
     found: dict[str, tuple[Path, tuple[str, ...], int | None]] = {}
     for path in sorted(SCENARIOS.glob("*.yaml")):
-        if "base" not in (yaml.safe_load(path.read_text()) or {}):  # not a sweep file
+        if not is_sweep_file(yaml.safe_load(path.read_text())):
             found[path.stem] = (path, (), None)
     for name, (source, overrides, seed) in VARIANTS.items():
         found[name] = (_layout(source, layouts) if source.startswith("@") else SCENARIOS / source,

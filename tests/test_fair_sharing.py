@@ -236,6 +236,11 @@ def test_progressive_filling_is_max_min_fair(capacities, routes):
         )
 
 
+def one_timeout_each(self: FairShare, delay: float, call) -> None:
+    """``FairShare.later`` as it was: a timeout per call (the reference of the batching)."""
+    self.env.timeout(delay).callbacks.append(call)
+
+
 def test_arrivals_of_one_instant_share_a_step_in_their_timeouts_order(monkeypatch):
     """Messages whose serialisation ends together arrive in one SimPy step
     (``FairShare.later``), processed exactly as their timeouts one by one were: a
@@ -287,9 +292,7 @@ def test_arrivals_of_one_instant_share_a_step_in_their_timeouts_order(monkeypatc
         return order, steps[0]
 
     batched, batched_steps = simulate()
-    monkeypatch.setattr(
-        FairShare, "later", lambda self, delay, call: self.env.timeout(delay).callbacks.append(call)
-    )
+    monkeypatch.setattr(FairShare, "later", one_timeout_each)
     reference, reference_steps = simulate()
     assert batched == reference
     arrivals = [entry for entry in batched if entry[0] == "arrived"]
@@ -366,11 +369,7 @@ def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, fail
     data = timing_only(cluster, strategy, faults, steps=40, seed=seed, hidden=hidden)
     batched = run(scenario_from_dict(data))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            FairShare,
-            "later",
-            lambda self, delay, call: self.env.timeout(delay).callbacks.append(call),
-        )
+        patch.setattr(FairShare, "later", one_timeout_each)
         reference = run(scenario_from_dict(data))
     pd.testing.assert_frame_equal(batched.events, reference.events)
     pd.testing.assert_frame_equal(batched.metrics, reference.metrics)
