@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 __all__ = [
     "aggregate",
+    "band_separations",
     "curve_band",
     "reached_text",
     "t_critical",
@@ -187,3 +189,59 @@ def curve_band(
         low[some] = np.nanmin(sampled[:, some], axis=0)
         high[some] = np.nanmax(sampled[:, some], axis=0)
     return pd.DataFrame({"time_s": grid, "mean": mean, "min": low, "max": high, "n": n})
+
+
+def band_separations(per_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per (workers, severity) cell: the fastest strategy, and whose bands overlap it.
+
+    ``per_seed`` has one row per run: ``strategy``, ``workers``, ``severity``,
+    ``time_to_target_s`` (NaN: not reached) and optionally ``simulated_time_s`` (the
+    run's end). A strategy's band is the min–max over its seeds of time to target; a seed
+    that never reached the target lies somewhere in (its run's end, ∞), or (0, ∞) when
+    the end is not known, so the band widens to include that. The fastest strategy of a
+    cell is the lowest mean over seeds among the strategies that every seed took to the
+    target (none if no strategy did). Two bands overlap when each starts no later than
+    the other ends: then some seed of the slower strategy was as fast as some seed of
+    the faster, and that many seeds cannot tell them apart.
+
+    Returns one row per (cell, strategy), cells and strategies in order of appearance:
+    ``workers``, ``severity``, ``strategy``, ``seeds``, ``reached``, ``mean_s`` (over
+    the seeds that reached), ``low_s``, ``high_s``, ``fastest`` (the cell's, or None) and
+    ``overlaps`` (True/False against the fastest's band; None for the fastest itself and
+    in a cell without one).
+    """
+    rows = []
+    for (workers, severity), cell in per_seed.groupby(["workers", "severity"], sort=False):
+        bands = [_band(strategy, runs) for strategy, runs in cell.groupby("strategy", sort=False)]
+        complete = [b for b in bands if b["reached"] == b["seeds"]]
+        best = min(complete, key=lambda b: b["mean_s"]) if complete else None
+        for band in bands:
+            overlaps = None
+            if best is not None and band is not best:
+                overlaps = bool(band["low_s"] <= best["high_s"] and best["low_s"] <= band["high_s"])
+            fastest = None if best is None else best["strategy"]
+            rows.append({"workers": workers, "severity": severity, **band,
+                         "fastest": fastest, "overlaps": overlaps})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _band(strategy: str, runs: pd.DataFrame) -> dict[str, Any]:
+    """One strategy's seeds in one cell: counts, mean over those that reached, min–max band
+    with each unreached seed as (its run's end, ∞)."""
+    times = pd.to_numeric(runs["time_to_target_s"], errors="coerce").to_numpy(float)
+    ends = (
+        pd.to_numeric(runs["simulated_time_s"], errors="coerce").to_numpy(float)
+        if "simulated_time_s" in runs
+        else np.full(len(runs), np.nan)
+    )
+    reached = np.isfinite(times)
+    low = np.where(reached, times, np.where(np.isfinite(ends), ends, 0.0))
+    high = np.where(reached, times, math.inf)
+    return {
+        "strategy": strategy,
+        "seeds": len(runs),
+        "reached": int(reached.sum()),
+        "mean_s": float(times[reached].mean()) if reached.any() else math.nan,
+        "low_s": float(low.min()),
+        "high_s": float(high.max()),
+    }

@@ -6,21 +6,29 @@ updates are few and good, but a step waits for the slowest worker; asynchronous 
 applies every worker's gradient on arrival, so its updates are many and cheap, but stale,
 and it needs more of them (Dean et al. 2012; Chen et al. 2016, "Revisiting distributed
 synchronous SGD", whose backup workers cut the wait for the slowest; Ho et al. 2013 for
-SSP's bounded iteration gap). For each run
+SSP's bounded iteration gap). The study runs the **full grid**: every strategy at every
+(worker count, straggler severity) cell, once per seed, so it makes
+cells × strategies × seeds runs. For each run
 
-* ``updates_to_target`` U: applied updates at the first evaluation at or above the target
-  (a synchronous update applies the N − b gradients of a step; an asynchronous one, one
-  worker's gradient);
-* ``updates_per_s`` R = U / T: the update throughput until then;
-* ``time_to_target_s`` T = U / R, exactly, by construction;
+* ``time_to_target_s`` T and ``updates_to_target`` U: where test accuracy crosses the
+  target, **interpolated** linearly between the last evaluation below it and the first
+  at or above it (:func:`crossing`), in simulated time and in updates alike, so U is
+  fractional. Without it a strategy evaluated every 2 steps and one evaluated every 10
+  updates would read the crossing late by different amounts;
+* ``updates_per_s`` R = U / T: the update throughput until then (T = U / R exactly);
+* ``gradients_per_update`` G: the worker gradients one update applies, from the run's
+  definition (:func:`gradients_per_update`: N − b for synchronous SGD with b backups, 1
+  for asynchronous and SSP), so that work compares in gradients as well as in updates:
+  ``gradients_to_target`` = U × G and ``gradients_per_s`` = R × G;
+* ``examples_per_update`` and ``examples_per_s`` = R × that, to compare per example.
 
-and, to compare per example, ``examples_per_update`` and ``examples_per_s`` = R × that.
+Whether two strategies differ is read from their min–max bands of T over seeds
+(:func:`band_separations`): bands that overlap cannot be told apart with that many seeds.
 
-The study's logic is pure (no JAX, no SimPy): it lists the runs
-(:func:`tradeoff_runs`: strategies × worker counts × straggler severities) and turns each
-run's figures into the decomposition (:func:`decompose`, :func:`tradeoff_summary`).
-:func:`tradeoff` (also ``simdist.api.tradeoff``) runs them across seeds through the API,
-imported when called; :mod:`simdist.report.tradeoff` draws the figure.
+The study's logic is pure (no JAX, no SimPy): the runs (:func:`tradeoff_runs`), the
+decomposition (:func:`decompose`, :func:`tradeoff_summary`), the bands. :func:`tradeoff`
+(also ``simdist.api.tradeoff``) runs them through the API, imported when called;
+:mod:`simdist.report.tradeoff` draws the figure and words the bands.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from typing import Any
 
 import pandas as pd
 
-from simdist.bands import aggregate
+from simdist.bands import aggregate, band_separations
 from simdist.errors import SimdistError
 
 __all__ = [
@@ -43,7 +51,10 @@ __all__ = [
     "Tradeoff",
     "TradeoffRun",
     "backups_for",
+    "crossing",
     "decompose",
+    "gradients_per_update",
+    "grid_points",
     "tradeoff",
     "tradeoff_runs",
     "tradeoff_summary",
@@ -51,8 +62,9 @@ __all__ = [
 
 #: The strategies compared, in plotting order.
 STRATEGIES = ("sync", "sync + backups", "SSP", "async")
-#: Defaults: small enough that 4 strategies × 4 points × 3 seeds of the digits MLP run in
-#: well under a minute, wide enough to show the trend.
+#: Defaults: the full grid of 3 worker counts × 2 severities, i.e. 6 cells × 4 strategies
+#: × 3 seeds = 72 runs of the digits MLP (a few minutes on 2 cores), wide enough to show
+#: the trend.
 DEFAULT_WORKERS = (4, 8, 16)
 DEFAULT_SEVERITIES = (1.0, 4.0)
 DEFAULT_PROBABILITY = 0.1
@@ -64,8 +76,9 @@ DEFAULT_COMPUTE_TIME = "1ms"
 #: Training length per kind of update: a synchronous step applies N gradients at once, at
 #: N times the learning rate (linear scaling, Goyal et al. 2017), and reached 0.95 within
 #: 60 steps on digits; asynchronous SGD applies one gradient per update and needed
-#: 100-780 updates for 4-16 workers. Evaluations every 2 steps (sync) or 10 updates (async)
-#: keep the measured time to target within a few percent of the true crossing.
+#: 100-780 updates for 4-16 workers. Evaluations every 2 steps (sync) or 10 updates
+#: (async); the crossing is interpolated between them (:func:`crossing`), so the two
+#: granularities do not bias the comparison.
 DEFAULT_SYNC_STEPS = 80
 DEFAULT_ASYNC_STEPS = 700
 SYNC_EVAL_EVERY = 2
@@ -75,9 +88,13 @@ FIGURES = (
     "time_to_target_s",
     "updates_to_target",
     "updates_per_s",
+    "gradients_per_update",
+    "gradients_to_target",
+    "gradients_per_s",
     "examples_per_update",
     "examples_per_s",
     "final_test_accuracy",
+    "simulated_time_s",
 )
 
 
@@ -85,6 +102,22 @@ def backups_for(workers: int) -> int:
     """Backup workers for ``workers``: one in eight, at least one (Chen et al. 2016 used
     4 of 100, and found a few percent enough; a small cluster needs one to gain at all)."""
     return max(1, workers // 8)
+
+
+def gradients_per_update(strategy: str, workers: int) -> int:
+    """Worker gradients one update of ``strategy`` applies with ``workers`` workers.
+
+    A synchronous step applies the N − b gradients it waited for (b = 0 for plain sync,
+    :func:`backups_for` for sync + backups; the late b are dropped); an asynchronous or
+    SSP update applies one worker's gradient. Updates are then comparable as work.
+    """
+    if strategy == "sync":
+        return workers
+    if strategy == "sync + backups":
+        return workers - backups_for(workers)
+    if strategy in ("SSP", "async"):
+        return 1
+    raise ValueError(f"strategy: got {strategy!r}; expected one of {', '.join(STRATEGIES)}")
 
 
 @dataclass(frozen=True)
@@ -111,12 +144,12 @@ def _strategy_overrides(strategy: str, workers: int, staleness_bound: int) -> li
 
 
 def grid_points(workers: Sequence[int], severities: Sequence[float]) -> list[tuple[int, float]]:
-    """(workers, severity) points: every worker count at the largest severity, then every
-    severity at the largest worker count (the shared point once)."""
-    fixed_severity, fixed_workers = max(severities), max(workers)
-    points = [(n, fixed_severity) for n in workers]
-    points += [(fixed_workers, s) for s in severities if (fixed_workers, s) not in points]
-    return points
+    """The study's cells: every (workers, severity) pair, worker count first, each once.
+
+    The full grid, not a cross through one corner: the effect of stragglers is then seen
+    at every worker count, and that of scale at every severity.
+    """
+    return list(dict.fromkeys((n, float(s)) for n in workers for s in severities))
 
 
 def tradeoff_runs(
@@ -132,8 +165,10 @@ def tradeoff_runs(
     learning_rate: float | None = None,
     strategies: Sequence[str] = STRATEGIES,
 ) -> list[TradeoffRun]:
-    """Every run of the study, ordered by seed (runs of one seed share a data order and
-    initial parameters, and the engine reuses their compiled model).
+    """Every run of the study: each strategy in each cell of the full grid
+    (:func:`grid_points`) for each seed, so cells × strategies × seeds runs. Ordered by
+    seed (runs of one seed share a data order and initial parameters, and the engine
+    reuses their compiled model), then cell, then strategy.
 
     ``severities`` are slowdown factors: at each step each worker straggles with
     ``probability`` and then computes ``severity`` times slower (1: no stragglers).
@@ -181,44 +216,90 @@ def tradeoff_runs(
     return runs
 
 
+def crossing(metrics: pd.DataFrame, target: float) -> tuple[float, float] | None:
+    """``(time_s, updates)`` at which test accuracy crosses ``target``, interpolated.
+
+    ``metrics`` is a run's tidy ``time_s, step, metric, value`` frame; its
+    ``test_accuracy`` rows are the evaluations, ``step`` the updates applied by then.
+    Between the last evaluation below the target (t0, u0, a0) and the first at or above
+    it (t1, u1, a1) accuracy is taken as linear, so
+    ``t* = t0 + (target − a0) / (a1 − a0) · (t1 − t0)`` and likewise ``u*`` (fractional).
+    Why: the first evaluation at or above the target is late by up to one evaluation
+    interval, and sync (every 2 steps) and async (every 10 updates) have different ones.
+    If the first evaluation already reaches the target, its own time and updates are
+    returned. None when no evaluation reaches it (or none was made: timing-only runs).
+    """
+    evals = metrics[metrics["metric"] == "test_accuracy"].sort_values("time_s", kind="stable")
+    accuracy = evals["value"].to_numpy(dtype=float)
+    above = (accuracy >= target).nonzero()[0]
+    if len(above) == 0:
+        return None
+    i = int(above[0])
+    times, updates = evals["time_s"].to_numpy(float), evals["step"].to_numpy(float)
+    if i == 0:
+        return float(times[0]), float(updates[0])
+    a0, a1 = accuracy[i - 1], accuracy[i]
+    share = (target - a0) / (a1 - a0)  # a0 < target <= a1, so a1 > a0
+    time_s = times[i - 1] + share * (times[i] - times[i - 1])
+    return float(time_s), float(updates[i - 1] + share * (updates[i] - updates[i - 1]))
+
+
 def decompose(
     time_to_target_s: float | None,
-    updates_to_target: int | None,
+    updates_to_target: float | None,
     examples_per_update: float,
+    gradients_per_update: float,
 ) -> dict[str, float]:
-    """T, U, R = U / T and the same per example; all NaN when the target was not reached."""
+    """T, U, R = U / T, and the same per gradient and per example.
+
+    ``gradients_to_target`` = U × ``gradients_per_update`` (work in worker gradients, the
+    unit in which sync and async updates compare) and ``gradients_per_s`` = R × that.
+    The per-update sizes are kept when the target was not reached; the rest is NaN.
+    """
+    sizes = {
+        "gradients_per_update": float(gradients_per_update),
+        "examples_per_update": examples_per_update,
+    }
     if time_to_target_s is None or updates_to_target is None or not time_to_target_s > 0:
         nan = math.nan
         return {
             "time_to_target_s": nan,
             "updates_to_target": nan,
             "updates_per_s": nan,
-            "examples_per_update": examples_per_update,
+            "gradients_to_target": nan,
+            "gradients_per_s": nan,
             "examples_per_s": nan,
+            **sizes,
         }
     rate = updates_to_target / time_to_target_s
     return {
         "time_to_target_s": time_to_target_s,
         "updates_to_target": float(updates_to_target),
         "updates_per_s": rate,
-        "examples_per_update": examples_per_update,
+        "gradients_to_target": updates_to_target * gradients_per_update,
+        "gradients_per_s": rate * gradients_per_update,
         "examples_per_s": rate * examples_per_update,
+        **sizes,
     }
 
 
-def run_row(run: TradeoffRun, summary: dict[str, Any], reached: Any) -> dict[str, Any]:
-    """One row of the per-seed table from a run's summary and ``(time_s, step)`` of reaching
-    the target (None: not reached)."""
+def run_row(
+    run: TradeoffRun, summary: dict[str, Any], reached: tuple[float, float] | None
+) -> dict[str, Any]:
+    """One row of the per-seed table from a run's summary and its :func:`crossing`
+    ``(time_s, updates)`` (None: the target was not reached)."""
     steps = summary.get("steps") or 0
     per_update = summary["examples"] / steps if steps else math.nan
-    time_s, step = (None, None) if reached is None else reached
+    time_s, updates = (None, None) if reached is None else reached
+    split = decompose(time_s, updates, per_update, gradients_per_update(run.strategy, run.workers))
     return {
         "strategy": run.strategy,
         "workers": run.workers,
         "severity": run.severity,
         "seed": run.seed,
-        **decompose(time_s, step, per_update),
+        **{column: split[column] for column in FIGURES if column in split},
         "final_test_accuracy": summary.get("final_test_accuracy"),
+        "simulated_time_s": summary.get("simulated_time_s"),
         "collapsed": bool(summary.get("collapsed", False)),
         "diverged": bool(summary.get("diverged", False)),
     }
@@ -229,7 +310,7 @@ def tradeoff_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     (``X_mean``, ``X_min``, ``X_max``, ``X_ci95``, ``X_n``; ``time_to_target_s_n`` = the
     seeds that reached the target)."""
     frame = per_seed.copy()
-    for column in FIGURES:
+    for column in (c for c in FIGURES if c in frame):
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
     return aggregate(frame, ["strategy", "workers", "severity"])
 
@@ -251,11 +332,16 @@ class Tradeoff:
         """Draw the figure on ``fig`` (a new matplotlib Figure by default); return it."""
         from matplotlib.figure import Figure
 
-        from simdist.report.tradeoff import draw_tradeoff
+        from simdist.report.tradeoff import FIGSIZE, draw_tradeoff
 
-        fig = fig if fig is not None else Figure(figsize=(10, 9), layout="constrained")
+        fig = fig if fig is not None else Figure(figsize=FIGSIZE, layout="constrained")
         draw_tradeoff(fig, self.summary, self.target, self.strategies)
         return fig
+
+    def separations(self) -> pd.DataFrame:
+        """:func:`band_separations` of the per-seed rows: per cell, the fastest strategy
+        and whose band of time to target overlaps it."""
+        return band_separations(self.per_seed)
 
 
 def tradeoff(
@@ -279,24 +365,27 @@ def tradeoff(
     on_run: Callable[[str], None] | None = None,
 ) -> Tradeoff:
     """Time to ``target`` accuracy = updates needed ÷ update throughput, for sync, sync +
-    backups, SSP and async, against worker count and straggler severity, across seeds.
+    backups, SSP and async, at every (worker count, straggler severity) pair, across seeds.
 
-    ``scenario`` is a parameter_server scenario (default ``scenarios/ps_4w2s.yaml``: the
-    digits MLP, so the defaults — 4, 8, 16 workers at slowdown ×4, and ×1, ×4 at 16
-    workers; 3 seeds; 48 runs — take well under a minute). Each worker straggles at each
-    step with ``probability`` (default 0.1), computing ``severity`` times slower, and
-    computes for ``compute_time`` per step (default 1 ms, compute-bound; None: the
-    scenario's device model). Sync + backups drops the last ``max(1, N // 8)`` gradients
+    The full grid: every strategy in every cell for every seed, i.e. len(workers) ×
+    len(severities) × 4 strategies × seeds runs. ``scenario`` is a parameter_server
+    scenario (default ``scenarios/ps_4w2s.yaml``: the digits MLP, so the defaults — 4, 8,
+    16 workers × slowdown ×1, ×4; 3 seeds; 6 × 4 × 3 = 72 runs — take a few minutes on two
+    cores). Time to target is interpolated between evaluations (:func:`crossing`); work is
+    counted in updates and in worker gradients (:func:`gradients_per_update`). Each worker
+    straggles at each step with ``probability`` (default 0.1), computing ``severity``
+    times slower, and computes for ``compute_time`` per step (default 1 ms, compute-bound;
+    None: the scenario's device model). Sync + backups drops the last ``max(1, N // 8)`` gradients
     of a step; SSP bounds the iteration gap by ``staleness_bound`` (default 2).
     Synchronous runs train ``sync_steps`` steps (default 80) at N times the scenario's
     learning rate (linear scaling for their N-fold batch; ``scale_sync_lr=False`` keeps
     it), asynchronous ones ``async_steps`` updates (default 700). ``overrides`` apply to
-    every run. See :mod:`simdist.tradeoff` for the decomposition and :func:`run_many`
-    for ``parallel``, ``processes`` and ``scheduler``. With ``out``, writes
-    tradeoff.csv, per_seed.csv, tradeoff.md and tradeoff.png there.
+    every run. See :mod:`simdist.tradeoff` for the decomposition, :func:`band_separations`
+    for which strategies the seeds can tell apart, and :func:`run_many` for ``parallel``,
+    ``processes`` and ``scheduler``. With ``out``, writes tradeoff.csv, per_seed.csv,
+    tradeoff.md and tradeoff.png there.
     """
     from simdist.api import _source, override_strings, preflight, resolve_scenario
-    from simdist.report.compare import time_to_target
     from simdist.runs import run_many, seed_list
 
     if not 0 < target <= 1:
@@ -311,19 +400,7 @@ def tradeoff(
     }
     given = {key: value for key, value in options.items() if value is not None}
     strings = override_strings(overrides)
-    base = resolve_scenario(scenario, strings)
-    kind = base.strategy.kind
-    if scale_sync_lr:
-        given["learning_rate"] = base.workload.optimizer.learning_rate
-    try:
-        runs = tradeoff_runs(seed_list(seeds), compute_time=compute_time, **given)
-    except ValueError as exc:
-        raise SimdistError(f"tradeoff: {exc}") from None
-    if kind != "parameter_server":
-        raise SimdistError(
-            f"tradeoff: the scenario's strategy is {kind}; expected a parameter_server "
-            "scenario (sync, backups, SSP and async are its modes), e.g. scenarios/ps_4w2s.yaml"
-        )
+    runs = _study_runs(scenario, strings, seed_list(seeds), compute_time, scale_sync_lr, given)
     scenarios = [resolve_scenario(scenario, [*strings, *r.overrides]) for r in runs]
     for item in scenarios:
         preflight(item, source=_source(scenario))
@@ -334,10 +411,8 @@ def tradeoff(
     results = run_many(
         scenarios, parallel=parallel, processes=processes, scheduler=scheduler, on_run=on_run
     )
-    import pandas as pd
-
     rows = [
-        run_row(r, result.summary, time_to_target(result.metrics, target))
+        run_row(r, result.summary, crossing(result.metrics, target))
         for r, result in zip(runs, results, strict=True)
     ]
     per_seed = pd.DataFrame(rows)
@@ -348,3 +423,31 @@ def tradeoff(
 
         found.out_dir = write_tradeoff(found.summary, per_seed, Path(out), target, strategies)
     return found
+
+
+def _study_runs(
+    scenario: str | Path | Any,
+    strings: list[str],
+    seeds: list[int],
+    compute_time: str | None,
+    scale_sync_lr: bool,
+    given: dict[str, Any],
+) -> list[TradeoffRun]:
+    """:func:`tradeoff_runs` for ``scenario`` (its learning rate with ``scale_sync_lr``);
+    a :class:`SimdistError` for bad options or a scenario that is not parameter_server."""
+    from simdist.api import resolve_scenario
+
+    base = resolve_scenario(scenario, strings)
+    if scale_sync_lr:
+        given = {**given, "learning_rate": base.workload.optimizer.learning_rate}
+    try:
+        runs = tradeoff_runs(seeds, compute_time=compute_time, **given)
+    except ValueError as exc:
+        raise SimdistError(f"tradeoff: {exc}") from None
+    kind = base.strategy.kind
+    if kind != "parameter_server":
+        raise SimdistError(
+            f"tradeoff: the scenario's strategy is {kind}; expected a parameter_server "
+            "scenario (sync, backups, SSP and async are its modes), e.g. scenarios/ps_4w2s.yaml"
+        )
+    return runs

@@ -10,13 +10,15 @@ import jax
 import numpy as np
 import yaml
 
+#: The tests' small hand-checkable scenario: variability off, so a step takes exactly the
+#: calibrated 1 ms (tiny(**{"cluster.device.variability": {...}}) turns it back on).
 TINY: dict[str, Any] = {
     "name": "tiny",
     "seed": 0,
     "cluster": {
         "hosts": 1,
         "devices_per_host": 1,
-        "device": {"profile": "v100", "compute_time": "1ms"},
+        "device": {"profile": "v100", "compute_time": "1ms", "variability": 0},
         "links": {"intra_host": {"bandwidth": "1GB/s", "latency": "10us"}},
     },
     "workload": {

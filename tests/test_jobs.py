@@ -78,7 +78,8 @@ def scenario(
         "cluster": {
             "hosts": hosts,
             "ps": ps,
-            "device": {"profile": "cpu"},
+            # variability off: exact, hand-checkable times
+            "device": {"profile": "cpu", "variability": 0},
             "links": {"network": {"bandwidth": B, "latency": latency}},
             "network": {"sharing": sharing, **(network or {})},
             **cluster,

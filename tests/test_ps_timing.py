@@ -46,7 +46,8 @@ def scenario(
             "hosts": workers,
             "ps": ps,
             "devices_per_host": devices_per_host,
-            "device": {"profile": "cpu"},
+            # step-time variability off: exact, hand-checkable times
+            "device": {"profile": "cpu", "variability": 0},
             "links": {
                 "network": {"bandwidth": B, "latency": ALPHA},
                 "intra_host": {"bandwidth": B_INTRA, "latency": ALPHA_INTRA},

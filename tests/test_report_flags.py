@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 
 import simdist
 from simdist.cli import app
-from simdist.summary import COLLAPSE_ACCURACY_MARGIN, collapse_reason
+from simdist.summary import (
+    COLLAPSE_ACCURACY_MARGIN,
+    COLLAPSE_SHARE,
+    TASK_CEILINGS,
+    collapse_reason,
+)
 
 runner = CliRunner()
 THIRTY_TWO_ASYNC = ["cluster.worker=null", "cluster.hosts=32"]  # lr 0.1, 2000 updates
@@ -42,12 +47,32 @@ def test_collapse_reason_by_accuracy_near_chance_or_loss_above_its_start():
     assert collapse_reason(metrics([], None), None) is None
 
 
+def test_a_run_that_ends_far_below_what_the_task_allows_has_collapsed():
+    """Half of the way from chance to one device's accuracy on digits: 10% + 0.5 × 87.49%."""
+    falling = [2.3, 1.0, 0.8, 0.7]
+    ceiling = TASK_CEILINGS["digits"]
+    assert (COLLAPSE_SHARE, ceiling) == (0.5, 0.9749)
+    reason = collapse_reason(metrics(falling, 0.17), chance=0.1, ceiling=ceiling)
+    assert reason == (
+        "final test accuracy 17.0% is below 53.7%, 50% of the way from chance (10.0%) to "
+        "what one device reaches on this task (97.5%)"
+    )
+    assert collapse_reason(metrics(falling, 0.189), 0.1, ceiling) is not None
+    assert collapse_reason(metrics(falling, 0.5374), 0.1, ceiling) is not None  # < 0.53745
+    assert collapse_reason(metrics(falling, 0.5375), 0.1, ceiling) is None
+    # without a measured ceiling (an npz file, the teacher) the margin over chance decides
+    assert collapse_reason(metrics(falling, 0.17), chance=0.1) is None
+
+
 def test_32_async_workers_at_lr_0_1_collapse_and_ps_4w2s_does_not(tmp_path):
     collapsed = simdist.run("scenarios/ps_4w2s.yaml", overrides=THIRTY_TWO_ASYNC)
     s = collapsed.summary
     assert s["diverged"] is False and s["collapsed"] is True
     assert s["final_test_accuracy"] <= 0.1 + COLLAPSE_ACCURACY_MARGIN
-    assert "of chance (10.0%)" in s["collapse_reason"]
+    assert (
+        "from chance (10.0%) to what one device reaches on this task (97.5%)"
+        in (s["collapse_reason"])
+    )
 
     out = tmp_path / "ps"
     healthy = simdist.run("scenarios/ps_4w2s.yaml", out=out)
@@ -70,6 +95,7 @@ ONE_DEVICE_CHIEF = [  # multi_worker_mirrored on 1 host x 1 device: its chief ev
     "cluster.hosts=1",
     "cluster.devices_per_host=1",
     "workload.steps=40",
+    "cluster.device.variability=0",  # exact, hand-checkable times
 ]
 
 

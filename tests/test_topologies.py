@@ -450,7 +450,8 @@ def scenario(network: dict, strategy: object = "multi_worker_mirrored", **cluste
         "cluster": {
             "hosts": 4,
             "devices_per_host": 1,
-            "device": {"profile": "cpu"},
+            # variability off: exact, hand-checkable times
+            "device": {"profile": "cpu", "variability": 0},
             "links": {
                 "network": {"bandwidth": B, "latency": ALPHA},
                 "intra_host": {"bandwidth": B_IN, "latency": A_IN},
@@ -617,7 +618,9 @@ def test_the_teaching_scenario_prices_both_algorithms_at_the_uplink(communicatio
     from simdist.scenario import load_scenario
 
     s = load_scenario(
-        "scenarios/leaf_spine_2racks.yaml", [f"strategy.communication={communication}"]
+        "scenarios/leaf_spine_2racks.yaml",
+        # variability off: exact, hand-checkable times
+        [f"strategy.communication={communication}", "cluster.device.variability=0"],
     )
     links, hop = s.cluster.links, s.cluster.network.hop_latency_s
     uplink = 2 * links.network.bandwidth_Bps / 4

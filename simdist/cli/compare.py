@@ -149,11 +149,15 @@ def tradeoff(
         Path, typer.Argument(help="A parameter_server scenario (default scenarios/ps_4w2s.yaml).")
     ] = Path("scenarios/ps_4w2s.yaml"),
     workers: Annotated[
-        str | None, typer.Option(help="Worker counts, e.g. 4,8,16 (the default).")
+        str | None,
+        typer.Option(help="Worker counts, e.g. 4,8,16 (the default); each with every severity."),
     ] = None,
     severity: Annotated[
         str | None,
-        typer.Option(help="Straggler slowdown factors, e.g. 1,4 (the default; 1: none)."),
+        typer.Option(
+            help="Straggler slowdown factors, e.g. 1,4 (the default; 1: none); each with "
+            "every worker count."
+        ),
     ] = None,
     probability: Annotated[
         float | None, typer.Option(help="Chance a worker straggles at a step (default 0.1).")
@@ -176,8 +180,16 @@ def tradeoff(
     quiet: QuietMessagesOption = False,
 ) -> None:
     """Time to a target accuracy = updates needed / update throughput, for sync, sync +
-    backups, SSP and async, against worker count and straggler severity, across seeds
-    (default 3): tradeoff.png, tradeoff.md, tradeoff.csv, per_seed.csv."""
+    backups, SSP and async, at every (workers, severity) pair, across seeds (default 3):
+    tradeoff.png, tradeoff.md, tradeoff.csv, per_seed.csv.
+
+    Runs the full grid: cells (worker counts x severities) x 4 strategies x seeds; the
+    defaults make 3 x 2 x 4 x 3 = 72 runs. Time to target is interpolated linearly
+    between the last evaluation below the target and the first at or above it. Work is
+    counted in updates and in worker gradients (N - b per synchronous update with b
+    backups, 1 per asynchronous one). Per cell it names the fastest strategy and says
+    whose min-max band over seeds overlaps it (cannot be told apart).
+    """
     from simdist.api import tradeoff as run_tradeoff
 
     def on_run(name: str) -> None:
@@ -202,12 +214,22 @@ def tradeoff(
             on_run=on_run,
         )
     )
+    _print_tradeoff(found, target)
+
+
+def _print_tradeoff(found: Any, target: float) -> None:
+    """The terminal output of ``tradeoff``: every cell's figures, then per cell the fastest
+    strategy and whose band of time to target overlaps it."""
     from simdist.bands import reached_text
     from simdist.report.compare import band_text
+    from simdist.report.tradeoff import separation_lines
     from simdist.units import format_duration
 
-    table = Table(title=f"simdist tradeoff · time to {target:g} · mean (min–max) over seeds")
-    for column in ("strategy", "workers", "slowdown", "time to target", "reached", "updates"):
+    title = f"simdist tradeoff · time to {target:g} (interpolated) · mean (min–max) over seeds"
+    table = Table(title=title)
+    columns = ("strategy", "workers", "slowdown", "time to target", "reached", "updates",
+               "gradients")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="left" if column in ("strategy", "reached") else "right")
     for row in found.summary.itertuples(index=False):
         table.add_row(
@@ -216,7 +238,12 @@ def tradeoff(
             f"×{row.severity:g}",
             band_text(row, "time_to_target_s", format_duration, interval=False),
             reached_text(int(row.time_to_target_s_n), int(row.seeds)),
-            band_text(row, "updates_to_target", "{:,.0f}".format, interval=False),
+            band_text(row, "updates_to_target", "{:,.1f}".format, interval=False),
+            band_text(row, "gradients_to_target", "{:,.0f}".format, interval=False),
         )
     console.print(table)
+    for heading, items in separation_lines(found.separations()):
+        console.print(heading, highlight=False)
+        for item in items:
+            console.print(f"  · {item}", highlight=False)
     console.print(f"report: {found.out_dir} · {found.out_dir / 'tradeoff.png'}", highlight=False)

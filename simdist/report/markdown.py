@@ -207,6 +207,9 @@ def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, 
                 ),
             )
         )
+        by_worker = staleness_by_worker(result.tables.get("updates"))
+        if by_worker:
+            rows.append(("staleness by worker (mean)", by_worker))
     if s.get("dropped_gradients"):
         rows.append(("dropped gradients (backup workers)", str(s["dropped_gradients"])))
     rows += [
@@ -220,6 +223,18 @@ def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, 
     if s.get("diverged"):
         rows.append(("**diverged**", f"loss not finite at step {s.get('diverged_at_step')}"))
     return rows
+
+
+def staleness_by_worker(updates: Any, most: int = 8) -> str:
+    """Each worker's mean staleness (``w0 2.75 · w1 2.28 · …``), or the range of these means
+    beyond ``most`` workers: whether staleness is a property of the worker (a straggler's
+    gradients are staler) or of chance. "" without an updates table."""
+    if updates is None or not len(updates) or "worker" not in updates:
+        return ""
+    means = updates.groupby("worker")["staleness"].mean()
+    if len(means) > most:
+        return f"{means.min():.3g} – {means.max():.3g} over {len(means)} workers"
+    return " · ".join(f"w{worker} {mean:.3g}" for worker, mean in means.items())
 
 
 def device_rows(result: Any) -> list[tuple[str, str, int, str, str, str, str]]:

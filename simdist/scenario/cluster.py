@@ -29,6 +29,7 @@ from simdist.spec import (
     fail,
     show,
 )
+from simdist.variability import DEVICE_SIGMA, STEP_SIGMA
 
 __all__ = [
     "HOST_NAME_RE",
@@ -40,6 +41,7 @@ __all__ = [
     "LinksSpec",
     "NetworkLinkSpec",
     "NetworkSpec",
+    "VariabilitySpec",
 ]
 
 _TASK_RE = re.compile(r"(?P<host>[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?")
@@ -185,6 +187,30 @@ def known_profile(value: str) -> str:
     return value
 
 
+def _variability(value: object) -> object:
+    """``variability: 0`` (or ``false``, ``off``) turns both effects off."""
+    if value is False or value == 0 or value == "off":
+        return {"step": 0, "device": 0}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            f"got {value!r}; a number alone can only be 0 (no variability): give the "
+            f"spreads by name, e.g. variability: {{step: {value}, device: {DEVICE_SIGMA}}}"
+        )
+    return value
+
+
+class VariabilitySpec(Spec):
+    """How much a device's compute time varies: lognormal spreads (σ) of mean-1 factors.
+
+    ``step``: drawn anew every step; ``device``: drawn once per device (nominally equal
+    devices are not equally fast). The defaults are measured (:mod:`simdist.variability`);
+    ``variability: 0`` gives exact, hand-checkable times.
+    """
+
+    step: Float = Field(STEP_SIGMA, ge=0, le=1, examples=[STEP_SIGMA])
+    device: Float = Field(DEVICE_SIGMA, ge=0, le=1, examples=[DEVICE_SIGMA])
+
+
 class DeviceSpec(Spec):
     """The accelerator of every replica: a named profile, optionally overridden.
 
@@ -199,6 +225,10 @@ class DeviceSpec(Spec):
     # Calibration: one device's measured step time, or its measured examples per second.
     compute_time_s: PositiveDuration | None = Field(None, alias="compute_time")
     examples_per_s: Float | None = Field(None, gt=0)
+    # Step-time variability, on by default: see simdist.variability.
+    variability: Annotated[VariabilitySpec, BeforeValidator(_variability)] = Field(
+        default_factory=VariabilitySpec, examples=["0"]
+    )
 
     @field_validator("profile")
     @classmethod
@@ -268,11 +298,17 @@ class HostSpec(Spec):
         return self
 
     def device_spec(self, default: DeviceSpec) -> DeviceSpec:
-        """This host's device section: its own, or ``default`` (the cluster's)."""
+        """This host's device section: its own, or ``default`` (the cluster's).
+
+        The step-time variability is the cluster's unless the host's own section sets it:
+        ``cluster.device.variability: 0`` turns it off on every host.
+        """
         if self.device is not None:
-            return self.device
+            if "variability" in self.device.model_fields_set:
+                return self.device
+            return self.device.model_copy(update={"variability": default.variability})
         if self.profile is not None:
-            return DeviceSpec(profile=self.profile)
+            return DeviceSpec(profile=self.profile, variability=default.variability)
         return default
 
 

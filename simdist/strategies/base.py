@@ -1,8 +1,8 @@
 """The small interface every strategy implements, and what all strategies share.
 
 A strategy decides *what* moves and *which* update is applied. How long a
-computation takes is the device's (:attr:`Costs.compute_s` × the straggler
-factor); how long bytes take is the network's (:mod:`simdist.network`), which
+computation takes is the device's (:attr:`Costs.compute_s` × its variability
+factor × the straggler factor); how long bytes take is the network's (:mod:`simdist.network`), which
 also records them. The numeric half of a strategy runs without SimPy; its
 timing half runs without JAX (``workload=None``, hand-made :class:`Costs`).
 
@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
+from simdist.variability import Variability
 
 if TYPE_CHECKING:
     from simdist.cluster import Cluster, Device
@@ -162,6 +163,14 @@ class Strategy(ABC):
         )
         if len(set(cluster.device_counts)) > 1:
             self.stragglers.first_device = _first_devices(cluster.device_counts)
+        hosts = range(len(cluster.workers))
+        own = [scenario.cluster.host_device(h).variability for h in hosts]
+        self.variability = Variability(
+            [(spread.step, spread.device) for spread in own],
+            scenario.seed,
+            classes=[host.devices[0].profile if host.devices else "" for host in cluster.workers],
+            devices=[len(host.devices) for host in cluster.workers],
+        )
         self._device_keys = {
             device.name: (h, device.index)
             for h, host in enumerate(cluster.workers)
@@ -243,14 +252,23 @@ class Strategy(ABC):
         self.recorder.event(start_s, end_s, task, task, kind, nbytes, step, detail)
 
     def record_scaled(
-        self, device: Device, start_s: float, seconds: float, factor: float, step: int, detail: str
+        self,
+        device: Device,
+        start_s: float,
+        seconds: float,
+        factor: float,
+        step: int,
+        detail: str,
+        pace: float = 1.0,
     ) -> float:
-        """``compute`` for ``seconds`` from ``start_s``, then a straggler's excess as ``straggle``.
+        """``compute`` for ``seconds × pace`` from ``start_s``, then a straggler's excess as
+        ``straggle``.
 
-        ``seconds`` is the device's normal time, ``factor`` its straggler factor; returns when
-        the device is done, ``start_s + seconds * factor``.
+        ``seconds`` is the device class's nominal time, ``pace`` the device's variability
+        factor at this step (:meth:`pace`), ``factor`` its straggler factor; returns when the
+        device is done, ``start_s + seconds * (pace * factor)``.
         """
-        end, slow = start_s + seconds, start_s + seconds * factor
+        end, slow = start_s + seconds * pace, start_s + seconds * (pace * factor)
         self.recorder.event(start_s, end, device.host, device.name, "compute", 0, step, detail)
         if factor > 1.0:
             self.recorder.event(
@@ -261,7 +279,7 @@ class Strategy(ABC):
     def record_compute(self, device: Device, start_s: float, seconds: float, step: int) -> None:
         """A compute span, split into the normal part and the straggling excess."""
         costs = self.costs if not self.costs.per_profile else self.device_costs(device)
-        normal_s = costs.compute_s
+        normal_s = costs.compute_s * self.pace(device, step)
         base = min(normal_s, seconds)
         self.recorder.event(start_s, start_s + base, device.host, device.name, "compute", 0, step)
         if seconds > base:
@@ -291,9 +309,20 @@ class Strategy(ABC):
     def compute_s(self, device: Device, step: int) -> float:
         """Simulated time for ``device`` to compute its gradient of step ``step``."""
         costs = self.costs if not self.costs.per_profile else self.device_costs(device)
-        if not self.stragglers:
-            return costs.compute_s
-        return costs.compute_s * self.slowdown(device, step)
+        seconds = costs.compute_s
+        if self.variability:
+            seconds *= self.pace(device, step)
+        if self.stragglers:
+            seconds *= self.slowdown(device, step)
+        return seconds
+
+    def pace(self, device: Device, step: int) -> float:
+        """How many times its class's nominal time ``device`` takes at ``step`` without
+        stragglers: its step-time variability factor (mean 1; 1.0 when it is off)."""
+        if not self.variability:
+            return 1.0
+        host, local = self._device_keys[device.name]
+        return self.variability.factor(host, local, step)
 
     def slowdown(self, device: Device, step: int) -> float:
         """The straggler factor (>= 1) of ``device`` at ``step``."""
@@ -320,7 +349,9 @@ class Strategy(ABC):
         start = self.env.now
         # Every device computing its normal time from ``start`` (the common case) records
         # one ``compute`` row each, with the times the plan below would give.
-        uniform = not (self.stragglers or self.costs.per_profile or (eval_s and eval_host))
+        uniform = not (
+            self.stragglers or self.variability or self.costs.per_profile or (eval_s and eval_host)
+        )
         plan = [
             (d, eval_s if d.host == eval_host else 0.0, self.compute_s(d, step))
             for d in (() if uniform else devices)
@@ -367,6 +398,8 @@ class Strategy(ABC):
             normal = np.array([self.device_costs(d).compute_s for d in devices], np.float64)
         else:
             normal = np.float64(self.costs.compute_s)
+        if self.variability:
+            normal = normal * np.array([self.pace(d, step) for d in devices], np.float64)
         begin = start + offset
         base = np.minimum(normal, seconds)
         done = begin + seconds

@@ -330,11 +330,12 @@ class PipelineStrategy(Strategy):
         return [d for row in self.grid for d in row]
 
     def _span(self, device: Any, seconds: float, step: int, detail: str) -> float:
-        """Record ``seconds`` of compute (× the straggler factor) from now; its end."""
-        factor = self.slowdown(device, step)
-        self.record_scaled(device, self.env.now, seconds, factor, step, detail)
-        self.busy_s += seconds * factor
-        return seconds * factor
+        """Record ``seconds`` of compute (× the device's pace and straggler factor) from now;
+        return how long it takes."""
+        pace, factor = self.pace(device, step), self.slowdown(device, step)
+        self.record_scaled(device, self.env.now, seconds, factor, step, detail, pace)
+        self.busy_s += seconds * (pace * factor)
+        return seconds * (pace * factor)
 
     def _stage(
         self,

@@ -249,6 +249,8 @@ class SynchronousStrategy(Strategy):
             seconds = np.array(next(iter(plans.values())))[None, :]
         else:
             seconds = np.array([plans[d.profile] for d in devices])
+        if self.variability:  # each device's pace scales its compute spans
+            seconds = seconds * np.array([self.pace(d, step) for d in devices])[:, None]
         factor = np.array([self.slowdown(d, step) for d in devices]) if self.stragglers else 1.0
         hosts, names = self.recorder.device_columns(devices)
         t = start + np.where(hosts == eval_host, eval_s, 0.0)

@@ -205,7 +205,7 @@ class ParameterServerStrategy(Strategy):
         if on_pulled is not None:
             on_pulled()
         yield from self.input_wait(devices, self.pipelines[w], step)
-        factor = max(self.slowdown(d, step) for d in devices)
+        factor = max(self.pace(d, step) * self.slowdown(d, step) for d in devices)
         layers = self.device_costs(devices[0]).layers  # this host's own device class
         # forward, layer by layer, each after its variables have arrived
         run_start, run_s = env.now, 0.0
@@ -273,10 +273,11 @@ class ParameterServerStrategy(Strategy):
     ) -> None:
         """Layers computed back to back from ``start_s``: ``compute``, a straggler's excess
         (``straggle``), and the faster devices' wait for the slowest (``idle: barrier``)."""
+        paces = [self.pace(d, step) for d in devices]
         factors = [self.slowdown(d, step) for d in devices]
-        end = start_s + seconds * max(factors)
-        for device, factor in zip(devices, factors, strict=True):
-            done = self.record_scaled(device, start_s, seconds, factor, step, detail)
+        end = start_s + seconds * max(p * f for p, f in zip(paces, factors, strict=True))
+        for device, pace, factor in zip(devices, paces, factors, strict=True):
+            done = self.record_scaled(device, start_s, seconds, factor, step, detail, pace)
             self.recorder.event(done, end, device.host, device.name, "idle", 0, step, "barrier")
 
     def pull(self, w: int, step: int) -> Generator[Any, Any, None]:

@@ -16,15 +16,33 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import simpy
 
+from simdist.seeds import rng
+
 if TYPE_CHECKING:
     from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
 
 
 class Arrival(NamedTuple):
-    """A worker whose gradient of the step has reached every PS."""
+    """A worker whose gradient of the step has reached every PS, at ``time_s``."""
 
     worker: int
     ticket: int | None  # its deferred gradient evaluation (numerics only)
+    time_s: float
+
+
+def first_arrivals(arrivals: list[Arrival], needed: int, seed: int, step: int) -> list[Arrival]:
+    """The arrivals in the order the step takes them: by time, simultaneous ones in a seeded
+    random order (never by worker index or the event engine's order); the first ``needed``
+    are applied.
+
+    Workers at identical speeds (variability off) arrive together; which of them is late
+    is then a draw of the stream ``backup_ties`` for this step, as a race would decide.
+    """
+    times = [arrival.time_s for arrival in arrivals]
+    if len(arrivals) <= needed or len(set(times)) == len(times):
+        return sorted(arrivals, key=lambda arrival: arrival.time_s)
+    draw = rng(seed, "backup_ties", step).permutation(max(a.worker for a in arrivals) + 1)
+    return sorted(arrivals, key=lambda arrival: (arrival.time_s, draw[arrival.worker]))
 
 
 class SyncWithBackups:
@@ -46,15 +64,17 @@ class SyncWithBackups:
                 env.process(self.worker_step(w, step, arrivals, enough)) for w in range(s.n_workers)
             ]
             yield enough
-            accepted = {arrival.worker for arrival in arrivals[:needed]}
+            yield env.timeout(0)  # the other arrivals of this instant land too
+            ordered = first_arrivals(arrivals, needed, s.scenario.seed, step)
+            accepted = {arrival.worker for arrival in ordered[:needed]}
             for w, proc in enumerate(procs):
                 if w not in accepted and proc.is_alive:
                     proc.interrupt("late: backup worker dropped")
             # Let the interrupted processes record their drop at this instant.
             yield env.timeout(0)
-            for late in arrivals[needed:]:  # arrived at the same instant, too late
+            for late in ordered[needed:]:  # arrived at the same instant, too late
                 self.drop(late.worker, step, late.ticket)
-            loss = self.apply(step, arrivals[:needed])
+            loss = self.apply(step, ordered[:needed])
             s.applied = step + 1
             if not s.end_step(start, s.applied, loss, lambda: s.final_params):
                 return
@@ -74,7 +94,7 @@ class SyncWithBackups:
         try:
             pulled = s.servers.pull_all()  # the values are read when the request is issued
             yield from s.work(w, step, on_pulled=submit)
-            arrivals.append(Arrival(w, ticket))
+            arrivals.append(Arrival(w, ticket, self.env.now))
             if len(arrivals) == self.needed:
                 enough.succeed()
         except simpy.Interrupt:
