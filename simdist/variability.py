@@ -19,11 +19,11 @@ The defaults are measured, not chosen:
   jobs (Weng et al., "MLaaS in the Wild", NSDI 2022; data: github.com/alibaba/clusterdata,
   ``cluster-trace-gpu-v2020/mini-batch-time``, jobs 1–4, 10 workers each). Per worker,
   the spread of log(mini-batch time / the worker's mean) over its iterations, robustly
-  (1.4826 × median absolute deviation), is 0.044, 0.017 and 0.034 in the three jobs
-  without a drifting straggler (job 4 has one: 0.074); the median of those three is the
-  default. Those workers share GPUs (20–25% of one each), so a dedicated cluster varies
-  less per step: read the default as a realistic upper end, and lower it for a
-  measured machine. The same release's coefficient of variation across a job's 10
+  (1.4826 × median absolute deviation), is 0.0442, 0.0169 and 0.0335 in the three jobs
+  without a drifting straggler (job 4 has one: 0.0735); the median of those three,
+  rounded, is the default. Those workers share GPUs (20–25% of one each), so a
+  dedicated cluster varies less per step: read the default as a realistic upper end,
+  and lower it for a measured machine. The same release's coefficient of variation across a job's 10
   workers, per iteration, has a median of 0.094 over 100 jobs.
 * ``σ_device = 0.041``: the spread of the same jobs' per-worker mean mini-batch times
   (coefficient of variation 0.041, 0.084 and 0.037: the median). It agrees with Sinha et
