@@ -4,7 +4,8 @@ ps_4w2s (4 workers, 2 PS tasks, the digits MLP) trained asynchronously at its le
 rate 0.1, and synchronously (``mode: sync``) at 4 × 0.1 (linear scaling for the 4-fold
 batch), both over 2000 gradients and evaluated every 100 gradients, so that the two are
 read at the same amounts of work. Per run: time and gradients to 95% test accuracy (first
-evaluation at or above it), gradients per second, final accuracy, mean staleness; then the
+evaluation at or above it), gradients per second, test accuracy after 200, 500 and 1000
+gradients (what staleness costs per gradient), final accuracy, mean staleness; then the
 mean (min–max) over seeds. With ``--variability 0`` the same without step-time variability:
 the lock-step world in which async equalled sync.
 
@@ -23,6 +24,7 @@ from simdist.report.compare import time_to_target
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "ps_4w2s.yaml"
 TARGET = 0.95
+AT_GRADIENTS = (200, 500, 1000)
 RUNS = {
     "async": ["workload.steps=2000", "workload.eval_every=100"],
     "sync, lr x4": [
@@ -45,6 +47,8 @@ def rows(seeds: int, extra: list[str]) -> pd.DataFrame:
             s = result.summary
             reached = time_to_target(result.metrics, TARGET)
             time_s, updates = reached if reached is not None else (float("nan"), float("nan"))
+            evals = result.metrics[result.metrics["metric"] == "test_accuracy"]
+            accuracy = dict(zip(evals["step"] * gradients_per_update, evals["value"], strict=True))
             out.append(
                 {
                     "run": name,
@@ -52,6 +56,7 @@ def rows(seeds: int, extra: list[str]) -> pd.DataFrame:
                     "time_to_95_ms": time_s * 1e3,
                     "gradients_to_95": updates * gradients_per_update,
                     "gradients_per_s": s["examples"] / 32 / s["simulated_time_s"],
+                    **{f"accuracy_at_{g}": accuracy.get(g) for g in AT_GRADIENTS},
                     "final_accuracy": s["final_test_accuracy"],
                     "staleness_mean": (s.get("staleness") or {}).get("mean", 0.0),
                 }
