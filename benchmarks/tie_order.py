@@ -12,9 +12,12 @@ user reads off a run: simulated time, steps, the staleness of the applied gradie
 
 With step-time variability on (the default, ``cluster.device.variability``) no two
 devices finish at one instant, and every figure must agree within :data:`TOLERANCE`.
-``--variability 0`` reruns the same with variability off: identical devices then move in
-lock-step, and the staleness of ps_4w2s depends on the tie order (mean 1.50 as
-scheduled, 1.86-1.88 at random): the artefact that made variability the default.
+Measured (3 tie orders, 25 cases: the 23 shipped scenarios and the two large layouts):
+every figure of all 75 reruns equal to the last bit. ``--variability 0`` reruns the same
+with variability off: identical devices then move in lock-step, and ps_4w2s's staleness
+depends on the tie order (mean 1.50, max 3 as scheduled; 1.86-1.88 and 6 at random; its
+final train loss 0.019 against 0.019-0.052): the artefact that made variability the
+default.
 
     python benchmarks/tie_order.py [--seeds 3] [--variability 0] [--only ps_4w2s]
 """
