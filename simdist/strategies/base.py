@@ -2,8 +2,8 @@
 
 A strategy decides *what* moves and *which* update is applied. How long a
 computation takes is the device's (:attr:`Costs.compute_s` × its variability
-factor × the straggler factor); how long bytes take is the network's (:mod:`simdist.network`), which
-also records them. The numeric half of a strategy runs without SimPy; its
+factor × the straggler factor); how long bytes take is the network's
+(:mod:`simdist.network`), which also records them. The numeric half of a strategy runs without SimPy; its
 timing half runs without JAX (``workload=None``, hand-made :class:`Costs`).
 
 Light on purpose: importing a strategy module (to read its scenario ``Spec``)
