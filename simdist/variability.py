@@ -80,9 +80,10 @@ class Variability:
         self.devices = list(devices) if devices is not None else [1] * len(self.spreads)
         self._blocks: dict[tuple[int, int, int], np.ndarray] = {}
         self._device: dict[tuple[int, int], float] = {}
+        self._on = any(step or device for step, device in self.spreads)
 
     def __bool__(self) -> bool:
-        return any(step or device for step, device in self.spreads)
+        return self._on  # asked at every compute span: worked out once
 
     def _raw(self, host: int, local: int) -> float:
         sigma = self.spreads[host][1]

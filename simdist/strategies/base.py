@@ -3,8 +3,9 @@
 A strategy decides *what* moves and *which* update is applied. How long a
 computation takes is the device's (:attr:`Costs.compute_s` × its variability
 factor × the straggler factor); how long bytes take is the network's
-(:mod:`simdist.network`), which also records them. The numeric half of a strategy runs without SimPy; its
-timing half runs without JAX (``workload=None``, hand-made :class:`Costs`).
+(:mod:`simdist.network`), which also records them. The numeric half of a strategy
+runs without SimPy; its timing half runs without JAX (``workload=None``, hand-made
+:class:`Costs`).
 
 Light on purpose: importing a strategy module (to read its scenario ``Spec``)
 imports neither SimPy, JAX nor pandas.
@@ -363,8 +364,11 @@ class Strategy(ABC):
             now = self.env.now
             if now >= start + longest and uniform:
                 self.record_devices(devices, start, start + longest, "compute", step)
-            elif now >= start + longest:
+            elif now >= start + longest and len(devices) >= self.recorder.BLOCK_MIN_ROWS:
                 self._record_phase(devices, plan, start, longest, step)
+            elif now >= start + longest:  # a few devices: the same rows, without NumPy
+                for d, offset, seconds in plan:
+                    self._record_device_phase(d, start, offset, seconds, start + longest, step)
             else:
                 plan = plan or [(d, 0.0, self.costs.compute_s) for d in devices]
                 event = self.recorder.event
@@ -374,6 +378,25 @@ class Strategy(ABC):
                     event(start, begin, d.host, d.name, "eval", 0, step, "chief")
                     self.record_compute(d, begin, done - begin, step)
                     event(done, end, d.host, d.name, "idle", 0, step, "barrier")
+
+    def _record_device_phase(
+        self, device: Device, start: float, offset: float, seconds: float, end: float, step: int
+    ) -> None:
+        """One device's rows of a finished :meth:`compute_phase`, as :meth:`_record_phase`
+        records them (the same spans, the same float arithmetic): for phases of a few
+        devices, where NumPy's per-call cost outweighs the arrays (a PS worker's one device,
+        each step, once variability gives every step its own time)."""
+        costs = self.costs if not self.costs.per_profile else self.device_costs(device)
+        normal = costs.compute_s * self.pace(device, step)
+        begin = start + offset
+        base = min(normal, seconds)
+        done = begin + seconds
+        event, host, name = self.recorder.event, device.host, device.name
+        event(start, begin, host, name, "eval", 0, step, "chief")
+        event(begin, begin + base, host, name, "compute", 0, step)
+        if seconds > base:
+            event(begin + base, done, host, name, "straggle", 0, step, f"x{seconds / normal:.3g}")
+        event(done, end, host, name, "idle", 0, step, "barrier")
 
     def _record_phase(
         self,
