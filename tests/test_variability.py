@@ -73,6 +73,12 @@ def test_variability_is_on_by_default_and_zero_turns_it_off():
     for off in (0, False, "off"):
         spec = scenario_from_dict(tiny(**{"cluster.device.variability": off}))
         assert spec.cluster.device.variability.model_dump() == {"step": 0.0, "device": 0.0}
+    for on in (True, "on"):
+        spec = scenario_from_dict(tiny(**{"cluster.device.variability": on}))
+        assert spec.cluster.device.variability.model_dump() == {
+            "step": STEP_SIGMA,
+            "device": DEVICE_SIGMA,
+        }
     spec = scenario_from_dict(tiny(**{"cluster.device.variability": {"step": 0.1}}))
     assert spec.cluster.device.variability.model_dump() == {"step": 0.1, "device": DEVICE_SIGMA}
 

@@ -188,9 +188,12 @@ def known_profile(value: str) -> str:
 
 
 def _variability(value: object) -> object:
-    """``variability: 0`` (or ``false``, ``off``) turns both effects off."""
+    """``variability: 0`` (or ``false``, ``off``) turns both effects off; ``true`` (or
+    ``on``) keeps the measured defaults."""
     if value is False or value == 0 or value == "off":
         return {"step": 0, "device": 0}
+    if value is True or value == "on":
+        return {}
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise ValueError(
             f"got {value!r}; a number alone can only be 0 (no variability): give the "
