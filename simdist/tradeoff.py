@@ -63,7 +63,7 @@ __all__ = [
 #: The strategies compared, in plotting order.
 STRATEGIES = ("sync", "sync + backups", "SSP", "async")
 #: Defaults: the full grid of 3 worker counts × 2 severities, i.e. 6 cells × 4 strategies
-#: × 3 seeds = 72 runs of the digits MLP (a few minutes on 2 cores), wide enough to show
+#: × 3 seeds = 72 runs of the digits MLP (about 50 s on 2 cores), wide enough to show
 #: the trend.
 DEFAULT_WORKERS = (4, 8, 16)
 DEFAULT_SEVERITIES = (1.0, 4.0)
@@ -372,7 +372,7 @@ def tradeoff(
     The full grid: every strategy in every cell for every seed, i.e. len(workers) ×
     len(severities) × 4 strategies × seeds runs. ``scenario`` is a parameter_server
     scenario (default ``scenarios/ps_4w2s.yaml``: the digits MLP, so the defaults — 4, 8,
-    16 workers × slowdown ×1, ×4; 3 seeds; 6 × 4 × 3 = 72 runs — take a few minutes on two
+    16 workers × slowdown ×1, ×4; 3 seeds; 6 × 4 × 3 = 72 runs — take about 50 s on two
     cores). Time to target is interpolated between evaluations (:func:`crossing`); work is
     counted in updates and in worker gradients (:func:`gradients_per_update`). Each worker
     straggles at each step with ``probability`` (default 0.1), computing ``severity``
