@@ -100,6 +100,12 @@ def scenario_lines(scenario: Any) -> list[str]:
     device_text = device.get("profile", "cpu")
     if "compute_time" in device:
         device_text += f", compute fixed at {format_duration(device['compute_time'])}/step"
+    spread = scenario.cluster.device.variability
+    device_text += (
+        f", step-time variability σ {spread.step:g} per step, {spread.device:g} per device"
+        if spread.step or spread.device
+        else ", no step-time variability"
+    )
     hosts = f"{len(workers)} worker host{'s' if len(workers) != 1 else ''}"
     if len(workers) <= 8:
         hosts += f" ({', '.join(workers)})"
