@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -136,6 +138,22 @@ def test_two_workers_of_the_main_job_differ_in_step_time_by_default():
     assert per_step.notna().all().all()
     assert (per_step["w0/cpu0"] != per_step["w1/cpu0"]).all()
     assert (per_step.std(axis=0) > 0).all()  # and each varies from step to step
+
+
+def test_the_same_seed_gives_byte_identical_reports_across_processes(tmp_path):
+    """With variability on (the default), two processes write the same bytes, file by file."""
+    for out in ("a", "b"):
+        subprocess.run(
+            [sys.executable, "-m", "simdist", "run", PS_4W2S, "--out", str(tmp_path / out),
+             "-q", "--set", "workload.steps=200", "--set", "workload.eval_every=50"],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert "events.csv" in names and "updates.csv" in names and "trace.json" in names
+    assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
 def test_the_same_seed_gives_the_same_run_and_another_seed_another():
