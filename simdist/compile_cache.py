@@ -17,18 +17,23 @@ Two processes may share the folder. JAX's plain file cache writes entries in pla
 around every read and write, and evicts the least recently used entries. We therefore
 always set a limit, and turn the cache off when ``filelock`` is missing.
 
+``simdist cache clear`` deletes only the files simdist (and JAX, in ``xla``) writes there,
+known by their names (:data:`CACHE_FILES`): ``$SIMDIST_CACHE_DIR`` may name a folder that
+holds other files too, and those survive byte for byte.
+
 This module imports no JAX: ``simdist cache clear`` and ``simdist --help`` stay cheap.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import re
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "CACHE_ENV",
+    "CACHE_FILES",
     "ENABLE_ENV",
     "MAX_BYTES",
     "cache_dir",
@@ -43,6 +48,16 @@ CACHE_ENV = "SIMDIST_CACHE_DIR"
 ENABLE_ENV = "SIMDIST_COMPILATION_CACHE"
 #: The size limit of the XLA cache folder (least recently used entries go first).
 MAX_BYTES = 2 * 1024**3
+#: Each cache folder and the names of the files written there: JAX's compilation cache
+#: entries ``<key>-cache`` and ``<key>-atime`` and its ``.lockfile`` (jax._src.lru_cache),
+#: the layer profiles ``<model>-b<batch>-<24 hex>.json`` (simdist.numerics.profile), the
+#: model sizes ``<32 hex>.json`` (simdist.numerics.memory), and the temporary
+#: ``.<name>.<random>.tmp`` files an interrupted write of the last two leaves behind.
+CACHE_FILES = {
+    "xla": re.compile(r".+-(cache|atime)|\.lockfile"),
+    "profiles": re.compile(r"[\w.\-]+-b\d+-[0-9a-f]{24}\.json|\..+\.json\.\w+\.tmp"),
+    "models": re.compile(r"[0-9a-f]{32}\.json|\.[0-9a-f]{32}\.json\.\w+\.tmp"),
+}
 
 
 def cache_dir() -> Path:
@@ -102,10 +117,30 @@ def folder_nbytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def clear(folder: Path | None = None) -> int:
-    """Delete ``folder`` (default: the XLA cache, :func:`xla_cache_dir`); return the bytes
-    it held. A process compiling meanwhile only loses the entries it had not written yet."""
-    folder = xla_cache_dir() if folder is None else folder
-    nbytes = folder_nbytes(folder)
-    shutil.rmtree(folder, ignore_errors=True)
-    return nbytes
+def clear(name: str = "xla", root: Path | None = None) -> tuple[int, list[Path]]:
+    """Delete what simdist wrote in cache folder ``name`` of ``root`` (default
+    :func:`cache_dir`): the files :data:`CACHE_FILES` names, then the folder if that left
+    it empty. Returns the bytes deleted and the paths kept (anything else: files of other
+    names, subfolders). A process compiling meanwhile only loses the entries it had not
+    written yet."""
+    folder = (cache_dir() if root is None else root) / name
+    if not folder.is_dir():
+        return 0, []
+    pattern = CACHE_FILES[name]
+    freed, kept = 0, []
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and not path.is_symlink() and pattern.fullmatch(path.name):
+            try:
+                size = path.stat().st_size
+                path.unlink()
+                freed += size
+            except FileNotFoundError:  # another process evicted it first
+                pass
+        else:
+            kept.append(path)
+    if not kept:
+        try:
+            folder.rmdir()
+        except OSError:  # a file arrived meanwhile: the folder stays
+            pass
+    return freed, kept

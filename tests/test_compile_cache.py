@@ -60,6 +60,45 @@ def test_cache_clear_empties_the_folder(tmp_path: Path, monkeypatch: pytest.Monk
     assert not (tmp_path / "xla").exists()
 
 
+def test_cache_clear_keeps_what_simdist_did_not_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$SIMDIST_CACHE_DIR naming a user's folder: their files survive byte for byte."""
+    from typer.testing import CliRunner
+
+    from simdist.cli import app
+
+    monkeypatch.setenv("SIMDIST_CACHE_DIR", str(tmp_path))
+    ours = {
+        "xla/jit_step-" + "a" * 64 + "-cache": b"x" * 100,
+        "xla/jit_step-" + "a" * 64 + "-atime": b"1",
+        "xla/.lockfile": b"",
+        "profiles/mlp-b32-" + "0" * 24 + ".json": b"{}",
+        "profiles/.mlp-b32-" + "0" * 24 + ".json.ab12_x.tmp": b"{",
+        "models/" + "f" * 32 + ".json": b"{}",
+        "models/." + "f" * 32 + ".json.q1w2e3.tmp": b"{",
+    }
+    theirs = {
+        "models/my_model.json": b"a user's model",
+        "models/notes.txt": b"keep me",
+        "profiles/layers.csv": b"name,forward_flops\n",
+        "profiles/old/" + "1" * 32 + ".json": b"in a subfolder",
+        "README.md": b"not simdist's",
+    }
+    for name, data in {**ours, **theirs}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    result = CliRunner().invoke(app, ["cache", "clear"])
+    assert result.exit_code == 0, result.output
+    assert "kept 4 item(s) simdist did not write" in result.output
+    for name in ours:
+        assert not (tmp_path / name).exists(), name
+    for name, data in theirs.items():
+        assert (tmp_path / name).read_bytes() == data, name
+    assert not (tmp_path / "xla").exists()  # emptied: removed
+    assert (tmp_path / "models").is_dir() and (tmp_path / "profiles").is_dir()
+
+
 @pytest.mark.parametrize("value", ["0", "false", "off", "no"])
 def test_switch_turns_the_cache_off(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(compile_cache.ENABLE_ENV, value)

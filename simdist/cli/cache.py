@@ -17,16 +17,24 @@ def cache(
     ] = "info",
 ) -> None:
     """The per-user caches: compiled XLA programs (SIMDIST_COMPILATION_CACHE=0 turns that one
-    off), model profiles and sizes. 'simdist cache clear' deletes them all."""
+    off), model profiles and sizes. 'simdist cache clear' deletes the files simdist wrote
+    there, and nothing else."""
     from simdist import compile_cache
 
     folder = compile_cache.cache_dir()
-    names = ("xla", "profiles", "models")
+    names = tuple(compile_cache.CACHE_FILES)
     if action == "clear":
-        freed = 0
+        freed, kept = 0, []
         for name in names:
-            freed += compile_cache.clear(folder / name)
+            gone, left = compile_cache.clear(name, folder)
+            freed, kept = freed + gone, kept + left
         console.print(f"cleared {folder} ({freed / 1e6:.1f} MB)", highlight=False)
+        if kept:
+            shown = ", ".join(str(p) for p in kept[:3]) + (", …" if len(kept) > 3 else "")
+            err_console.print(
+                f"[yellow]warning:[/] kept {len(kept)} item(s) simdist did not write: {shown}",
+                highlight=False,
+            )
         return
     if action != "info":
         err_console.print(f"[red]error:[/] unknown action {action!r}; use 'info' or 'clear'")

@@ -109,7 +109,8 @@ def remember_model_size(
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        # named so that `simdist cache clear` knows it for its own (compile_cache.CACHE_FILES)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump({"count": int(count), "nbytes": int(nbytes)}, f)
         os.replace(tmp, path)
