@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 import typing
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -700,3 +701,38 @@ def test_the_registry_imports_no_strategy_module():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# -- ratios and times written a:b are text, not YAML 1.1's base 60 ----------------------
+
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+@pytest.mark.parametrize("written", ['"4:1"', "4:1", "4"])
+def test_oversubscription_4_1_reads_as_four_however_it_is_written(tmp_path, written):
+    """YAML 1.1 reads unquoted 4:1 as the base-60 number 241: simdist's loader does not."""
+    text = (SCENARIOS / "leaf_spine_2racks.yaml").read_text()
+    assert 'oversubscription: "4:1"' in text
+    path = tmp_path / "racks.yaml"
+    path.write_text(text.replace('oversubscription: "4:1"', f"oversubscription: {written}"))
+    assert load_scenario(path).cluster.network.oversubscription == 4.0
+    overridden = load_scenario(
+        SCENARIOS / "leaf_spine_2racks.yaml", [f"cluster.network.oversubscription={written}"]
+    )
+    assert overridden.cluster.network.oversubscription == 4.0
+
+
+def test_the_scenario_loader_keeps_base_60_forms_as_text():
+    from simdist.scenario.strict_yaml import parse_yaml
+
+    data = parse_yaml("a: 4:1\nb: 1:30:00\nc: 241\nd: 1.5\ne: 0x1f\nf: 2:1.5", "x.yaml")
+    assert data == {"a": "4:1", "b": "1:30:00", "c": 241, "d": 1.5, "e": 31, "f": "2:1.5"}
+
+
+def test_a_sweep_grid_of_ratios_keeps_them_as_text():
+    from simdist.sweep.grid import expand_values
+
+    assert expand_values("4:1,2:1", "grid") == ["4:1", "2:1"]
+    assert expand_values('["4:1", 8]', "grid") == ["4:1", 8]
+    assert expand_values("[4:1, 8]", "grid") == ["4:1", 8]

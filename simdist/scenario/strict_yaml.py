@@ -1,4 +1,5 @@
-"""YAML as scenarios need it: a key given twice is an error, and documents are bounded.
+"""YAML as scenarios need it: a key given twice is an error, documents are bounded, and
+``4:1`` is the text it looks like.
 
 PyYAML's ``safe_load`` keeps the last of two equal keys without a word, recurses once per
 nesting level (20,000 ``[`` end in ``RecursionError``), and lets aliases share one value
@@ -6,17 +7,24 @@ many times over, so a 1 KB "billion laughs" document walks as billions of values
 self-referencing alias never ends. :func:`parse_yaml` refuses all of these with one
 :class:`~simdist.errors.ScenarioError`, so the validation after it only sees plain,
 finite, tree-shaped data.
+
+YAML 1.1, which PyYAML follows, reads ``4:1`` unquoted as the base-60 number 241 (and
+``1:30:00`` as 5400): ``oversubscription: 4:1`` would silently give a leaf-spine uplink a
+241st of its bandwidth. :class:`CoreLoader` resolves integers and floats as PyYAML does
+less the base-60 forms (which YAML 1.2 dropped), so ``4:1`` stays the string the field
+parses.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 from simdist.errors import ScenarioError
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "parse_yaml"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "CoreLoader", "parse_yaml"]
 
 #: Deepest nesting of mappings and lists accepted (real scenarios nest about 5 deep).
 MAX_DEPTH = 32
@@ -24,9 +32,43 @@ MAX_DEPTH = 32
 MAX_NODES = 100_000
 
 _MERGE = "tag:yaml.org,2002:merge"
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 
 
-class _StrictLoader(yaml.SafeLoader):
+class CoreLoader(yaml.SafeLoader):
+    """SafeLoader whose integers and floats are PyYAML's without the base-60 forms."""
+
+
+CoreLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+# PyYAML's own patterns (yaml/resolver.py) less their `(?::[0-5]?[0-9])+` alternatives.
+CoreLoader.add_implicit_resolver(
+    _INT,
+    re.compile(
+        r"""^(?:[-+]?0b[0-1_]+
+        |[-+]?0[0-7_]+
+        |[-+]?(?:0|[1-9][0-9_]*)
+        |[-+]?0x[0-9a-fA-F_]+)$""",
+        re.X,
+    ),
+    list("-+0123456789"),
+)
+CoreLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+class _StrictLoader(CoreLoader):
     """SafeLoader that refuses a mapping key given twice (merge keys ``<<`` still merge)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

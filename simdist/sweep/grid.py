@@ -21,6 +21,7 @@ import yaml
 
 from simdist.errors import ScenarioError, SimdistError
 from simdist.scenario.load import is_sweep_file
+from simdist.scenario.strict_yaml import CoreLoader
 
 DEFAULT_METRIC = "final_test_accuracy"
 _SWEEP_KEYS = ("name", "base", "set", "grid", "metric", "processes", "scheduler")
@@ -72,7 +73,7 @@ def expand_values(raw: Any, where: str) -> list[Any]:
         items: list[Any] = raw
     elif isinstance(raw, str) and raw.strip().startswith("["):
         try:
-            items = yaml.safe_load(raw)
+            items = yaml.load(raw, Loader=CoreLoader)  # a SafeLoader: 4:1 stays text
         except yaml.YAMLError as exc:
             raise SimdistError(f"{where}: {raw!r} is not a valid YAML list: {exc}") from None
         if not isinstance(items, list):
@@ -95,7 +96,7 @@ def expand_values(raw: Any, where: str) -> list[Any]:
             values.append(float(item))
         elif parse:
             try:
-                values.append(yaml.safe_load(item))
+                values.append(yaml.load(item, Loader=CoreLoader))
             except yaml.YAMLError as exc:
                 raise SimdistError(f"{where}: value {item!r} is not valid YAML: {exc}") from None
         else:
