@@ -56,6 +56,11 @@ _ASTRA_TYPES = (
 )
 _ASTRA_COMMS = ("NONE", "ALLREDUCE", "ALLGATHER", "ALLTOALL", "REDUCESCATTER", "ALLREDUCEALLTOALL")
 _ASTRA_FIELDS = 12  # name, reserved, then (compute, comm type, comm size) x 3, update delay
+#: The largest number a layer may have, by the unit its name ends in: far above any real
+#: layer (GPT-3's whole forward pass is about 3.5e14 FLOPs per sequence), far below what
+#: breaks the clock (1e308 bytes made simulated times NaN) or the int64 columns of the
+#: tables (1e19 bytes).
+_CAPS = {"flops": 1e21, "bytes": float(2**50), "nbytes": float(2**50), "s": 86_400.0}
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,11 @@ class LayerProfile:
         for key, value in numbers.items():
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise SimdistError(f"layer {self.name!r}: {key} = {value}; expected a number >= 0")
+            cap = _CAPS[key.rpartition("_")[2]]
+            if value is not None and value > cap:
+                raise SimdistError(
+                    f"layer {self.name!r}: {key} = {value:g}; expected at most {cap:g}"
+                )
         f = self.weight_grad_fraction
         if f is not None and not 0 <= f <= 1:
             raise SimdistError(
@@ -330,34 +340,48 @@ def _read_csv(path: Path, text: str) -> ModelProfile:
             if text == "":
                 return default
             try:
-                return float(text)
+                value = float(text)
             except ValueError:
                 raise SimdistError(
                     f"{path}: row {row_no}, column {key}: {text!r} is not a number"
                 ) from None
+            if not math.isfinite(value):  # before int(): it cannot take NaN or inf
+                raise SimdistError(
+                    f"{path}: row {row_no}, column {key}: {text!r}; expected a finite number"
+                )
+            return value
 
         paths = tuple(p for p in cells.get("param_paths", "").split(";") if p)
-        layers.append(
-            LayerProfile(
-                name=cells["name"],
-                forward_flops=num("forward_flops"),
-                backward_flops=num("backward_flops"),
-                forward_bytes=num("forward_bytes"),
-                backward_bytes=num("backward_bytes"),
-                output_nbytes=int(num("output_nbytes")),
-                param_nbytes=int(num("param_nbytes")),
-                param_paths=paths,
-                weight_grad_fraction=num("weight_grad_fraction", None),
-                forward_s=num("forward_s", None),
-                backward_s=num("backward_s", None),
-            )
-        )
+        fields = {
+            "name": cells["name"],
+            "forward_flops": num("forward_flops"),
+            "backward_flops": num("backward_flops"),
+            "forward_bytes": num("forward_bytes"),
+            "backward_bytes": num("backward_bytes"),
+            "output_nbytes": int(num("output_nbytes")),
+            "param_nbytes": int(num("param_nbytes")),
+            "param_paths": paths,
+            "weight_grad_fraction": num("weight_grad_fraction", None),
+            "forward_s": num("forward_s", None),
+            "backward_s": num("backward_s", None),
+        }
+        try:
+            layers.append(LayerProfile(**fields))
+        except SimdistError as error:  # a value out of range: say where it is
+            raise SimdistError(f"{path}: row {i}: {error}") from None
     try:
         batch = int(meta.get("batch_size", "0"))
         per_param = int(meta.get("bytes_per_param", "4"))
         shape = parse_shape(meta["input_shape"]) if meta.get("input_shape") else ()
     except (ValueError, SimdistError) as error:
         raise SimdistError(f"{path}: header line: {error}") from None
+    if not 1 <= per_param <= 16:
+        raise SimdistError(
+            f"{path}: header line bytes_per_param: {per_param}; expected 1 to 16, "
+            "e.g. # bytes_per_param: 4 (float32)"
+        )
+    if batch < 0:
+        raise SimdistError(f"{path}: header line batch_size: {batch}; expected 0 or more")
     return ModelProfile(
         model=meta.get("model") or path.stem,
         batch_size=batch,
@@ -470,7 +494,7 @@ def _read_astra(path: Path, text: str, cycle_s: float) -> ModelProfile:
         try:
             fwd, ig, wg = (float(cells[k]) for k in (2, 5, 8))
             comm_bytes = int(float(cells[10]))
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, NaN, or inf
             raise SimdistError(
                 f"{path}: line {number}: compute times (fields 3, 6, 9) and the weight-gradient "
                 "size (field 11) must be numbers"
@@ -489,20 +513,23 @@ def _read_astra(path: Path, text: str, cycle_s: float) -> ModelProfile:
             )
         grad_nbytes = comm_bytes if comm_types[2] == "ALLREDUCE" else 0
         backward = ig + wg
-        layers.append(
-            LayerProfile(
-                name=name,
-                forward_flops=0.0,
-                backward_flops=0.0,
-                forward_bytes=0.0,
-                backward_bytes=0.0,
-                output_nbytes=0,
-                param_nbytes=grad_nbytes,
-                weight_grad_fraction=wg / backward if backward > 0 else None,
-                forward_s=fwd * cycle_s,
-                backward_s=backward * cycle_s,
+        try:  # a value out of range: say where it is
+            layers.append(
+                LayerProfile(
+                    name=name,
+                    forward_flops=0.0,
+                    backward_flops=0.0,
+                    forward_bytes=0.0,
+                    backward_bytes=0.0,
+                    output_nbytes=0,
+                    param_nbytes=grad_nbytes,
+                    weight_grad_fraction=wg / backward if backward > 0 else None,
+                    forward_s=fwd * cycle_s,
+                    backward_s=backward * cycle_s,
+                )
             )
-        )
+        except SimdistError as error:
+            raise SimdistError(f"{path}: line {number}: {error}") from None
     return ModelProfile(
         model=path.stem,
         batch_size=0,

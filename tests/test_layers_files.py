@@ -205,3 +205,45 @@ def test_shapes():
     for bad in ("", "0x3", "axb", "-1"):
         with pytest.raises(SimdistError, match=r"e\.g\. 224x224x3"):
             parse_shape(bad)
+
+
+GOOD_CSV = "# batch_size: 8\nname,forward_flops,backward_flops,param_nbytes\nl0,1e6,2e6,4096\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD_CSV.replace("4096", "nan"), r"row 2, column param_nbytes: 'nan'; expected a finite"),
+        (GOOD_CSV.replace("4096", "inf"), r"row 2, column param_nbytes: 'inf'; expected a finite"),
+        (GOOD_CSV.replace("4096", "1e19"), r"row 2: .*param_nbytes = 1e\+19; expected at most"),
+        (GOOD_CSV.replace("4096", "1e308"), r"row 2: .*param_nbytes = 1e\+308; expected at most"),
+        (GOOD_CSV.replace("1e6", "1e308"), r"row 2: .*forward_flops = 1e\+308; expected at most"),
+        ("# bytes_per_param: 0\n" + GOOD_CSV, r"header line bytes_per_param: 0; expected 1 to"),
+    ],
+)
+def test_numbers_in_a_layers_csv_are_finite_and_within_caps(tmp_path, text, message):
+    """NaN and inf were a traceback, 1e19 an int64 overflow after the run, 1e308 a hang."""
+    path = tmp_path / "layers.csv"
+    path.write_text(text)
+    with pytest.raises(SimdistError, match=f"^{path}: " + message):
+        read_profile(path)
+    path.write_text(GOOD_CSV)
+    assert read_profile(path).layers[0].param_nbytes == 4096
+
+
+def test_numbers_in_an_astra_workload_are_finite_and_within_caps(tmp_path):
+    rows = ASTRA_RESNET50.read_text().splitlines()
+    cells = rows[2].split()
+    cases = {
+        3: ("1e300", "forward_s = 1e\\+291; expected at most"),
+        11: ("1e300", "param_nbytes = 1e\\+300; expected at most"),
+        6: ("inf", "backward_s = inf; expected a number >= 0"),
+        9: ("nan", "backward_s = nan; expected a number >= 0"),
+    }
+    for field, (value, message) in cases.items():
+        bad = [*cells]
+        bad[field - 1] = value
+        path = tmp_path / "w.txt"
+        path.write_text("\n".join([*rows[:2], " ".join(bad), *rows[3:]]) + "\n")
+        with pytest.raises(SimdistError, match=rf"^{path}: line 3.*{message}"):
+            read_profile(path)
