@@ -287,3 +287,14 @@ def test_cli_list_shows_parameters_and_gflops():
     row = next(line for line in done.output.splitlines() if "│ vgg16 " in line)
     assert "138,357,544" in row and "29.97" in row
     assert "full-size" in row and "224x224x3" in row
+
+
+def test_cli_profile_refuses_an_out_that_cannot_be_written_before_profiling(tmp_path):
+    """A folder as --out used to end in IsADirectoryError after the table was printed."""
+    runner = CliRunner()
+    bad = runner.invoke(app, ["profile", "cnn", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and f"--out: {tmp_path} is a folder" in bad.output
+    assert "total" not in bad.output  # refused before the work, not after the table
+    bad = runner.invoke(app, ["profile", "cnn", "--out", str(tmp_path / "no" / "x.csv")])
+    assert bad.exit_code == 2 and "does not exist" in bad.output
+    assert list(tmp_path.iterdir()) == []

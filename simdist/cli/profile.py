@@ -43,6 +43,12 @@ def profile_(
     def load() -> Any:
         if format_ not in ("csv", "astra"):
             raise SimdistError(f"--format: got {format_!r}; expected csv or astra")
+        if out is not None and out.is_dir():  # checked before the work, not after the table
+            raise SimdistError(
+                f"--out: {out} is a folder; give a file, e.g. --out {out / 'layers.csv'}"
+            )
+        if out is not None and not out.parent.is_dir():
+            raise SimdistError(f"--out: the folder {out.parent} does not exist")
         if Path(model).is_file():
             return read_profile(model)
         from simdist.numerics.profile import profile_model
