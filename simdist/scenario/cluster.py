@@ -44,7 +44,7 @@ __all__ = [
     "VariabilitySpec",
 ]
 
-_TASK_RE = re.compile(r"(?P<host>[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?")
+_TASK_RE = re.compile(r"(?P<host>(?!\.+(?::|$))[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?")
 
 
 class LinkSpec(Spec):
@@ -256,7 +256,8 @@ class DeviceSpec(Spec):
 
 
 # A host's name: it names the host's links and devices, and a job lists its hosts by it.
-HOST_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+# Not dots alone: "." and ".." would name the working folder or its parent in a report.
+HOST_NAME_RE = re.compile(r"(?!\.+$)[A-Za-z0-9_.-]+")
 
 
 class HostSpec(Spec):
@@ -280,8 +281,8 @@ class HostSpec(Spec):
     def _host_name(cls, value: str) -> str:
         if not HOST_NAME_RE.fullmatch(value):
             raise ValueError(
-                f"got {show(value)}; expected letters, digits, '_', '.' and '-' only "
-                "(it names the host's links and devices), e.g. name: a100-0"
+                f"got {show(value)}; expected letters, digits, '_', '.' and '-' only, not "
+                "dots alone (it names the host's links and devices), e.g. name: a100-0"
             )
         return value
 
