@@ -17,6 +17,7 @@ import numpy as np
 
 from simdist.api import _source, override_strings, preflight, resolve_scenario, run
 from simdist.errors import SimdistError
+from simdist.scenario.fields import MAX_RUNS
 
 if TYPE_CHECKING:
     from simdist.engine import Result
@@ -30,7 +31,8 @@ DASK_MIN_RUNS = 8
 
 
 def seed_list(seeds: int | Sequence[int]) -> list[int]:
-    """The seeds ``seeds`` stands for: N → 0, 1, …, N−1; a list → itself (distinct seeds)."""
+    """The seeds ``seeds`` stands for: N → 0, 1, …, N−1; a list → itself (distinct seeds).
+    At most :data:`MAX_RUNS`."""
     if isinstance(seeds, bool) or not isinstance(seeds, int | Sequence) or isinstance(seeds, str):
         raise SimdistError(
             f"seeds: got {seeds!r}; expected a count, e.g. 3, or a list, e.g. [0, 4]"
@@ -38,8 +40,17 @@ def seed_list(seeds: int | Sequence[int]) -> list[int]:
     if isinstance(seeds, int):
         if seeds < 1:
             raise SimdistError(f"seeds: got {seeds}; expected at least 1, e.g. seeds: 3")
+        if seeds > MAX_RUNS:
+            raise SimdistError(
+                f"seeds: got {seeds:,}; each seed is a whole run: at most {MAX_RUNS:,}, "
+                "e.g. seeds: 10"
+            )
         return list(range(seeds))
     values = list(seeds)
+    if len(values) > MAX_RUNS:
+        raise SimdistError(
+            f"seeds: got {len(values):,} seeds; each is a whole run: at most {MAX_RUNS:,}"
+        )
     if not values or any(
         isinstance(v, bool) or not isinstance(v, int | np.integer) for v in values
     ):

@@ -233,3 +233,25 @@ def test_a_sweep_file_that_is_not_a_regular_file_is_refused_before_reading():
     result = runner.invoke(app, ["sweep", "/dev/zero"])
     assert result.exit_code == 2
     assert "/dev/zero: is not a regular file" in result.output
+
+
+def test_huge_grids_and_seed_lists_are_refused_before_any_work():
+    """A 10⁶-point grid or seed count used to hang while every point was made and checked."""
+    from simdist.errors import SimdistError
+    from simdist.runs import seed_list
+    from simdist.scenario.fields import MAX_RUNS
+    from simdist.sweep.grid import Axis, expand_values, grid_points
+
+    assert MAX_RUNS == 10_000
+    with pytest.raises(SimdistError, match=r"range '0\.\.999999' has 1,000,000 values"):
+        expand_values("0..999999", "--grid seed")
+    axes = [Axis("seed", tuple(range(1000))), Axis("strategy.staleness_bound", tuple(range(100)))]
+    with pytest.raises(SimdistError, match=r"1,000 \(seed\) × 100 .* = 100,000 points"):
+        grid_points(axes)
+    assert len(grid_points([Axis("seed", tuple(range(100))), Axis("x", (1, 2))])) == 200
+    with pytest.raises(SimdistError, match=r"seeds: got 1,000,000; .* at most 10,000"):
+        seed_list(1_000_000)
+    with pytest.raises(SimdistError, match=r"got 10,001 seeds"):
+        seed_list(list(range(10_001)))
+    result = runner.invoke(app, ["compare", "scenarios/ps_4w2s.yaml", "--seeds", "1000000"])
+    assert result.exit_code == 2 and "at most 10,000" in result.output

@@ -16,6 +16,7 @@ __all__ = [
     "MAX_GENERATED_VALUES",
     "MAX_NAME_CHARS",
     "MAX_PS_TASKS",
+    "MAX_RUNS",
     "shorthand",
 ]
 
@@ -26,6 +27,10 @@ MAX_NAME_CHARS = 100
 # never finish, so they are refused at load time with the limit in the message.
 MAX_DEVICES = 65_536
 MAX_PS_TASKS = 4_096
+#: The most runs one call may ask for (the seeds of a compare, the points of a sweep): each
+#: is a whole simulation, so 10⁶ would run for weeks; refused before any work, so that a
+#: mistyped count is an error at once instead of a silent hang.
+MAX_RUNS = 10_000
 MAX_GENERATED_EXAMPLES = 10_000_000
 MAX_GENERATED_VALUES = 50_000_000  # n_examples x n_features: 400 MB as float64 while drawn
 

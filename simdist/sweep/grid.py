@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 import yaml
 
 from simdist.errors import ScenarioError, SimdistError
+from simdist.scenario.fields import MAX_RUNS
 from simdist.scenario.load import is_sweep_file
 from simdist.scenario.strict_yaml import CoreLoader
 
@@ -91,6 +93,11 @@ def expand_values(raw: Any, where: str) -> list[Any]:
             low, high = int(match[1]), int(match[2])
             if low > high:
                 raise SimdistError(f"{where}: range {item!r} runs backwards; expected e.g. 0..4")
+            if high - low + 1 > MAX_RUNS:
+                raise SimdistError(
+                    f"{where}: range {item!r} has {high - low + 1:,} values, each at least a "
+                    f"whole run; at most {MAX_RUNS:,}, e.g. 0..99"
+                )
             values.extend(range(low, high + 1))
         elif parse and _EXPONENT.fullmatch(item):
             values.append(float(item))
@@ -144,8 +151,16 @@ def grid_points(axes: Sequence[Axis]) -> list[Point]:
 
     A point's name is ``label=value`` per axis joined by commas
     (``staleness_bound=0,seed=3``); it names the point's files, so characters
-    other than letters, digits and ``_.+-`` become ``_``.
+    other than letters, digits and ``_.+-`` become ``_``. A grid of more than
+    :data:`MAX_RUNS` points is refused before any is made.
     """
+    count = math.prod(len(axis.values) for axis in axes)
+    if count > MAX_RUNS:
+        sizes = " × ".join(f"{len(axis.values):,} ({axis.path})" for axis in axes)
+        raise SimdistError(
+            f"sweep: the grid has {sizes} = {count:,} points, each a whole run; at most "
+            f"{MAX_RUNS:,}: split it into several sweeps, e.g. --grid seed=0..9"
+        )
     labels = axis_labels(axes)
     points: list[Point] = []
     seen: set[str] = set()
