@@ -85,7 +85,18 @@ def _no_bool(value: object) -> object:
     return value
 
 
-def _unit(parse: Callable[[object], float], positive: bool) -> Callable[[object], float]:
+def _unit(
+    parse: Callable[[object], float],
+    positive: bool,
+    low: float = 0.0,
+    high: float = math.inf,
+    unit: str = "",
+) -> Callable[[object], float]:
+    """A validator: ``value`` parsed with its unit, > 0 if ``positive``, and (when not 0)
+    within [``low``, ``high``] in base units — bounds far beyond any real cluster, which
+    keep the clock and the reports finite (a bandwidth of 1e-300 B/s made trace.json
+    non-finite; a latency of 1e300 s a run of 1e292 hours)."""
+
     def validate(value: object) -> float:
         try:
             number = parse(value)
@@ -95,6 +106,8 @@ def _unit(parse: Callable[[object], float], positive: bool) -> Callable[[object]
             raise ValueError(f"got {show(value)}; too large to be a number") from None
         if positive and number == 0:
             raise ValueError(f"got {show(value)}; expected a value greater than 0")
+        if number and not low <= number <= high:
+            raise ValueError(f"got {show(value)}; expected {low:g} to {high:g} {unit}".rstrip())
         return number
 
     return validate
@@ -104,10 +117,19 @@ def _whole_bytes(value: object) -> int:
     return round(_unit(parse_size, positive=False)(value))
 
 
-Bandwidth = Annotated[float, BeforeValidator(_unit(parse_bandwidth, positive=True))]
-Latency = Annotated[float, BeforeValidator(_unit(parse_duration, positive=False))]
-PositiveDuration = Annotated[float, BeforeValidator(_unit(parse_duration, positive=True))]
-Flops = Annotated[float, BeforeValidator(_unit(parse_flops, positive=True))]
+# 1 byte/s to 1 EB/s; durations up to 1e9 s (32 years); up to 1e21 FLOP/s (1 ZFLOP/s).
+Bandwidth = Annotated[
+    float, BeforeValidator(_unit(parse_bandwidth, positive=True, low=1.0, high=1e18, unit="B/s"))
+]
+Latency = Annotated[
+    float, BeforeValidator(_unit(parse_duration, positive=False, high=1e9, unit="s"))
+]
+PositiveDuration = Annotated[
+    float, BeforeValidator(_unit(parse_duration, positive=True, high=1e9, unit="s"))
+]
+Flops = Annotated[
+    float, BeforeValidator(_unit(parse_flops, positive=True, high=1e21, unit="FLOP/s"))
+]
 Bytes = Annotated[int, BeforeValidator(_whole_bytes)]
 # No inf or NaN: a learning rate of .inf is a typo, never a setting.
 Float = Annotated[float, BeforeValidator(_no_bool), AllowInfNan(False)]
