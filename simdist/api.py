@@ -207,13 +207,30 @@ def run(
     A scenario with ``jobs:`` (several jobs sharing one cluster) returns a
     :class:`simdist.jobs.JobsResult` instead: each job's Result in company and alone,
     and the interference table; its report folder holds a subfolder per job
-    (:mod:`simdist.report.jobs`).
+    (:mod:`simdist.report.jobs`). Two runs into one ``out`` at once: the second is refused
+    (:func:`simdist.report.tables.report_lock`).
     """
-    from simdist.engine import run as run_engine
-
     scenario = resolve_scenario(path_or_scenario, overrides, **kw)
     source = source or _source(path_or_scenario)
     preflight(scenario, out=out, source=source)
+    if out is None:
+        return _run(scenario, None, on_step, on_time, source)
+    from simdist.report.tables import report_lock
+
+    with report_lock(Path(out)):  # a second run into the same folder at once is refused
+        return _run(scenario, out, on_step, on_time, source)
+
+
+def _run(
+    scenario: Any,
+    out: str | Path | None,
+    on_step: Callable[[int, int], None] | None,
+    on_time: Callable[[float], None] | None,
+    source: str | None,
+) -> Result | JobsResult:
+    """:func:`run` after its checks: simulate, and write the report to ``out`` if given."""
+    from simdist.engine import run as run_engine
+
     if scenario.jobs is not None:
         return _run_jobs(scenario, out, on_step, on_time, source)
     try:

@@ -154,3 +154,23 @@ def test_same_seed_gives_byte_identical_tables_across_processes(tmp_path):
     assert (tmp_path / "a" / "metrics.csv").read_bytes() != (
         tmp_path / "c" / "metrics.csv"
     ).read_bytes()
+
+
+def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path):
+    """Two runs into one --out at once: the second refuses, no silent replacement."""
+    from simdist.report.tables import report_lock
+
+    scenario = write(tmp_path, tiny())
+    out = tmp_path / "report"
+    with report_lock(out):  # a run writing the folder right now
+        busy = subprocess.run(
+            [sys.executable, "-m", "simdist", "run", str(scenario), "--out", str(out), "-q"],
+            capture_output=True,
+            text=True,
+        )
+    assert busy.returncode == 2, busy.stderr
+    assert f"{out}: another simdist run is writing this report folder right now" in busy.stderr
+    assert not out.exists()
+    _run_in_subprocess(scenario, out)  # once the lock is free the run goes through
+    assert (out / "summary.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "scenario.yaml"]

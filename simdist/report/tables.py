@@ -130,6 +130,45 @@ def clean_stale(target: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
+def report_lock(target: Path) -> Iterator[None]:
+    """Hold the right to write the report folder ``target`` for the block.
+
+    Two runs into one ``--out`` at once would both report success while the second
+    silently replaced the first; the second is refused instead, before it simulates, with
+    one clear error. The lock is an OS file lock (the ``filelock`` package) on a file
+    named after ``target``'s absolute path in the per-user cache's ``locks`` folder, so the
+    reports' folder holds nothing but reports: a killed process releases it, and the file
+    is removed at the end of the block. Where no lock file can be made (a read-only home),
+    the run goes on unguarded.
+    """
+    import filelock
+
+    from simdist.compile_cache import cache_dir
+
+    target = Path(target)
+    digest = hashlib.sha256(str(target.resolve()).encode()).hexdigest()[:32]
+    path = cache_dir() / "locks" / f"{digest}.lock"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = filelock.FileLock(path, timeout=0)
+        lock.acquire()
+    except filelock.Timeout:
+        raise SimdistError(
+            f"{target}: another simdist run is writing this report folder right now; "
+            "wait for it to finish, or give another --out"
+        ) from None
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # before the release: a run arriving now finds the file held
+        lock.release()
+
+
+@contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP arriving inside the block are delivered at its end.
 
