@@ -23,6 +23,7 @@ comparison folders) and never imports the API or the engine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -213,38 +214,28 @@ def run(
     scenario = resolve_scenario(path_or_scenario, overrides, **kw)
     source = source or _source(path_or_scenario)
     preflight(scenario, out=out, source=source)
-    if out is None:
-        return _run(scenario, None, on_step, on_time, source)
-    from simdist.report.tables import report_lock
-
-    with report_lock(Path(out)):  # a second run into the same folder at once is refused
-        return _run(scenario, out, on_step, on_time, source)
-
-
-def _run(
-    scenario: Any,
-    out: str | Path | None,
-    on_step: Callable[[int, int], None] | None,
-    on_time: Callable[[float], None] | None,
-    source: str | None,
-) -> Result | JobsResult:
-    """:func:`run` after its checks: simulate, and write the report to ``out`` if given."""
-    from simdist.engine import run as run_engine
-
-    if scenario.jobs is not None:
-        return _run_jobs(scenario, out, on_step, on_time, source)
-    try:
-        result = run_engine(scenario, on_step=on_step, on_time=on_time)
-    except DataError as exc:
-        raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
-    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
-
-    result.events = conform(result.events, EVENT_DTYPES)
-    result.metrics = conform(result.metrics, METRIC_DTYPES)
+    guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if out is not None:
-        from simdist.report import write_report
+        from simdist.report.tables import report_lock
 
-        write_report(result, Path(out))
+        guard = report_lock(Path(out))  # a second run into the same folder at once is refused
+    with guard:
+        if scenario.jobs is not None:
+            return _run_jobs(scenario, out, on_step, on_time, source)
+        from simdist.engine import run as run_engine
+
+        try:
+            result = run_engine(scenario, on_step=on_step, on_time=on_time)
+        except DataError as exc:
+            raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
+        from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
+        result.events = conform(result.events, EVENT_DTYPES)
+        result.metrics = conform(result.metrics, METRIC_DTYPES)
+        if out is not None:
+            from simdist.report import write_report
+
+            write_report(result, Path(out))
     return result
 
 
