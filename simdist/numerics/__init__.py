@@ -16,7 +16,7 @@ _WHERE = {
     "load_dataset": "data",
     "shard": "data",
     "EXECUTIONS": "executor",
-    "DeferredGradients": "executor",
+    "DeferredGradients": "deferred",
     "Workload": "executor",
     "ensure_devices": "executor",
     "load_params": "param_files",
