@@ -12,7 +12,7 @@ from typing import Any
 _WHERE = {
     "DATASETS": "data",
     "BatchStream": "data",
-    "Dataset": "data",
+    "Dataset": "dataset",
     "load_dataset": "data",
     "shard": "data",
     "EXECUTIONS": "executor",

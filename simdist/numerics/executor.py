@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -40,13 +40,17 @@ import optax
 
 from simdist.errors import SimdistError
 from simdist.numerics.chains import scan_exact
-from simdist.numerics.data import BatchStream, Dataset, load_dataset
+from simdist.numerics.data import BatchStream, load_dataset
+from simdist.numerics.dataset import Dataset
 from simdist.numerics.device_allreduce import REPLICA_AXIS, all_reduced_on_devices
 from simdist.numerics.memory import check_param_bytes, remember_model_size
 from simdist.numerics.models import MOMENTS, STATE, make_model, update_moving_stats
 from simdist.numerics.optim import apply_updates, make_optimizer
 from simdist.numerics.param_files import check_params_file, load_params, tree_paths
 from simdist.seeds import jax_key_data
+
+if TYPE_CHECKING:
+    from simdist.scenario.workload import DatasetSpec, ModelSpec, OptimizerSpec
 
 EXECUTIONS: tuple[str, ...] = ("batched", "devices")
 
@@ -75,7 +79,7 @@ def ensure_devices(n: int) -> int:
     return len(jax.devices())
 
 
-def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
+def check_fits_memory(abstract_params: Any, model_spec: ModelSpec) -> tuple[int, int]:
     """Refuse a model whose parameters, gradients and optimizer state exceed the RAM;
     return its (parameter count, bytes).
 
@@ -91,7 +95,7 @@ def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
 
 
 def check_model(
-    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int, init_from: Path | None
+    model_spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int, init_from: Path | None
 ) -> None:
     """What building a Workload would refuse, from shapes alone: a model too large for
     the memory (:func:`check_fits_memory`) and an ``init_from`` file that does not fit it.
@@ -117,9 +121,9 @@ class Workload:
 
     def __init__(
         self,
-        model_spec: Any,
-        dataset_spec: Any,
-        optimizer_spec: Any,
+        model_spec: ModelSpec,
+        dataset_spec: DatasetSpec,
+        optimizer_spec: OptimizerSpec,
         *,
         seed: int,
         total_steps: int | Callable[[int], int],
@@ -153,7 +157,7 @@ class Workload:
             params = load_params(init_from, params)
         self.params, self.model_state = split_state(params)
         # Synchronised BatchNormalization: the same module, its moments averaged over replicas.
-        self.sync_batch_norm = bool(getattr(model_spec, "sync_batch_norm", None))
+        self.sync_batch_norm = bool(model_spec.sync_batch_norm)
         self._synced = self.model.clone(axis_name=REPLICA_AXIS) if self.sync_batch_norm else None
         leaves = jax.tree_util.tree_leaves(self.params)
         self.param_leaves: list[tuple[str, int]] = [
