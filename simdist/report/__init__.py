@@ -31,13 +31,10 @@ def __getattr__(name: str) -> Any:
 
 def write_report(result: Any, out_dir: Path) -> Path:
     """Write ``result`` into ``out_dir`` atomically; return the folder."""
-    import simdist.report as report
     from simdist.numerics.param_files import save_params
+    from simdist.report.markdown import write_markdown
     from simdist.report.painter import plots_beside
     from simdist.scenario import dump_scenario
-
-    # Through the module, so the lazy name loads (and a test may replace it).
-    write_markdown = report.write_markdown
 
     out_dir = Path(out_dir)
     with AtomicFolder(out_dir) as tmp:

@@ -60,12 +60,11 @@ def plot_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
     wrote, in report.md's order: ``loss_vs_time.png``, those of
     :func:`simdist.report.plots.plot_jobs`, then the links' heatmap (none when no link
     carried bytes)."""
-    import simdist.report as report
-    from simdist.report import plots
+    from simdist.report import links, plots
 
     def loss_vs_time() -> list[str]:
-        # Through the package, so a test may replace it.
-        report.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
+        # Through the module, so a test may replace it.
+        plots.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
         return ["loss_vs_time.png"]
 
     def job(name: str, draw: Callable[[], None]) -> Callable[[], list[str]]:
@@ -78,7 +77,7 @@ def plot_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
     return [
         loss_vs_time,
         *(job(name, draw) for name, draw in plots.plot_jobs(result, folder)),
-        lambda: report.write_link_plots(result, folder),
+        lambda: links.write_link_plots(result, folder),
     ]
 
 
@@ -89,11 +88,11 @@ def file_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
     events (ps_4w2s: 42,000 events, about 0.5 s): drawn beside the plots, it keeps the run
     from writing it alone while the painter and its helper wait for the CPU it holds.
     """
-    import simdist.report as report
+    from simdist.report import trace as chrome_trace
 
     def trace() -> list[str]:
-        # Through the package, so a test may replace it.
-        report.write_trace(result, folder / TRACE)
+        # Through the module, so a test may replace it.
+        chrome_trace.write_trace(result, folder / TRACE)
         return [TRACE]
 
     return [trace, *plot_jobs(result, folder)]
