@@ -95,6 +95,21 @@ def read_layers_csv(path: Path, text: str) -> ModelProfile:
         raise SimdistError(f"{path}: no header row; expected columns {', '.join(CSV_COLUMNS)}")
     rows = list(csv.reader(body))
     header = [h.strip() for h in rows[0]]
+    _check_columns(path, header)
+    layers = [_layer(path, i, header, row) for i, row in enumerate(rows[1:], start=2)]
+    batch, per_param, shape = _header_lines(path, meta)
+    return ModelProfile(
+        model=meta.get("model") or path.stem,
+        batch_size=batch,
+        input_shape=shape,
+        layers=tuple(layers),
+        source=f"layers.csv:{path}",
+        bytes_per_param=per_param,
+    )
+
+
+def _check_columns(path: Path, header: list[str]) -> None:
+    """Known columns only, with a name, the bytes, and FLOPs or times per layer."""
     unknown = [h for h in header if h not in CSV_COLUMNS]
     if unknown:
         raise SimdistError(
@@ -110,48 +125,48 @@ def read_layers_csv(path: Path, text: str) -> ModelProfile:
             f"{path}: give forward_flops and backward_flops (and bytes for the roofline), "
             "or measured forward_s and backward_s, per layer"
         )
-    layers = []
-    for i, row in enumerate(rows[1:], start=2):
-        if len(row) != len(header):
-            raise SimdistError(
-                f"{path}: row {i} has {len(row)} cells; the header has {len(header)}"
-            )
-        cells = dict(zip(header, (c.strip() for c in row), strict=True))
 
-        def num(key: str, default: float | None = 0.0, row_no: int = i, c: dict = cells):
-            text = c.get(key, "")
-            if text == "":
-                return default
-            try:
-                value = float(text)
-            except ValueError:
-                raise SimdistError(
-                    f"{path}: row {row_no}, column {key}: {text!r} is not a number"
-                ) from None
-            if not math.isfinite(value):  # before int(): it cannot take NaN or inf
-                raise SimdistError(
-                    f"{path}: row {row_no}, column {key}: {text!r}; expected a finite number"
-                )
-            return value
 
-        paths = tuple(p for p in cells.get("param_paths", "").split(";") if p)
-        fields = {
-            "name": cells["name"],
-            "forward_flops": num("forward_flops"),
-            "backward_flops": num("backward_flops"),
-            "forward_bytes": num("forward_bytes"),
-            "backward_bytes": num("backward_bytes"),
-            "output_nbytes": int(num("output_nbytes")),
-            "param_nbytes": int(num("param_nbytes")),
-            "param_paths": paths,
-            "weight_grad_fraction": num("weight_grad_fraction", None),
-            "forward_s": num("forward_s", None),
-            "backward_s": num("backward_s", None),
-        }
+def _layer(path: Path, i: int, header: list[str], row: list[str]) -> LayerProfile:
+    """The layer of row ``i`` (counted from the header row, 1); a bad cell names its place."""
+    if len(row) != len(header):
+        raise SimdistError(f"{path}: row {i} has {len(row)} cells; the header has {len(header)}")
+    cells = dict(zip(header, (c.strip() for c in row), strict=True))
+
+    def num(key: str, default: float | None = 0.0) -> float | None:
+        text = cells.get(key, "")
+        if text == "":
+            return default
         try:
-            layers.append(LayerProfile(**fields))
-        except SimdistError as error:  # a value out of range: say where it is
-            raise SimdistError(f"{path}: row {i}: {error}") from None
+            value = float(text)
+        except ValueError:
+            raise SimdistError(f"{path}: row {i}, column {key}: {text!r} is not a number") from None
+        if not math.isfinite(value):  # before int(): it cannot take NaN or inf
+            raise SimdistError(f"{path}: row {i}, column {key}: {text!r}; expected a finite number")
+        return value
+
+    paths = tuple(p for p in cells.get("param_paths", "").split(";") if p)
+    fields = {
+        "name": cells["name"],
+        "forward_flops": num("forward_flops"),
+        "backward_flops": num("backward_flops"),
+        "forward_bytes": num("forward_bytes"),
+        "backward_bytes": num("backward_bytes"),
+        "output_nbytes": int(num("output_nbytes")),  # type: ignore[arg-type]
+        "param_nbytes": int(num("param_nbytes")),  # type: ignore[arg-type]
+        "param_paths": paths,
+        "weight_grad_fraction": num("weight_grad_fraction", None),
+        "forward_s": num("forward_s", None),
+        "backward_s": num("backward_s", None),
+    }
+    try:
+        return LayerProfile(**fields)  # type: ignore[arg-type]
+    except SimdistError as error:  # a value out of range: say where it is
+        raise SimdistError(f"{path}: row {i}: {error}") from None
+
+
+def _header_lines(path: Path, meta: dict[str, str]) -> tuple[int, int, tuple[int, ...]]:
+    """Batch size, bytes per parameter and input shape from the ``#`` lines, checked."""
     try:
         batch = int(meta.get("batch_size", "0"))
         per_param = int(meta.get("bytes_per_param", "4"))
@@ -165,11 +180,4 @@ def read_layers_csv(path: Path, text: str) -> ModelProfile:
         )
     if batch < 0:
         raise SimdistError(f"{path}: header line batch_size: {batch}; expected 0 or more")
-    return ModelProfile(
-        model=meta.get("model") or path.stem,
-        batch_size=batch,
-        input_shape=shape,
-        layers=tuple(layers),
-        source=f"layers.csv:{path}",
-        bytes_per_param=per_param,
-    )
+    return batch, per_param, shape
