@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import simpy
 
@@ -16,6 +19,30 @@ from simdist.sim import (
     settle,
     triggered,
 )
+
+#: SimPy's private state (simpy/core.py, simpy/events.py) that simdist may rely on.
+SIMPY_PRIVATE = {"_queue", "_eid", "_now", "_ok", "_value", "_defused", "_target", "_generator"}
+PACKAGE = Path(__file__).resolve().parents[1] / "simdist"
+
+
+def simpy_private_uses(root: Path) -> list[str]:
+    """``module:line .name`` for each attribute of :data:`SIMPY_PRIVATE` read or set on
+    anything but ``self`` in the package at ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in SIMPY_PRIVATE
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            ):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_only_simdist_sim_touches_simpys_internals() -> None:
+    assert all(use.startswith("simdist/sim.py:") for use in simpy_private_uses(PACKAGE))
+    assert simpy_private_uses(PACKAGE)  # the walk does see the helpers' own uses
 
 
 @pytest.fixture
