@@ -25,10 +25,11 @@ def hold_links(
     """SimPy process: occupy every link for ``seconds`` of full-speed work.
 
     ``fifo``: wait until every link is free and hold them all for ``seconds`` (the
-    links are taken together, see :class:`LinkArbiter`). ``fair``: run at once as one
-    flow that, alone, takes exactly ``seconds``, slowed while it shares its links (see
-    :mod:`simdist.network.fair`). ``link_bytes`` (aligned with ``links``) are the bytes
-    each link really carries, for telemetry (default: the link's full capacity).
+    links are taken together, see :class:`~simdist.network.arbiter.LinkArbiter`).
+    ``fair``: run at once as one flow that, alone, takes exactly ``seconds``, slowed while
+    it shares its links (see :mod:`simdist.network.fair`). ``link_bytes`` (aligned with
+    ``links``) are the bytes each link really carries, for telemetry (default: the link's
+    full capacity).
     Returns ``(start_s, end_s)``, after any queueing. If the process is interrupted,
     a pending claim is withdrawn and held links or the flow are released.
     """
