@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import simpy
@@ -35,6 +35,11 @@ from simdist.strategies import strategy_class
 from simdist.strategies.base import Costs
 from simdist.strategies.sync import resolve_execution
 from simdist.summary import build_summary
+
+if TYPE_CHECKING:
+    from simdist.network.link import Link
+    from simdist.numerics.executor import Workload
+    from simdist.strategies.base import Strategy
 
 
 @dataclass
@@ -55,7 +60,7 @@ class Result:
     out_dir: Path | None = None
 
 
-def build_workload(scenario: Scenario) -> Any:
+def build_workload(scenario: Scenario) -> Workload:
     """The JAX side of the run: model, data, optimizer, initial parameters."""
     from simdist.numerics.executor import Workload
 
@@ -70,7 +75,7 @@ def build_workload(scenario: Scenario) -> Any:
     )
 
 
-_workloads: OrderedDict[str, Any] = OrderedDict()
+_workloads: OrderedDict[str, Workload] = OrderedDict()
 # Fields that do not change what a timing-only run reads from its Workload (shapes, bytes,
 # data set sizes); the clock's layer profile is cached apart (:func:`simdist.costs.clock_profile`).
 _TIMING_IRRELEVANT = ("batch_size", "global_batch_size", "steps", "epochs", "eval_every")
@@ -98,7 +103,7 @@ def needs_workload(scenario: Scenario) -> bool:
     )
 
 
-def cached_workload(scenario: Scenario) -> Any:
+def cached_workload(scenario: Scenario) -> Workload:
     """The run's Workload, reused from a recent run in this process when nothing shaping it changed.
 
     Building one traces and compiles the model's jitted functions (about half a
@@ -213,7 +218,7 @@ def surrogate_note(scenario: Scenario) -> str | None:
 def simulate(
     scenario: Scenario,
     costs: Costs,
-    workload: Any | None = None,
+    workload: Workload | None = None,
     *,
     on_step: Callable[[int], None] | None = None,
     on_time: Callable[[float], None] | None = None,
@@ -245,7 +250,7 @@ def simulate(
     # being written) must not move the clock past the last step.
     with gc_paused():
         env.run(until=main)
-        if getattr(strategy, "rerun_with", None) is not None:
+        if strategy.rerun_with is not None:
             # A divergence found after the fact (parameter_server's dataflow replay, a
             # synchronous step's loss read one step late): simulate again, stopping there.
             return again(strategy.rerun_with)
@@ -259,10 +264,10 @@ def simulate(
 def run_result(
     scenario: Scenario,
     costs: Costs,
-    workload: Any | None,
-    strategy: Any,
+    workload: Workload | None,
+    strategy: Strategy,
     recorder: Recorder,
-    links: Sequence[Any],
+    links: Sequence[Link],
     end_s: float,
 ) -> Result:
     """A finished run's :class:`Result`: its frames, ``links``' telemetry up to ``end_s``

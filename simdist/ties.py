@@ -12,7 +12,6 @@ process while it is active: a tool for benchmarks and tests, never used by a run
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from typing import Any
 import simpy.core
 
 from simdist.network.fair import FairShare
+from simdist.sim import next_event_id, schedule_keyed
 
 
 @contextmanager
@@ -35,8 +35,7 @@ def random_ties(seed: int) -> Iterator[None]:
     def schedule(
         env: simpy.core.Environment, event: Any, priority: int = simpy.core.NORMAL, delay: float = 0
     ) -> None:
-        key = (draw(), next(env._eid))  # type: ignore[attr-defined]
-        heapq.heappush(env._queue, (env._now + delay, priority, key, event))  # type: ignore[attr-defined]
+        schedule_keyed(env, event, delay, (draw(), next_event_id(env)), priority)
 
     def later(self: FairShare, delay_s: float, call: Any) -> None:
         self.env.timeout(delay_s).callbacks.append(call)

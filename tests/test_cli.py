@@ -136,7 +136,7 @@ def test_failed_run_leaves_previous_report_untouched(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("simdist.report.plot_loss_vs_time", boom)
+    monkeypatch.setattr("simdist.report.plots.plot_loss_vs_time", boom)
     runner.invoke(app, ["run", str(scenario), "--out", str(out), "-q", "--set", "workload.steps=3"])
     assert (out / "metrics.csv").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -17,7 +17,7 @@ from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
 from simdist.engine import run, simulate
 from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
-from simdist.network.fair import FairShare, Flow, _max_min_levels
+from simdist.network.fair import FairShare, Flow, max_min_levels
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
 from tests.test_network import INTRA_BW, INTRA_LAT, make_spec
@@ -216,7 +216,7 @@ def test_progressive_filling_is_max_min_fair(capacities, routes):
         on = sorted({links[i % len(links)] for i in route}, key=lambda link: link.name)
         ref = min(link.bandwidth_Bps for link in on)
         flows.append(Flow(on, 1.0, [1.0] * len(on), [ref] * len(on), ref, lambda: None, seq, 0.0))
-    levels = _max_min_levels(links, flows)
+    levels = max_min_levels(links, flows)
     load = {link.name: 0.0 for link in links}
     for flow, level in zip(flows, levels, strict=True):
         for link in flow.links:

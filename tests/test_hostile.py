@@ -320,7 +320,7 @@ def test_an_interrupted_run_says_where_and_writes_nothing(tmp_path, monkeypatch)
     def stop(*args, **kwargs):
         raise Interrupted(signal.SIGTERM)
 
-    monkeypatch.setattr("simdist.report.plot_loss_vs_time", stop)
+    monkeypatch.setattr("simdist.report.plots.plot_loss_vs_time", stop)
     out = tmp_path / "reports" / "tiny"
     scenario = write(tmp_path, tiny(**{"workload.steps": 2}))
     result = _run("run", scenario, "-q", "--out", out)

@@ -24,7 +24,7 @@ from simdist.collectives import ring_allreduce_s
 from simdist.engine import simulate
 from simdist.errors import ScenarioError
 from simdist.jobs import INTERFERENCE_COLUMNS, JobRun, run_jobs, simulate_jobs
-from simdist.network.links import Link
+from simdist.network.link import Link
 from simdist.network.switch import SwitchTopology
 from simdist.network.topology import hosts_of
 from simdist.scenario import dump_scenario, scenario_from_dict

@@ -77,7 +77,7 @@ LAYERS = {
     "report": (
         "import simdist.report, simdist.report.compare, simdist.report.markdown, "
         "simdist.report.plots, simdist.report.timeline",
-        "simdist.report.trace",
+        "simdist.report.tracks",
         ("simdist.api", "simdist.engine", "simdist.strategies", "simpy"),
     ),
 }

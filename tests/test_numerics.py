@@ -25,6 +25,7 @@ from simdist.numerics import (
     shard,
 )
 from simdist.numerics.optim import make_schedule
+from simdist.scenario.workload import ModelSpec
 
 DIGITS = SimpleNamespace(name="digits", path=None, test_fraction=0.2)
 REGRESSION = SimpleNamespace(
@@ -35,7 +36,7 @@ REGRESSION = SimpleNamespace(
     n_features=16,
     noise=0.1,
 )
-MLP = SimpleNamespace(name="mlp", hidden=[32])
+MLP = ModelSpec(name="mlp", hidden=[32])
 SGD = SimpleNamespace(name="sgd", learning_rate=0.1, momentum=0.9, schedule=None)
 ADAM = SimpleNamespace(name="adam", learning_rate=0.01, momentum=0.9, schedule=None)
 
@@ -105,11 +106,11 @@ def test_digits_read_without_sklearn_bit_identical_to_load_digits() -> None:
     [
         (MLP, 0),
         (MLP, 3),
-        (SimpleNamespace(name="cnn", filters=[4]), 4),
-        (SimpleNamespace(name="softmax"), 5),
+        (ModelSpec(name="cnn"), 4),
+        (ModelSpec(name="softmax"), 5),
     ],
 )
-def test_jitted_init_is_bit_identical_to_eager_init(model: SimpleNamespace, seed: int) -> None:
+def test_jitted_init_is_bit_identical_to_eager_init(model: ModelSpec, seed: int) -> None:
     """Workload initialises in one XLA program (issue 15: 19 programs fewer to compile); the
     parameters are the bits of the eager ``model.init`` (seeds 3-5 give key data ≥ 2**31)."""
     from simdist.seeds import jax_key_data
@@ -262,7 +263,7 @@ def test_mirrored_equals_one_device(digits_sgd: Workload, n: int) -> None:
 
 
 def test_mirrored_equals_one_device_adam() -> None:
-    w = Workload(SimpleNamespace(name="mlp", hidden=[16]), DIGITS, ADAM, seed=1, total_steps=5)
+    w = Workload(ModelSpec(name="mlp", hidden=[16]), DIGITS, ADAM, seed=1, total_steps=5)
     one = _train(w, 4, 4, 5, None)
     for mode in ("batched", "devices"):
         assert_trees_close(_train(w, 4, 4, 5, mode), one, atol=1e-6)

@@ -191,7 +191,7 @@ def test_gradient_lanes_do_not_depend_on_their_neighbours_or_the_stacking(model)
         return np.stack([batches[i][0] for i in order]), np.stack([batches[i][1] for i in order])
 
     order_a, order_b = [0, 1, 2, 3, 4, 5, 6, 7], [9, 3, 11, 0, 0, 0, 0, 10]
-    a = jax.device_get(wl._stacked_fn(8)(tuple(versions[i] for i in order_a), *inputs(order_a)))
+    a = jax.device_get(wl.stacked_fn(8)(tuple(versions[i] for i in order_a), *inputs(order_a)))
     params = jax.tree.map(lambda *x: np.stack(x), *[versions[i] for i in order_b])
     b = jax.device_get(jax.jit(wl.stacked_vmap(8))(params, *inputs(order_b)))
     for i, j in ((3, 1), (0, 3)):

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 import simdist
 from simdist.recorder import EVENT_COLUMNS
 from simdist.report.plots import write_plots
-from simdist.report.trace import assign_lanes, build_trace, dumps_trace
+from simdist.report.trace import build_trace
+from simdist.report.trace_text import dumps_trace
+from simdist.report.tracks import assign_lanes
 from simdist.summary import split_category, time_split_by_device
 
 NET = {"bandwidth": "1GB/s", "latency": "10us"}
@@ -226,28 +228,28 @@ def test_trace_text_has_one_event_per_line_whatever_the_events_hold():
 def test_trace_json_written_without_dicts_is_what_the_encoder_writes(odd):
     """write_trace formats spans and counters directly; the text is the JSON encoder's of
     build_trace's dicts, also for values that send it back through the encoder."""
-    from simdist.report.trace import _SPAN_FIELDS, _counter_lines, _span_lines
+    from simdist.report.trace_text import SPAN_FIELDS, counter_lines, span_lines
 
     row = {"name": "comm: pull", "cat": "comm", "ts": 1.5e-06, "dur": 250.0, "pid": 1}
     row |= {"tid": 2, "step": 3, "nbytes": 4096, "detail": "pull ps0"} | odd
-    spans = tuple([row[field], row[field]] for field in _SPAN_FIELDS)
+    spans = tuple([row[field], row[field]] for field in SPAN_FIELDS)
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     expected = []
     for n, c, t, d, p, i, s, b, e in zip(*spans, strict=True):
         args = {"step": s, **({"bytes": b} if b else {}), **({"detail": e} if e else {})}
         event = {"name": n, "cat": c, "ph": "X", "ts": t, "dur": d, "pid": p, "tid": i}
         expected.append(encode({**event, "args": args}))
-    assert _span_lines(spans) == expected
+    assert span_lines(spans) == expected
     counters = [("staleness", 12.0, 3, "staleness", 2.0), ("w0/nic/tx", 0.0, 1, "utilisation", 1)]
-    assert _counter_lines(counters) == [
+    assert counter_lines(counters) == [
         encode({"name": n, "ph": "C", "ts": t, "pid": p, "args": {k: v}})
         for n, t, p, k, v in counters
     ]
     with pytest.raises(ValueError):  # a value the encoder refuses is refused here too
-        _span_lines(
+        span_lines(
             tuple(
                 [*column[:-1], math.nan] if f == "ts" else column
-                for f, column in zip(_SPAN_FIELDS, spans, strict=True)
+                for f, column in zip(SPAN_FIELDS, spans, strict=True)
             )
         )
 

@@ -15,7 +15,7 @@ from helpers import assert_trees_close, tiny
 from simdist.engine import build_workload, cached_workload, run
 from simdist.errors import ScenarioError, SimdistError
 from simdist.numerics import Workload, shard
-from simdist.numerics.executor import DeferredGradients
+from simdist.numerics.deferred import DeferredGradients
 from simdist.numerics.models import (
     MOMENTS,
     STATE,

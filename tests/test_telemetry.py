@@ -395,7 +395,7 @@ def test_link_bytes_follow_the_devices_given_not_a_stale_cache():
 def test_report_folder_has_the_link_files_and_reads_back(ps_run, tmp_path):
     import simdist
     from simdist.report import write_report
-    from simdist.report.trace import dumps_trace
+    from simdist.report.trace_text import dumps_trace
 
     out = write_report(ps_run, tmp_path / "report")
     for name in ("links.csv", "link_buckets.csv", "link_load.csv", "link_utilisation.png"):

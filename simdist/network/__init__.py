@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from simdist.cluster import Cluster
+from simdist.network.arbiter import LinkArbiter
 from simdist.network.core import Network, links_on
+from simdist.network.hold import hold_links
 from simdist.network.leaf_spine import LeafSpineTopology
-from simdist.network.links import Link, LinkArbiter, Transfer, hold_links
+from simdist.network.link import Link
 from simdist.network.switch import SwitchTopology
 from simdist.network.topology import Endpoint, Topology
 from simdist.network.torus import TorusTopology
+from simdist.network.transfer import Transfer
 from simdist.network.transport import PROTOCOLS, Message, Protocol, protocol_of
 
 TOPOLOGIES: dict[str, type[Topology]] = {

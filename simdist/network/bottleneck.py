@@ -27,7 +27,7 @@ A flow's latency is the intra-host link's α inside a host, and the NIC's α plu
 ``hops × hop_latency`` across the network, so within one switch the result is exactly
 the NIC's (α, B) whenever the NICs are the bottleneck: the closed form, bit for bit.
 
-Pure arithmetic on :class:`~simdist.network.links.Link` figures: no SimPy, no JAX.
+Pure arithmetic on :class:`~simdist.network.link.Link` figures: no SimPy, no JAX.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from simdist.collectives import square_factors
 from simdist.network.traffic import double_tree_parents
 
 if TYPE_CHECKING:
-    from simdist.network.links import Link
+    from simdist.network.link import Link
 
 #: A link and the direction the bytes cross it (``tx``/``rx`` of a NIC or port, ``up``/
 #: ``down`` of an uplink): one resource of the max-min allocation.

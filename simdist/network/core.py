@@ -36,16 +36,10 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Device
-from simdist.network.links import (
-    Countdown,
-    Link,
-    Path,
-    Transfer,
-    hold_ordered,
-    ordered,
-    path_of,
-)
+from simdist.network.hold import hold_ordered
+from simdist.network.link import Link, ordered
 from simdist.network.topology import Endpoint, Topology, machine_of
+from simdist.network.transfer import Countdown, Route, Transfer, route_of
 from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
 if TYPE_CHECKING:
@@ -55,8 +49,8 @@ if TYPE_CHECKING:
 
 
 #: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines,
-#: the route's :class:`Path` and what each end records of an ideal message (:meth:`send`).
-_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Path, tuple[Any, ...]]
+#: the route's :class:`Route` and what each end records of an ideal message (:meth:`send`).
+_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Route, tuple[Any, ...]]
 
 
 def links_on(links: Iterable[Link], host: str) -> str:
@@ -118,7 +112,7 @@ class Network:
                 for end, cell in zip((src, dst), cells, strict=True)
                 if isinstance(end, Device) or not end.devices
             )
-            path = path_of(links)
+            path = route_of(links)
             cached = self._routes[key] = (links, cells, mode, (a, b), path, ends)
         return cached
 
@@ -162,7 +156,7 @@ class Network:
                 if then is not None:
                     then()
 
-            moving = Transfer(self.env, links, nbytes, landed, path=path, done=done)
+            moving = Transfer(self.env, links, nbytes, landed, route=path, done=done)
             return moving
 
         def arrived(start: float, arrival: float) -> None:
@@ -262,7 +256,7 @@ class Network:
         Scheduled in the same step as ``all_of`` would be (the one processing the last
         ``done``), so simultaneous events keep their order; it skips the condition's
         bookkeeping, which nobody reads here, and when nothing else listens to the
-        moves it counts them as they arrive (:class:`~simdist.network.links.Countdown`),
+        moves it counts them as they arrive (:class:`~simdist.network.transfer.Countdown`),
         which saves a SimPy step per move but the last.
         """
         joined = self.env.event()

@@ -31,17 +31,27 @@ event, in the order their timeouts would have had (:meth:`FairShare.later`).
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from simpy.core import NORMAL
-from simpy.events import Event
+from simdist.sim import TimeoutBatch
 
 if TYPE_CHECKING:
     import simpy
 
-    from simdist.network.links import Link
+
+class SharedLink(Protocol):
+    """What fair sharing needs of a link (:class:`simdist.network.link.Link` is one)."""
+
+    name: str
+    bandwidth_Bps: float
+    flows: dict[Any, None]  # the flows crossing it, in arrival order
+    rates: list[tuple[float, float]]  # (time_s, bytes/s carried from then on)
+
+    def set_rate(self, now_s: float, rate_Bps: float) -> None:
+        """Record that from ``now_s`` on the link carries ``rate_Bps``."""
 
 
 class Flow:
@@ -66,7 +76,7 @@ class Flow:
 
     def __init__(
         self,
-        links: Sequence[Link],
+        links: Sequence[SharedLink],
         work_s: float,
         weights: list[float],
         bps: list[float],
@@ -95,13 +105,25 @@ class Flow:
 class FairShare:
     """Max-min fair bandwidth sharing among the flows of one SimPy environment."""
 
+    _by_env: ClassVar[weakref.WeakKeyDictionary[simpy.Environment, FairShare]] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    @classmethod
+    def of(cls, env: simpy.Environment) -> FairShare:
+        """The fair-sharing model of ``env`` (one per SimPy environment)."""
+        model = cls._by_env.get(env)
+        if model is None:
+            model = cls._by_env[env] = cls(env)
+        return model
+
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self._seq = 0
         self._heap: list[tuple[float, int, int, Flow]] = []
         self._timer_token = 0
         self._timer_at: float | None = None
-        self._dirty: dict[Link, None] = {}
+        self._dirty: dict[SharedLink, None] = {}
         self._settling = False
         # (id(links), collective?) → (links, ref, weights, bps, key): see _shape
         self._shapes: dict[tuple[int, bool], tuple[Any, ...]] = {}
@@ -112,14 +134,14 @@ class FairShare:
         self._speeds: dict[tuple[Any, ...], list[Any]] = {}
         self._custom = 0  # active flows whose bytes/s per link the caller gave (link_bytes)
         # While finished flows call back (_fire): the batch later calls of one delay join.
-        self._batch: _Batch | None = None
+        self._batch: TimeoutBatch | None = None
         self._firing = False
 
     # -- flows -------------------------------------------------------------
 
     def start(
         self,
-        links: Sequence[Link],
+        links: Sequence[SharedLink],
         work_s: float,
         callback: Callable[[], None],
         *,
@@ -199,7 +221,7 @@ class FairShare:
         if shared:
             self._touch(shared)
 
-    def _touch(self, links: Sequence[Link]) -> None:
+    def _touch(self, links: Sequence[SharedLink]) -> None:
         """Mark ``links`` for reallocation at the end of this instant."""
         for link in links:
             self._dirty[link] = None
@@ -213,14 +235,14 @@ class FairShare:
         """Reallocate the rates of every component a change touched this instant."""
         self._settling = False
         dirty, self._dirty = self._dirty, {}
-        seen: set[Link] = set()
+        seen: set[SharedLink] = set()
         for link in dirty:
             if link in seen or not link.flows:
                 continue
             links, flows = _component(link, seen)
             self._reallocate(links, flows)
 
-    def _reallocate(self, links: list[Link], flows: list[Flow]) -> None:
+    def _reallocate(self, links: list[SharedLink], flows: list[Flow]) -> None:
         now = self.env.now
         for flow in flows:
             if flow.last_s != now:
@@ -233,7 +255,7 @@ class FairShare:
             layout = (tuple(links), tuple([flow.key for flow in flows]))
             found = self._speeds.get(layout)
             if found is None:
-                levels = _max_min_levels(links, flows)
+                levels = max_min_levels(links, flows)
                 # rounding can leave a link a hair short of a flow's share: keep speeds > 0
                 speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
                 if len(self._speeds) >= 4096:
@@ -307,67 +329,20 @@ class FairShare:
 
         Finished flows call back one after the other in one SimPy step (:meth:`_fire`);
         when they each ask for a call after the same delay, with nothing scheduled in
-        between, those calls share one SimPy event (:class:`_Batch`) instead of a timeout
-        each. Their timeouts would have been scheduled back to back, for the same time and
-        priority, so SimPy would have processed them back to back in that order: the batch
-        runs them in that order at that place.
+        between, those calls share one SimPy event (:class:`~simdist.sim.TimeoutBatch`)
+        instead of a timeout each, run in the order and at the place of their timeouts.
         """
-        env = self.env
-        queue = env._queue
         batch = self._batch
-        if batch is not None and batch.delay_s == delay_s and batch.queued == len(queue):
-            # Within one step nothing leaves the queue: an unchanged length means that
-            # nothing was scheduled since the batch's last call.
-            batch.calls.append(call)
+        if batch is not None and batch.join(delay_s, call):
             return
-        batch = _Batch(env, delay_s, [call])
+        batch = TimeoutBatch(self.env, delay_s, [call])
         if self._firing:
             self._batch = batch
 
 
-class _Batch:
-    """Calls due at one instant, as one SimPy event in the place of their timeouts.
-
-    Scheduled as :meth:`simpy.Environment.schedule` does, keeping its id (``eid``): should
-    a call schedule an urgent event for this instant (a process started, an interrupt),
-    SimPy would have processed that before the next call's timeout, so the calls left
-    are scheduled again with the same id, behind the urgent event and before every
-    event scheduled after the batch, where their timeouts were.
-    """
-
-    __slots__ = ("calls", "delay_s", "eid", "env", "queued")
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        delay_s: float,
-        calls: list[Callable[[Any], None]],
-        eid: int | None = None,
-    ) -> None:
-        self.env = env
-        self.delay_s = delay_s
-        self.calls = calls
-        event = Event(env)
-        event._ok, event._value = True, None
-        event.callbacks.append(self.run)  # type: ignore[union-attr]
-        queue = env._queue
-        self.eid = next(env._eid) if eid is None else eid  # type: ignore[attr-defined]
-        heapq.heappush(queue, (env._now + delay_s, NORMAL, self.eid, event))
-        self.queued = len(queue)
-
-    def run(self, _: simpy.Event) -> None:
-        env, calls = self.env, self.calls
-        queue, now, last = env._queue, env._now, len(calls) - 1
-        for i, call in enumerate(calls):
-            call(None)
-            if i < last and queue and queue[0][1] < NORMAL and queue[0][0] == now:
-                _Batch(env, 0.0, calls[i + 1 :], self.eid)
-                return
-
-
 def _shape(
-    links: Sequence[Link], collective: bool, ref_Bps: float | None
-) -> tuple[Sequence[Link], float, list[float], list[float], tuple[Any, ...]]:
+    links: Sequence[SharedLink], collective: bool, ref_Bps: float | None
+) -> tuple[Sequence[SharedLink], float, list[float], list[float], tuple[Any, ...]]:
     """What every flow over ``links`` shares: the links, the reference rate (the slowest
     link's bandwidth), the weights and bytes/s per link at full speed, and the key that
     with the links decides its share (see :class:`FairShare`)."""
@@ -389,9 +364,9 @@ def _done() -> None:
     """A finished flow's callback: the real one is dropped once called (no reference cycles)."""
 
 
-def _component(start: Link, seen: set[Link]) -> tuple[list[Link], list[Flow]]:
+def _component(start: SharedLink, seen: set[SharedLink]) -> tuple[list[SharedLink], list[Flow]]:
     """The links and flows connected to ``start`` through shared flows, in a stable order."""
-    links: list[Link] = []
+    links: list[SharedLink] = []
     flows: dict[Flow, None] = {}
     stack = [start]
     seen.add(start)
@@ -412,7 +387,7 @@ def _component(start: Link, seen: set[Link]) -> tuple[list[Link], list[Flow]]:
 _NAME, _SEQ = attrgetter("name"), attrgetter("seq")  # sort keys called in C
 
 
-def _max_min_levels(links: list[Link], flows: list[Flow]) -> list[float]:
+def max_min_levels(links: list[SharedLink], flows: list[Flow]) -> list[float]:
     """Progressive filling: every flow's level, max-min fair under the links' capacities.
 
     A flow at level λ consumes ``λ · weight`` of each of its links. The bottleneck

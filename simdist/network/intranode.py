@@ -37,7 +37,7 @@ from typing import Any
 
 from simdist.cluster import Device
 from simdist.network.bottleneck import Hop
-from simdist.network.links import Link, channel_links
+from simdist.network.link import Link, channel_links
 
 #: The intra-host fabrics ``cluster.network.intra_host`` may name.
 INTRA_HOST: tuple[str, ...] = ("shared", "nvlink", "pcie")

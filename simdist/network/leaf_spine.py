@@ -56,7 +56,7 @@ from simdist.errors import SimdistError
 from simdist.network import bottleneck
 from simdist.network.bottleneck import Hop
 from simdist.network.intranode import HostFabric, PCIE3_X16_Bps, host_fabric
-from simdist.network.links import Link, channel_links
+from simdist.network.link import Link, channel_links
 from simdist.network.switch import nic_links
 from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
 

@@ -42,7 +42,7 @@ from simdist.collectives import (
     reduce_s,
 )
 from simdist.errors import SimdistError
-from simdist.network.links import Link, channel_links
+from simdist.network.link import Link, channel_links
 from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
 
 

@@ -1,6 +1,6 @@
 """Per-link telemetry: what every link carried, how long it was busy, its load over time.
 
-Every :class:`~simdist.network.links.Link` keeps its load as a step function,
+Every :class:`~simdist.network.link.Link` keeps its load as a step function,
 ``rates = [(time_s, bytes_per_s), …]`` (the rate it carries from ``time_s`` on;
 0 before the first entry), which both sharing models append to. From it come
 three tables, which the engine adds to the run's tables and the report writes
@@ -52,7 +52,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simdist.network.links import Link
+    from simdist.network.link import Link
 
 #: At most this many time buckets in ``link_buckets.csv`` and the heatmap.
 MAX_BUCKETS = 60

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar
 
 from simdist.cluster import Cluster, Device, Host
-from simdist.network.links import Link
+from simdist.network.link import Link
 from simdist.network.traffic import collective_edges
 
 #: A message's end point: a device, or a host as a whole (its CPU, or a PS task).

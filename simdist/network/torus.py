@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from simdist.cluster import Cluster, Device
 from simdist.collectives import allreduce_s, broadcast_s, reduce_s, torus2d_allreduce_s
 from simdist.errors import SimdistError
-from simdist.network.links import Link
+from simdist.network.link import Link
 from simdist.network.switch import nic_links
 from simdist.network.topology import Endpoint, Topology, machine_of
 

@@ -44,7 +44,7 @@ pipelined chunks with its own transport, and the closed forms of
 bandwidth to the measured bus bandwidth (``nccl-tests`` ``busbw``).
 
 ``ideal`` (efficiency 1, no overhead, no CPU cost) is the default and is exactly the
-bare :class:`~simdist.network.links.Transfer` of earlier versions: existing reports
+bare :class:`~simdist.network.transfer.Transfer` of earlier versions: existing reports
 do not change.
 
 Timing only: nothing here imports JAX.
@@ -56,7 +56,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from simdist.network.links import Countdown, Link, Transfer, arrive
+from simdist.network.link import Link
+from simdist.network.transfer import Countdown, Transfer, arrive
 
 if TYPE_CHECKING:
     import simpy

@@ -12,11 +12,11 @@ from typing import Any
 _WHERE = {
     "DATASETS": "data",
     "BatchStream": "data",
-    "Dataset": "data",
+    "Dataset": "dataset",
     "load_dataset": "data",
     "shard": "data",
     "EXECUTIONS": "executor",
-    "DeferredGradients": "executor",
+    "DeferredGradients": "deferred",
     "Workload": "executor",
     "ensure_devices": "executor",
     "load_params": "param_files",

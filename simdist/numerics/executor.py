@@ -9,10 +9,9 @@ offers jitted building blocks that strategies combine:
 * ``replica_grads`` — N replicas sharing one parameter version, either as one
   ``vmap`` ("batched") or one replica per JAX device with a real ``psum``
   all-reduce under ``shard_map`` ("devices");
-* :class:`DeferredGradients` — replicas on *different* parameter versions
-  (asynchronous parameter servers), queued and evaluated in fixed-size
-  ``vmap`` buckets so the engine pays one call per bucket, not per replica
-  (DESIGN.md §6).
+* :meth:`Workload.stacked_fn` — replicas on *different* parameter versions in one
+  ``vmap``, which :class:`~simdist.numerics.deferred.DeferredGradients` fills in
+  fixed-size buckets for asynchronous parameter servers.
 
 Model state (BatchNormalization's moving statistics, ``Workload.model_state``;
 empty for models without BatchNormalization) is not an input of any gradient
@@ -32,33 +31,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
 from simdist.numerics.chains import scan_exact
-from simdist.numerics.data import BatchStream, Dataset, load_dataset
-from simdist.numerics.memory import (  # noqa: F401  (re-exported)
-    PARAM_COPIES,
-    check_param_bytes,
-    physical_memory_nbytes,
-    remember_model_size,
-)
+from simdist.numerics.data import BatchStream, load_dataset
+from simdist.numerics.dataset import Dataset
+from simdist.numerics.device_allreduce import REPLICA_AXIS, all_reduced_on_devices
+from simdist.numerics.memory import check_param_bytes, remember_model_size
 from simdist.numerics.models import MOMENTS, STATE, make_model, update_moving_stats
 from simdist.numerics.optim import apply_updates, make_optimizer
 from simdist.numerics.param_files import check_params_file, load_params, tree_paths
 from simdist.seeds import jax_key_data
 
+if TYPE_CHECKING:
+    from simdist.scenario.workload import DatasetSpec, ModelSpec, OptimizerSpec
+
 EXECUTIONS: tuple[str, ...] = ("batched", "devices")
-#: The named axis of replicas: the ``vmap`` axis ("batched") and the device mesh's ("devices").
-REPLICA_AXIS = "replica"
-_DEVICE_FLAG = "XLA_FLAGS=--xla_force_host_platform_device_count={n}"
 
 
 def split_state(variables: Any) -> tuple[Any, Any]:
@@ -85,7 +79,7 @@ def ensure_devices(n: int) -> int:
     return len(jax.devices())
 
 
-def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
+def check_fits_memory(abstract_params: Any, model_spec: ModelSpec) -> tuple[int, int]:
     """Refuse a model whose parameters, gradients and optimizer state exceed the RAM;
     return its (parameter count, bytes).
 
@@ -101,7 +95,7 @@ def check_fits_memory(abstract_params: Any, model_spec: Any) -> tuple[int, int]:
 
 
 def check_model(
-    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int, init_from: Path | None
+    model_spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int, init_from: Path | None
 ) -> None:
     """What building a Workload would refuse, from shapes alone: a model too large for
     the memory (:func:`check_fits_memory`) and an ``init_from`` file that does not fit it.
@@ -127,9 +121,9 @@ class Workload:
 
     def __init__(
         self,
-        model_spec: Any,
-        dataset_spec: Any,
-        optimizer_spec: Any,
+        model_spec: ModelSpec,
+        dataset_spec: DatasetSpec,
+        optimizer_spec: OptimizerSpec,
         *,
         seed: int,
         total_steps: int | Callable[[int], int],
@@ -163,7 +157,7 @@ class Workload:
             params = load_params(init_from, params)
         self.params, self.model_state = split_state(params)
         # Synchronised BatchNormalization: the same module, its moments averaged over replicas.
-        self.sync_batch_norm = bool(getattr(model_spec, "sync_batch_norm", None))
+        self.sync_batch_norm = bool(model_spec.sync_batch_norm)
         self._synced = self.model.clone(axis_name=REPLICA_AXIS) if self.sync_batch_norm else None
         leaves = jax.tree_util.tree_leaves(self.params)
         self.param_leaves: list[tuple[str, int]] = [
@@ -329,54 +323,16 @@ class Workload:
 
     def _device_fn(self, n: int, global_batch: int) -> Callable:
         fn = self._devices.get((n, global_batch))
-        if fn is not None:
-            return fn
-        devices = jax.devices()
-        if len(devices) < n:
-            raise SimdistError(
-                f"execution 'devices' needs {n} JAX devices but only {len(devices)} exist; "
-                f"run with {_DEVICE_FLAG.format(n=n)} (set before Python starts) or call "
-                f"simdist.numerics.ensure_devices({n}) before any JAX operation"
+        if fn is None:
+            synced = self.sync_batch_norm
+            fn = self._devices[(n, global_batch)] = all_reduced_on_devices(
+                lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch, synced), n
             )
-        mesh = Mesh(np.array(devices[:n]), (REPLICA_AXIS,))
-        synced = self.sync_batch_norm
-
-        def per_device(p: Any, xs: jax.Array, ys: jax.Array) -> tuple:
-            # Each device holds a [1, b, ...] block of the replica axis. With
-            # check_vma=False the gradient w.r.t. the replicated params stays per-device
-            # (with vma checking on, autodiff would insert the psum itself and this
-            # explicit all-reduce would count every replica N times). Synchronised
-            # BatchNormalization's pmean transposes to a pmean of the cotangents, so the
-            # summed gradients are the global batch's, as TF's SyncBatchNormalization.
-            loss, grads, moments = self._loss_and_grad_impl(p, xs[0], ys[0], global_batch, synced)
-            summed = jax.lax.psum((loss, grads), REPLICA_AXIS)
-            return (*summed, jax.lax.pmean(moments, REPLICA_AXIS) if moments else moments)
-
-        mapped = jax.shard_map(
-            per_device,
-            mesh=mesh,
-            in_specs=(P(), P(REPLICA_AXIS), P(REPLICA_AXIS)),
-            out_specs=P(),
-            check_vma=False,
-        )
-        rep, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(REPLICA_AXIS))
-        sharded = jax.jit(mapped, in_shardings=(rep, split, split), out_shardings=rep)
-
-        def fn(p: Any, xs: Any, ys: Any) -> tuple:
-            # Block before returning: with several collective programs in flight, XLA:CPU's
-            # emulated devices can deadlock in the all-reduce rendezvous (observed with 8
-            # devices on 2 cores, JAX 0.10.2). Then hand the results back on the default
-            # device so they mix with other arrays (jit refuses arguments committed to
-            # different device sets).
-            out = jax.block_until_ready(sharded(p, xs, ys))
-            return jax.tree.map(lambda a: a.addressable_data(0), out)
-
-        self._devices[(n, global_batch)] = fn
         return fn
 
     def stacked_vmap(self, global_batch: int, replicas: int = 1) -> Callable:
         """Not jitted: params with a leading axis of K versions, xs [K, b, ...], ys [K, b, ...]
-        -> K losses, K grads, K moments — the body of :meth:`_stacked_fn`.
+        -> K losses, K grads, K moments — the body of :meth:`stacked_fn`.
 
         ``replicas > 1``: each of the K batches is split into that many replicas
         (a worker's devices), as :meth:`replica_grads` "batched" does.
@@ -392,7 +348,7 @@ class Workload:
 
         return jax.vmap(one)
 
-    def _stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
+    def stacked_fn(self, global_batch: int, replicas: int = 1) -> Callable:
         """Jitted: a tuple of K param trees, xs [K, b, ...], ys [K, b, ...] -> K losses,
         K grads, K moments (:meth:`stacked_vmap`).
 
@@ -449,91 +405,3 @@ class Workload:
     def is_finite(loss: Any) -> bool:
         """Whether a loss value is finite (no NaN / inf): used to stop a diverged run."""
         return bool(np.all(np.isfinite(np.asarray(loss))))
-
-
-class DeferredGradients:
-    """Queue (params, x, y) at pull time; evaluate all pending ones together when needed.
-
-    Asynchronous workers each compute on their own (stale) parameter version.
-    Instead of one JAX call per worker, submissions wait until some result is
-    asked for; then every pending one is evaluated in buckets of exactly
-    ``bucket`` with one jitted ``vmap`` over stacked params and batches. The
-    last bucket is padded by repeating its last entry, so shapes never change:
-    one compilation, and a given submission always runs in the same program,
-    which makes results bit-identical between reruns. Results are numpy arrays.
-
-    ``replicas``: each submitted batch is computed as that many replicas (a
-    worker's devices), which matters only to BatchNormalization, whose
-    statistics are per replica. ``with_moments``: results are ``(loss, grads,
-    moments)``, the batch moments for ``Workload.update_state``.
-    """
-
-    def __init__(
-        self,
-        workload: Workload,
-        global_batch: int,
-        bucket: int = 8,
-        *,
-        replicas: int = 1,
-        with_moments: bool = False,
-    ) -> None:
-        if bucket < 1:
-            raise SimdistError(f"DeferredGradients bucket must be >= 1, got {bucket}")
-        self.workload = workload
-        self.global_batch = int(global_batch)
-        self.bucket = int(bucket)
-        self.with_moments = with_moments
-        self._fn = workload._stacked_fn(self.global_batch, int(replicas))
-        self._next = 0
-        self._pending: list[tuple[int, Any, Any, Any]] = []
-        self._done: dict[int, tuple] = {}
-        self.calls = 0  # number of bucket evaluations, for benchmarks
-
-    def submit(self, params: Any, x: Any, y: Any) -> int:
-        """Queue one gradient evaluation; return its ticket."""
-        ticket = self._next
-        self._next += 1
-        self._pending.append((ticket, params, x, y))
-        return ticket
-
-    @property
-    def pending(self) -> int:
-        """Number of submitted tickets not yet evaluated."""
-        return len(self._pending)
-
-    def result(self, ticket: int) -> tuple:
-        """``(loss, grads)`` of ``ticket`` (``(loss, grads, moments)`` with ``with_moments``);
-        evaluates every pending ticket first if needed.
-
-        Each ticket's result can be fetched once; it is then forgotten.
-        """
-        if ticket not in self._done:
-            if not any(t == ticket for t, *_ in self._pending):
-                raise SimdistError(f"gradient ticket {ticket} is unknown or already collected")
-            self.flush()
-        return self._done.pop(ticket)
-
-    def discard(self, ticket: int) -> None:
-        """Forget ``ticket`` (its gradient was lost): skip it, or drop its result."""
-        self._pending = [item for item in self._pending if item[0] != ticket]
-        self._done.pop(ticket, None)
-
-    def flush(self) -> None:
-        """Evaluate all pending tickets, in submission order, bucket by bucket."""
-        pending, self._pending = self._pending, []
-        # Tickets with different batch shapes cannot share a vmap: group them, keeping order.
-        groups: dict[tuple, list] = {}
-        for item in pending:
-            groups.setdefault((np.shape(item[2]), np.shape(item[3])), []).append(item)
-        k = self.bucket
-        for items in groups.values():
-            for start in range(0, len(items), k):
-                chunk = items[start : start + k]
-                padded = chunk + [chunk[-1]] * (k - len(chunk))
-                _, ps, xs, ys = zip(*padded, strict=True)
-                out = jax.device_get(self._fn(ps, np.stack(xs), np.stack(ys)))
-                losses, trees = out[0], out[1:] if self.with_moments else out[1:2]
-                self.calls += 1
-                for i, (ticket, *_) in enumerate(chunk):
-                    picked = tuple(jax.tree.map(lambda a, i=i: a[i], t) for t in trees)
-                    self._done[ticket] = (losses[i], *picked)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simdist.errors import DataError
-from simdist.numerics.data import check_values, read_npz
+from simdist.numerics.npz import check_values, read_npz
 
 __all__ = [
     "INIT_FROM_FIELD",

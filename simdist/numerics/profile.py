@@ -312,7 +312,7 @@ def _zoo_profile(
 def _source_digest(name: str) -> str:
     """Hash of the files defining the model and this costing, so edits invalidate the cache."""
     here = Path(__file__).resolve().parent
-    files = [here / "profile.py", here.parent / "layers.py"]
+    files = [here / "profile.py", here.parent / "layers" / "profile.py"]
     if name in FULLSIZE_MODELS:
         files += sorted((here / "fullsize").glob("*.py"))
     else:

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simdist.catalog import DATASETS
 from simdist.errors import DataError, SimdistError
+
+if TYPE_CHECKING:
+    from simdist.scenario.workload import DatasetSpec
 
 
 def n_test(n: int, test_fraction: float, name: str = "dataset") -> int:
@@ -65,7 +68,7 @@ def digits_label_counts() -> dict[int, int]:
     return counts
 
 
-def model_inputs(spec: Any, seed: int) -> tuple[tuple[int, ...], int]:
+def model_inputs(spec: DatasetSpec, seed: int) -> tuple[tuple[int, ...], int]:
     """(one example's shape, outputs) a model trained on ``load_dataset(spec, seed)`` sees.
 
     Generated data is not drawn for this; an npz file is read whole (and so checked).
@@ -76,13 +79,15 @@ def model_inputs(spec: Any, seed: int) -> tuple[tuple[int, ...], int]:
         return (int(spec.n_features),), 1
     if spec.name == "teacher":
         return (int(spec.n_features),), int(spec.n_classes)
-    from simdist.numerics.data import load_dataset
+    if spec.name == "npz":
+        from simdist.numerics.npz import load_npz
 
-    data = load_dataset(spec, seed)
-    return tuple(data.input_shape), int(data.n_outputs)
+        data = load_npz(spec)
+        return tuple(data.input_shape), int(data.n_outputs)
+    raise SimdistError(f"unknown dataset {spec.name!r}; expected one of {', '.join(DATASETS)}")
 
 
-def train_examples(spec: Any, seed: int) -> int:
+def train_examples(spec: DatasetSpec, seed: int) -> int:
     """Size of the training set ``load_dataset(spec, seed)`` gives, without building it.
 
     Cheap enough to check a scenario before a run: arithmetic for generated data, the
@@ -98,7 +103,7 @@ def train_examples(spec: Any, seed: int) -> int:
         n = int(spec.n_examples)
         return n - n_test(n, spec.test_fraction, name)
     if name == "npz":
-        from simdist.numerics.data import npz_rows
+        from simdist.numerics.npz import npz_rows
 
         return npz_rows(Path(spec.path), "x_train")
     raise SimdistError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")

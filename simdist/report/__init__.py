@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simdist.report.tables import AtomicFolder, write_csv, write_json
+
+if TYPE_CHECKING:
+    from simdist.engine import Result
 
 # The plots (matplotlib), report.md and trace writers load on first use, so that
 # ``simdist.report.tables`` (checking an --out folder in ``simdist validate``) stays light.
@@ -29,15 +32,12 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def write_report(result: Any, out_dir: Path) -> Path:
+def write_report(result: Result, out_dir: Path) -> Path:
     """Write ``result`` into ``out_dir`` atomically; return the folder."""
-    import simdist.report as report
     from simdist.numerics.param_files import save_params
+    from simdist.report.markdown import write_markdown
     from simdist.report.painter import plots_beside
     from simdist.scenario import dump_scenario
-
-    # Through the module, so the lazy name loads (and a test may replace it).
-    write_markdown = report.write_markdown
 
     out_dir = Path(out_dir)
     with AtomicFolder(out_dir) as tmp:

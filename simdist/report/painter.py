@@ -31,7 +31,13 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simdist.engine import Result
+    from simdist.scenario import Scenario
 
 #: ``SIMDIST_PLOT_PROCESS=0`` draws every plot in-process.
 ENV = "SIMDIST_PLOT_PROCESS"
@@ -43,29 +49,28 @@ TRACE = "trace.json"
 class Drawn:
     """What the plots read of a run's result: a picklable view of it."""
 
-    metrics: Any
-    events: Any
-    tables: Any
-    summary: Any
-    scenario: Any
+    metrics: pd.DataFrame
+    events: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    summary: dict[str, Any]
+    scenario: Scenario
 
     @classmethod
-    def of(cls, result: Any) -> Drawn:
+    def of(cls, result: Result) -> Drawn:
         """The view of ``result`` the plots read (its params stay in this process)."""
         return cls(result.metrics, result.events, result.tables, result.summary, result.scenario)
 
 
-def plot_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
+def plot_jobs(result: Result | Drawn, folder: Path) -> list[Callable[[], list[str]]]:
     """Every plot of ``result`` as a job drawing into ``folder`` and returning the names it
     wrote, in report.md's order: ``loss_vs_time.png``, those of
     :func:`simdist.report.plots.plot_jobs`, then the links' heatmap (none when no link
     carried bytes)."""
-    import simdist.report as report
-    from simdist.report import plots
+    from simdist.report import links, plots
 
     def loss_vs_time() -> list[str]:
-        # Through the package, so a test may replace it.
-        report.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
+        # Through the module, so a test may replace it.
+        plots.plot_loss_vs_time(result.metrics, result.scenario.name, folder / "loss_vs_time.png")
         return ["loss_vs_time.png"]
 
     def job(name: str, draw: Callable[[], None]) -> Callable[[], list[str]]:
@@ -78,33 +83,33 @@ def plot_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
     return [
         loss_vs_time,
         *(job(name, draw) for name, draw in plots.plot_jobs(result, folder)),
-        lambda: report.write_link_plots(result, folder),
+        lambda: links.write_link_plots(result, folder),
     ]
 
 
-def file_jobs(result: Any, folder: Path) -> list[Callable[[], list[str]]]:
+def file_jobs(result: Result | Drawn, folder: Path) -> list[Callable[[], list[str]]]:
     """Every file the painter writes, as jobs: ``trace.json``, then :func:`plot_jobs`.
 
     trace.json needs no matplotlib, but building it is the longest job of a run with many
     events (ps_4w2s: 42,000 events, about 0.5 s): drawn beside the plots, it keeps the run
     from writing it alone while the painter and its helper wait for the CPU it holds.
     """
-    import simdist.report as report
+    from simdist.report import trace as chrome_trace
 
     def trace() -> list[str]:
-        # Through the package, so a test may replace it.
-        report.write_trace(result, folder / TRACE)
+        # Through the module, so a test may replace it.
+        chrome_trace.write_trace(result, folder / TRACE)
         return [TRACE]
 
     return [trace, *plot_jobs(result, folder)]
 
 
-def draw_files(result: Any, folder: Path) -> list[str]:
+def draw_files(result: Result | Drawn, folder: Path) -> list[str]:
     """Write every file of :func:`file_jobs` into ``folder``; their names, in order."""
     return [name for job in file_jobs(result, folder) for name in job()]
 
 
-def _draw_shared(result: Any, folder: Path) -> list[str]:
+def _draw_shared(result: Result | Drawn, folder: Path) -> list[str]:
     """:func:`draw_files` on two cores: a forked helper does every second job.
 
     The helper draws into a private folder and sends the files' bytes back through a
@@ -193,7 +198,7 @@ class Painter:
         self._process.start()
         child.close()
 
-    def submit(self, result: Any, folder: Path) -> bool:
+    def submit(self, result: Result, folder: Path) -> bool:
         """Ask for ``result``'s plots in ``folder``; False if the painter cannot take them."""
         try:
             self._conn.send((Drawn.of(result), Path(folder)))
@@ -263,7 +268,7 @@ def painting() -> Iterator[None]:
             painter.close()
 
 
-def plots_beside(result: Any, folder: Path, write_rest: Callable[[], None]) -> list[str]:
+def plots_beside(result: Result, folder: Path, write_rest: Callable[[], None]) -> list[str]:
     """Draw ``result``'s plots and trace.json into ``folder`` while ``write_rest()`` writes
     the other files.
 

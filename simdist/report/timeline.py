@@ -3,7 +3,7 @@
 
 Drawn from the run's ``events`` table only, like every plot (:mod:`simdist.report.plots`,
 whose :func:`~simdist.report.plots.write_plots` writes both files); the timeline's tracks
-and lanes are the ones of ``trace.json`` (:func:`simdist.report.trace.timeline_spans`).
+and lanes are the ones of ``trace.json`` (:func:`simdist.report.tracks.timeline_spans`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simdist.report.figures import no_data, save_figure, time_unit
-from simdist.report.trace import timeline_spans
+from simdist.report.tracks import timeline_spans
 from simdist.summary import (
     SPLIT_CATEGORIES,
     natural_key,

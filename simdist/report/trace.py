@@ -1,4 +1,4 @@
-"""The run as a timeline: tracks, lanes and ``trace.json`` (the time split: simdist.summary).
+"""The run's timeline as ``trace.json`` (its tracks and lanes: :mod:`simdist.report.tracks`).
 
 ``trace.json`` is in the Chrome trace-event format (a JSON object with
 ``traceEvents``), which https://ui.perfetto.dev and chrome://tracing open.
@@ -24,22 +24,11 @@ Layout:
   utilisation, the load over the bandwidth, at every change of its load
   (``link_load.csv``, exact: the step function the network recorded).
 
-A Chrome trace thread must not hold overlapping spans, but a device can do two
-things at once (a worker pulls from every parameter server in parallel; a
-parameter server serves several transfers whose latencies overlap).  Such
-spans are spread over extra *lanes*: threads named ``w0/cpu0 #2``, ``#3`` …
-beside the device's own, first-fit, so each thread's spans never overlap.
-
-Link tracks come from the ``links`` column of ``events.csv``, which the
-network layer fills (:mod:`simdist.network`): every ``comm`` row names the links
-of its host that the bytes occupied, and each is drawn on that link's track
-(identical spans recorded by several devices of one host are drawn once).
 Spans cover what was recorded: a collective from the moment it holds its links
 to its end, a device's message from grant to arrival, a parameter server's
 message for the time its NIC serialised it, a worker's parallel pulls or pushes
 as one phase. Queueing before a transfer is drawn on the waiting device, not on
-the link. Roles and the order of hosts come from the scenario's cluster
-(:attr:`simdist.cluster.Cluster.roles`); hosts it does not name come last.
+the link.
 
 Times are microseconds (``ts``, ``dur``); bytes are identical for identical
 runs (stable ordering, one event per line, floats in shortest round-trip form).
@@ -47,148 +36,29 @@ runs (stable ordering, one event per line, floats in shortest round-trip form).
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 import pandas as pd
 
-from simdist.summary import natural_key
+from simdist.report.trace_text import counter_lines, document, span_args, span_lines
+from simdist.report.tracks import Track, host_roles, timeline_spans
 
-#: Spans closer than this (seconds) do not count as overlapping: float noise only.
-OVERLAP_TOL_S = 1e-12
+if TYPE_CHECKING:
+    from simdist.engine import Result
+    from simdist.report.painter import Drawn
+    from simdist.scenario import Scenario
 
-
-def assign_lanes(starts: Sequence[float], ends: Sequence[float]) -> list[int]:
-    """First-fit lane of each interval, so that intervals in one lane never overlap.
-
-    Intervals are taken by start time (stably); each goes into the lowest lane
-    whose last interval has ended.  Returns one lane index per input interval.
-    """
-    order = sorted(range(len(starts)), key=lambda i: (starts[i], ends[i]))
-    lanes = [0] * len(starts)
-    # A lane whose last interval has ended by one start has ended by every later one (the
-    # starts come in order), so lanes move once from ``busy`` (a heap of (end, lane)) to
-    # ``free`` (a heap of lane numbers), and the lowest free lane is the first that fits.
-    busy: list[tuple[float, int]] = []
-    free: list[int] = []
-    for i in order:
-        start = starts[i]
-        while busy and busy[0][0] <= start + OVERLAP_TOL_S:
-            heapq.heappush(free, heapq.heappop(busy)[1])
-        lane = heapq.heappop(free) if free else len(busy) + len(free)
-        lanes[i] = lane
-        heapq.heappush(busy, (ends[i], lane))
-    return lanes
-
-
-# ---------------------------------------------------------------------------
-# Hosts, roles and tracks
-# ---------------------------------------------------------------------------
-
-
-def host_roles(events: pd.DataFrame, scenario: Any = None) -> dict[str, str]:
-    """Every host with events, in display order → its role (``worker``, ``chief`` or ``ps``).
-
-    Roles and order come from the scenario's cluster: workers, the coordinator,
-    the parameter-server tasks. Hosts the scenario does not name (or every host,
-    without a scenario) follow as ``worker``, in natural order.
-    """
-    seen = set(events["host"].unique())
-    roles: dict[str, str] = {}
-    if scenario is not None:
-        from simdist.cluster import Cluster
-
-        roles = {h: r for h, r in Cluster(scenario.cluster).roles.items() if h in seen}
-    for name in sorted(seen - set(roles), key=natural_key):
-        roles[name] = "worker"
-    return roles
-
-
-@dataclass(frozen=True)
-class Track:
-    """One row of the timeline: a device, a parameter-server task or a link, and a lane."""
-
-    host: str
-    name: str  # device name, PS task name, or link name (``w0/nic``)
-    kind: str  # "device", "ps" or "link"
-    lane: int
-
-    @property
-    def label(self) -> str:
-        """What the viewer shows: the name, with ``#k`` for extra lanes."""
-        return self.name if self.lane == 0 else f"{self.name} #{self.lane + 1}"
-
-
-def link_spans(events: pd.DataFrame) -> pd.DataFrame:
-    """The spans of every link, from the ``links`` column of the ``comm`` events.
-
-    Columns: ``start_s, end_s, host, link, nbytes, step, detail``; a span that
-    several rows name (the devices of one host in a collective) appears once.
-    """
-    columns = ["start_s", "end_s", "host", "link", "nbytes", "step", "detail"]
-    if "links" not in events.columns:
-        return pd.DataFrame(columns=columns)
-    comm = events[(events["kind"] == "comm") & (events["links"] != "")]
-    if comm.empty:
-        return pd.DataFrame(columns=columns)
-    cols = ["start_s", "end_s", "host", "links", "nbytes", "step", "detail"]
-    rows, seen = [], set()
-    for start, end, host, cell, nbytes, step, detail in zip(
-        *(comm[c].tolist() for c in cols), strict=True
-    ):
-        for link in cell.split(";"):
-            row = (start, end, host, link, nbytes, step, detail)
-            if row not in seen:
-                seen.add(row)
-                rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
-
-
-def timeline_spans(
-    events: pd.DataFrame, scenario: Any = None, *, links: bool = True
-) -> tuple[list[Track], pd.DataFrame]:
-    """Every span placed on a track (lane included), ready to draw.
-
-    Returns the tracks in display order and a frame with the events'
-    columns plus ``track`` (index into the track list); link spans, when
-    asked for, have kind ``comm`` and ``link`` set to the link's name.
-    """
-    roles = host_roles(events, scenario)
-    frames = [events.drop(columns="links", errors="ignore").assign(link="")]
-    if links:
-        spans = link_spans(events)
-        if not spans.empty:
-            frames.append(spans.assign(device=spans["link"], kind="comm"))
-    spans = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-
-    tracks: list[Track] = []
-    track_col = np.zeros(len(spans), dtype=np.int64)
-    host_rank = {h: i for i, h in enumerate(roles)}
-    is_link = (spans["link"] != "").to_numpy()
-    groups = spans.groupby([spans["host"], spans["device"], is_link], sort=False).indices
-    starts, ends = spans["start_s"].to_numpy(), spans["end_s"].to_numpy()
-    for host, name, link in sorted(
-        groups, key=lambda k: (host_rank.get(k[0], len(host_rank)), k[2], natural_key(k[1]))
-    ):
-        idx = groups[(host, name, link)]
-        kind = "link" if link else ("ps" if roles.get(host) == "ps" else "device")
-        lanes = assign_lanes(starts[idx].tolist(), ends[idx].tolist())
-        base = len(tracks)
-        tracks.extend(Track(host, str(name), kind, lane) for lane in range(max(lanes) + 1))
-        track_col[idx] = base + np.asarray(lanes, dtype=np.int64)
-    return tracks, spans.assign(track=track_col)
-
-
-# ---------------------------------------------------------------------------
-# trace.json
-# ---------------------------------------------------------------------------
+#: What each role's process is called: ``w0 (worker)``, ``ps0 (parameter server)``.
+_ROLE_LABELS = {
+    "worker": "worker",
+    "chief": "chief",
+    "ps": "parameter server",
+    "network": "links",  # links of no host: a leaf-spine network's uplinks
+}
 
 
 def _us(seconds: float) -> float:
@@ -246,18 +116,14 @@ class _Parts(NamedTuple):
 
     other: dict[str, Any]
     meta: list[dict[str, Any]]  # process and thread names and sort indices
-    spans: tuple[list[Any], ...]  # one list per field of a complete ("X") event: _SPAN_FIELDS
+    spans: tuple[list[Any], ...]  # one list per field of a complete ("X") event: SPAN_FIELDS
     counters: list[tuple[Any, ...]]  # counter ("C") events: (name, ts, pid, key, value)
-
-
-#: The fields of a complete event in :attr:`_Parts.spans`, in order.
-_SPAN_FIELDS = ("name", "cat", "ts", "dur", "pid", "tid", "step", "nbytes", "detail")
 
 
 def build_trace(
     events: pd.DataFrame,
     *,
-    scenario: Any = None,
+    scenario: Scenario | None = None,
     metrics: pd.DataFrame | None = None,
     tables: Mapping[str, pd.DataFrame] | None = None,
     summary: Mapping[str, Any] | None = None,
@@ -273,7 +139,7 @@ def build_trace(
             "dur": dur,
             "pid": pid,
             "tid": tid,
-            "args": _span_args(step, nbytes, detail),
+            "args": span_args(step, nbytes, detail),
         }
         for name, cat, ts, dur, pid, tid, step, nbytes, detail in zip(*parts.spans, strict=True)
     ]
@@ -288,22 +154,14 @@ def build_trace(
     }
 
 
-def _span_args(step: Any, nbytes: Any, detail: Any) -> dict[str, Any]:
-    args: dict[str, Any] = {"step": step}
-    if nbytes:
-        args["bytes"] = nbytes
-    if detail:
-        args["detail"] = detail
-    return args
-
-
 def _trace_parts(
     events: pd.DataFrame,
-    scenario: Any,
+    scenario: Scenario | None,
     metrics: pd.DataFrame | None,
     tables: Mapping[str, pd.DataFrame] | None,
     summary: Mapping[str, Any] | None,
 ) -> _Parts:
+    """The pieces of the trace: metadata, complete events and counters (module docstring)."""
     tables = tables or {}
     roles = host_roles(events, scenario)
     tracks, spans = timeline_spans(events, scenario)
@@ -314,73 +172,73 @@ def _trace_parts(
     hosts = list(roles)
     pid = {h: i + 1 for i, h in enumerate(hosts)}
     run_pid = len(hosts) + 1
-    role_label = {"worker": "worker", "chief": "chief", "ps": "parameter server"}
-    role_label["network"] = "links"  # links of no host: a leaf-spine network's uplinks
+    tid = _thread_ids(tracks)
+    meta = _process_meta(hosts, roles, pid) + _thread_meta(tracks, pid, tid)
+    if any(host is None for host, *_ in counters):
+        meta += _named_process(run_pid, "run (metrics)")
+    counter_events = _counter_events(counters, hosts, pid, run_pid)
+    counter_events += [
+        (link, _us(t), pid[host], "utilisation", value) for host, link, t, value in link_counters
+    ]
+    other: dict[str, Any] = {"generator": "simdist", "time_unit": "simulated microseconds"}
+    if summary is not None:
+        other.update(
+            {k: summary[k] for k in ("name", "strategy", "simulated_time_s") if k in summary}
+        )
+    return _Parts(other, meta, _span_fields(spans, tracks, pid, tid), counter_events)
 
-    meta: list[dict[str, Any]] = []
-    for host in hosts:
-        meta.append(
-            {
-                "name": "process_name",
-                "ph": "M",
-                "pid": pid[host],
-                "tid": 0,
-                "args": {"name": f"{host or 'network'} ({role_label[roles[host]]})"},
-            }
-        )
-        meta.append(
-            {
-                "name": "process_sort_index",
-                "ph": "M",
-                "pid": pid[host],
-                "tid": 0,
-                "args": {"sort_index": pid[host]},
-            }
-        )
+
+def _metadata(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+    """A metadata ("M") event: a process's or thread's name or sort index."""
+    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}
+
+
+def _named_process(pid: int, name: str) -> list[dict[str, Any]]:
+    """Process ``pid``'s name, and its place: its pid."""
+    return [
+        _metadata("process_name", pid, 0, {"name": name}),
+        _metadata("process_sort_index", pid, 0, {"sort_index": pid}),
+    ]
+
+
+def _process_meta(
+    hosts: list[str], roles: Mapping[str, str], pid: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """A process per host, named after it and its role, in display order."""
+    return [
+        event
+        for host in hosts
+        for event in _named_process(pid[host], f"{host or 'network'} ({_ROLE_LABELS[roles[host]]})")
+    ]
+
+
+def _thread_ids(tracks: list[Track]) -> dict[int, int]:
+    """Each track's thread id: its rank among its host's tracks, from 1."""
     tid: dict[int, int] = {}
     per_host: dict[str, int] = {}
     for i, track in enumerate(tracks):
         per_host[track.host] = per_host.get(track.host, 0) + 1
         tid[i] = per_host[track.host]
-        label = track.label + (" (parameter server)" if track.kind == "ps" else "")
-        meta.append(
-            {
-                "name": "thread_name",
-                "ph": "M",
-                "pid": pid[track.host],
-                "tid": tid[i],
-                "args": {"name": label},
-            }
-        )
-        meta.append(
-            {
-                "name": "thread_sort_index",
-                "ph": "M",
-                "pid": pid[track.host],
-                "tid": tid[i],
-                "args": {"sort_index": tid[i]},
-            }
-        )
-    if any(host is None for host, *_ in counters):
-        meta.append(
-            {
-                "name": "process_name",
-                "ph": "M",
-                "pid": run_pid,
-                "tid": 0,
-                "args": {"name": "run (metrics)"},
-            }
-        )
-        meta.append(
-            {
-                "name": "process_sort_index",
-                "ph": "M",
-                "pid": run_pid,
-                "tid": 0,
-                "args": {"sort_index": run_pid},
-            }
-        )
+    return tid
 
+
+def _thread_meta(
+    tracks: list[Track], pid: Mapping[str, int], tid: Mapping[int, int]
+) -> list[dict[str, Any]]:
+    """A thread per track, named by its label, placed by its thread id."""
+    meta = []
+    for i, track in enumerate(tracks):
+        label = track.label + (" (parameter server)" if track.kind == "ps" else "")
+        meta.append(_metadata("thread_name", pid[track.host], tid[i], {"name": label}))
+        meta.append(_metadata("thread_sort_index", pid[track.host], tid[i], {"sort_index": tid[i]}))
+    return meta
+
+
+def _span_fields(
+    spans: pd.DataFrame, tracks: list[Track], pid: Mapping[str, int], tid: Mapping[int, int]
+) -> tuple[list[Any], ...]:
+    """The complete events' columns (:data:`~simdist.report.trace_text.SPAN_FIELDS`), by
+    track, then start, then end."""
     spans = spans.sort_values(["track", "start_s", "end_s"], kind="stable")
     # Microseconds as _us computes them, for every span at once (the same products).
     start_us = spans["start_s"].to_numpy(dtype=float) * 1e6
@@ -389,7 +247,7 @@ def _trace_parts(
     kinds, details = spans["kind"].tolist(), spans["detail"].tolist()
     links, track_of = spans["link"].tolist(), spans["track"].tolist()
     track_pid = [pid[track.host] for track in tracks]
-    span_fields = (
+    return (
         [f"{k}: {d}" if d else k for k, d in zip(kinds, details, strict=True)],
         ["link" if link else k for k, link in zip(kinds, links, strict=True)],
         ts,
@@ -401,126 +259,33 @@ def _trace_parts(
         details,
     )
 
-    # Counter events as (name, ts, pid, args key, value): run metrics, then links' loads.
+
+def _counter_events(
+    counters: list[tuple[str | None, str, float, float]],
+    hosts: list[str],
+    pid: Mapping[str, int],
+    run_pid: int,
+) -> list[tuple[Any, ...]]:
+    """The run's metrics as counter events (name, ts, pid, args key, value), by host."""
     rank = {host: i for i, host in reversed(list(enumerate(hosts)))}  # hosts.index(host)
-    counter_events = [
+    return [
         (name, _us(t), run_pid if host is None else pid[host], name, value)
         for host, name, t, value in sorted(
             counters, key=lambda r: (r[0] is None, rank[r[0]] if r[0] else 0, r[1], r[2])
         )
     ]
-    counter_events += [
-        (link, _us(t), pid[host], "utilisation", value) for host, link, t, value in link_counters
-    ]
-    other: dict[str, Any] = {"generator": "simdist", "time_unit": "simulated microseconds"}
-    if summary is not None:
-        other.update(
-            {k: summary[k] for k in ("name", "strategy", "simulated_time_s") if k in summary}
-        )
-    return _Parts(other, meta, span_fields, counter_events)
 
 
-def dumps_trace(trace: Mapping[str, Any]) -> str:
-    """Deterministic JSON text: one trace event per line, keys in a fixed order."""
-    encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-    events = trace["traceEvents"]
-    # One encoder call for the whole list (one call per event took 0.36 s for ps_4w2s's
-    # 42,000 events, this 0.24 s), then a line break between events. Every event's first
-    # key is "name", and a string value cannot hold an unescaped quote, so '},{"name":'
-    # only occurs between two events unless an event nests a list of such objects: then
-    # the count tells, and each event is encoded on its own.
-    joined = encode(events)[1:-1]
-    body = joined.replace(_BETWEEN, _BETWEEN_LINES)
-    named = all(next(iter(e), None) == "name" for e in events)
-    if not named or len(body) - len(joined) != max(len(events) - 1, 0):
-        body = ",\n".join(encode(e) for e in events)
-    return _document(trace, body)
-
-
-def _document(trace: Mapping[str, Any], body: str) -> str:
-    """The text of ``trace`` whose events, encoded one per line, are ``body``."""
-    head = "".join(
-        f"{json.dumps(k)}:{json.dumps(v, separators=(',', ':'), sort_keys=True)},"
-        for k, v in sorted(trace.items())
-        if k != "traceEvents"
-    )
-    return f'{{{head}"traceEvents":[\n{body}\n]}}\n'
-
-
-def _span_lines(spans: tuple[list[Any], ...]) -> list[str]:
-    """Each complete event of ``spans`` (:data:`_SPAN_FIELDS`) as the JSON encoder writes
-    its dict (:func:`build_trace`), formatted directly: no dict per span.
-
-    Numbers as the encoder writes them (``int.__repr__``, ``float.__repr__``), strings
-    through its own escaping, each distinct string once. Should a field hold anything
-    else — a float that is not finite, which the encoder refuses, or another type (none
-    does today) — every span goes through the encoder instead.
-    """
-    name, cat, ts, dur, pid, tid, step, nbytes, detail = spans
-    if not (
-        all(_strings(column) for column in (name, cat, detail))
-        and all(_numbers(column) for column in (ts, dur, pid, tid, step, nbytes))
-    ):
-        encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-        keys = ("name", "cat", "ph", "ts", "dur", "pid", "tid", "args")
-        return [
-            encode(dict(zip(keys, (n, c, "X", t, d, p, i, _span_args(s, b, e)), strict=True)))
-            for n, c, t, d, p, i, s, b, e in zip(*spans, strict=True)
-        ]
-    quoted = {text: encode_basestring_ascii(text) for text in {*name, *cat, *detail}}
-    return [
-        f'{{"name":{quoted[n]},"cat":{quoted[c]},"ph":"X","ts":{t!r},"dur":{d!r},'
-        f'"pid":{p!r},"tid":{i!r},"args":{{"step":{s!r}'
-        + (f',"bytes":{b!r}' if b else "")
-        + (f',"detail":{quoted[e]}' if e else "")
-        + "}}"
-        for n, c, t, d, p, i, s, b, e in zip(*spans, strict=True)
-    ]
-
-
-def _counter_lines(counters: list[tuple[Any, ...]]) -> list[str]:
-    """Each counter event as the JSON encoder writes its dict (:func:`build_trace`); as
-    :func:`_span_lines`, through the encoder when a field is not a plain str or number."""
-    columns = tuple(map(list, zip(*counters, strict=True))) or ([],) * 5
-    name, ts, pid, key, value = columns
-    if not (_strings(name) and _strings(key) and all(map(_numbers, (ts, pid, value)))):
-        encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-        return [
-            encode({"name": n, "ph": "C", "ts": t, "pid": p, "args": {k: v}})
-            for n, t, p, k, v in counters
-        ]
-    quoted = {text: encode_basestring_ascii(text) for text in {*name, *key}}
-    return [
-        f'{{"name":{quoted[n]},"ph":"C","ts":{t!r},"pid":{p!r},"args":{{{quoted[k]}:{v!r}}}}}'
-        for n, t, p, k, v in counters
-    ]
-
-
-def _strings(column: list[Any]) -> bool:
-    return set(map(type, column)) <= {str}
-
-
-def _numbers(column: list[Any]) -> bool:
-    """Plain ints, or plain ints and finite floats (what the encoder writes with repr)."""
-    kinds = set(map(type, column))
-    if kinds <= {int}:
-        return True
-    return kinds <= {int, float} and bool(np.isfinite(np.asarray(column, dtype=float)).all())
-
-
-_BETWEEN = '},{"name":'
-_BETWEEN_LINES = '},\n{"name":'
-
-
-def write_trace(result: Any, path: Path) -> None:
+def write_trace(result: Result | Drawn, path: Path) -> None:
     """Write ``result``'s timeline to ``path`` as a Chrome trace (``trace.json``): the text
-    :func:`dumps_trace` makes of :func:`build_trace`, without a dict per span."""
+    :func:`~simdist.report.trace_text.dumps_trace` makes of :func:`build_trace`, without a
+    dict per span."""
     parts = _trace_parts(
         result.events, result.scenario, result.metrics, result.tables, result.summary
     )
     encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
     lines = [encode(e) for e in parts.meta]
-    lines += _span_lines(parts.spans)
-    lines += _counter_lines(parts.counters)
+    lines += span_lines(parts.spans)
+    lines += counter_lines(parts.counters)
     trace = {"displayTimeUnit": "ns", "otherData": parts.other}
-    Path(path).write_text(_document(trace, ",\n".join(lines)))
+    Path(path).write_text(document(trace, ",\n".join(lines)))

@@ -112,9 +112,8 @@ class CentralStorageStrategy(SynchronousStrategy):
         as the last process's end and then the ``all_of`` did.
         """
         # Not at import: validating a scenario loads no SimPy.
-        from simpy.core import URGENT
-
-        from simdist.network.links import Countdown
+        from simdist.network.transfer import Countdown
+        from simdist.sim import call_urgent
 
         env = self.env
         devices = self.training_devices
@@ -156,10 +155,7 @@ class CentralStorageStrategy(SynchronousStrategy):
             for i, device in enumerate(devices):
                 fetch(i, device)
 
-        start = env.event()
-        start.callbacks.append(begin)
-        start._ok, start._value = True, None  # triggered, then scheduled as urgent
-        env.schedule(start, URGENT)
+        call_urgent(env, begin)
         yield barrier
         record = self.recorder.event
         for device, end_s in zip(devices, pushed, strict=True):

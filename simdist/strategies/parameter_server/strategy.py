@@ -94,7 +94,7 @@ class ParameterServerStrategy(Strategy):
         else:
             self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
         if self.workload is not None and self.dataflow is None:
-            from simdist.numerics.executor import DeferredGradients
+            from simdist.numerics.deferred import DeferredGradients
 
             # BatchNormalization normalises per replica: a worker's devices each on their part
             # of its batch. Without model state the split changes nothing but rounding, so a
