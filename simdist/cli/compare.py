@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from simdist.cli.common import SchedulerOption, SetOption, _guarded, app, console, err_console
+from simdist.cli.common import SchedulerOption, SetOption, app, console, err_console, guarded
 from simdist.errors import SimdistError
 from simdist.units import format_number
 
@@ -78,8 +78,8 @@ def compare(
         if not quiet:
             err_console.print(f"simulating {name} …", highlight=False)
 
-    chosen = _guarded(lambda: _seeds_option(seeds))
-    out_dir, rows = _guarded(
+    chosen = guarded(lambda: _seeds_option(seeds))
+    out_dir, rows = guarded(
         lambda: compare_runs(
             inputs,
             out=out,
@@ -196,7 +196,7 @@ def tradeoff(
         if not quiet:
             err_console.print(f"simulating {name} …", highlight=False)
 
-    found = _guarded(
+    found = guarded(
         lambda: run_tradeoff(
             scenario,
             workers=_numbers(workers, "--workers", int),

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from simdist.cli.common import _guarded, app, console, err_console
+from simdist.cli.common import app, console, err_console, guarded
 from simdist.errors import SimdistError
 
 
@@ -57,12 +57,12 @@ def profile_(
         with err_console.status(f"profiling {model} at batch {batch_size} …"):
             return profile_model(model, batch_size, shape, n_outputs)
 
-    profile = _guarded(load)
+    profile = guarded(load)
     console.print(_profile_table(profile))
     if out is None:
         return
     if format_ == "csv":
-        _guarded(lambda: write_layers_csv(profile, out))
+        guarded(lambda: write_layers_csv(profile, out))
     else:
 
         def astra() -> None:
@@ -77,7 +77,7 @@ def profile_(
             times = layer_times(profile, spec, precision or spec.precision)
             write_astra(profile, out, times)
 
-        _guarded(astra)
+        guarded(astra)
     console.print(f"wrote {out}", highlight=False)
 
 
