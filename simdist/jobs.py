@@ -211,11 +211,7 @@ def job_runs(scenario: Scenario) -> list[JobRun]:
     if scenario.jobs is None:
         raise SimdistError(f"{scenario.name}: the scenario has no jobs")
     runs = []
-    devices = [
-        job.scenario.replicas
-        for job in scenario.jobs
-        if scenario.numerics and getattr(job.strategy, "execution", None) == "devices"
-    ]
+    devices = [job.scenario.replicas for job in scenario.jobs if job.scenario.runs_on_devices]
     if devices:
         from simdist.numerics.executor import ensure_devices
 

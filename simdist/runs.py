@@ -205,11 +205,7 @@ def run_many(
     from simdist.sweep.runner import dask_client
 
     # JAX fixes its device count when a worker first uses it (simdist.sweep.devices_needed).
-    explicit = [
-        s.replicas
-        for s in scenarios
-        if s.numerics and getattr(s.strategy, "execution", None) == "devices"
-    ]
+    explicit = [s.replicas for s in scenarios if s.runs_on_devices]
     devices = max(explicit, default=1)
     with dask_client(scheduler, min(cores, len(scenarios))) as client:
         futures = []

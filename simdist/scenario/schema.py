@@ -186,6 +186,16 @@ class Scenario(Spec):
         return self.workload.batch_size * self.replicas
 
     @property
+    def runs_on_devices(self) -> bool:
+        """Whether the numerics run each replica on a JAX device of its own (``execution:
+        devices``), so that a process must create that many devices before JAX starts.
+
+        ``execution`` is an option of the synchronous strategies' sections only (mirrored,
+        multi_worker_mirrored, central_storage, tpu: ``test_scenario`` pins which)."""
+        declares = "execution" in type(self.strategy).model_fields
+        return self.numerics and declares and self.strategy.execution == "devices"
+
+    @property
     def chief_trains(self) -> bool:
         """Whether a ``chief`` task is given and trains as worker 0 (see ClusterSpec)."""
         return bool(self.cluster.chief_names) and self.strategy.chief_trains

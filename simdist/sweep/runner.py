@@ -32,7 +32,7 @@ def devices_needed(prepared: Sequence[PreparedPoint]) -> int:
     needed = 1
     for p in prepared:
         s = p.scenario
-        if s is not None and s.numerics and getattr(s.strategy, "execution", None) == "devices":
+        if s is not None and s.runs_on_devices:
             needed = max(needed, s.replicas)
     return needed
 
