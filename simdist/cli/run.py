@@ -4,7 +4,7 @@ folder, or check it without running; the terminal summary of a run (and of a job
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -25,6 +25,9 @@ from simdist.cli.common import (
 )
 from simdist.interrupts import Progress, interruptible
 from simdist.units import format_number
+
+if TYPE_CHECKING:
+    from simdist.jobs import JobsResult
 
 
 def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
@@ -117,7 +120,7 @@ def run(
         raise typer.Exit(EXIT_DIVERGED)
 
 
-def _finish_jobs(result: Any, out_dir: Path, source: str) -> None:
+def _finish_jobs(result: JobsResult, out_dir: Path, source: str) -> None:
     """The end of ``simdist run`` for a scenario with jobs: the interference table, each
     job's warnings, and exit status 3 when a job diverged."""
     from simdist.api import warnings_after
