@@ -186,7 +186,7 @@ TASK_CEILINGS = {"digits": 0.9749}
 COLLAPSE_SHARE = 0.5
 #: Without a measured ceiling (an npz file, the generated teacher), the run has collapsed
 #: when its final test accuracy is at most this far above chance: 5 percentage points
-#: (issue 16: 32 asynchronous workers at lr 0.1 on digits end near 10%).
+#: (32 asynchronous workers at lr 0.1 on digits end near 10%).
 COLLAPSE_ACCURACY_MARGIN = 0.05
 #: ... or when the mean of its last this-many train losses is above its first train loss
 #: (a mean, so that one unlucky final batch does not decide).

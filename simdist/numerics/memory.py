@@ -1,4 +1,4 @@
-"""The memory check of a model, and a disk record of model sizes; no JAX (issue 15).
+"""The memory check of a model, and a disk record of model sizes; no JAX.
 
 ``simdist validate`` checks that the scenario's model can be built on the data's
 shapes and fits in memory. Building it on shapes needs JAX and Flax (about a second to

@@ -457,5 +457,5 @@ def write_plots(result: Result, out_dir: Path, timeline_steps: int = 3) -> list[
     return [name for name, _ in jobs]
 
 
-# Seeds' mean-and-band plots live in simdist.report.bands (issue 16); the name is here too.
+# Seeds' mean-and-band plots live in simdist.report.bands; the name is here too.
 from simdist.report.bands import accuracy_bands  # noqa: E402, F401
