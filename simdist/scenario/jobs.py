@@ -122,7 +122,7 @@ class JobSpec(Spec):
         return self._scenario
 
 
-def resolve_jobs(s: Scenario, context: Any) -> None:
+def resolve_jobs(s: Scenario, context: dict[str, Any] | None) -> None:
     """Resolve and check the jobs of ``s`` in place; raise :func:`fail` at the first problem.
 
     ``context`` is the validation context (the scenario file's folder, for relative paths
@@ -278,7 +278,7 @@ def _sub_cluster(c: ClusterSpec, hosts: list[str], ps: list[str]) -> ClusterSpec
     return sub
 
 
-def _job_scenario(s: Scenario, i: int, job: JobSpec, context: Any) -> Scenario:
+def _job_scenario(s: Scenario, i: int, job: JobSpec, context: dict[str, Any] | None) -> Scenario:
     """Job ``i`` as a validated scenario of its own; its first problem raised at ``jobs[i]``.
 
     It is validated as the same class as ``s`` (a :class:`Scenario`), taken from ``s`` so
