@@ -216,6 +216,46 @@ def _array_leaves(args: Any) -> list[Any]:
     return [a for a in jax.tree_util.tree_leaves(args) if hasattr(a, "shape")]
 
 
+def _top_level_calls(apply: Callable, params: Any, state: Any, x: Any) -> list[str]:
+    """The names of the model's top-level submodules in the order ``apply`` calls them
+    (traced on shapes); ``["model"]`` for a model that calls none."""
+    calls: list[str] = []
+
+    def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
+        if _top_level_call(context):
+            calls.append(context.module.scope.path[0])
+        return next_fun(*args, **kwargs)
+
+    def traced(p: Any, s: Any, a: Any) -> Any:
+        with nn.intercept_methods(record):
+            return apply(p, s, a)
+
+    jax.eval_shape(traced, params, state, x)
+    return calls or ["model"]
+
+
+def _prefix(apply: Callable, stop_at: int) -> Callable:
+    """The program up to the inputs of top-level call ``stop_at`` (all of it past the end)."""
+
+    def run(p: Any, s: Any, a: Any) -> Any:
+        seen = [0]
+
+        def stop(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
+            if _top_level_call(context):
+                if seen[0] == stop_at:
+                    raise _Stop(_array_leaves((args, kwargs)))
+                seen[0] += 1
+            return next_fun(*args, **kwargs)
+
+        try:
+            with nn.intercept_methods(stop):
+                return apply(p, s, a)
+        except _Stop as stopped:
+            return stopped.inputs
+
+    return run
+
+
 def _zoo_profile(
     spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...], n_outputs: int
 ) -> ModelProfile:
@@ -234,41 +274,7 @@ def _zoo_profile(
     def apply(p: Any, s: Any, a: Any) -> Any:
         return model.apply({"params": p, **s}, a, mutable=True, **train)[0]
 
-    calls: list[str] = []
-
-    def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-        if _top_level_call(context):
-            calls.append(context.module.scope.path[0])
-        return next_fun(*args, **kwargs)
-
-    def traced(p: Any, s: Any, a: Any) -> Any:
-        with nn.intercept_methods(record):
-            return apply(p, s, a)
-
-    jax.eval_shape(traced, params, state, x)
-    if not calls:
-        calls = ["model"]
-
-    def prefix(stop_at: int) -> Callable:
-        """The program up to the inputs of top-level call ``stop_at`` (all of it past the end)."""
-
-        def run(p: Any, s: Any, a: Any) -> Any:
-            seen = [0]
-
-            def stop(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-                if _top_level_call(context):
-                    if seen[0] == stop_at:
-                        raise _Stop(_array_leaves((args, kwargs)))
-                    seen[0] += 1
-                return next_fun(*args, **kwargs)
-
-            try:
-                with nn.intercept_methods(stop):
-                    return apply(p, s, a)
-            except _Stop as stopped:
-                return stopped.inputs
-
-        return run
+    calls = _top_level_calls(apply, params, state, x)
 
     # Prefix k runs the model up to the input of top-level call k + 1. Differences of
     # consecutive prefixes are layer k with whatever follows it before the next call.
@@ -277,7 +283,7 @@ def _zoo_profile(
     layers = []
     owned: set[str] = set()
     for k, name in enumerate(calls):
-        fn = prefix(k + 1)
+        fn = _prefix(apply, k + 1)
         upto = _vjp_costs(fn, params, state, x, ("params", "input"))
         fwd = upto["forward"]
         # Training differentiates the parameters only; the input gradient of the first
