@@ -1,7 +1,7 @@
 """Results across seeds: means, min–max bands and t-based 95% intervals.
 
 One seed cannot show a trade-off: with stragglers, time to 95% accuracy moved by a factor
-of two between seeds 0, 1 and 2 of the same scenario (issue 16). simdist therefore runs a
+of two between seeds 0, 1 and 2 of the same scenario. simdist therefore runs a
 scenario once per seed and reports, per scenario, the mean and the spread of each figure:
 
 * ``min`` and ``max`` over the seeds (the band the plots shade), and

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from simdist.errors import SimdistError
 from simdist.profiles import DEVICE_PROFILES, DeviceProfile
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec, DeviceSpec
 
 
 @dataclass(frozen=True)
@@ -51,14 +54,13 @@ class Host:
 class Cluster:
     """The hosts and devices of one scenario.
 
-    ``spec`` is duck-typed (the scenario's ``ClusterSpec``): it needs ``hosts``,
-    ``worker_names``, ``ps``, ``ps_names``, ``chief_names``, ``devices_per_host`` and
-    ``device`` (``profile``, ``peak_flops``, ``efficiency``); a heterogeneous cluster also
-    gives ``device_counts`` (devices per worker host) and ``host_device(i)`` (the device
-    section of worker host ``i``). Worker hosts are ``workers``; each parameter-server task
-    is a device-less host in ``ps_hosts``, on a machine of its own or co-located on a worker's
-    (``spec.ps_placement``, :func:`ps_machines`; :attr:`machines` lists the machines, each
-    with its own NIC); ``devices`` lists every worker device host-major.
+    ``spec`` is the scenario's cluster section: its ``hosts`` are named by ``worker_names``
+    (``worker0``, ``worker1``, ... when it names fewer), host ``i`` holding
+    ``device_counts[i]`` devices of its section ``host_device(i)``. Worker hosts are
+    ``workers``; each parameter-server task is a device-less host in ``ps_hosts``, on a
+    machine of its own or co-located on a worker's (``spec.ps_placement``,
+    :func:`ps_machines`; :attr:`machines` lists the machines, each with its own NIC);
+    ``devices`` lists every worker device host-major.
     ``coordinator`` is the task that writes parameter_server checkpoints: the scenario's
     chief when it does not train, else a task called ``chief`` (TF's coordinator).
 
@@ -69,23 +71,20 @@ class Cluster:
     ``profile`` is worker 0's, the one a homogeneous cluster has.
     """
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
-        n_workers, per_host = int(spec.hosts), int(spec.devices_per_host)
+        n_workers = int(spec.hosts)
         if n_workers < 1:
             raise ValueError(f"a cluster needs at least one worker host, got {n_workers}")
-        counts = [int(n) for n in getattr(spec, "device_counts", None) or [per_host] * n_workers]
+        counts = [int(n) for n in spec.device_counts]
         if len(counts) != n_workers:
             raise ValueError(f"{n_workers} worker hosts but {len(counts)} device counts")
         if min(counts) < 1:
             raise ValueError(f"a host needs at least one device, got {min(counts)}")
-        host_device = getattr(spec, "host_device", None)
-        device_specs = [
-            spec.device if host_device is None else host_device(i) for i in range(n_workers)
-        ]
+        device_specs = [spec.host_device(i) for i in range(n_workers)]
         self.profiles: dict[str, DeviceProfile] = {}
-        self.device_specs: dict[str, Any] = {}
-        worker_names = _names(getattr(spec, "worker_names", None), n_workers, "worker")
+        self.device_specs: dict[str, DeviceSpec] = {}
+        worker_names = _names(spec.worker_names, n_workers, "worker")
         labels = self._classes(device_specs, worker_names)
         self.profile = self.profiles[labels[0]]
 
@@ -96,12 +95,12 @@ class Cluster:
             )
             return Host(name, role, devices, label)
 
-        ps_names = _names(getattr(spec, "ps_names", None), int(spec.ps or 0), "ps")
+        ps_names = _names(spec.ps_names, int(spec.ps or 0), "ps")
         self.workers: list[Host] = [
             make_host(n, "worker", count, label)
             for n, count, label in zip(worker_names, counts, labels, strict=True)
         ]
-        machines = ps_machines(getattr(spec, "ps_placement", "separate"), worker_names, ps_names)
+        machines = ps_machines(spec.ps_placement, worker_names, ps_names)
         self.ps_hosts: list[Host] = [
             replace(make_host(n, "ps", 0, None), machine=m)
             for n, m in zip(ps_names, machines, strict=True)
@@ -110,12 +109,12 @@ class Cluster:
         names = {h.name for h in self.hosts}
         if len(names) != len(self.hosts):
             raise ValueError(f"host names must be unique, got {[h.name for h in self.hosts]}")
-        idle_chiefs = [n for n in getattr(spec, "chief_names", ()) if n not in names]
+        idle_chiefs = [n for n in spec.chief_names if n not in names]
         self.coordinator: str = idle_chiefs[0] if idle_chiefs else "chief"
 
-    def _classes(self, device_specs: Sequence[Any], hosts: Sequence[str]) -> list[str]:
+    def _classes(self, device_specs: Sequence[DeviceSpec], hosts: Sequence[str]) -> list[str]:
         """The class label of each worker host; fills :attr:`profiles`, :attr:`device_specs`."""
-        seen: dict[tuple[Any, ...], str] = {}
+        seen: dict[tuple[object, ...], str] = {}
         labels = []
         for host, device_spec in zip(hosts, device_specs, strict=True):
             key = _device_key(device_spec)
@@ -174,16 +173,16 @@ class Cluster:
         return roles
 
 
-def effective_profile(device_spec: Any) -> DeviceProfile:
+def effective_profile(device_spec: DeviceSpec) -> DeviceProfile:
     """The named profile at the scenario's precision, with its ``peak_flops`` / ``efficiency``
     overrides (which replace those of the selected precision)."""
-    key = getattr(device_spec, "profile", None) or "cpu"
+    key = device_spec.profile
     if key not in DEVICE_PROFILES:
         raise SimdistError(
             f"unknown device profile {key!r}; expected one of {', '.join(DEVICE_PROFILES)}"
         )
     profile = DEVICE_PROFILES[key]
-    precision = getattr(device_spec, "precision", None)
+    precision = device_spec.precision
     if precision is not None:
         if precision not in profile.precisions:
             raise SimdistError(
@@ -191,8 +190,7 @@ def effective_profile(device_spec: Any) -> DeviceProfile:
                 f"expected one of {', '.join(profile.precisions)}"
             )
         profile = profile.at_precision(precision)
-    peak = getattr(device_spec, "peak_flops", None)
-    efficiency = getattr(device_spec, "efficiency", None)
+    peak, efficiency = device_spec.peak_flops, device_spec.efficiency
     if peak is None and efficiency is None:
         return profile
     return replace(
@@ -203,19 +201,9 @@ def effective_profile(device_spec: Any) -> DeviceProfile:
     )
 
 
-_DEVICE_FIELDS = (
-    "profile",
-    "precision",
-    "peak_flops",
-    "efficiency",
-    "compute_time_s",
-    "examples_per_s",
-)
-
-
-def _device_key(device_spec: Any) -> tuple[Any, ...]:
-    """What makes two device sections the same class of device."""
-    return tuple(getattr(device_spec, f, None) for f in _DEVICE_FIELDS)
+def _device_key(d: DeviceSpec) -> tuple[object, ...]:
+    """What makes two device sections the same class of device (not their variability)."""
+    return (d.profile, d.precision, d.peak_flops, d.efficiency, d.compute_time_s, d.examples_per_s)
 
 
 def ps_machines(

@@ -14,15 +14,25 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Cluster
 from simdist.profiles import DeviceProfile
 from simdist.roofline import calibrate, layer_times, step_time
 from simdist.scenario import Scenario
 from simdist.strategies.base import Costs, DeviceCosts, LayerCost
+
+if TYPE_CHECKING:
+    from simdist.layers import LayerProfile, ModelProfile
+    from simdist.numerics.data import Dataset
+    from simdist.numerics.executor import Workload
+    from simdist.scenario.cluster import DeviceSpec
+    from simdist.scenario.workload import ModelSpec
+
+#: (path, shape, nbytes) of each parameter leaf, as :attr:`Costs.param_leaves` lists them.
+Leaves = tuple[tuple[str, tuple[int, ...], int], ...]
 
 #: Entries each process-wide cache keeps (the engine's workloads, profiles, data sets).
 _CACHE_SIZE = 4
@@ -47,7 +57,7 @@ def remember(cache: OrderedDict[str, Any], key: str, make: Callable[[], Any]) ->
     return value
 
 
-def full_size(model: Any) -> bool:
+def full_size(model: ModelSpec | None) -> bool:
     """Whether ``model`` (a ModelSpec) is one of the zoo's full-size models (clock only)."""
     from simdist.catalog import FULLSIZE_MODELS
 
@@ -57,7 +67,7 @@ def full_size(model: Any) -> bool:
 _profiles: OrderedDict[str, Any] = OrderedDict()
 
 
-def scale_profile(profile: Any, batch_size: int) -> Any:
+def scale_profile(profile: ModelProfile, batch_size: int) -> ModelProfile:
     """``profile`` for ``batch_size`` examples: FLOPs, bytes and given times scale linearly.
 
     A profile file is measured at one batch size; running it at another scales every
@@ -72,7 +82,7 @@ def scale_profile(profile: Any, batch_size: int) -> Any:
         return profile
     r = batch_size / profile.batch_size
 
-    def scaled(layer: Any) -> Any:
+    def scaled(layer: LayerProfile) -> LayerProfile:
         return replace(
             layer,
             forward_flops=layer.forward_flops * r,
@@ -87,7 +97,9 @@ def scale_profile(profile: Any, batch_size: int) -> Any:
     return replace(profile, batch_size=batch_size, layers=tuple(scaled(x) for x in profile.layers))
 
 
-def _dataset_shape(scenario: Scenario, workload: Any) -> tuple[tuple[int, ...] | None, int | None]:
+def _dataset_shape(
+    scenario: Scenario, workload: Workload | None
+) -> tuple[tuple[int, ...] | None, int | None]:
     """(input shape, outputs) the trained data set gives a small zoo model; (None, None) else."""
     if workload is not None:
         return tuple(workload.dataset.input_shape), int(workload.dataset.n_outputs)
@@ -97,7 +109,7 @@ def _dataset_shape(scenario: Scenario, workload: Any) -> tuple[tuple[int, ...] |
     return tuple(data.input_shape), int(data.n_outputs)
 
 
-def clock_profile(scenario: Scenario, workload: Any | None = None) -> Any:
+def clock_profile(scenario: Scenario, workload: Workload | None = None) -> ModelProfile:
     """The :class:`~simdist.layers.ModelProfile` the clock follows, for one replica's batch.
 
     ``workload.profile`` (a layers.csv or ASTRA-sim file) if given; else the zoo model
@@ -111,7 +123,7 @@ def clock_profile(scenario: Scenario, workload: Any | None = None) -> Any:
     batch = int(w.batch_size)
     if w.profile is not None:
 
-        def read() -> Any:
+        def read() -> ModelProfile:
             from simdist.layers import read_profile
 
             return read_profile(w.profile)
@@ -126,7 +138,7 @@ def clock_profile(scenario: Scenario, workload: Any | None = None) -> Any:
     if w.input_shape:
         shape = tuple(int(d) for d in w.input_shape)
 
-    def lower() -> Any:
+    def lower() -> ModelProfile:
         from simdist.numerics.profile import profile_model
 
         return profile_model(spec, batch, input_shape=shape, n_outputs=n_outputs)
@@ -135,16 +147,16 @@ def clock_profile(scenario: Scenario, workload: Any | None = None) -> Any:
     return remember(_profiles, key, lower)
 
 
-_datasets: OrderedDict[str, Any] = OrderedDict()
+_datasets: OrderedDict[str, Dataset] = OrderedDict()
 
 
-def _dataset(scenario: Scenario) -> Any | None:
+def _dataset(scenario: Scenario) -> Dataset | None:
     """The named data set (for its sizes and shapes), or None when the scenario has none."""
     spec = scenario.workload.dataset
     if spec is None:
         return None
 
-    def load() -> Any:
+    def load() -> Dataset:
         from simdist.numerics.data import load_dataset
 
         return load_dataset(spec, scenario.seed)
@@ -153,9 +165,7 @@ def _dataset(scenario: Scenario) -> Any | None:
     return remember(_datasets, key, load)
 
 
-def abstract_leaves(
-    scenario: Scenario, profile: Any
-) -> tuple[tuple[str, tuple[int, ...], int], ...]:
+def abstract_leaves(scenario: Scenario, profile: ModelProfile) -> Leaves:
     """(path, shape, nbytes) of the clock model's parameters, without allocating them.
 
     A zoo model's come from ``jax.eval_shape`` of its init (a full-size model's layer by
@@ -180,9 +190,7 @@ def abstract_leaves(
     return remember(_profiles, key, lambda: _param_shapes(spec, shape, n_outputs))
 
 
-def _param_shapes(
-    spec: Any, shape: tuple[int, ...], n_outputs: int | None
-) -> tuple[tuple[str, tuple[int, ...], int], ...]:
+def _param_shapes(spec: ModelSpec, shape: tuple[int, ...], n_outputs: int | None) -> Leaves:
     """The parameters of zoo model ``spec`` on examples of ``shape``, as shapes only."""
     import jax
     import jax.numpy as jnp
@@ -208,7 +216,7 @@ def _param_shapes(
     )
 
 
-def _opt_state_nbytes(scenario: Scenario, leaves: Any, total_steps: int) -> int:
+def _opt_state_nbytes(scenario: Scenario, leaves: Leaves, total_steps: int) -> int:
     """Bytes of the optimizer's state for parameters of these (path, shape, nbytes) leaves."""
     import jax
     import numpy as np
@@ -220,7 +228,7 @@ def _opt_state_nbytes(scenario: Scenario, leaves: Any, total_steps: int) -> int:
     return sum(int(leaf.size * leaf.dtype.itemsize) for leaf in jax.tree_util.tree_leaves(state))
 
 
-def measured_step_s(scenario: Scenario, device_spec: Any = None) -> float | None:
+def measured_step_s(scenario: Scenario, device_spec: DeviceSpec | None = None) -> float | None:
     """One device's measured step time: ``cluster.device.compute_time``, or the per-replica
     batch / ``cluster.device.examples_per_s``; None when nothing was measured.
 
@@ -235,7 +243,10 @@ def measured_step_s(scenario: Scenario, device_spec: Any = None) -> float | None
 
 
 def step_seconds(
-    scenario: Scenario, profile: Any, device: DeviceProfile, device_spec: Any = None
+    scenario: Scenario,
+    profile: ModelProfile,
+    device: DeviceProfile,
+    device_spec: DeviceSpec | None = None,
 ) -> list[tuple[float, float]]:
     """(forward_s, backward_s) per layer on ``device``: the roofline, or calibrated.
 
@@ -249,7 +260,7 @@ def step_seconds(
 
 
 def measure_costs(
-    scenario: Scenario, workload: Any | None, device: DeviceProfile | None = None
+    scenario: Scenario, workload: Workload | None, device: DeviceProfile | None = None
 ) -> Costs:
     """Per-replica compute time of one step, layer by layer, and the bytes that move.
 
@@ -315,9 +326,9 @@ def measure_costs(
 
 def _device_costs(
     scenario: Scenario,
-    profile: Any,
+    profile: ModelProfile,
     device: DeviceProfile,
-    device_spec: Any,
+    device_spec: DeviceSpec | None,
     layer_paths: list[tuple[str, ...]],
 ) -> DeviceCosts:
     """The clock model's layers on one device class: its roofline, or its measured step."""
@@ -339,7 +350,10 @@ def _device_costs(
 
 
 def _launch_seconds(
-    profile: Any, device: DeviceProfile, times: Any, measured: float | None
+    profile: ModelProfile,
+    device: DeviceProfile,
+    times: Sequence[tuple[float, float]],
+    measured: float | None,
 ) -> list[float]:
     """Each layer's fixed launch cost inside its forward (and its backward) time.
 
@@ -347,10 +361,7 @@ def _launch_seconds(
     layer whose source gave its times); a measured step scales it with the rest, by the same
     factor :func:`~simdist.roofline.calibrate` applied.
     """
-    own = [
-        getattr(layer, "forward_s", None) is not None and layer.backward_s is not None
-        for layer in profile.layers
-    ]
+    own = [layer.forward_s is not None and layer.backward_s is not None for layer in profile.layers]
     launch = [0.0 if given else float(device.launch_s) for given in own]
     if measured is None or not any(launch):
         return launch
@@ -358,7 +369,7 @@ def _launch_seconds(
     return [x * measured / raw for x in launch] if raw > 0 else launch
 
 
-def _layer_paths(scenario: Scenario, profile: Any) -> list[tuple[str, ...]]:
+def _layer_paths(scenario: Scenario, profile: ModelProfile) -> list[tuple[str, ...]]:
     """Each layer's parameter paths, as :attr:`Costs.param_leaves` names them."""
     if scenario.workload.profile is not None:
         return [(layer.name,) if layer.param_nbytes > 0 else () for layer in profile.layers]

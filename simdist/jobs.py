@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import simpy
@@ -48,6 +48,11 @@ from simdist.scenario import Scenario
 from simdist.strategies import strategy_class
 from simdist.strategies.base import Costs
 from simdist.summary import SUMMARY_VERSION
+
+if TYPE_CHECKING:
+    from simdist.network import Link
+    from simdist.numerics.executor import Workload
+    from simdist.strategies.base import Strategy
 
 #: Columns of ``interference.csv``: one row per job.
 INTERFERENCE_COLUMNS = (
@@ -73,7 +78,7 @@ class JobRun:
 
     scenario: Scenario  # the job as a scenario of its own (JobSpec.scenario)
     costs: Costs
-    workload: Any | None = None  # None: timing only
+    workload: Workload | None = None  # None: timing only
 
 
 @dataclass
@@ -142,7 +147,7 @@ def simulate_jobs(
             on_step(step)
 
     results: dict[str, Result] = {}
-    strategies: dict[str, Any] = {}
+    strategies: dict[str, Strategy] = {}
     mains = []
     for run in runs:
         js = run.scenario
@@ -159,8 +164,8 @@ def simulate_jobs(
         def ended(
             _: simpy.Event,
             run: JobRun = run,
-            strategy: Any = strategy,
-            own: Any = own,
+            strategy: Strategy = strategy,
+            own: list[Link] = own,
             recorder: Recorder = recorder,
         ) -> None:
             result = _result(run, strategy, recorder, float(env.now), own)
@@ -196,7 +201,9 @@ def _company(scenario: Scenario, run: JobRun, runs: Sequence[JobRun]) -> str:
     )
 
 
-def _result(run: JobRun, strategy: Any, recorder: Recorder, end_s: float, links: Any) -> Result:
+def _result(
+    run: JobRun, strategy: Strategy, recorder: Recorder, end_s: float, links: Sequence[Link]
+) -> Result:
     """One job's Result at its end, as :func:`simdist.engine.simulate` makes a run's."""
     js = run.scenario
     result = run_result(js, run.costs, strategy.workload, strategy, recorder, links, end_s)
@@ -211,11 +218,7 @@ def job_runs(scenario: Scenario) -> list[JobRun]:
     if scenario.jobs is None:
         raise SimdistError(f"{scenario.name}: the scenario has no jobs")
     runs = []
-    devices = [
-        job.scenario.replicas
-        for job in scenario.jobs
-        if scenario.numerics and getattr(job.strategy, "execution", None) == "devices"
-    ]
+    devices = [job.scenario.replicas for job in scenario.jobs if job.scenario.runs_on_devices]
     if devices:
         from simdist.numerics.executor import ensure_devices
 
@@ -352,7 +355,7 @@ def jobs_summary(scenario: Scenario, together: SharedRun, table: pd.DataFrame) -
         "hosts": scenario.cluster.hosts,
         "ps_tasks": scenario.cluster.ps,
         "network": {
-            "topology": getattr(network, "topology", "switch"),
+            "topology": network.topology,
             "duplex": network.duplex,
             "sharing": network.sharing,
         },

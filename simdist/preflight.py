@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from simdist.errors import DataError, ScenarioError, SimdistError
 
 if TYPE_CHECKING:
     from simdist.engine import Result
+    from simdist.scenario.schema import Scenario
 
 
 #: Above this estimated wall time a run is called huge (a warning, not an error).
@@ -44,12 +45,6 @@ class Preflight:
     warnings: tuple[str, ...] = ()
 
 
-def _source(path_or_scenario: Any) -> str | None:
-    if isinstance(path_or_scenario, str | Path):
-        return str(path_or_scenario)
-    return None
-
-
 def _duration_words(seconds: float) -> str:
     """``3.2 h``, ``12 days``, ``4.1e+20 years``: the scale a person reads at a glance."""
     for unit, size in (("years", 365.25 * 86400), ("days", 86400.0), ("h", 3600.0)):
@@ -59,12 +54,12 @@ def _duration_words(seconds: float) -> str:
     return f"{seconds / 60:.3g} min"
 
 
-def _batch_field(scenario: Any) -> str:
+def _batch_field(scenario: Scenario) -> str:
     given = scenario.workload.model_fields_set
     return "workload.global_batch_size" if "global_batch_size" in given else "workload.batch_size"
 
 
-def _check_files_and_model(scenario: Any, source: str) -> None:
+def _check_files_and_model(scenario: Scenario, source: str) -> None:
     """Read the data files whole and build the model on shapes: what a run's first
     moments would refuse (a bad npz or init_from, a model too large for the memory or
     unfit for the data). Raises DataError, or ScenarioError naming ``source``."""
@@ -96,7 +91,7 @@ def _check_files_and_model(scenario: Any, source: str) -> None:
 
 
 def preflight(
-    scenario: Any,
+    scenario: Scenario,
     *,
     out: str | Path | None = None,
     source: str | None = None,
@@ -120,7 +115,7 @@ def preflight(
     from simdist.spec import show
 
     source = source or f"<scenario {scenario.name}>"
-    if getattr(scenario, "jobs", None) is not None:
+    if scenario.jobs is not None:
         return _preflight_jobs(scenario, out=out, source=source, data=data)
     if out is not None:
         check_output_folder(Path(out))
@@ -174,7 +169,9 @@ def preflight(
     return Preflight(total, n_train, wall, tuple(warnings))
 
 
-def _preflight_jobs(scenario: Any, *, out: str | Path | None, source: str, data: bool) -> Preflight:
+def _preflight_jobs(
+    scenario: Scenario, *, out: str | Path | None, source: str, data: bool
+) -> Preflight:
     """:func:`preflight` of every job of a scenario with ``jobs:``, its errors at the job's
     fields; the step count and wall time add up (each job also runs alone, timing-only)."""
     from simdist.report.tables import check_output_folder

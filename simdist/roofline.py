@@ -32,10 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simdist.errors import SimdistError
 from simdist.profiles import ELEMENT_NBYTES, DeviceProfile
+
+if TYPE_CHECKING:
+    from simdist.layers import ModelProfile
 
 __all__ = ["calibrate", "compulsory_traffic", "layer_times", "step_time"]
 
@@ -43,11 +46,11 @@ __all__ = ["calibrate", "compulsory_traffic", "layer_times", "step_time"]
 PROFILE_ELEMENT_NBYTES = 4
 
 
-def layer_times(profile: Any, device: DeviceProfile, precision: str) -> list[tuple[float, float]]:
+def layer_times(
+    profile: ModelProfile, device: DeviceProfile, precision: str
+) -> list[tuple[float, float]]:
     """(forward_s, backward_s) of every layer of ``profile``, in its forward order.
 
-    ``profile`` is a :class:`~simdist.layers.ModelProfile` (anything with ``layers`` whose
-    items have ``forward_flops``, ``backward_flops``, ``forward_bytes``, ``backward_bytes``);
     ``precision`` selects the device's peak (its own ``peak_flops`` / ``efficiency`` when it
     is the device's precision, so scenario overrides count). A layer whose source gave its
     times (``forward_s`` and ``backward_s``, e.g. an ASTRA-sim file) keeps them as they are.
@@ -73,7 +76,7 @@ def layer_times(profile: Any, device: DeviceProfile, precision: str) -> list[tup
     for layer, (forward_nbytes, backward_nbytes) in zip(
         profile.layers, compulsory_traffic(profile), strict=True
     ):
-        if getattr(layer, "forward_s", None) is not None and layer.backward_s is not None:
+        if layer.forward_s is not None and layer.backward_s is not None:
             times.append((float(layer.forward_s), float(layer.backward_s)))
         else:
             times.append(
@@ -85,15 +88,14 @@ def layer_times(profile: Any, device: DeviceProfile, precision: str) -> list[tup
     return times
 
 
-def compulsory_traffic(profile: Any) -> list[tuple[float, float]]:
+def compulsory_traffic(profile: ModelProfile) -> list[tuple[float, float]]:
     """(forward, backward) DRAM bytes of every layer run as fused kernels (module docstring).
 
     A layer's input is the previous layer's output (the first layer's: the batch of
     inputs, 4 bytes per element). Without activation sizes (``output_nbytes`` 0, or no
     batch size) the profile's own byte counts are used.
     """
-    batch = getattr(profile, "batch_size", 0) or 0
-    shape = getattr(profile, "input_shape", ()) or ()
+    batch, shape = profile.batch_size, profile.input_shape
     previous = float(batch * math.prod(shape) * PROFILE_ELEMENT_NBYTES) if batch and shape else 0.0
     traffic = []
     for layer in profile.layers:

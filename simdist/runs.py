@@ -1,33 +1,133 @@
-"""Many runs: a scenario once per seed, and independent runs as Dask tasks.
+"""Running scenarios: one (:func:`run`), once per seed, and many as Dask tasks.
 
-Part of the Python API (``simdist.api.run_seeds``, ``simdist.api.run_many`` and
-``simdist.api.seed_list`` are these). One seed cannot show a trade-off between
-strategies (issue 16), so a scenario is run once per seed and the results are
-aggregated by :func:`simdist.bands.aggregate` and plotted with bands by
+The Python API (:mod:`simdist.api`) re-exports these. One seed cannot show a trade-off
+between strategies, so a scenario is run once per seed (:func:`run_seeds`) and the results
+are aggregated by :func:`simdist.bands.aggregate` and plotted with bands by
 :func:`simdist.report.bands.accuracy_bands`.
+
+pandas, NumPy, the engine (SimPy) and the recorder are imported where they are used, so
+``simdist validate``, which imports the API, starts without them.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from simdist.api import _source, override_strings, preflight, resolve_scenario, run
-from simdist.errors import SimdistError
+from simdist.errors import DataError, SimdistError
+from simdist.preflight import preflight
+from simdist.readback import conform
 from simdist.scenario.fields import MAX_RUNS
+from simdist.scenario.load import resolve_scenario
+from simdist.scenario.overrides import override_strings
+from simdist.scenario.schema import Scenario
 
 if TYPE_CHECKING:
     from simdist.engine import Result
+    from simdist.jobs import JobsResult
 
-__all__ = ["DASK_MIN_RUNS", "run_many", "run_seeds", "seed_list"]
+__all__ = ["DASK_MIN_RUNS", "run", "run_many", "run_seeds", "seed_list", "source_name"]
 
 #: From this many runs on, :func:`run_many` runs them as Dask tasks (when ``parallel`` is
 #: None and the machine has more than one core): below it, starting worker processes and
 #: compiling the model in each costs more than it saves for the small teaching scenarios.
 DASK_MIN_RUNS = 8
+
+#: What :func:`run` and friends take as a scenario: a file, a validated Scenario or a dict.
+ScenarioLike = str | Path | Scenario | Mapping[str, Any]
+
+
+def source_name(path_or_scenario: ScenarioLike) -> str | None:
+    """The name a scenario's errors give: the file it was read from; None for a Scenario or a
+    dict (the errors then say ``<scenario NAME>``)."""
+    if isinstance(path_or_scenario, str | Path):
+        return str(path_or_scenario)
+    return None
+
+
+def run(
+    path_or_scenario: ScenarioLike,
+    *,
+    out: str | Path | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] = (),
+    on_step: Callable[[int, int], None] | None = None,
+    on_time: Callable[[float], None] | None = None,
+    source: str | None = None,
+    **kw: Any,
+) -> Result | JobsResult:
+    """Simulate a scenario and return its :class:`Result`; write its report if ``out`` is given.
+
+    ``path_or_scenario`` is a scenario file, a ``Scenario`` or a scenario dict.
+    Overrides: ``overrides=["cluster.hosts=8"]`` (``--set`` strings),
+    ``overrides={"cluster.hosts": 8}``, or keywords with ``__`` for dots:
+    ``run("x.yaml", cluster__hosts=8, seed=3)``.  Bad input raises
+    :class:`~simdist.errors.ScenarioError` before anything runs (see
+    :func:`~simdist.preflight.preflight`), and so does an ``out`` that cannot be a report
+    folder. ``on_step(step, total)`` and ``on_time(simulated_s)`` are called as the
+    simulation advances (a progress bar).  Errors name ``source``: by default the
+    scenario file given, else ``<scenario NAME>``.  A diverged run returns
+    normally, with ``summary["diverged"]`` set.
+
+    A scenario with ``jobs:`` (several jobs sharing one cluster) returns a
+    :class:`simdist.jobs.JobsResult` instead: each job's Result in company and alone,
+    and the interference table; its report folder holds a subfolder per job
+    (:mod:`simdist.report.jobs`). Two runs into one ``out`` at once: the second is refused
+    (:func:`simdist.report.tables.report_lock`).
+    """
+    scenario = resolve_scenario(path_or_scenario, overrides, **kw)
+    source = source or source_name(path_or_scenario)
+    preflight(scenario, out=out, source=source)
+    guard: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if out is not None:
+        from simdist.report.tables import report_lock
+
+        guard = report_lock(Path(out))  # a second run into the same folder at once is refused
+    with guard:
+        if scenario.jobs is not None:
+            return _run_jobs(scenario, out, on_step, on_time, source)
+        from simdist.engine import run as run_engine
+
+        try:
+            result = run_engine(scenario, on_step=on_step, on_time=on_time)
+        except DataError as exc:
+            raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
+        from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
+        result.events = conform(result.events, EVENT_DTYPES)
+        result.metrics = conform(result.metrics, METRIC_DTYPES)
+        if out is not None:
+            from simdist.report import write_report
+
+            write_report(result, Path(out))
+    return result
+
+
+def _run_jobs(
+    scenario: Scenario,
+    out: str | Path | None,
+    on_step: Callable[[int, int], None] | None,
+    on_time: Callable[[float], None] | None,
+    source: str | None,
+) -> JobsResult:
+    """:func:`run` of a scenario with ``jobs:``: a :class:`simdist.jobs.JobsResult`, its
+    folder written by :func:`simdist.report.jobs.write_jobs_report` (a subfolder per job)."""
+    from simdist.jobs import run_jobs
+    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
+    try:
+        result = run_jobs(scenario, on_step=on_step, on_time=on_time)
+    except DataError as exc:
+        raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
+    for job in result.jobs.values():
+        job.events = conform(job.events, EVENT_DTYPES)
+        job.metrics = conform(job.metrics, METRIC_DTYPES)
+    if out is not None:
+        from simdist.report.jobs import write_jobs_report
+
+        write_jobs_report(result, Path(out))
+    return result
 
 
 def seed_list(seeds: int | Sequence[int]) -> list[int]:
@@ -51,6 +151,8 @@ def seed_list(seeds: int | Sequence[int]) -> list[int]:
         raise SimdistError(
             f"seeds: got {len(values):,} seeds; each is a whole run: at most {MAX_RUNS:,}"
         )
+    import numpy as np
+
     if not values or any(
         isinstance(v, bool) or not isinstance(v, int | np.integer) for v in values
     ):
@@ -60,7 +162,7 @@ def seed_list(seeds: int | Sequence[int]) -> list[int]:
     return [int(v) for v in values]
 
 
-def _run_task(scenario: Any, devices: int) -> Result:
+def _run_task(scenario: Scenario, devices: int) -> Result:
     """One run as a Dask task (a module-level function, so worker processes can import it)."""
     if devices > 1 and scenario.numerics:
         from simdist.numerics.executor import ensure_devices
@@ -70,7 +172,7 @@ def _run_task(scenario: Any, devices: int) -> Result:
 
 
 def run_many(
-    scenarios: Sequence[Any],
+    scenarios: Sequence[Scenario],
     *,
     parallel: bool | None = None,
     processes: int | None = None,
@@ -103,11 +205,7 @@ def run_many(
     from simdist.sweep.runner import dask_client
 
     # JAX fixes its device count when a worker first uses it (simdist.sweep.devices_needed).
-    explicit = [
-        s.replicas
-        for s in scenarios
-        if s.numerics and getattr(s.strategy, "execution", None) == "devices"
-    ]
+    explicit = [s.replicas for s in scenarios if s.runs_on_devices]
     devices = max(explicit, default=1)
     with dask_client(scheduler, min(cores, len(scenarios))) as client:
         futures = []
@@ -118,7 +216,7 @@ def run_many(
 
 
 def run_seeds(
-    scenario: str | Path | Any,
+    scenario: ScenarioLike,
     seeds: int | Sequence[int],
     overrides: Mapping[str, Any] | Sequence[str] = (),
     *,
@@ -148,5 +246,5 @@ def run_seeds(
         resolve_scenario(scenario, [*strings, *extra, f"seed={seed}"]) for seed in seed_list(seeds)
     ]
     for item in scenarios:
-        preflight(item, source=_source(scenario))
+        preflight(item, source=source_name(scenario))
     return run_many(scenarios, parallel=parallel, processes=processes, scheduler=scheduler)

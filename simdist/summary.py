@@ -14,10 +14,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:  # types only: the summary knows no strategy (tests/test_layers.py)
+    from simdist.scenario.schema import Scenario
+    from simdist.strategies.base import Costs
 
 SUMMARY_VERSION = 1
 
@@ -182,14 +186,14 @@ TASK_CEILINGS = {"digits": 0.9749}
 COLLAPSE_SHARE = 0.5
 #: Without a measured ceiling (an npz file, the generated teacher), the run has collapsed
 #: when its final test accuracy is at most this far above chance: 5 percentage points
-#: (issue 16: 32 asynchronous workers at lr 0.1 on digits end near 10%).
+#: (32 asynchronous workers at lr 0.1 on digits end near 10%).
 COLLAPSE_ACCURACY_MARGIN = 0.05
 #: ... or when the mean of its last this-many train losses is above its first train loss
 #: (a mean, so that one unlucky final batch does not decide).
 COLLAPSE_LOSS_WINDOW = 10
 
 
-def chance_accuracy(scenario: Any) -> float | None:
+def chance_accuracy(scenario: Scenario) -> float | None:
     """Accuracy of guessing one class: 1 / classes of a classification data set.
 
     None without a data set or for regression. An npz file's classes are its largest
@@ -211,7 +215,7 @@ def chance_accuracy(scenario: Any) -> float | None:
     return 1.0 / outputs if outputs > 1 else None
 
 
-def task_ceiling(scenario: Any) -> float | None:
+def task_ceiling(scenario: Scenario) -> float | None:
     """The accuracy one device reaches on the scenario's data set (:data:`TASK_CEILINGS`),
     or None when it was not measured."""
     dataset = scenario.workload.dataset
@@ -273,12 +277,12 @@ def _lasts(metrics: pd.DataFrame, names: Sequence[str]) -> dict[str, float | Non
 
 def build_summary(
     *,
-    scenario: Any,
+    scenario: Scenario,
     metrics: pd.DataFrame,
     events: pd.DataFrame,
     sim_time_s: float,
     steps: int,
-    costs: Any,
+    costs: Costs,
     devices: Sequence[str],
     examples_per_step: int,
     diverged_at: int | None,

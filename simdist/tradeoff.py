@@ -27,7 +27,7 @@ Whether two strategies differ is read from their min–max bands of T over seeds
 
 The study's logic is pure (no JAX, no SimPy): the runs (:func:`tradeoff_runs`), the
 decomposition (:func:`decompose`, :func:`tradeoff_summary`), the bands. :func:`tradeoff`
-(also ``simdist.api.tradeoff``) runs them through the API, imported when called;
+(also ``simdist.api.tradeoff``) runs them (:func:`simdist.runs.run_many`);
 :mod:`simdist.report.tradeoff` draws the figure and words the bands.
 """
 
@@ -37,12 +37,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from simdist.bands import aggregate, band_separations
 from simdist.errors import SimdistError
+from simdist.preflight import preflight
+from simdist.runs import ScenarioLike, run_many, seed_list, source_name
+from simdist.scenario.load import resolve_scenario
+from simdist.scenario.overrides import override_strings
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "DEFAULT_SEVERITIES",
@@ -330,7 +337,7 @@ class Tradeoff:
     strategies: tuple[str, ...]
     out_dir: Path | None = None
 
-    def plot(self, fig: Any = None) -> Any:
+    def plot(self, fig: Figure | None = None) -> Figure:
         """Draw the figure on ``fig`` (a new matplotlib Figure by default); return it."""
         from matplotlib.figure import Figure
 
@@ -347,7 +354,7 @@ class Tradeoff:
 
 
 def tradeoff(
-    scenario: str | Path | Any = "scenarios/ps_4w2s.yaml",
+    scenario: ScenarioLike = "scenarios/ps_4w2s.yaml",
     *,
     workers: Sequence[int] | None = None,
     severities: Sequence[float] | None = None,
@@ -387,9 +394,6 @@ def tradeoff(
     ``processes`` and ``scheduler``. With ``out``, writes tradeoff.csv, per_seed.csv,
     tradeoff.md and tradeoff.png there.
     """
-    from simdist.api import _source, override_strings, preflight, resolve_scenario
-    from simdist.runs import run_many, seed_list
-
     if not 0 < target <= 1:
         raise SimdistError(f"target: got {target:g}; expected an accuracy in (0, 1], e.g. 0.9")
     options = {
@@ -405,7 +409,7 @@ def tradeoff(
     runs = _study_runs(scenario, strings, seed_list(seeds), compute_time, scale_sync_lr, given)
     scenarios = [resolve_scenario(scenario, [*strings, *r.overrides]) for r in runs]
     for item in scenarios:
-        preflight(item, source=_source(scenario))
+        preflight(item, source=source_name(scenario))
     if out is not None:
         from simdist.report.tables import check_output_folder
 
@@ -428,7 +432,7 @@ def tradeoff(
 
 
 def _study_runs(
-    scenario: str | Path | Any,
+    scenario: ScenarioLike,
     strings: list[str],
     seeds: list[int],
     compute_time: str | None,
@@ -437,8 +441,6 @@ def _study_runs(
 ) -> list[TradeoffRun]:
     """:func:`tradeoff_runs` for ``scenario`` (its learning rate with ``scale_sync_lr``);
     a :class:`SimdistError` for bad options or a scenario that is not parameter_server."""
-    from simdist.api import resolve_scenario
-
     base = resolve_scenario(scenario, strings)
     if scale_sync_lr:
         given = {**given, "learning_rate": base.workload.optimizer.learning_rate}

@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from simdist.cluster import Cluster
 from simdist.errors import SimdistError
 from simdist.profiles import DEVICE_PROFILES
+from simdist.scenario.cluster import ClusterSpec, DeviceSpec
 
 
-def make_spec(**overrides: object) -> SimpleNamespace:
-    spec = SimpleNamespace(
-        hosts=2,
-        worker_names=["worker0", "worker1"],
-        ps=1,
-        ps_names=["ps0"],
-        chief_names=[],
-        devices_per_host=2,
-        device=SimpleNamespace(profile="v100", peak_flops=None, efficiency=None),
-    )
-    for key, value in overrides.items():
-        setattr(spec, key, value)
-    return spec
+def make_spec(**fields: Any) -> ClusterSpec:
+    """A validated cluster section: 2 hosts of 2 v100s and one PS task, unless ``fields``
+    (YAML keys) say otherwise."""
+    data = {"hosts": 2, "devices_per_host": 2, "ps": 1, "device": {"profile": "v100"}}
+    return ClusterSpec.model_validate({**data, **fields})
 
 
 def test_cluster_layout_and_names():
@@ -50,28 +44,28 @@ def test_cluster_layout_and_names():
 
 
 def test_a_chief_that_does_not_train_is_the_coordinator():
-    spec = make_spec(chief_names=["c0"])
+    spec = make_spec(chief=["c0"])
     assert Cluster(spec).coordinator == "c0"
     assert list(Cluster(spec).roles) == ["worker0", "worker1", "c0", "ps0"]
     # a chief that trains is a worker; the coordinator is then TF's implicit "chief"
-    trains = make_spec(chief_names=["worker0"])
+    trains = make_spec(chief=["worker0"])
     assert Cluster(trains).coordinator == "chief"
 
 
 def test_empty_clusters_are_refused():
+    for field in ("hosts", "devices_per_host"):
+        with pytest.raises(ValidationError, match=field):
+            make_spec(**{field: 0})
+    # A section that skipped validation is refused by the cluster itself.
     with pytest.raises(ValueError, match="at least one worker"):
-        Cluster(make_spec(hosts=0))
+        Cluster(ClusterSpec.model_construct(hosts=0, devices_per_host=2, ps=0))
     with pytest.raises(ValueError, match="at least one device"):
-        Cluster(make_spec(devices_per_host=0))
+        Cluster(ClusterSpec.model_construct(hosts=2, devices_per_host=0, ps=0))
 
 
 def test_cluster_overrides_and_profile_overrides():
     spec = make_spec(
-        device=SimpleNamespace(profile="tpu-v4", peak_flops=1e12, efficiency=0.5),
-        ps=0,
-        ps_names=[],
-        hosts=4,
-        worker_names=None,
+        device={"profile": "tpu-v4", "peak_flops": 1e12, "efficiency": 0.5}, ps=0, hosts=4
     )
     cluster = Cluster(spec)
     assert len(cluster.workers) == 4 and len(cluster.devices) == 8
@@ -82,6 +76,10 @@ def test_cluster_overrides_and_profile_overrides():
 
 
 def test_unknown_profile_is_a_user_error():
-    spec = make_spec(device=SimpleNamespace(profile="k40", peak_flops=None, efficiency=None))
+    with pytest.raises(ValidationError, match="v100"):
+        make_spec(device={"profile": "k40"})
+    # A section that skipped validation is refused by the cluster itself.
+    spec = make_spec()
+    spec.device = DeviceSpec.model_construct(profile="k40")
     with pytest.raises(SimdistError, match="v100"):
         Cluster(spec)

@@ -93,6 +93,6 @@ def test_layer_pulls_in_nothing_above_it(layer: str) -> None:
 
 def test_the_checker_sees_a_layer_above() -> None:
     # The engine imports the strategies at load time, which these tests must be able to tell.
-    # (The api no longer does import the engine at load time: issue 15, cheap validate.)
+    # (The api does not import the engine at load time, so that validate starts cheaply.)
     modules = modules_after("import simdist.engine")
     assert pulled_in(modules, ("simdist.strategies",)) == ["simdist.strategies"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from functools import partial
 from itertools import pairwise
-from types import SimpleNamespace
 
 import pytest
 import simpy
@@ -33,6 +32,7 @@ from simdist.network import (
 )
 from simdist.network.transport import PROTOCOLS
 from simdist.recorder import Recorder
+from simdist.scenario.cluster import ClusterSpec
 
 MB = 1e6
 GBps = 1e9
@@ -40,16 +40,9 @@ US10 = 1e-5
 INTRA_BW, INTRA_LAT = 300e9, 2e-6
 
 
-def make_spec(hosts: int = 2, devices: int = 2, ps: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(
-        hosts=hosts,
-        worker_names=[f"worker{i}" for i in range(hosts)],
-        chief_names=[],
-        ps=ps,
-        ps_names=[f"ps{i}" for i in range(ps)],
-        devices_per_host=devices,
-        device=SimpleNamespace(profile="v100", peak_flops=None, efficiency=None),
-    )
+def make_spec(hosts: int = 2, devices: int = 2, ps: int = 1) -> ClusterSpec:
+    """A validated cluster section: ``hosts`` hosts of ``devices`` v100s, ``ps`` PS tasks."""
+    return ClusterSpec(hosts=hosts, devices_per_host=devices, ps=ps, device={"profile": "v100"})
 
 
 def make_net(

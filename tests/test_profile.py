@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +28,7 @@ from simdist.numerics.fullsize import FULLSIZE_MODELS, PUBLISHED
 from simdist.numerics.models import make_model
 from simdist.numerics.param_files import tree_paths
 from simdist.numerics.profile import profile_model
+from simdist.scenario.workload import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -173,7 +173,7 @@ def test_profiling_allocates_no_parameters(tmp_path):
 
 def test_second_call_reads_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(profiling.CACHE_ENV, str(tmp_path))
-    spec = SimpleNamespace(name="mlp", hidden=[32])
+    spec = ModelSpec(name="mlp", hidden=[32])
     first = profile_model(spec, 4)
     files = list((tmp_path / "profiles").iterdir())
     assert len(files) == 1 and files[0].name.startswith("mlp-b4-")
@@ -182,13 +182,13 @@ def test_second_call_reads_the_disk_cache(tmp_path, monkeypatch):
         raise AssertionError("lowered again instead of reading the cache")
 
     monkeypatch.setattr(profiling, "_cost", no_lowering)
-    assert profile_model(SimpleNamespace(name="mlp", hidden=[32]), 4) == first
+    assert profile_model(ModelSpec(name="mlp", hidden=[32]), 4) == first
     # The defaults given explicitly (the digits data set's shape and classes) are the same key.
     assert profile_model(spec, 4, (8, 8, 1), n_outputs=10) == first
     with pytest.raises(AssertionError, match="lowered again"):  # another batch: another key
         profile_model(spec, 8)
     with pytest.raises(AssertionError, match="lowered again"):  # another width: another key
-        profile_model(SimpleNamespace(name="mlp", hidden=[64]), 4)
+        profile_model(ModelSpec(name="mlp", hidden=[64]), 4)
     # An unreadable entry is recomputed and replaced, not trusted.
     files[0].write_text("{ half a file")
     monkeypatch.undo()
@@ -211,10 +211,10 @@ def test_cache_folder(monkeypatch, tmp_path):
 @pytest.mark.parametrize(
     "spec",
     [
-        SimpleNamespace(name="softmax"),
-        SimpleNamespace(name="mlp", hidden=[128, 64]),
-        SimpleNamespace(name="cnn"),
-        SimpleNamespace(name="resnet"),
+        ModelSpec(name="softmax"),
+        ModelSpec(name="mlp", hidden=[128, 64]),
+        ModelSpec(name="cnn"),
+        ModelSpec(name="resnet"),
     ],
     ids=lambda s: s.name,
 )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from types import SimpleNamespace
 
 import pytest
 from helpers import tiny
@@ -16,7 +15,7 @@ from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.profiles import DEVICE_PROFILES, PRECISIONS, DeviceProfile, PrecisionPeak
 from simdist.roofline import calibrate, compulsory_traffic, layer_times, step_time
-from simdist.scenario import scenario_from_dict
+from simdist.scenario import DeviceSpec, scenario_from_dict
 
 # A device reaching 10 TFLOP/s × 0.5 = 5e12 FLOP/s at fp32 (40 × 0.25 = 1e13 at fp16) and
 # 1 TB/s × 0.8 = 8e11 bytes/s, paying 5 us per layer pass.
@@ -96,14 +95,14 @@ def test_times_given_by_the_source_are_kept():
 
 
 def test_scenario_overrides_replace_the_selected_precisions_peak():
-    spec = SimpleNamespace(profile="v100", precision="fp16", peak_flops=None, efficiency=0.5)
+    spec = DeviceSpec(profile="v100", precision="fp16", efficiency=0.5)
     device = effective_profile(spec)
     assert (device.precision, device.peak_flops, device.efficiency) == ("fp16", 125e12, 0.5)
     times = layer_times(_profile(COMPUTE_BOUND), device, "fp16")
     flops_bound = 1e10 / (125e12 * 0.5)
     bytes_bound = 4e8 * 0.5 / (900e9 * device.memory_efficiency)
     assert times[0][0] == max(flops_bound, bytes_bound) + 5e-6
-    default = effective_profile(SimpleNamespace(profile="v100"))
+    default = effective_profile(DeviceSpec(profile="v100"))
     assert default is DEVICE_PROFILES["v100"] and default.precision == "fp32"
 
 

@@ -680,6 +680,30 @@ def test_every_registered_kind_validates(kind):
     assert scenario_from_dict(yaml.safe_load(dump_scenario(s))) == s
 
 
+def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
+    """Scenario.runs_on_devices reads ``execution`` from the sections that declare it: if
+    one renamed it, this list (not a silent False) would change."""
+    declares = [
+        kind for spec in spec_classes() if "execution" in spec.model_fields for kind in spec.kinds()
+    ]
+    assert declares == ["mirrored", "multi_worker_mirrored", "central_storage", "tpu"]
+    text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
+    runs = {
+        (execution, numerics): scenario_from_dict(
+            yaml.safe_load(text % (execution, numerics))
+        ).runs_on_devices
+        for execution in ("devices", "batched")
+        for numerics in ("true", "false")
+    }
+    assert runs == {
+        ("devices", "true"): True,
+        ("devices", "false"): False,
+        ("batched", "true"): False,
+        ("batched", "false"): False,
+    }
+    assert not scenario_from_dict(yaml.safe_load("name: a\n" + WORKLOAD)).runs_on_devices
+
+
 def test_unknown_kind_lists_every_registered_kind():
     with pytest.raises(ScenarioError) as info:
         scenario_from_dict(yaml.safe_load("name: a\nstrategy: horovod\n" + WORKLOAD))

@@ -20,6 +20,7 @@ from simdist.network import PROTOCOLS, Message, Network, Protocol, SwitchTopolog
 from simdist.network.topology import machine_of
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
+from simdist.scenario.cluster import ClusterSpec
 from tests.test_ps_timing import ALPHA_INTRA as PS_ALPHA_INTRA
 from tests.test_ps_timing import B_INTRA as PS_B_INTRA
 from tests.test_ps_timing import FIFO, L, S, applied_times, costs, scenario
@@ -40,15 +41,8 @@ def make_net(
     duplex: str = "full",
     sharing: str = "fair",
 ) -> tuple[simpy.Environment, Network]:
-    spec = SimpleNamespace(
-        hosts=hosts,
-        worker_names=[f"worker{i}" for i in range(hosts)],
-        chief_names=[],
-        ps=ps,
-        ps_names=[f"ps{i}" for i in range(ps)],
-        devices_per_host=1,
-        device=SimpleNamespace(profile="cpu", peak_flops=None, efficiency=None),
-        ps_placement=placement,
+    spec = ClusterSpec(
+        hosts=hosts, devices_per_host=1, ps=ps, ps_placement=placement, device={"profile": "cpu"}
     )
     env = simpy.Environment()
     topology = SwitchTopology(

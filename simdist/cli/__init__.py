@@ -33,8 +33,8 @@ __all__ = ["EXIT_BAD_INPUT", "EXIT_DIVERGED", "app", "console", "err_console", "
 def _fast_exit(code: Any) -> None:
     """End the process at once once JAX is loaded, skipping the interpreter's teardown.
 
-    Tearing down JAX, XLA, pandas and matplotlib at exit took about 0.5 s of a 3.5 s run
-    (issue 15). By the time the command returns, every file is written and closed (report
+    Tearing down JAX, XLA, pandas and matplotlib at exit took about 0.5 s of a 3.5 s run.
+    By the time the command returns, every file is written and closed (report
     folders are renamed into place; JAX writes compiled programs as it compiles), so only
     the output streams and logging need flushing. Not with Dask loaded (a sweep's worker
     processes are shut down by their own handlers) or with ``SIMDIST_FAST_EXIT=0``.

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from simdist.cli.common import _guarded, app, console
+from simdist.cli.common import app, console, guarded
 from simdist.errors import SimdistError
 from simdist.units import UnitError
 
@@ -225,7 +225,7 @@ def collectives(
             title += f" · intra-host {format_bandwidth(intra_bw)}, {format_duration(intra_lat)}"
         return rows, title
 
-    rows, title = _guarded(table_rows)
+    rows, title = guarded(table_rows)
     table = Table(title=title, caption="busbw = algbw × 2(n−1)/n (nccl-tests, PERFORMANCE.md)")
     for column in ("size", "n", "algorithm", "time", "algbw", "busbw", "note"):
         table.add_column(

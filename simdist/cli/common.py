@@ -5,15 +5,22 @@ turn a user error into one message and exit status 2 (never a traceback)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from simdist.errors import SimdistError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from simdist.scenario.schema import Scenario
+
+T = TypeVar("T")
 
 app = typer.Typer(
     name="simdist",
@@ -31,7 +38,7 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override a scenario field: --set cluster.hosts=8 (repeatable)."),
 ]
-#: --quiet of the commands that show :func:`_progress_bar`.
+#: --quiet of the commands that show :func:`progress_bar`.
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
 SchedulerOption = Annotated[
     str | None,
@@ -56,7 +63,9 @@ def _out_of_memory(error: BaseException) -> bool:
     )
 
 
-def _guarded(fn: Callable[[], Any]) -> Any:
+def guarded(fn: Callable[[], T]) -> T:
+    """``fn()``, with a user error (a :class:`SimdistError`, or running out of memory)
+    printed as one message and exit status 2 instead of a traceback."""
     try:
         return fn()
     except SimdistError as error:
@@ -73,18 +82,20 @@ def _guarded(fn: Callable[[], Any]) -> Any:
         )
 
 
-def _warn(lines: Any) -> None:
+def print_warnings(lines: Iterable[str]) -> None:
+    """Each line as a yellow ``warning:`` on stderr."""
     for line in lines:
         err_console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
-def _load(scenario: Path, overrides: list[str] | None, seed: int | None) -> Any:
+def load_or_exit(scenario: Path, overrides: list[str] | None, seed: int | None) -> Scenario:
+    """The scenario file with ``--set`` overrides and ``--seed``; exit 2 if it is bad."""
     from simdist.scenario import load_scenario
 
-    return _guarded(lambda: load_scenario(scenario, overrides or (), seed=seed))
+    return guarded(lambda: load_scenario(scenario, overrides or (), seed=seed))
 
 
-def _progress_bar(quiet: bool) -> Any:
+def progress_bar(quiet: bool) -> Progress:
     """A rich progress bar on stderr, off with --quiet or when stderr is not a terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 

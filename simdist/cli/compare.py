@@ -6,14 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from simdist.cli.common import SchedulerOption, SetOption, _guarded, app, console, err_console
+from simdist.cli.common import SchedulerOption, SetOption, app, console, err_console, guarded
 from simdist.errors import SimdistError
 from simdist.units import format_number
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simdist.tradeoff import Tradeoff
 
 
 def _seeds_option(text: str | None) -> Any:
@@ -78,8 +83,8 @@ def compare(
         if not quiet:
             err_console.print(f"simulating {name} …", highlight=False)
 
-    chosen = _guarded(lambda: _seeds_option(seeds))
-    out_dir, rows = _guarded(
+    chosen = guarded(lambda: _seeds_option(seeds))
+    out_dir, rows = guarded(
         lambda: compare_runs(
             inputs,
             out=out,
@@ -112,7 +117,7 @@ def compare(
     console.print(f"report: {out_dir}", highlight=False)
 
 
-def _print_seeds_table(rows: Any, target: float) -> None:
+def _print_seeds_table(rows: pd.DataFrame, target: float) -> None:
     """The terminal table of ``compare --seeds``: mean (min–max) per figure."""
     from simdist.bands import reached_text
     from simdist.report.compare import band_text
@@ -196,7 +201,7 @@ def tradeoff(
         if not quiet:
             err_console.print(f"simulating {name} …", highlight=False)
 
-    found = _guarded(
+    found = guarded(
         lambda: run_tradeoff(
             scenario,
             workers=_numbers(workers, "--workers", int),
@@ -217,7 +222,7 @@ def tradeoff(
     _print_tradeoff(found, target)
 
 
-def _print_tradeoff(found: Any, target: float) -> None:
+def _print_tradeoff(found: Tradeoff, target: float) -> None:
     """The terminal output of ``tradeoff``: every cell's figures, then per cell the fastest
     strategy and whose band of time to target overlaps it."""
     from simdist.bands import reached_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from simdist.cli.common import _guarded, app, console, err_console
+from simdist.cli.common import app, console, err_console, guarded
 
 
 @app.command("list")
@@ -59,7 +59,7 @@ def _models_table() -> Table:
         table.add_column(column, justify="left" if column in ("model", "kind") else "right")
     with err_console.status("profiling models (once: cached afterwards) …"):
         for name in MODELS:
-            p = _guarded(lambda name=name: profile_model(name, 1))
+            p = guarded(lambda name=name: profile_model(name, 1))
             table.add_row(
                 name,
                 "full-size" if name in FULLSIZE_MODELS else "zoo",

@@ -4,13 +4,18 @@ and written as layers.csv or an ASTRA-sim workload."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from simdist.cli.common import _guarded, app, console, err_console
+from simdist.cli.common import app, console, err_console, guarded
 from simdist.errors import SimdistError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from simdist.layers import LayerProfile, ModelProfile
 
 
 @app.command("profile")
@@ -40,7 +45,7 @@ def profile_(
     """Print a model's per-layer FLOPs, bytes and gradient sizes; write layers.csv or ASTRA-sim."""
     from simdist.layers import parse_shape, read_profile, write_astra, write_layers_csv
 
-    def load() -> Any:
+    def load() -> ModelProfile:
         if format_ not in ("csv", "astra"):
             raise SimdistError(f"--format: got {format_!r}; expected csv or astra")
         if out is not None and out.is_dir():  # checked before the work, not after the table
@@ -57,12 +62,12 @@ def profile_(
         with err_console.status(f"profiling {model} at batch {batch_size} …"):
             return profile_model(model, batch_size, shape, n_outputs)
 
-    profile = _guarded(load)
+    profile = guarded(load)
     console.print(_profile_table(profile))
     if out is None:
         return
     if format_ == "csv":
-        _guarded(lambda: write_layers_csv(profile, out))
+        guarded(lambda: write_layers_csv(profile, out))
     else:
 
         def astra() -> None:
@@ -77,11 +82,11 @@ def profile_(
             times = layer_times(profile, spec, precision or spec.precision)
             write_astra(profile, out, times)
 
-        _guarded(astra)
+        guarded(astra)
     console.print(f"wrote {out}", highlight=False)
 
 
-def _profile_table(profile: Any) -> Table:
+def _profile_table(profile: ModelProfile) -> Table:
     """The per-layer table of a :class:`~simdist.layers.ModelProfile`, with a total row."""
     from simdist.layers import format_shape
 
@@ -104,7 +109,7 @@ def _profile_table(profile: Any) -> Table:
     def number(value: float) -> str:
         return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
-    def row(name: str, layers: Any) -> list[str]:
+    def row(name: str, layers: Sequence[LayerProfile]) -> list[str]:
         def total(attr: str, scale: float) -> str:
             return number(sum(getattr(x, attr) for x in layers) / scale)
 

@@ -4,7 +4,7 @@ folder, or check it without running; the terminal summary of a run (and of a job
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -15,16 +15,19 @@ from simdist.cli.common import (
     QuietOption,
     ScenarioArgument,
     SetOption,
-    _guarded,
-    _load,
-    _progress_bar,
-    _warn,
     app,
     console,
     err_console,
+    guarded,
+    load_or_exit,
+    print_warnings,
+    progress_bar,
 )
 from simdist.interrupts import Progress, interruptible
 from simdist.units import format_number
+
+if TYPE_CHECKING:
+    from simdist.jobs import JobsResult
 
 
 def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
@@ -76,15 +79,15 @@ def run(
     from simdist.api import run as run_scenario
     from simdist.report.painter import painting
 
-    loaded = _load(scenario, set_, seed)
+    loaded = load_or_exit(scenario, set_, seed)
     out_dir = out if out is not None else Path("reports") / loaded.name
     source = str(scenario)
     where = Progress()
-    bar = _progress_bar(quiet)
+    bar = progress_bar(quiet)
     # The painter is forked first: before JAX, the progress bar's thread and the watchdog.
     with painting(), interruptible(where, out_dir):
-        checked = _guarded(lambda: preflight(loaded, out=out_dir, source=source))
-        _warn(checked.warnings)
+        checked = guarded(lambda: preflight(loaded, out=out_dir, source=source))
+        print_warnings(checked.warnings)
         where.total = checked.total_steps
         with bar:
             task = bar.add_task(f"{loaded.name}: simulating", total=None)
@@ -96,7 +99,7 @@ def run(
             def on_time(now_s: float) -> None:
                 where.now_s = now_s
 
-            result = _guarded(
+            result = guarded(
                 lambda: run_scenario(
                     loaded, out=out_dir, on_step=on_step, on_time=on_time, source=source
                 )
@@ -105,7 +108,7 @@ def run(
         _finish_jobs(result, out_dir, source)
         return
     print_summary(result.summary, out_dir)
-    _warn(warnings_after(result, source))
+    print_warnings(warnings_after(result, source))
     if result.summary.get("diverged"):
         err_console.print(
             f"[bold red]diverged:[/] the loss was not finite at step "
@@ -117,7 +120,7 @@ def run(
         raise typer.Exit(EXIT_DIVERGED)
 
 
-def _finish_jobs(result: Any, out_dir: Path, source: str) -> None:
+def _finish_jobs(result: JobsResult, out_dir: Path, source: str) -> None:
     """The end of ``simdist run`` for a scenario with jobs: the interference table, each
     job's warnings, and exit status 3 when a job diverged."""
     from simdist.api import warnings_after
@@ -145,7 +148,7 @@ def _finish_jobs(result: Any, out_dir: Path, source: str) -> None:
     )
     diverged = []
     for i, (name, job) in enumerate(result.jobs.items()):
-        _warn(warnings_after(job, f"{source}: jobs[{i}]"))
+        print_warnings(warnings_after(job, f"{source}: jobs[{i}]"))
         if job.summary.get("diverged"):
             diverged.append(f"{name} at step {job.summary['diverged_at_step']}")
     if diverged:
@@ -175,10 +178,10 @@ def validate(
     """
     from simdist.api import preflight
 
-    loaded = _load(scenario, set_, None)
+    loaded = load_or_exit(scenario, set_, None)
     out_dir = out if out is not None else Path("reports") / loaded.name
-    checked = _guarded(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
-    _warn(checked.warnings)
+    checked = guarded(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
+    print_warnings(checked.warnings)
     if loaded.jobs is not None:
         jobs = "; ".join(
             f"{job.name}: {job.strategy.kind} on {len(job.hosts)} host(s), "

@@ -13,11 +13,11 @@ from simdist.cli.common import (
     QuietOption,
     SchedulerOption,
     SetOption,
-    _guarded,
-    _progress_bar,
     app,
     console,
     err_console,
+    guarded,
+    progress_bar,
 )
 
 
@@ -54,14 +54,14 @@ def sweep(
     """
     from simdist.sweep import load_sweep, prepare, run_sweep
 
-    spec = _guarded(
+    spec = guarded(
         lambda: load_sweep(
             file, grid or (), set_ or (), metric=metric, processes=processes, scheduler=scheduler
         )
     )
-    _guarded(lambda: prepare(spec))
+    guarded(lambda: prepare(spec))
     out_dir = out if out is not None else Path("reports") / spec.name
-    progress = _progress_bar(quiet)
+    progress = progress_bar(quiet)
     with progress:
         task = progress.add_task(f"{spec.name}: points", total=len(spec.points()))
 
@@ -69,7 +69,7 @@ def sweep(
             progress.update(task, completed=done, description=f"{spec.name}: {point} {status}")
 
         try:
-            result = _guarded(lambda: run_sweep(spec, out_dir, on_point=on_point))
+            result = guarded(lambda: run_sweep(spec, out_dir, on_point=on_point))
         except KeyboardInterrupt:
             progress.stop()
             err_console.print(

@@ -393,15 +393,9 @@ def standalone_topology(
     outside a run (``simdist collectives``)."""
     import simpy
 
-    spec = SimpleNamespace(
-        hosts=hosts,
-        worker_names=[f"worker{i}" for i in range(hosts)],
-        chief_names=[],
-        ps=0,
-        ps_names=[],
-        devices_per_host=devices_per_host,
-        device=SimpleNamespace(profile="v100", peak_flops=None, efficiency=None),
-    )
+    from simdist.scenario.cluster import ClusterSpec
+
+    spec = ClusterSpec(hosts=hosts, devices_per_host=devices_per_host, device={"profile": "v100"})
     links = SimpleNamespace(
         network=SimpleNamespace(latency_s=nic_latency_s, bandwidth_Bps=nic_bandwidth_Bps),
         intra_host=SimpleNamespace(latency_s=intra_latency_s, bandwidth_Bps=intra_bandwidth_Bps),

@@ -18,7 +18,10 @@ step-by-step loop did.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simdist.scenario.workload import OptimizerSpec
 
 #: Updates per chain call: the replay pads shorter runs (padded steps write to a scratch slot).
 CHAIN = 8
@@ -27,8 +30,8 @@ CHAIN = 8
 SCAN_EXACT = ("sgd", "momentum")
 
 
-def scan_exact(optimizer_spec: Any) -> bool:
+def scan_exact(optimizer_spec: OptimizerSpec) -> bool:
     """Whether ``optimizer_spec``'s updates may be fused in a ``lax.scan`` bit for bit."""
-    schedule = getattr(optimizer_spec, "schedule", None)
-    constant = schedule is None or getattr(schedule, "kind", None) == "constant"
-    return getattr(optimizer_spec, "name", None) in SCAN_EXACT and constant
+    schedule = optimizer_spec.schedule
+    constant = schedule is None or schedule.kind == "constant"
+    return optimizer_spec.name in SCAN_EXACT and constant

@@ -1,4 +1,4 @@
-"""The memory check of a model, and a disk record of model sizes; no JAX (issue 15).
+"""The memory check of a model, and a disk record of model sizes; no JAX.
 
 ``simdist validate`` checks that the scenario's model can be built on the data's
 shapes and fits in memory. Building it on shapes needs JAX and Flax (about a second to
@@ -19,10 +19,13 @@ import tempfile
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simdist.compile_cache import cache_dir
 from simdist.errors import DataError
+
+if TYPE_CHECKING:
+    from simdist.scenario.workload import ModelSpec
 
 __all__ = [
     "PARAM_COPIES",
@@ -45,15 +48,14 @@ def physical_memory_nbytes() -> int | None:
         return None
 
 
-def check_param_bytes(count: int, nbytes: int, model_spec: Any) -> None:
+def check_param_bytes(count: int, nbytes: int, model_spec: ModelSpec) -> None:
     """Refuse a model of ``count`` parameters in ``nbytes`` whose parameters, gradients and
     optimizer state exceed the RAM (XLA on CPU would wait forever for such a buffer)."""
     memory = physical_memory_nbytes()
     if memory is None or PARAM_COPIES * nbytes <= memory:
         return
-    name = getattr(model_spec, "name", "model")
     raise DataError(
-        f"model {name}",
+        f"model {model_spec.name}",
         "workload.model",
         f"has {count:,} parameters ({nbytes / 1e9:.3g} GB); with its gradients and optimizer "
         f"state a run needs about {PARAM_COPIES * nbytes / 1e9:.3g} GB, more than this "
@@ -74,12 +76,15 @@ def _code_key() -> str:
     return json.dumps([versions, hashlib.sha256(source).hexdigest()])
 
 
-def _record_path(model_spec: Any, input_shape: tuple[int, ...], n_outputs: int) -> Path | None:
-    dump = getattr(model_spec, "model_dump", None)
-    if dump is None:
-        return None  # not a scenario's model spec: nothing stable to key on
+def _record_path(model_spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int) -> Path:
     key = json.dumps(
-        [_FORMAT, dump(mode="json"), list(input_shape), int(n_outputs), _code_key()],
+        [
+            _FORMAT,
+            model_spec.model_dump(mode="json"),
+            list(input_shape),
+            int(n_outputs),
+            _code_key(),
+        ],
         sort_keys=True,
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -87,12 +92,10 @@ def _record_path(model_spec: Any, input_shape: tuple[int, ...], n_outputs: int) 
 
 
 def known_model_size(
-    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int
+    model_spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int
 ) -> tuple[int, int] | None:
     """(parameter count, bytes) recorded for this model on these shapes, or None."""
     path = _record_path(model_spec, input_shape, n_outputs)
-    if path is None:
-        return None
     try:
         record = json.loads(path.read_text())
         return int(record["count"]), int(record["nbytes"])
@@ -101,12 +104,10 @@ def known_model_size(
 
 
 def remember_model_size(
-    model_spec: Any, input_shape: tuple[int, ...], n_outputs: int, count: int, nbytes: int
+    model_spec: ModelSpec, input_shape: tuple[int, ...], n_outputs: int, count: int, nbytes: int
 ) -> None:
     """Record a model built on these shapes (atomically; a failure to write is ignored)."""
     path = _record_path(model_spec, input_shape, n_outputs)
-    if path is None:
-        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # named so that `simdist cache clear` knows it for its own (compile_cache.CACHE_FILES)

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from simdist.catalog import MODELS, RESNET_DEFAULTS
+from simdist.catalog import MODELS
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
+
+if TYPE_CHECKING:
+    from simdist.scenario.workload import ModelSpec
 
 # JAX's persistent compilation cache, before anything compiles (simdist.compile_cache).
 _configure_compile_cache(jax)
@@ -226,21 +229,23 @@ class ResNet(nn.Module):
         return nn.Dense(self.n_outputs, name="head")(x)
 
 
-def make_model(spec: Any, n_outputs: int, input_shape: tuple[int, ...] | None = None) -> nn.Module:
+def make_model(
+    spec: ModelSpec, n_outputs: int, input_shape: tuple[int, ...] | None = None
+) -> nn.Module:
     """The Flax module named by ``spec.name`` with ``n_outputs`` outputs.
 
     ``input_shape`` (one example, no batch axis) is optional: it rejects a CNN or
     a ResNet on non-image data with a clear message instead of an XLA error, and
-    decides the ResNet's stem pool (:class:`ResNet`). A ResNet's options
-    (``blocks``, ``width``, ``batch_norm_momentum``) default to ``RESNET_DEFAULTS``;
-    ``sync_batch_norm`` is applied by the executor, which names the replica axis
-    (``ResNet.axis_name``).
+    decides the ResNet's stem pool (:class:`ResNet`). A ResNet's options (``blocks``,
+    ``width``, ``batch_norm_momentum``) are the spec's, which validation fills with
+    ``RESNET_DEFAULTS`` where not given; ``sync_batch_norm`` is applied by the executor,
+    which names the replica axis (``ResNet.axis_name``).
     """
     name = spec.name
     if name == "softmax":
         return SoftmaxRegression(n_outputs)
     if name == "mlp":
-        hidden = tuple(int(h) for h in (getattr(spec, "hidden", None) or (128,)))
+        hidden = tuple(int(h) for h in spec.hidden)
         return MLP(n_outputs, hidden)
     if name in ("cnn", "resnet") and input_shape is not None and len(input_shape) != 3:
         raise SimdistError(
@@ -250,17 +255,13 @@ def make_model(spec: Any, n_outputs: int, input_shape: tuple[int, ...] | None = 
     if name == "cnn":
         return CNN(n_outputs)
     if name == "resnet":
-        option = {
-            key: default if getattr(spec, key, None) is None else getattr(spec, key)
-            for key, default in RESNET_DEFAULTS.items()
-        }
         side = min(input_shape[:2]) if input_shape is not None else STEM_POOL_MIN_SIDE
         return ResNet(
             n_outputs,
-            blocks=tuple(int(b) for b in option["blocks"]),
-            width=int(option["width"]),
+            blocks=tuple(int(b) for b in spec.blocks),
+            width=int(spec.width),
             stem_pool=side >= STEM_POOL_MIN_SIDE,
-            batch_norm_momentum=float(option["batch_norm_momentum"]),
+            batch_norm_momentum=float(spec.batch_norm_momentum),
         )
     raise SimdistError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 

@@ -8,7 +8,7 @@ arXiv:1511.05950) per applied gradient without rebuilding the optimizer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import optax
@@ -17,11 +17,16 @@ from simdist.catalog import OPTIMIZERS, SCHEDULES
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
 
+if TYPE_CHECKING:
+    from simdist.scenario.workload import OptimizerSpec, ScheduleSpec
+
 # JAX's persistent compilation cache, before anything compiles (simdist.compile_cache).
 _configure_compile_cache(jax)
 
 
-def make_schedule(spec: Any, learning_rate: float, total_steps: int) -> optax.ScalarOrSchedule:
+def make_schedule(
+    spec: ScheduleSpec | None, learning_rate: float, total_steps: int
+) -> optax.ScalarOrSchedule:
     """The learning rate (a float, or an optax schedule of the step count) for ``spec``.
 
     ``spec`` is a ScheduleSpec or ``None`` (constant rate). ``decay_steps`` of
@@ -30,20 +35,18 @@ def make_schedule(spec: Any, learning_rate: float, total_steps: int) -> optax.Sc
     if spec is None:
         return learning_rate
     kind = spec.kind
-    decay_steps = getattr(spec, "decay_steps", None) or max(int(total_steps), 1)
-    alpha = float(getattr(spec, "alpha", 0.0) or 0.0)
+    decay_steps = spec.decay_steps or max(int(total_steps), 1)
+    alpha = float(spec.alpha)
     if kind == "constant":
         return optax.constant_schedule(learning_rate)
     if kind == "cosine":
         return optax.cosine_decay_schedule(learning_rate, decay_steps, alpha=alpha)
     if kind == "exponential":
-        transition = getattr(spec, "transition_steps", None) or decay_steps
-        rate = getattr(spec, "decay_rate", None)
-        if rate is None:
-            raise SimdistError("schedule exponential needs decay_rate, e.g. decay_rate: 0.96")
-        return optax.exponential_decay(learning_rate, int(transition), float(rate))
+        return optax.exponential_decay(
+            learning_rate, int(spec.transition_steps), float(spec.decay_rate)
+        )
     if kind == "warmup_cosine":
-        warmup = int(getattr(spec, "warmup_steps", 0) or 0)
+        warmup = int(spec.warmup_steps)
         # optax counts decay_steps including the warm-up phase.
         return optax.warmup_cosine_decay_schedule(
             0.0,
@@ -53,27 +56,22 @@ def make_schedule(spec: Any, learning_rate: float, total_steps: int) -> optax.Sc
             end_value=learning_rate * alpha,
         )
     if kind == "piecewise_constant":
-        boundaries = list(getattr(spec, "boundaries", None) or [])
-        scales = list(getattr(spec, "scales", None) or [])
-        if len(boundaries) != len(scales):
-            raise SimdistError(
-                f"schedule piecewise_constant: {len(boundaries)} boundaries but "
-                f"{len(scales)} scales; give one scale per boundary"
-            )
+        # ScheduleSpec has checked that there is one scale per boundary.
+        pieces = zip(spec.boundaries, spec.scales, strict=True)
         return optax.piecewise_constant_schedule(
-            learning_rate, {int(b): float(s) for b, s in zip(boundaries, scales, strict=True)}
+            learning_rate, {int(b): float(s) for b, s in pieces}
         )
     raise SimdistError(f"unknown schedule {kind!r}; expected one of {', '.join(SCHEDULES)}")
 
 
-def make_optimizer(spec: Any, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(spec: OptimizerSpec, total_steps: int) -> optax.GradientTransformation:
     """The optax transformation named by ``spec.name``, with its schedule."""
-    lr = make_schedule(getattr(spec, "schedule", None), float(spec.learning_rate), total_steps)
+    lr = make_schedule(spec.schedule, float(spec.learning_rate), total_steps)
     name = spec.name
     if name == "sgd":
         return optax.sgd(lr)
     if name == "momentum":
-        return optax.sgd(lr, momentum=float(getattr(spec, "momentum", 0.9)))
+        return optax.sgd(lr, momentum=float(spec.momentum))
     if name == "adam":
         return optax.adam(lr)
     raise SimdistError(f"unknown optimizer {name!r}; expected one of {', '.join(OPTIMIZERS)}")

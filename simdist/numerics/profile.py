@@ -35,8 +35,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
@@ -48,6 +47,9 @@ from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.numerics import fullsize
 from simdist.numerics.param_files import tree_paths
+
+if TYPE_CHECKING:
+    from simdist.scenario.workload import ModelSpec
 
 __all__ = ["CACHE_ENV", "cache_dir", "profile_model"]
 
@@ -214,8 +216,48 @@ def _array_leaves(args: Any) -> list[Any]:
     return [a for a in jax.tree_util.tree_leaves(args) if hasattr(a, "shape")]
 
 
+def _top_level_calls(apply: Callable, params: Any, state: Any, x: Any) -> list[str]:
+    """The names of the model's top-level submodules in the order ``apply`` calls them
+    (traced on shapes); ``["model"]`` for a model that calls none."""
+    calls: list[str] = []
+
+    def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
+        if _top_level_call(context):
+            calls.append(context.module.scope.path[0])
+        return next_fun(*args, **kwargs)
+
+    def traced(p: Any, s: Any, a: Any) -> Any:
+        with nn.intercept_methods(record):
+            return apply(p, s, a)
+
+    jax.eval_shape(traced, params, state, x)
+    return calls or ["model"]
+
+
+def _prefix(apply: Callable, stop_at: int) -> Callable:
+    """The program up to the inputs of top-level call ``stop_at`` (all of it past the end)."""
+
+    def run(p: Any, s: Any, a: Any) -> Any:
+        seen = [0]
+
+        def stop(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
+            if _top_level_call(context):
+                if seen[0] == stop_at:
+                    raise _Stop(_array_leaves((args, kwargs)))
+                seen[0] += 1
+            return next_fun(*args, **kwargs)
+
+        try:
+            with nn.intercept_methods(stop):
+                return apply(p, s, a)
+        except _Stop as stopped:
+            return stopped.inputs
+
+    return run
+
+
 def _zoo_profile(
-    spec: Any, batch_size: int, input_shape: tuple[int, ...], n_outputs: int
+    spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...], n_outputs: int
 ) -> ModelProfile:
     from simdist.numerics.models import make_model
 
@@ -232,41 +274,7 @@ def _zoo_profile(
     def apply(p: Any, s: Any, a: Any) -> Any:
         return model.apply({"params": p, **s}, a, mutable=True, **train)[0]
 
-    calls: list[str] = []
-
-    def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-        if _top_level_call(context):
-            calls.append(context.module.scope.path[0])
-        return next_fun(*args, **kwargs)
-
-    def traced(p: Any, s: Any, a: Any) -> Any:
-        with nn.intercept_methods(record):
-            return apply(p, s, a)
-
-    jax.eval_shape(traced, params, state, x)
-    if not calls:
-        calls = ["model"]
-
-    def prefix(stop_at: int) -> Callable:
-        """The program up to the inputs of top-level call ``stop_at`` (all of it past the end)."""
-
-        def run(p: Any, s: Any, a: Any) -> Any:
-            seen = [0]
-
-            def stop(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-                if _top_level_call(context):
-                    if seen[0] == stop_at:
-                        raise _Stop(_array_leaves((args, kwargs)))
-                    seen[0] += 1
-                return next_fun(*args, **kwargs)
-
-            try:
-                with nn.intercept_methods(stop):
-                    return apply(p, s, a)
-            except _Stop as stopped:
-                return stopped.inputs
-
-        return run
+    calls = _top_level_calls(apply, params, state, x)
 
     # Prefix k runs the model up to the input of top-level call k + 1. Differences of
     # consecutive prefixes are layer k with whatever follows it before the next call.
@@ -275,7 +283,7 @@ def _zoo_profile(
     layers = []
     owned: set[str] = set()
     for k, name in enumerate(calls):
-        fn = prefix(k + 1)
+        fn = _prefix(apply, k + 1)
         upto = _vjp_costs(fn, params, state, x, ("params", "input"))
         fwd = upto["forward"]
         # Training differentiates the parameters only; the input gradient of the first
@@ -330,12 +338,23 @@ def _version(package: str) -> str:
         return "unknown"
 
 
-def _spec_fields(spec: Any) -> dict[str, Any]:
-    if spec.name in FULLSIZE_MODELS:  # options of the zoo (hidden, ...) do not apply
+def _model_spec(spec_or_name: ModelSpec | str) -> ModelSpec:
+    """The model section a zoo model named alone has: its default options."""
+    if not isinstance(spec_or_name, str):
+        return spec_or_name
+    from simdist.scenario.workload import ModelSpec
+
+    return ModelSpec(name=spec_or_name)
+
+
+def _spec_fields(spec: ModelSpec | str) -> dict[str, Any]:
+    """What of the model a profile depends on: every field of a model section; the name
+    alone for a bare name or a full-size model (the zoo's options, hidden..., do not apply)."""
+    if isinstance(spec, str):
+        return {"name": spec}
+    if spec.name in FULLSIZE_MODELS:
         return {"name": spec.name}
-    if hasattr(spec, "model_dump"):
-        return spec.model_dump(mode="json")
-    return {k: v for k, v in vars(spec).items() if not k.startswith("_")}
+    return spec.model_dump(mode="json")
 
 
 def _cache_path(key: dict[str, Any]) -> Path:
@@ -379,7 +398,7 @@ def _write_cache(path: Path, profile: ModelProfile) -> None:
 
 
 def profile_model(
-    spec_or_name: Any,
+    spec_or_name: ModelSpec | str,
     batch_size: int,
     input_shape: Sequence[int] | None = None,
     n_outputs: int | None = None,
@@ -388,15 +407,14 @@ def profile_model(
 ) -> ModelProfile:
     """The per-layer profile of a model for ``batch_size`` examples (see the module docstring).
 
-    ``spec_or_name`` is a model name or a scenario's model spec (its other fields, e.g. an
-    MLP's hidden widths, count). ``input_shape`` is one example's shape: by default a full-size
-    model's own (224×224×3, 299×299×3, 128 or 1024 tokens) and the digits data set's 8×8×1 for
-    the zoo. ``n_outputs``: classifier width (default 1000 for the full-size image models, 10
-    for the zoo). Computed once and then read from the disk cache unless ``use_cache`` is
-    false.
+    ``spec_or_name`` is a model name (a zoo model then has its default options) or a
+    scenario's model spec (its other fields, e.g. an MLP's hidden widths, count).
+    ``input_shape`` is one example's shape: by default a full-size model's own (224×224×3,
+    299×299×3, 128 or 1024 tokens) and the digits data set's 8×8×1 for the zoo.
+    ``n_outputs``: classifier width (default 1000 for the full-size image models, 10 for the
+    zoo). Computed once and then read from the disk cache unless ``use_cache`` is false.
     """
-    spec = SimpleNamespace(name=spec_or_name) if isinstance(spec_or_name, str) else spec_or_name
-    name = spec.name
+    name = spec_or_name if isinstance(spec_or_name, str) else spec_or_name.name
     if name not in MODELS:
         raise SimdistError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
     batch_size = int(batch_size)
@@ -414,7 +432,7 @@ def profile_model(
         n_outputs = _ZOO_OUTPUTS if n_outputs is None else int(n_outputs)
     key = {
         "format": _FORMAT,
-        "spec": _spec_fields(spec),
+        "spec": _spec_fields(spec_or_name),
         "batch_size": batch_size,
         "input_shape": list(shape),
         "n_outputs": n_outputs,
@@ -431,7 +449,7 @@ def profile_model(
     if full:
         profile = _fullsize_profile(model, batch_size)
     else:
-        profile = _zoo_profile(spec, batch_size, shape, int(n_outputs))
+        profile = _zoo_profile(_model_spec(spec_or_name), batch_size, shape, int(n_outputs))
     if use_cache:
         _write_cache(path, profile)
     return profile

@@ -32,7 +32,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
@@ -43,6 +43,9 @@ import optax
 from simdist.errors import SimdistError
 from simdist.layers import stage_bounds as bounds
 from simdist.numerics.models import MOMENTS, STATE
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 __all__ = [
     "LayerSequence",
@@ -136,7 +139,7 @@ class StagedModel:
     """The workload's model cut into stages of ``counts`` layers: jitted forward and backward
     of each stage, and the parameters split into (and merged from) the stages' parts."""
 
-    def __init__(self, workload: Any, counts: Sequence[int]) -> None:
+    def __init__(self, workload: Workload, counts: Sequence[int]) -> None:
         self.workload = workload
         self.sequence = LayerSequence(workload.model, workload.dataset.input_shape)
         counts = tuple(int(c) for c in counts)
@@ -254,7 +257,12 @@ class PipelineTrainer:
     """
 
     def __init__(
-        self, workload: Any, counts: Sequence[int], replicas: int, micro_batches: int, batch: int
+        self,
+        workload: Workload,
+        counts: Sequence[int],
+        replicas: int,
+        micro_batches: int,
+        batch: int,
     ) -> None:
         self.workload = workload
         self.staged = StagedModel(workload, counts)
@@ -319,7 +327,9 @@ class PipeDreamTrainer:
     gives the same numbers: a stage's weights change only by its own updates).
     """
 
-    def __init__(self, workload: Any, counts: Sequence[int], micro_batches: int, batch: int):
+    def __init__(
+        self, workload: Workload, counts: Sequence[int], micro_batches: int, batch: int
+    ) -> None:
         self.workload = workload
         self.staged = StagedModel(workload, counts)
         self.micro_batches = int(micro_batches)

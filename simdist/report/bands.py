@@ -1,6 +1,6 @@
 """Accuracy against simulated time across seeds: a mean line and a min–max band per scenario.
 
-Single-seed curves of different strategies overlap and cross by chance (issue 16); the
+Single-seed curves of different strategies overlap and cross by chance; the
 band shows how far chance moves a curve, so a gap wider than the bands is a real one.
 The numbers come from :func:`simdist.bands.curve_band`; this module only draws them.
 

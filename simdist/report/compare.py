@@ -19,15 +19,18 @@ run's ``report.md``, so a comparison row and a report always agree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from simdist.report.tables import AtomicFolder, write_csv
 from simdist.summary import time_split_by_device, training_devices
 from simdist.units import MISSING, format_duration, format_number
+
+if TYPE_CHECKING:
+    from simdist.engine import Result
 
 DEFAULT_TARGET = 0.9
 
@@ -61,7 +64,7 @@ def time_to_target(metrics: pd.DataFrame, target: float) -> tuple[float, int] | 
     return float(acc["time_s"].iloc[0]), int(acc["step"].iloc[0])
 
 
-def device_shares(result: Any) -> dict[str, float]:
+def device_shares(result: Result) -> dict[str, float]:
     """Mean share of simulated time the training devices spend in each time-split category.
 
     Overlapping events count once (:func:`~simdist.summary.time_split_by_device`),
@@ -78,7 +81,7 @@ def device_shares(result: Any) -> dict[str, float]:
     return {k: float(v) for k, v in split.items()}
 
 
-def run_figures(result: Any, target: float = DEFAULT_TARGET) -> dict[str, Any]:
+def run_figures(result: Result, target: float = DEFAULT_TARGET) -> dict[str, Any]:
     """The headline figures of one run, as compared across runs.
 
     ``comm_share`` is the mean share of the training devices' time spent
@@ -189,7 +192,7 @@ def seeds_summary(per_seed: pd.DataFrame) -> pd.DataFrame:
     return aggregate(frame, SEED_KEYS)
 
 
-def band_text(row: Any, column: str, fmt: Any, interval: bool = True) -> str:
+def band_text(row: Any, column: str, fmt: Callable[[float], str], interval: bool = True) -> str:
     """``mean (min–max) ±ci95`` of ``column`` in a :func:`seeds_summary` row, formatted by ``fmt``.
 
     ``fmt`` turns one number into text. One seed: the value alone; the same value for

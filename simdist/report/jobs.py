@@ -26,10 +26,15 @@ racks. The folder is written atomically as a whole. Writing only: no engine, no 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simdist.report.tables import AtomicFolder, write_csv, write_json
 from simdist.units import format_duration, format_number
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simdist.jobs import JobsResult
 
 #: The caption of the interference plot in report.md.
 _PLOT = (
@@ -40,7 +45,7 @@ _PLOT = (
 )
 
 
-def write_jobs_report(result: Any, out_dir: Path) -> Path:
+def write_jobs_report(result: JobsResult, out_dir: Path) -> Path:
     """Write a :class:`simdist.jobs.JobsResult` into ``out_dir`` atomically; return it."""
     import simdist.report as report
     from simdist.scenario import dump_scenario
@@ -61,7 +66,7 @@ def write_jobs_report(result: Any, out_dir: Path) -> Path:
     return out_dir
 
 
-def plot_interference(table: Any, title: str, path: Path) -> None:
+def plot_interference(table: pd.DataFrame, title: str, path: Path) -> None:
     """Grouped bars: each job's examples/s alone and together, the slowdown above."""
     import numpy as np
     from matplotlib.figure import Figure
@@ -87,7 +92,7 @@ def plot_interference(table: Any, title: str, path: Path) -> None:
     save_figure(fig, path)
 
 
-def jobs_markdown(result: Any, plots: list[str]) -> list[str]:
+def jobs_markdown(result: JobsResult, plots: list[str]) -> list[str]:
     """The lines of the top-level report.md."""
     from simdist.report.links import link_lines
 

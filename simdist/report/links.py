@@ -9,12 +9,15 @@ module.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from simdist.units import format_bandwidth, format_duration, format_size
+
+if TYPE_CHECKING:
+    from simdist.engine import Result
 
 #: The heatmap shows at most this many links: the ones that carried the most bytes.
 MAX_HEATMAP_LINKS = 40
@@ -90,7 +93,7 @@ def plot_link_utilisation(
     save_figure(fig, path)
 
 
-def write_link_plots(result: Any, out_dir: Path) -> list[str]:
+def write_link_plots(result: Result, out_dir: Path) -> list[str]:
     """``link_utilisation.png`` when some link carried bytes; returns the names written."""
     links, buckets = result.tables.get("links"), result.tables.get("link_buckets")
     if buckets is None or buckets.empty or used_links(links).empty:
@@ -101,7 +104,7 @@ def write_link_plots(result: Any, out_dir: Path) -> list[str]:
     return ["link_utilisation.png"]
 
 
-def link_lines(result: Any, top: int = TOP_LINKS) -> list[str]:
+def link_lines(result: Result, top: int = TOP_LINKS) -> list[str]:
     """report.md's ``## Links`` section: the busiest links and their load (none if idle)."""
     used = used_links(result.tables.get("links"))
     if used.empty:

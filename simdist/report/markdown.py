@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
 from simdist.report.links import link_lines
 from simdist.units import format_bandwidth, format_duration, format_number, format_size
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simdist.engine import Result
+    from simdist.scenario.schema import Scenario
 
 #: Plot file → (heading, one line on how to read it), in the order report.md shows them.
 PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
@@ -87,7 +93,7 @@ def _options(mapping: Mapping[str, Any], skip: Sequence[str] = ()) -> str:
     return ", ".join(parts)
 
 
-def scenario_lines(scenario: Any) -> list[str]:
+def scenario_lines(scenario: Scenario) -> list[str]:
     """The scenario in a few bullet lines: strategy, cluster, workload, seed."""
     from simdist.scenario import dump_scenario
 
@@ -165,7 +171,7 @@ def scenario_lines(scenario: Any) -> list[str]:
     ]
 
 
-def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, str]]:
+def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[str, str]]:
     """(what, value) rows of the key-numbers table, formatted for people."""
     s = result.summary
     rows = [
@@ -231,7 +237,7 @@ def key_numbers(result: Any, target: float = DEFAULT_TARGET) -> list[tuple[str, 
     return rows
 
 
-def staleness_by_worker(updates: Any, most: int = 8) -> str:
+def staleness_by_worker(updates: pd.DataFrame | None, most: int = 8) -> str:
     """Each worker's mean staleness (``w0 2.75 · w1 2.28 · …``), or the range of these means
     beyond ``most`` workers: whether staleness is a property of the worker (a straggler's
     gradients are staler) or of chance. "" without an updates table."""
@@ -243,7 +249,7 @@ def staleness_by_worker(updates: Any, most: int = 8) -> str:
     return " · ".join(f"w{worker} {mean:.3g}" for worker, mean in means.items())
 
 
-def device_rows(result: Any) -> list[tuple[str, str, int, str, str, str, str]]:
+def device_rows(result: Result) -> list[tuple[str, str, int, str, str, str, str]]:
     """One row per worker host of a mixed cluster: (host, profile, devices, compute per
     replica step, share of time computing, share waiting, gradients applied); none on a
     homogeneous cluster, whose report stays as it was.
@@ -286,7 +292,7 @@ def device_rows(result: Any) -> list[tuple[str, str, int, str, str, str, str]]:
     return rows
 
 
-def device_lines(result: Any) -> list[str]:
+def device_lines(result: Result) -> list[str]:
     """The ``## Devices`` section of a mixed cluster's report.md (nothing otherwise)."""
     rows = device_rows(result)
     if not rows:
@@ -312,7 +318,7 @@ def device_lines(result: Any) -> list[str]:
 
 
 def render_markdown(
-    result: Any, plots: Sequence[str], files: Sequence[str] = (), target: float = DEFAULT_TARGET
+    result: Result, plots: Sequence[str], files: Sequence[str] = (), target: float = DEFAULT_TARGET
 ) -> str:
     """The text of report.md; ``plots`` and ``files`` are the names present in the folder."""
     s = result.summary
@@ -346,7 +352,7 @@ def render_markdown(
 
 
 def write_markdown(
-    result: Any, path: Path, plots: Sequence[str], target: float = DEFAULT_TARGET
+    result: Result, path: Path, plots: Sequence[str], target: float = DEFAULT_TARGET
 ) -> None:
     """Write report.md next to the files already in its folder (only those are linked)."""
     path = Path(path)

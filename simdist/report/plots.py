@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -22,6 +22,9 @@ from matplotlib.ticker import StrMethodFormatter
 from simdist.report.figures import no_data, save_figure, time_unit
 from simdist.report.timeline import plot_time_split, plot_timeline
 from simdist.summary import natural_key
+
+if TYPE_CHECKING:
+    from simdist.engine import Result
 
 
 def _accuracy_floor(values: pd.Series) -> float:
@@ -391,7 +394,7 @@ def plot_accuracy_overlay(
 
 
 def plot_jobs(
-    result: Any, out_dir: Path, timeline_steps: int = 3
+    result: Result, out_dir: Path, timeline_steps: int = 3
 ) -> list[tuple[str, Callable[[], None]]]:
     """Every plot of a run except ``loss_vs_time.png``, undrawn: ``(file name, draw)`` pairs.
 
@@ -446,7 +449,7 @@ def plot_jobs(
     return jobs
 
 
-def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str]:
+def write_plots(result: Result, out_dir: Path, timeline_steps: int = 3) -> list[str]:
     """Draw every plot of :func:`plot_jobs`; returns the file names written, in order."""
     jobs = plot_jobs(result, out_dir, timeline_steps)
     for _, draw in jobs:
@@ -454,5 +457,5 @@ def write_plots(result: Any, out_dir: Path, timeline_steps: int = 3) -> list[str
     return [name for name, _ in jobs]
 
 
-# Seeds' mean-and-band plots live in simdist.report.bands (issue 16); the name is here too.
+# Seeds' mean-and-band plots live in simdist.report.bands; the name is here too.
 from simdist.report.bands import accuracy_bands  # noqa: E402, F401

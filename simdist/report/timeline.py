@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,9 @@ from simdist.summary import (
     time_split_by_device,
     training_devices,
 )
+
+if TYPE_CHECKING:
+    from simdist.scenario.schema import Scenario
 
 #: Colours of event kinds; unknown kinds get :data:`_SPARE_COLORS` in sorted order.
 KIND_COLORS = {
@@ -100,7 +103,7 @@ def _comm_label(detail: str, hosts: set[str]) -> str:
 
 
 def plot_timeline(
-    events: pd.DataFrame, scenario: Any, title: str, path: Path, steps: int = 3
+    events: pd.DataFrame, scenario: Scenario | None, title: str, path: Path, steps: int = 3
 ) -> None:
     """Gantt chart of the first ``steps`` steps: one row per device / PS task (and lane).
 

@@ -10,14 +10,15 @@ users edit these files by hand and a pydantic traceback tells them none of that.
   :mod:`~simdist.scenario.workload`, :mod:`~simdist.scenario.strategy`, built from the
   strategy registry, :mod:`~simdist.scenario.effects` and :mod:`~simdist.scenario.jobs`).
 * :mod:`~simdist.scenario.messages` — a pydantic error to one clear message.
-* :mod:`~simdist.scenario.overrides` — ``--set a.b=value``.
-* :mod:`~simdist.scenario.load` — file or dict in, :class:`Scenario` out, and back to YAML.
+* :mod:`~simdist.scenario.overrides` — ``--set a.b=value``, and the API's override forms.
+* :mod:`~simdist.scenario.load` — file, dict or Scenario in, :class:`Scenario` out, and
+  back to YAML.
 
 The base class and unit-typed fields every section uses are in :mod:`simdist.spec`.
 """
 
-from simdist.scenario.load import dump_scenario, load_scenario, scenario_from_dict
-from simdist.scenario.overrides import apply_overrides
+from simdist.scenario.load import dump_scenario, load_scenario, resolve_scenario, scenario_from_dict
+from simdist.scenario.overrides import apply_overrides, override_strings
 from simdist.scenario.schema import (
     DATASETS,
     MODELS,
@@ -73,5 +74,7 @@ __all__ = [
     "apply_overrides",
     "dump_scenario",
     "load_scenario",
+    "override_strings",
+    "resolve_scenario",
     "scenario_from_dict",
 ]

@@ -24,6 +24,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, field
 from simdist.scenario.cluster import HOST_NAME_RE, ClusterSpec
 from simdist.scenario.effects import CheckpointSpec, FaultsSpec, InputSpec
 from simdist.scenario.fields import MAX_NAME_CHARS, shorthand
+from simdist.scenario.hosts import check_ps_placement, check_size, resolve_hosts
 from simdist.scenario.messages import choice_message, error_message
 from simdist.scenario.strategy import StrategySpec, default_strategy
 from simdist.scenario.workload import WorkloadSpec
@@ -121,14 +122,12 @@ class JobSpec(Spec):
         return self._scenario
 
 
-def resolve_jobs(s: Scenario, context: Any) -> None:
+def resolve_jobs(s: Scenario, context: dict[str, Any] | None) -> None:
     """Resolve and check the jobs of ``s`` in place; raise :func:`fail` at the first problem.
 
     ``context`` is the validation context (the scenario file's folder, for relative paths
     in a job's workload).
     """
-    from simdist.scenario.schema import _check_ps_placement, _check_size, _resolve_hosts
-
     c = s.cluster
     if not s.jobs:
         raise fail(
@@ -142,9 +141,9 @@ def resolve_jobs(s: Scenario, context: Any) -> None:
             "the scenario has jobs:, and each job's first host is its chief; list the chief "
             "in cluster.worker (or count it in cluster.hosts) and name it first in its job",
         )
-    _resolve_hosts(s)
-    _check_ps_placement(s)
-    _check_size(s)
+    resolve_hosts(s)
+    check_ps_placement(s)
+    check_size(s)
     seen: dict[str, int] = {}
     for i, job in enumerate(s.jobs):
         if job.name in seen:
@@ -279,9 +278,12 @@ def _sub_cluster(c: ClusterSpec, hosts: list[str], ps: list[str]) -> ClusterSpec
     return sub
 
 
-def _job_scenario(s: Scenario, i: int, job: JobSpec, context: Any) -> Scenario:
-    """Job ``i`` as a validated scenario of its own; its first problem raised at ``jobs[i]``."""
-    from simdist.scenario.schema import Scenario
+def _job_scenario(s: Scenario, i: int, job: JobSpec, context: dict[str, Any] | None) -> Scenario:
+    """Job ``i`` as a validated scenario of its own; its first problem raised at ``jobs[i]``.
+
+    It is validated as the same class as ``s`` (a :class:`Scenario`), taken from ``s`` so
+    that this module, which that class's ``jobs:`` field imports, need not import it back.
+    """
     from simdist.seeds import job_seed
 
     topology = type(job.strategy).wiring
@@ -299,10 +301,11 @@ def _job_scenario(s: Scenario, i: int, job: JobSpec, context: Any) -> Scenario:
         **{key: getattr(s, key) for key in _SHARED},
         **{key: getattr(job, key) for key in JOB_SECTIONS if getattr(job, key) is not None},
     }
+    scenario_class = type(s)
     try:
-        return Scenario.model_validate(data, context=context)
+        return scenario_class.model_validate(data, context=context)
     except ValidationError as exc:
-        path, message = error_message(exc.errors(include_url=False)[0], Scenario)
+        path, message = error_message(exc.errors(include_url=False)[0], scenario_class)
         raise fail(job_field(i, path), message) from None
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from simdist.errors import ScenarioError
 from simdist.scenario.messages import error_message
-from simdist.scenario.overrides import apply_overrides
+from simdist.scenario.overrides import apply_overrides, override_strings
 from simdist.scenario.schema import Scenario
 from simdist.scenario.strict_yaml import parse_yaml
 
@@ -35,6 +35,7 @@ __all__ = [
     "is_sweep_file",
     "load_scenario",
     "read_scenario_text",
+    "resolve_scenario",
     "scenario_from_dict",
     "scenario_from_text",
 ]
@@ -184,3 +185,25 @@ def dump_scenario(s: Scenario) -> str:
     else:
         data["workload"].pop("global_batch_size")
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def resolve_scenario(
+    path_or_scenario: str | Path | Scenario | Mapping[str, Any],
+    overrides: Mapping[str, Any] | Sequence[str] = (),
+    **kw: Any,
+) -> Scenario:
+    """A validated :class:`Scenario` from a file, a Scenario or a dict.
+
+    Overrides (any form of :func:`~simdist.scenario.overrides.override_strings`) apply to
+    all three: a Scenario is dumped to its resolved YAML form, overridden and validated
+    again, so the result is a new object.
+    """
+    strings = override_strings(overrides, **kw)
+    if isinstance(path_or_scenario, Scenario):
+        if not strings:
+            return path_or_scenario
+        data = yaml.safe_load(dump_scenario(path_or_scenario))
+        return scenario_from_dict(apply_overrides(data, strings), f"<scenario {data['name']}>")
+    if isinstance(path_or_scenario, Mapping):
+        return scenario_from_dict(apply_overrides(dict(path_or_scenario), strings), "<dict>")
+    return load_scenario(path_or_scenario, strings)

@@ -1,9 +1,12 @@
-"""``--set a.b.c=value``: edit a scenario's plain data before it is validated."""
+"""``--set a.b.c=value``: edit a scenario's plain data before it is validated, and the
+``--set`` strings the Python API's override forms stand for."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import json
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from simdist.errors import ScenarioError
@@ -11,7 +14,7 @@ from simdist.scenario.messages import SHORTHAND_KEYS
 from simdist.scenario.strict_yaml import parse_yaml
 from simdist.spec import show
 
-__all__ = ["apply_overrides"]
+__all__ = ["apply_overrides", "override_strings"]
 
 
 def apply_overrides(
@@ -76,3 +79,28 @@ def _index(items: list[Any], part: str, key: str, where: str, source: str) -> in
             f"0..{len(items) - 1} after it, e.g. {where}.0",
         )
     return int(part)
+
+
+def _literal(value: Any) -> str:
+    """``value`` as YAML text that reads back as the same Python value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    return json.dumps(value, default=str)
+
+
+def override_strings(overrides: Mapping[str, Any] | Sequence[str] = (), **kw: Any) -> list[str]:
+    """``--set``-style ``"a.b=value"`` strings from the API's override forms.
+
+    ``overrides`` is either ``--set`` strings (values read as YAML, as on the
+    command line) or a mapping of dotted paths to Python values; keyword
+    arguments spell dots as ``__`` (``cluster__hosts=8`` → ``cluster.hosts=8``).
+    Python values keep their type: ``"8"`` stays a string, ``8`` an integer.
+    """
+    if isinstance(overrides, str):
+        raise TypeError("overrides: give a sequence of 'path=value' strings or a mapping")
+    if isinstance(overrides, Mapping):
+        strings = [f"{key}={_literal(value)}" for key, value in overrides.items()]
+    else:
+        strings = [str(item) for item in overrides]
+    strings += [f"{key.replace('__', '.')}={_literal(value)}" for key, value in kw.items()]
+    return strings

@@ -47,6 +47,7 @@ from simdist.scenario.fields import (
     MAX_PS_TASKS,
     shorthand,
 )
+from simdist.scenario.hosts import check_ps_placement, check_size, resolve_hosts
 from simdist.scenario.jobs import JobSpec
 from simdist.scenario.messages import EXAMPLES
 from simdist.scenario.strategy import STRATEGIES, StrategySpec, default_strategy
@@ -165,12 +166,12 @@ class Scenario(Spec):
         if self.workload is None:
             raise fail("workload", f"got null; expected a mapping, e.g. {EXAMPLES['workload']}")
         _check_workload(self)
-        _resolve_hosts(self)
+        resolve_hosts(self)
         self.strategy.check(self)
         _check_network(self)
-        _check_ps_placement(self)
+        check_ps_placement(self)
         _resolve_batch(self)
-        _check_size(self)
+        check_size(self)
         _check_faults(self)
         return self
 
@@ -183,6 +184,16 @@ class Scenario(Spec):
     def global_batch(self) -> int:
         """Examples per step over all replicas."""
         return self.workload.batch_size * self.replicas
+
+    @property
+    def runs_on_devices(self) -> bool:
+        """Whether the numerics run each replica on a JAX device of its own (``execution:
+        devices``), so that a process must create that many devices before JAX starts.
+
+        ``execution`` is an option of the synchronous strategies' sections only (mirrored,
+        multi_worker_mirrored, central_storage, tpu: ``test_scenario`` pins which)."""
+        declares = "execution" in type(self.strategy).model_fields
+        return self.numerics and declares and self.strategy.execution == "devices"
 
     @property
     def chief_trains(self) -> bool:
@@ -230,75 +241,6 @@ def _check_workload(s: Scenario) -> None:
         )
 
 
-def _resolve_hosts(s: Scenario) -> None:
-    c = s.cluster
-    chief_trains = s.chief_trains
-    given_workers = "worker_names" in c.model_fields_set
-    if c.host_specs is not None:
-        names = [h.name or f"worker{i}" for i, h in enumerate(c.host_specs)]
-        taken = set(c.ps_names)
-        for i, (host, name) in enumerate(zip(c.host_specs, names, strict=True)):
-            if name in taken:
-                raise fail(
-                    f"cluster.hosts[{i}].name",
-                    f"got {name!r}, already the name of another host; host names must be "
-                    f"unique, e.g. name: {name}-{i}",
-                )
-            taken.add(name)
-            host.name = name
-    elif given_workers:
-        names = (c.chief_names if chief_trains else []) + c.worker_names
-        if "hosts" in c.model_fields_set and c.hosts != len(names):
-            counted = " (chief included: it trains)" if chief_trains else ""
-            raise fail(
-                "cluster.hosts",
-                f"got {c.hosts} but cluster.worker lists {len(names)} hosts{counted}; "
-                "give one of the two, e.g. hosts: 4",
-            )
-    else:
-        n_tasks = c.hosts - len(c.chief_names) if chief_trains else c.hosts
-        if n_tasks < 0:
-            raise fail("cluster.hosts", "got 0 hosts besides the chief; expected hosts >= 1")
-        names = (c.chief_names if chief_trains else []) + [f"worker{i}" for i in range(n_tasks)]
-    if not names:
-        raise fail("cluster.worker", f"expected at least one worker, e.g. {EXAMPLES['worker']}")
-    every = names + ([] if chief_trains else c.chief_names) + c.ps_names
-    duplicates = sorted({n for n in every if every.count(n) > 1})
-    if duplicates:
-        raise fail("cluster", f"host name {duplicates[0]!r} is used twice; task names must differ")
-    c.worker_names = names
-    c.hosts = len(names)
-
-
-def _check_ps_placement(s: Scenario) -> None:
-    """``cluster.ps_placement`` places existing PS tasks on existing worker machines."""
-    c = s.cluster
-    placement = c.ps_placement
-    if placement == "separate":
-        return
-    if c.ps == 0:
-        raise fail(
-            "cluster.ps_placement",
-            f"got {show(placement)} but the cluster has no parameter-server tasks; remove "
-            "ps_placement, or give ps tasks with strategy: parameter_server, e.g. ps: 2",
-        )
-    if isinstance(placement, list):
-        eg = f"ps_placement: [{', '.join(c.worker_names[i % c.hosts] for i in range(c.ps))}]"
-        if len(placement) != c.ps:
-            raise fail(
-                "cluster.ps_placement",
-                f"lists {len(placement)} hosts for {c.ps} parameter-server tasks; expected "
-                f"one worker host per PS task, e.g. {eg}",
-            )
-        for i, name in enumerate(placement):
-            if name not in c.worker_names:
-                raise fail(
-                    f"cluster.ps_placement[{i}]",
-                    f"got {show(name)}, not a worker host; expected one of "
-                    f"{', '.join(c.worker_names)}, e.g. {eg}",
-                )
-
-
 def _check_network(s: Scenario) -> None:
     """A strategy with a wiring of its own (tpu: the torus) takes no leaf_spine or
     intra_host fabric: it would be silently ignored."""
@@ -332,23 +274,6 @@ def _resolve_batch(s: Scenario) -> None:
         w.batch_size = w.global_batch_size // n
     else:
         w.global_batch_size = w.batch_size * n
-
-
-def _check_size(s: Scenario) -> None:
-    """A cluster one process can build: at most MAX_DEVICES devices (the strategy has set
-    ``devices_per_host`` where it decides it, as the tpu's topology does)."""
-    c = s.cluster
-    devices = max(c.n_devices, s.replicas)
-    if devices > MAX_DEVICES:
-        counted = (
-            f"{c.hosts:,} hosts x {c.devices_per_host:,} devices is {devices:,} devices"
-            if c.host_specs is None
-            else f"the {c.hosts:,} listed hosts hold {devices:,} devices"
-        )
-        raise fail(
-            "cluster",
-            f"{counted}; a simulated cluster has at most {MAX_DEVICES:,}, e.g. hosts: 4",
-        )
 
 
 def _check_faults(s: Scenario) -> None:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -24,6 +24,9 @@ from simdist.errors import ScenarioError, SimdistError
 from simdist.scenario.fields import MAX_RUNS
 from simdist.scenario.load import is_sweep_file
 from simdist.scenario.strict_yaml import CoreLoader
+
+if TYPE_CHECKING:
+    from simdist.scenario.schema import Scenario
 
 DEFAULT_METRIC = "final_test_accuracy"
 _SWEEP_KEYS = ("name", "base", "set", "grid", "metric", "processes", "scheduler")
@@ -287,12 +290,12 @@ class PreparedPoint:
     """A point with its validated scenario, or the error that makes it invalid."""
 
     point: Point
-    scenario: Any | None
+    scenario: Scenario | None
     error: str | None
     fingerprint: str
 
 
-def fingerprint(scenario: Any) -> str:
+def fingerprint(scenario: Scenario) -> str:
     """A hash of the fully resolved scenario: equal hashes, equal runs."""
     from simdist.scenario import dump_scenario
 

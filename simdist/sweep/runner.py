@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -23,6 +23,9 @@ from simdist.errors import SimdistError
 from simdist.sweep.grid import PreparedPoint, Sweep, prepare, safe_name
 from simdist.sweep.plot import plot_sweep
 from simdist.sweep.store import store_point, stored_point, sweep_table
+
+if TYPE_CHECKING:
+    from simdist.scenario.schema import Scenario
 
 # ---------------------------------------------------------------- one point (a Dask task)
 
@@ -32,12 +35,12 @@ def devices_needed(prepared: Sequence[PreparedPoint]) -> int:
     needed = 1
     for p in prepared:
         s = p.scenario
-        if s is not None and s.numerics and getattr(s.strategy, "execution", None) == "devices":
+        if s is not None and s.runs_on_devices:
             needed = max(needed, s.replicas)
     return needed
 
 
-def run_point(scenario: Any, devices: int = 1) -> dict[str, Any]:
+def run_point(scenario: Scenario, devices: int = 1) -> dict[str, Any]:
     """Run one point; never raises, so one bad point cannot stop the others.
 
     This is the Dask task.  ``devices`` is the same for every point of a
