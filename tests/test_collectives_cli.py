@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simdist.cli import app
+from simdist.cli.collectives import topology_table
 from simdist.cli.common import console
 from simdist.collectives import ALGORITHMS, collectives_table
 
@@ -119,19 +120,19 @@ def test_leaf_spine_options_price_the_ring_through_the_uplinks():
     assert "leaf_spine 1 hosts/leaf, 4:1" in apart.output
 
 
-def test_collectives_table_takes_a_network_section():
+def test_the_topology_table_takes_a_network_section():
     from simdist.collectives import ring_allreduce_s
     from simdist.scenario.schema import NetworkSpec
 
     network = NetworkSpec(topology="leaf_spine", hosts_per_leaf=2, oversubscription=8)
-    (row,) = collectives_table(["ring"], [8], [2.0**24], 2.0**30, 2.0**-16, 2, network=network)
+    args = (2.0**30, 2.0**-16, 2, 300e9, 2e-6, network)
+    (row,) = topology_table("all_reduce", ["ring"], [8], [2.0**24], *args)
     # 4 hosts x 2 devices, 2 hosts per leaf at 8:1: the uplinks carry 2·B/8 = B/4
     assert row["time_s"] == ring_allreduce_s(8, 2.0**24, 2.0**-16, 2.0**28)
     assert row["note"] == "4 hosts x 2 in 2 racks; B 268 MB/s"
-    switch = NetworkSpec()
-    assert collectives_table(["ring"], [8], [1e9], 1e9, 1e-5, network=switch) == (
-        collectives_table(["ring"], [8], [1e9], 1e9, 1e-5)
-    )
+    switch = NetworkSpec(intra_host="nvlink")
+    (one,) = topology_table("all_reduce", ["ring"], [8], [1e9], 1e9, 1e-5, 8, 1e11, 0.0, switch)
+    assert one["time_s"] == ring_allreduce_s(8, 1e9, 0.0, 1e11)
 
 
 def test_nvlink_prices_one_host_on_the_per_gpu_port():

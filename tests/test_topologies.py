@@ -18,9 +18,11 @@ from simdist.collectives import (
     broadcast_s,
     halving_doubling_allreduce_s,
     hierarchical_allreduce_s,
+    pattern,
     reduce_s,
     ring_allreduce_s,
 )
+from simdist.collectives.pattern import FLAT
 from simdist.engine import simulate
 from simdist.errors import ScenarioError
 from simdist.network import (
@@ -31,7 +33,7 @@ from simdist.network import (
     TorusTopology,
     build_topology,
 )
-from simdist.network.bottleneck import flow, max_min_rates, tree_steps
+from simdist.network.bottleneck import flow, max_min_rates
 from simdist.network.intranode import PCIE3_X16_Bps
 from simdist.network.leaf_spine import uplink_bandwidth_Bps
 from simdist.network.traffic import double_tree_parents
@@ -364,7 +366,7 @@ def test_the_double_binary_tree_loads_each_nic_side_with_at_most_two_flows():
         trees = double_tree_parents(n)
         for parents in trees:
             assert sorted(parents).count(-1) == 1  # one root
-        up = tree_steps(n)[0]
+        _, up = next(pattern("all_reduce", "tree", n).steps(FLAT))
         assert max(sum(1 for s, _, _ in up if s == r) for r in range(n)) <= 2
         assert max(sum(1 for _, d, _ in up if d == r) for r in range(n)) <= 2
 

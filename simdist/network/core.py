@@ -1,7 +1,8 @@
 """The network: the one place that decides how long bytes take, and records it.
 
 Strategies say *what* moves (``net.send(worker, ps, nbytes)``,
-``net.allreduce(devices, nbytes, "ring")``); the network routes it through its
+``net.allreduce(devices, nbytes, "ring")``, ``reduce_scatter``, ``all_gather``,
+``all_to_all``, ``broadcast``, ``reduce``); the network routes it through its
 :class:`~simdist.network.topology.Topology`, prices it, holds the links on the
 SimPy clock (so concurrent traffic contends) and records the interval — as in
 ASTRA-sim's ``send(src, dst, nbytes) -> delay``. Every recorded ``comm`` row
@@ -323,6 +324,45 @@ class Network:
         """Reduce ``nbytes`` from every device onto ``devices[0]`` (binomial tree)."""
         return self._collective("reduce", devices, nbytes, "tree", step, detail)
 
+    def reduce_scatter(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str = "ring",
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """Reduce-scatter a buffer of ``nbytes`` over ``devices``: each keeps nbytes / n of
+        the sum (ZeRO's gradient sharding); the event's value is ``(start_s, end_s)``."""
+        return self._collective("reduce_scatter", devices, nbytes, algo, step, detail)
+
+    def all_gather(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str = "ring",
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """All-gather ``nbytes`` in all from nbytes / n on each of ``devices`` (FSDP's
+        parameter gathering, tensor parallelism's activations)."""
+        return self._collective("all_gather", devices, nbytes, algo, step, detail)
+
+    def all_to_all(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str = "pairwise",
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """All-to-all: each of ``devices`` sends nbytes / n of its ``nbytes`` to every
+        other (mixture-of-experts token exchange)."""
+        return self._collective("all_to_all", devices, nbytes, algo, step, detail)
+
     def _collective(
         self,
         op: str,
@@ -387,4 +427,12 @@ class Network:
         return start, end
 
 
-_LABELS = {"allreduce": "all-reduce", "broadcast": "broadcast", "reduce": "reduce"}
+_LABELS = {
+    "allreduce": "all-reduce",
+    "all_reduce": "all-reduce",
+    "reduce_scatter": "reduce-scatter",
+    "all_gather": "all-gather",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "all_to_all": "all-to-all",
+}
