@@ -166,3 +166,47 @@ def test_bad_topology_options_exit_2_naming_the_option(args, named, words):
     assert f"error: {named}:" in result.output
     assert words in result.output
     assert "Traceback" not in result.output
+
+
+def test_reduce_scatter_table_has_its_algorithms_title_and_busbw():
+    result = invoke("--op", "reduce_scatter", "--n", "8", "--devices-per-host", "4")
+    assert result.exit_code == 0, result.output
+    table = rows(result.output)
+    assert [row[2] for row in table] == ["ring", "halving_doubling", "hierarchical", "torus2d"]
+    assert "reduce-scatter · link 1.25 GB/s, latency 50 µs" in result.output
+    assert "busbw = algbw × (n−1)/n" in result.output
+    assert all(row[3] != "—" for row in table)
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_gather", "all_to_all"])
+def test_zero_latency_busbw_of_the_bandwidth_optimal_algorithms_is_the_link(op):
+    algo = "pairwise" if op == "all_to_all" else "ring"
+    args = ["--op", op, "--algo", algo, "--n", "2,3,4,8,16", "--bandwidth", "100GB/s"]
+    result = invoke(*args, "--latency", "0")
+    assert result.exit_code == 0, result.output
+    assert [row[5] for row in rows(result.output)] == ["100 GB/s"] * 5
+
+
+def test_all_to_all_broadcast_and_the_topology_path():
+    result = invoke("--op", "all_to_all", "--n", "7")
+    assert result.exit_code == 0, result.output
+    pairwise, hierarchical, torus = rows(result.output)
+    assert pairwise[2] == "pairwise" and pairwise[3] != "—"
+    assert "skipped" in hierarchical[6] and "prime" in torus[6]
+    result = invoke("--op", "broadcast", "--n", "8", "--latency", "0", "--bandwidth", "1GB/s")
+    (row,) = rows(result.output)
+    # ⌈log2 8⌉ = 3 rounds of the whole buffer: busbw = algbw = S / 3 s
+    assert row[2:6] == ["tree", "3 s", "333 MB/s", "333 MB/s"]
+    leaf = ["--topology", "leaf_spine", "--hosts-per-leaf", "2", "--oversubscription", "2"]
+    result = invoke("--op", "all_gather", "--algo", "ring", "--n", "4", *leaf)
+    assert result.exit_code == 0, result.output
+    (row,) = rows(result.output)
+    assert "2 racks" in row[6] and "all-gather" in result.output
+
+
+def test_an_unknown_op_exits_2_naming_the_option():
+    result = invoke("--op", "scatter")
+    assert result.exit_code == 2
+    assert "--op" in result.output and "all_to_all" in result.output
+    result = invoke("--op", "broadcast", "--algo", "ring")
+    assert result.exit_code == 2 and "--algo" in result.output and "tree" in result.output

@@ -279,10 +279,8 @@ REGISTRY["all_reduce"] = {
 
 
 def algorithms(op: str) -> tuple[str, ...]:
-    """The algorithms collective ``op`` has, in :data:`ALGORITHMS` order."""
-    names = REGISTRY[canonical(op)]
-    known = [a for a in ALGORITHMS if a in names]
-    return tuple(known + [a for a in names if a not in known])
+    """The algorithms collective ``op`` has, in the registry's order."""
+    return tuple(REGISTRY[canonical(op)])
 
 
 @lru_cache(maxsize=4096)

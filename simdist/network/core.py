@@ -34,7 +34,7 @@ Point-to-point messages pay ``cluster.network.protocol``
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from simdist.cluster import Device
 from simdist.network.links import (
@@ -50,6 +50,7 @@ from simdist.network.topology import Endpoint, Topology, machine_of
 from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
 if TYPE_CHECKING:
+    import numpy as np
     import simpy
 
     from simdist.recorder import Recorder
@@ -57,7 +58,12 @@ if TYPE_CHECKING:
 
 #: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines,
 #: the route's :class:`Path` and what each end records of an ideal message (:meth:`send`).
-_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Path, tuple[Any, ...]]
+_Ends = tuple[tuple[bool, str, str, str], ...]  # per recording end: device?, host, track, cell
+_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Path, _Ends]
+#: A held set of links: acquisition order, its index map, and link cells per host column.
+_Hold = tuple[list[Link], list[int], dict[int, tuple["np.ndarray", "np.ndarray"]]]
+#: A collective over one device list: the list, seconds, links held, bytes per link.
+_Priced = tuple[Sequence[Device], float, list[Link], list[float]]
 
 
 def links_on(links: Iterable[Link], host: str) -> str:
@@ -82,9 +88,10 @@ class Network:
         self.transport = Transport(env, protocol or PROTOCOLS["ideal"])
         self._ideal = self.transport.protocol.ideal  # asked per message; fixed per run
         self._routes: dict[tuple[str, str], _Route] = {}
-        self._holds: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _hold
-        self._collectives: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _collective
-        self._phase_cells: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _record_phase
+        self._holds: dict[tuple[int, ...], _Hold] = {}  # see _hold
+        self._collectives: dict[tuple[str, str, float, int], _Priced] = {}  # see _collective
+        # see _record_phase: the routes of a phase, and the links cell per host
+        self._phase_cells: dict[tuple[int, ...], tuple[tuple[list[Link], ...], dict[str, str]]] = {}
 
     # -- point to point ------------------------------------------------------
 
@@ -194,7 +201,7 @@ class Network:
         step: int,
         detail: str,
         nbytes: float,
-    ) -> Generator[Any, Any, None]:
+    ) -> Generator[simpy.Event, object, None]:
         """Wait for parallel messages of one host; record them on its devices as one span.
 
         The span runs from now to the last arrival — or to an interruption (a
@@ -400,7 +407,7 @@ class Network:
         step: int,
         detail: str,
         link_bytes: Sequence[float] | None = None,
-    ) -> Generator[Any, Any, tuple[float, float]]:
+    ) -> Generator[simpy.Event, object, tuple[float, float]]:
         if seconds < 0:
             raise ValueError(f"cannot hold links for a negative time: {seconds}")
         # A strategy holds the same links step after step: their acquisition order and the

@@ -42,14 +42,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from simdist.cluster import Cluster, Device
 from simdist.collectives import FLAT, INTER, INTRA, Pattern, pattern_s
 from simdist.collectives.registry import pattern as registry_pattern
-from simdist.network import bottleneck
-from simdist.network.bottleneck import Hop
+from simdist.network.bottleneck import Flow, Hop, flow
+from simdist.network.bottleneck import effective as bottleneck_effective
 from simdist.network.intranode import HostFabric, PCIE3_X16_Bps, host_fabric
 from simdist.network.links import Link, channel_links
 from simdist.network.topology import (
@@ -62,7 +61,9 @@ from simdist.network.topology import (
 )
 
 if TYPE_CHECKING:
-    pass
+    import simpy
+
+    from simdist.scenario import LinksSpec, NetworkSpec, Scenario
 
 #: How a collective is priced: its pattern, (α, B) per scope, and the links it holds.
 Pricing = tuple[Pattern, dict[str, tuple[float, float]], list[Link]]
@@ -90,7 +91,7 @@ class LeafSpineTopology(Topology):
 
     def __init__(
         self,
-        env: Any,
+        env: simpy.Environment,
         cluster: Cluster,
         *,
         nic_latency_s: float,
@@ -146,9 +147,11 @@ class LeafSpineTopology(Topology):
             self.up[leaf], self.down[leaf] = self.add_links(
                 self._uplink(env, leaf, duplex, sharing)
             )
-        self._pricing: dict[tuple[Any, ...], Pricing] = {}
+        self._pricing: dict[tuple[str, str, tuple[str, ...]], Pricing] = {}
 
-    def _uplink(self, env: Any, leaf: int, duplex: str, sharing: str) -> tuple[Link, Link]:
+    def _uplink(
+        self, env: simpy.Environment, leaf: int, duplex: str, sharing: str
+    ) -> tuple[Link, Link]:
         return channel_links(
             env,
             f"leaf{leaf}/uplink",
@@ -160,13 +163,14 @@ class LeafSpineTopology(Topology):
         )
 
     @classmethod
-    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> LeafSpineTopology:
-        net = scenario.cluster.network
-        if net.topology == "leaf_spine":
-            return cls(env, cluster, **_options(scenario))
+    def from_scenario(
+        cls, env: simpy.Environment, cluster: Cluster, scenario: Scenario
+    ) -> LeafSpineTopology:
+        links, net = scenario.cluster.links, scenario.cluster.network
         # A non-blocking switch is one leaf holding every machine (``switch`` with an
         # nvlink or pcie fabric is built so).
-        return cls(env, cluster, **_options(scenario, one_leaf=len(cluster.machines)))
+        one_leaf = 0 if net.topology == "leaf_spine" else len(cluster.machines)
+        return cls(env, cluster, **_options(links, net, one_leaf))  # type: ignore[arg-type]
 
     # -- routes --------------------------------------------------------------
 
@@ -279,7 +283,7 @@ class LeafSpineTopology(Topology):
             ]
             for stage, step in pattern.steps(FLAT)
         ]
-        figures = bottleneck.effective(steps, self._capacity(used))
+        figures = bottleneck_effective(steps, self._capacity(used))
         if figures is None:  # one participant: nothing moves, any figures do
             return fabric.latency_s, fabric.bandwidth_Bps
         return figures
@@ -303,7 +307,7 @@ class LeafSpineTopology(Topology):
             ]
             for stage, step in pattern.steps(INTRA)
         ]
-        figures = bottleneck.effective(steps, self._capacity(used))
+        figures = bottleneck_effective(steps, self._capacity(used))
         assert figures is not None
         return figures
 
@@ -331,18 +335,18 @@ class LeafSpineTopology(Topology):
                     for s, t, share in step
                 ]
             )
-        figures = bottleneck.effective(steps, self._capacity(used))
+        figures = bottleneck_effective(steps, self._capacity(used))
         assert figures is not None
         return figures
 
     def _flow(
         self, pairs: list[tuple[Device, Device]], share: float, used: dict[int, Link]
-    ) -> bottleneck.Flow:
+    ) -> Flow:
         paths = [self.path(a, b) for a, b in pairs]
         for path in paths:
             for link, _ in path:
                 used.setdefault(id(link), link)
-        return bottleneck.flow(paths, share, self.latency_s(*pairs[0]))
+        return flow(paths, share, self.latency_s(*pairs[0]))
 
     def _hold_shared(self, groups: list[list[Device]], used: dict[int, Link]) -> None:
         """With the shared fabric, a collective over several hosts holds every host's
@@ -364,14 +368,25 @@ class LeafSpineTopology(Topology):
         }
 
 
-def _options(scenario: Any, one_leaf: int = 0) -> dict[str, Any]:
-    """The constructor's keywords from ``scenario`` (``one_leaf``: a switch of that many)."""
-    links, net = scenario.cluster.links, scenario.cluster.network
-    options: dict[str, Any] = {
-        "nic_latency_s": links.network.latency_s,
-        "nic_bandwidth_Bps": links.network.bandwidth_Bps,
-        "intra_latency_s": links.intra_host.latency_s,
-        "intra_bandwidth_Bps": links.intra_host.bandwidth_Bps,
+def _options(
+    links: LinksSpec | tuple[tuple[float, float], tuple[float, float]],
+    net: NetworkSpec,
+    one_leaf: int = 0,
+) -> dict[str, float | int | str]:
+    """The constructor's keywords from a scenario's ``cluster.links`` (or the (α, B) of the
+    NIC and of the intra-host link) and ``cluster.network`` (``one_leaf``: a switch of
+    that many machines)."""
+    if isinstance(links, tuple):
+        (nic_latency_s, nic_bandwidth_Bps), (intra_latency_s, intra_bandwidth_Bps) = links
+    else:
+        nic_latency_s, nic_bandwidth_Bps = links.network.latency_s, links.network.bandwidth_Bps
+        intra = links.intra_host
+        intra_latency_s, intra_bandwidth_Bps = intra.latency_s, intra.bandwidth_Bps
+    options: dict[str, float | int | str] = {
+        "nic_latency_s": nic_latency_s,
+        "nic_bandwidth_Bps": nic_bandwidth_Bps,
+        "intra_latency_s": intra_latency_s,
+        "intra_bandwidth_Bps": intra_bandwidth_Bps,
         "duplex": net.duplex,
         "sharing": net.sharing,
         "intra_host": net.intra_host,
@@ -390,7 +405,7 @@ def _options(scenario: Any, one_leaf: int = 0) -> dict[str, Any]:
 def standalone_topology(
     hosts: int,
     devices_per_host: int,
-    network: Any,
+    network: NetworkSpec,
     *,
     nic_latency_s: float,
     nic_bandwidth_Bps: float,
@@ -402,18 +417,13 @@ def standalone_topology(
     outside a run (``simdist collectives``)."""
     import simpy
 
-    spec = SimpleNamespace(
-        hosts=hosts,
-        worker_names=[f"worker{i}" for i in range(hosts)],
-        chief_names=[],
-        ps=0,
-        ps_names=[],
-        devices_per_host=devices_per_host,
-        device=SimpleNamespace(profile="v100", peak_flops=None, efficiency=None),
+    from simdist.scenario.cluster import ClusterSpec
+
+    spec = ClusterSpec.model_validate(
+        {"hosts": hosts, "devices_per_host": devices_per_host, "device": {"profile": "v100"}}
     )
-    links = SimpleNamespace(
-        network=SimpleNamespace(latency_s=nic_latency_s, bandwidth_Bps=nic_bandwidth_Bps),
-        intra_host=SimpleNamespace(latency_s=intra_latency_s, bandwidth_Bps=intra_bandwidth_Bps),
-    )
-    scenario = SimpleNamespace(cluster=SimpleNamespace(links=links, network=network))
-    return LeafSpineTopology.from_scenario(simpy.Environment(), Cluster(spec), scenario)
+    cluster = Cluster(spec)
+    links = ((nic_latency_s, nic_bandwidth_Bps), (intra_latency_s, intra_bandwidth_Bps))
+    one_leaf = 0 if network.topology == "leaf_spine" else len(cluster.machines)
+    options = _options(links, network, one_leaf)
+    return LeafSpineTopology(simpy.Environment(), cluster, **options)  # type: ignore[arg-type]
