@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simdist.collectives.pattern import FLAT, INTER, INTRA, Pattern, Phase, Stage
-from simdist.collectives.registry import canonical, pattern, square_factors
+from simdist.collectives.registry import pattern
 from simdist.errors import SimdistError
 
 #: Links per scope: (α in s, B in bytes/s).
@@ -99,7 +99,7 @@ def collective_s(
     """Seconds for collective ``op`` of ``nbytes`` over ``n`` participants with ``algo``.
 
     ``latency_s`` / ``bandwidth_Bps`` are the network (inter-host) link. Topology keywords,
-    ignored by algorithms that do not need them:
+    ignored by patterns that do not need them:
 
     - hierarchical: ``devices_per_host`` (required, must divide n), ``intra_latency_s``
       and ``intra_bandwidth_Bps`` (default: the network values);
@@ -111,30 +111,21 @@ def collective_s(
             f"unknown topology keyword(s) {sorted(unknown)}; expected {sorted(TOPOLOGY_KEYS)}"
         )
     check(n, nbytes, latency_s, bandwidth_Bps)
-    per_host, grid = 1, (0, 0)
-    links = {FLAT: (latency_s, bandwidth_Bps), INTER: (latency_s, bandwidth_Bps)}
-    if algo == "hierarchical":
-        d = topology.get("devices_per_host")
-        if d is None or d < 1 or n % d:
-            raise SimdistError(
-                f"hierarchical {canonical(op).replace('_', '-')} needs devices_per_host "
-                f"dividing n={n}, got {d}"
-            )
-        per_host = int(d)
-        intra_latency_s = topology.get("intra_latency_s")
-        intra_bandwidth_Bps = topology.get("intra_bandwidth_Bps")
-        links[INTRA] = (
-            latency_s if intra_latency_s is None else float(intra_latency_s),
-            bandwidth_Bps if intra_bandwidth_Bps is None else float(intra_bandwidth_Bps),
-        )
-        check(per_host, nbytes, *links[INTRA])
-    if algo == "torus2d":
-        x, y = topology.get("x"), topology.get("y")
-        if x is None and y is None:
-            x, y = square_factors(n)
-        if x is None or y is None or x * y != n:
-            raise SimdistError(f"torus2d needs x*y == n={n}, got x={x}, y={y}")
-        grid = (int(x), int(y))
+    d = topology.get("devices_per_host")
+    intra_latency_s = topology.get("intra_latency_s")
+    intra_bandwidth_Bps = topology.get("intra_bandwidth_Bps")
+    intra = (
+        latency_s if intra_latency_s is None else float(intra_latency_s),
+        bandwidth_Bps if intra_bandwidth_Bps is None else float(intra_bandwidth_Bps),
+    )
+    check(n, nbytes, *intra)
+    links = {FLAT: (latency_s, bandwidth_Bps), INTRA: intra, INTER: (latency_s, bandwidth_Bps)}
+    x, y = topology.get("x"), topology.get("y")
+    if (x is not None or y is not None) and (x is None or y is None or x * y != n):
+        raise SimdistError(f"a torus needs x*y == n={n}, got x={x}, y={y}")
+    grid = (0, 0) if x is None or y is None else (int(x), int(y))
+    # Only the patterns with stages inside hosts read devices_per_host (0: not given).
+    per_host = 0 if d is None or d < 1 or n % d else int(d)
     return pattern_s(pattern(op, algo, n, per_host, grid), nbytes, links)
 
 

@@ -101,9 +101,10 @@ def _flat(n: int, phases: tuple, shard: Fraction = Fraction(1)) -> Stage:
 
 def _hosts(n: int, per_host: int) -> tuple[int, int]:
     if per_host < 1 or n % per_host:
+        got = f"devices_per_host={per_host}" if per_host else "uneven hosts or none given"
         raise SimdistError(
-            f"hierarchical collectives need the same number of devices on every host, "
-            f"got {n} devices and {per_host or 'uneven'} per host"
+            f"hierarchical collectives need the same number of devices on every host "
+            f"(devices_per_host dividing n={n}), got {got}"
         )
     return n // per_host, per_host
 
