@@ -267,9 +267,6 @@ def collectives(
     from simdist.collectives import OPS, algorithms, collectives_table
     from simdist.scenario import IntraHostLinkSpec, NetworkLinkSpec
     from simdist.units import (
-        format_bandwidth,
-        format_duration,
-        format_size,
         parse_bandwidth,
         parse_duration,
         parse_size,
@@ -329,20 +326,47 @@ def collectives(
                 intra_latency_s=intra_lat,
                 op=op,
             )
-        label = OP_LABELS[op][0]
-        title = f"{label} · link {format_bandwidth(bw)}, latency {format_duration(lat)}"
-        if network.topology == "leaf_spine":
-            title += (
-                f" · leaf_spine {network.hosts_per_leaf} hosts/leaf, "
-                f"{network.oversubscription:g}:1, hop {format_duration(network.hop_latency_s)}"
-            )
-        if network.intra_host != "shared":
-            title += f" · {network.intra_host} {format_bandwidth(intra_bw)}"
-        elif devices_per_host is not None and "hierarchical" in algos:
-            title += f" · intra-host {format_bandwidth(intra_bw)}, {format_duration(intra_lat)}"
+        title = _title(op, bw, lat, network, intra_bw, intra_lat, devices_per_host, algos)
         return rows, title
 
     rows, title = _guarded(table_rows)
+    console.print(_table(op, rows, title))
+
+
+def _title(
+    op: str,
+    bandwidth_Bps: float,
+    latency_s: float,
+    network: NetworkSpec,
+    intra_bandwidth_Bps: float,
+    intra_latency_s: float,
+    devices_per_host: int | None,
+    algos: list[str],
+) -> str:
+    """The table's title: the collective, the links and the topology that priced it."""
+    from simdist.units import format_bandwidth, format_duration
+
+    label = OP_LABELS[op][0]
+    title = (
+        f"{label} · link {format_bandwidth(bandwidth_Bps)}, latency {format_duration(latency_s)}"
+    )
+    if network.topology == "leaf_spine":
+        title += (
+            f" · leaf_spine {network.hosts_per_leaf} hosts/leaf, "
+            f"{network.oversubscription:g}:1, hop {format_duration(network.hop_latency_s)}"
+        )
+    if network.intra_host != "shared":
+        title += f" · {network.intra_host} {format_bandwidth(intra_bandwidth_Bps)}"
+    elif devices_per_host is not None and "hierarchical" in algos:
+        intra = f"{format_bandwidth(intra_bandwidth_Bps)}, {format_duration(intra_latency_s)}"
+        title += f" · intra-host {intra}"
+    return title
+
+
+def _table(op: str, rows: list[Row], title: str) -> Table:
+    """The rows as a rich table, busbw's factor for ``op`` in the caption."""
+    from simdist.units import format_bandwidth, format_duration, format_size
+
     caption = f"busbw = algbw × {OP_LABELS[op][1]} (nccl-tests, PERFORMANCE.md)"
     table = Table(title=title, caption=caption)
     for column in ("size", "n", "algorithm", "time", "algbw", "busbw", "note"):
@@ -356,10 +380,10 @@ def collectives(
         table.add_row(
             format_size(row["nbytes"]),
             str(row["n"]),
-            row["algo"],
+            str(row["algo"]),
             format_duration(row["time_s"]) if timed else "—",
             format_bandwidth(row["algbw_Bps"]) if timed else "—",
             format_bandwidth(row["busbw_Bps"]) if timed else "—",
-            row["note"],
+            str(row["note"]),
         )
-    console.print(table)
+    return table
