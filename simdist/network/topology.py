@@ -162,7 +162,7 @@ class Topology(ABC):
         NIC, one link in both ``tx`` and ``rx``, appears once; links of no host (uplinks)
         come last.
         """
-        names = [*getattr(self.cluster, "machines", ()), *(h.name for h in self.cluster.hosts)]
+        names = [*self.cluster.machines, *(h.name for h in self.cluster.hosts)]
         rank: dict[str, int] = {}
         for name in names:
             rank.setdefault(name, len(rank))
