@@ -28,6 +28,7 @@ Pure arithmetic: nothing here imports SimPy or JAX.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 from simdist.collectives.pattern import FLAT, INTER, INTRA, Pattern, Phase, Stage
 from simdist.collectives.registry import pattern
@@ -71,7 +72,7 @@ def phase_s(
     v = volumes[0]
     if all(w == v for w in volumes):
         return count * (latency_s + v.numerator * nbytes / (v.denominator * bandwidth_Bps))
-    total = sum((w * r.repeat for w, r in zip(volumes, rounds, strict=True)), v * 0)
+    total = sum((w * r.repeat for w, r in zip(volumes, rounds, strict=True)), Fraction(0))
     return count * latency_s + float(total) * nbytes / bandwidth_Bps
 
 

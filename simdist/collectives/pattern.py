@@ -8,10 +8,10 @@ topology's bottleneck pricing shares max-min fairly (:meth:`Pattern.steps`).
 
 The shape follows ASTRA-sim 2.0's system layer (Won et al. 2023, "ASTRA-sim2.0: Modeling
 hierarchical networks and disaggregated systems for large-model training at scale",
-ISPASS; its ``Ring``, ``HalvingDoubling``, ``DoubleBinaryTree`` and ``AllToAll``
-collective classes): a collective is a sequence of *phases*, each a one-dimensional
-algorithm run over one dimension of the ranks, and a multi-dimensional all-reduce is the
-per-dimension reduce-scatters followed by the all-gathers in reverse.
+ISPASS; the ``Ring``, ``HalvingDoubling``, ``DoubleBinaryTreeAllReduce`` and ``AllToAll``
+classes of astra-sim/system/collective/): a collective is a sequence of *phases*, each a
+one-dimensional algorithm run over one dimension of the ranks, and a multi-dimensional
+all-reduce is the per-dimension reduce-scatters followed by the all-gathers in reverse.
 
 * A :class:`Round` is one exchange: every listed ``(src, dst)`` pair of positions sends
   ``chunk`` of the stage's buffer at once; ``repeat`` rounds alike follow each other

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from functools import lru_cache
 
-from simdist.collectives.pattern import FLAT, INTER, INTRA, Pattern, Stage, single
+from simdist.collectives.pattern import FLAT, INTER, INTRA, Pattern, Phase, Stage, single
 from simdist.collectives.phases import (
     binomial_phase,
     double_tree_phases,
@@ -95,7 +95,7 @@ def canonical(op: str) -> str:
 # ---------------------------------------------------------------- dimensions
 
 
-def _flat(n: int, phases: tuple, shard: Fraction = Fraction(1)) -> Stage:
+def _flat(n: int, phases: tuple[Phase, ...], shard: Fraction = Fraction(1)) -> Stage:
     return Stage((tuple(range(n)),), shard, FLAT, phases)
 
 
@@ -109,13 +109,13 @@ def _hosts(n: int, per_host: int) -> tuple[int, int]:
     return n // per_host, per_host
 
 
-def _intra(h: int, d: int, phase) -> Stage:
+def _intra(h: int, d: int, phase: Phase) -> Stage:
     return Stage(
         tuple(tuple(range(i * d, (i + 1) * d)) for i in range(h)), Fraction(1), INTRA, (phase,)
     )
 
 
-def _inter(h: int, d: int, phase, shard: Fraction) -> Stage:
+def _inter(h: int, d: int, phase: Phase, shard: Fraction) -> Stage:
     return Stage(
         tuple(tuple(i * d + j for i in range(h)) for j in range(d)), shard, INTER, (phase,)
     )
@@ -126,13 +126,13 @@ def _grid(n: int, grid: tuple[int, int]) -> tuple[int, int]:
     return x, y
 
 
-def _rows(x: int, y: int, phase) -> Stage:
+def _rows(x: int, y: int, phase: Phase) -> Stage:
     return Stage(
         tuple(tuple(r * x + i for i in range(x)) for r in range(y)), Fraction(1), FLAT, (phase,)
     )
 
 
-def _columns(x: int, y: int, phase, shard: Fraction) -> Stage:
+def _columns(x: int, y: int, phase: Phase, shard: Fraction) -> Stage:
     return Stage(tuple(tuple(j * x + c for j in range(y)) for c in range(x)), shard, FLAT, (phase,))
 
 
