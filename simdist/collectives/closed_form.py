@@ -28,9 +28,8 @@ Pure arithmetic: nothing here imports SimPy or JAX.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from fractions import Fraction
 
-from simdist.collectives.pattern import FLAT, INTER, INTRA, Pattern, Phase, Stage
+from simdist.collectives.pattern import FLAT, INTER, INTRA, Cost, Pattern
 from simdist.collectives.registry import pattern
 from simdist.errors import SimdistError
 
@@ -55,25 +54,14 @@ def check(n: int, nbytes: float, latency_s: float, bandwidth_Bps: float) -> None
         raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
 
 
-def phase_s(
-    phase: Phase, stage: Stage, nbytes: float, latency_s: float, bandwidth_Bps: float
-) -> float:
-    """Seconds of one phase of ``stage`` (see the module's pricing rules)."""
-    rounds = phase.rounds
-    if not rounds:
+def phase_s(cost: Cost, nbytes: float, latency_s: float, bandwidth_Bps: float) -> float:
+    """Seconds of one phase priced as ``cost`` (see the module's pricing rules)."""
+    if not cost.rounds:
         return 0.0
-    scale = stage.shard * stage.ports_per_line
-    if phase.pipelined:
-        depth = max(r.depth for r in rounds)
-        volume = sum(r.chunk for r in rounds) * scale
-        return depth * latency_s + float(volume) * nbytes / bandwidth_Bps
-    count = sum(r.repeat for r in rounds)
-    volumes = [r.volume * scale for r in rounds]
-    v = volumes[0]
-    if all(w == v for w in volumes):
-        return count * (latency_s + v.numerator * nbytes / (v.denominator * bandwidth_Bps))
-    total = sum((w * r.repeat for w, r in zip(volumes, rounds, strict=True)), Fraction(0))
-    return count * latency_s + float(total) * nbytes / bandwidth_Bps
+    if cost.per_round:
+        v = cost.numerator * nbytes / (cost.denominator * bandwidth_Bps)
+        return cost.rounds * (latency_s + v)
+    return cost.rounds * latency_s + cost.in_all * nbytes / bandwidth_Bps
 
 
 def pattern_s(p: Pattern, nbytes: float, links: Links) -> float:
@@ -82,8 +70,8 @@ def pattern_s(p: Pattern, nbytes: float, links: Links) -> float:
     for stage in p.stages:
         latency_s, bandwidth_Bps = links[stage.scope]
         seconds = 0.0
-        for phase in stage.phases:
-            seconds += phase_s(phase, stage, nbytes, latency_s, bandwidth_Bps)
+        for cost in stage.costs:
+            seconds += phase_s(cost, nbytes, latency_s, bandwidth_Bps)
         total += seconds
     return total
 

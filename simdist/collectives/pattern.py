@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
+from typing import NamedTuple
 
 #: A stage over the collective's ranks as one network (its only scope for flat algorithms).
 FLAT = "flat"
@@ -87,6 +88,20 @@ class Phase:
     pipelined: bool = False
 
 
+class Cost(NamedTuple):
+    """A phase's price in the alpha–beta model, read off its rounds once.
+
+    ``rounds`` latencies, and the bytes through the busiest port as a share of S: the same
+    ``numerator / denominator`` in each round (``per_round``), else ``in_all`` together.
+    """
+
+    rounds: int
+    per_round: bool
+    numerator: int
+    denominator: int
+    in_all: float
+
+
 @dataclass(frozen=True)
 class Stage:
     """The same phases on every line of ranks at once, on ``shard`` of the buffer."""
@@ -104,6 +119,14 @@ class Stage:
     def ports_per_line(self) -> Fraction:
         """The lines that share one port: all of them across hosts (the host's NIC), else 1."""
         return Fraction(len(self.lines)) if self.scope == INTER else Fraction(1)
+
+    @cached_property
+    def costs(self) -> tuple[Cost, ...]:
+        """Each phase's :class:`Cost`: a round's busiest port carries its volume times the
+        stage's shard (times the lines sharing the port); a streamed phase pays its depth
+        in latencies and all its streams' shares at once."""
+        scale = self.shard * self.ports_per_line
+        return tuple(_cost(phase, scale) for phase in self.phases)
 
 
 @dataclass(frozen=True)
@@ -179,6 +202,22 @@ class Pattern:
                 if step and key not in seen:
                     seen.add(key)
                     yield stage, step
+
+
+def _cost(phase: Phase, scale: Fraction) -> Cost:
+    rounds = phase.rounds
+    if not rounds:
+        return Cost(0, True, 0, 1, 0.0)
+    if phase.pipelined:
+        volume = sum((r.chunk for r in rounds), Fraction(0)) * scale
+        return Cost(max(r.depth for r in rounds), False, 0, 1, float(volume))
+    count = sum(r.repeat for r in rounds)
+    volumes = [r.volume * scale for r in rounds]
+    v = volumes[0]
+    if all(w == v for w in volumes):
+        return Cost(count, True, v.numerator, v.denominator, float(v))
+    total = sum((w * r.repeat for w, r in zip(volumes, rounds, strict=True)), Fraction(0))
+    return Cost(count, False, 0, 1, float(total))
 
 
 def _exchanges(phase: Phase) -> Iterable[tuple[Round, ...]]:
