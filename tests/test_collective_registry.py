@@ -270,3 +270,20 @@ def test_the_network_runs_the_new_collectives_and_records_them():
         for op in ("reduce_scatter", "all_gather")
     ]
     assert whole == [a + b for a, b in zip(*halves, strict=True)]
+
+
+def test_the_collectives_package_imports_no_topology_or_cli():
+    # the maths stays below the network: no teaching table reaching into a topology again
+    import ast
+    from pathlib import Path
+
+    import simdist.collectives
+
+    for path in Path(simdist.collectives.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                for name in names:
+                    assert not name.startswith(("simdist.network", "simdist.cli")), path.name
+                    assert name.split(".")[0] not in ("simpy", "jax"), path.name
