@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from simdist.cli import app
+from simdist.cli.collectives import topology_table
 from simdist.cli.common import console
 from simdist.collectives import ALGORITHMS, collectives_table
 
@@ -119,19 +120,19 @@ def test_leaf_spine_options_price_the_ring_through_the_uplinks():
     assert "leaf_spine 1 hosts/leaf, 4:1" in apart.output
 
 
-def test_collectives_table_takes_a_network_section():
+def test_the_topology_table_takes_a_network_section():
     from simdist.collectives import ring_allreduce_s
     from simdist.scenario.schema import NetworkSpec
 
     network = NetworkSpec(topology="leaf_spine", hosts_per_leaf=2, oversubscription=8)
-    (row,) = collectives_table(["ring"], [8], [2.0**24], 2.0**30, 2.0**-16, 2, network=network)
+    args = (2.0**30, 2.0**-16, 2, 300e9, 2e-6, network)
+    (row,) = topology_table("all_reduce", ["ring"], [8], [2.0**24], *args)
     # 4 hosts x 2 devices, 2 hosts per leaf at 8:1: the uplinks carry 2·B/8 = B/4
     assert row["time_s"] == ring_allreduce_s(8, 2.0**24, 2.0**-16, 2.0**28)
     assert row["note"] == "4 hosts x 2 in 2 racks; B 268 MB/s"
-    switch = NetworkSpec()
-    assert collectives_table(["ring"], [8], [1e9], 1e9, 1e-5, network=switch) == (
-        collectives_table(["ring"], [8], [1e9], 1e9, 1e-5)
-    )
+    switch = NetworkSpec(intra_host="nvlink")
+    (one,) = topology_table("all_reduce", ["ring"], [8], [1e9], 1e9, 1e-5, 8, 1e11, 0.0, switch)
+    assert one["time_s"] == ring_allreduce_s(8, 1e9, 0.0, 1e11)
 
 
 def test_nvlink_prices_one_host_on_the_per_gpu_port():
@@ -165,3 +166,47 @@ def test_bad_topology_options_exit_2_naming_the_option(args, named, words):
     assert f"error: {named}:" in result.output
     assert words in result.output
     assert "Traceback" not in result.output
+
+
+def test_reduce_scatter_table_has_its_algorithms_title_and_busbw():
+    result = invoke("--op", "reduce_scatter", "--n", "8", "--devices-per-host", "4")
+    assert result.exit_code == 0, result.output
+    table = rows(result.output)
+    assert [row[2] for row in table] == ["ring", "halving_doubling", "hierarchical", "torus2d"]
+    assert "reduce-scatter · link 1.25 GB/s, latency 50 µs" in result.output
+    assert "busbw = algbw × (n−1)/n" in result.output
+    assert all(row[3] != "—" for row in table)
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_gather", "all_to_all"])
+def test_zero_latency_busbw_of_the_bandwidth_optimal_algorithms_is_the_link(op):
+    algo = "pairwise" if op == "all_to_all" else "ring"
+    args = ["--op", op, "--algo", algo, "--n", "2,3,4,8,16", "--bandwidth", "100GB/s"]
+    result = invoke(*args, "--latency", "0")
+    assert result.exit_code == 0, result.output
+    assert [row[5] for row in rows(result.output)] == ["100 GB/s"] * 5
+
+
+def test_all_to_all_broadcast_and_the_topology_path():
+    result = invoke("--op", "all_to_all", "--n", "7")
+    assert result.exit_code == 0, result.output
+    pairwise, hierarchical, torus = rows(result.output)
+    assert pairwise[2] == "pairwise" and pairwise[3] != "—"
+    assert "skipped" in hierarchical[6] and "prime" in torus[6]
+    result = invoke("--op", "broadcast", "--n", "8", "--latency", "0", "--bandwidth", "1GB/s")
+    (row,) = rows(result.output)
+    # ⌈log2 8⌉ = 3 rounds of the whole buffer: busbw = algbw = S / 3 s
+    assert row[2:6] == ["tree", "3 s", "333 MB/s", "333 MB/s"]
+    leaf = ["--topology", "leaf_spine", "--hosts-per-leaf", "2", "--oversubscription", "2"]
+    result = invoke("--op", "all_gather", "--algo", "ring", "--n", "4", *leaf)
+    assert result.exit_code == 0, result.output
+    (row,) = rows(result.output)
+    assert "2 racks" in row[6] and "all-gather" in result.output
+
+
+def test_an_unknown_op_exits_2_naming_the_option():
+    result = invoke("--op", "scatter")
+    assert result.exit_code == 2
+    assert "--op" in result.output and "all_to_all" in result.output
+    result = invoke("--op", "broadcast", "--algo", "ring")
+    assert result.exit_code == 2 and "--algo" in result.output and "tree" in result.output

@@ -10,7 +10,6 @@ import itertools
 
 import pytest
 import simpy
-import yaml
 
 from simdist.cluster import Cluster
 from simdist.collectives import (
@@ -18,27 +17,23 @@ from simdist.collectives import (
     broadcast_s,
     halving_doubling_allreduce_s,
     hierarchical_allreduce_s,
+    pattern,
     reduce_s,
     ring_allreduce_s,
 )
-from simdist.engine import simulate
-from simdist.errors import ScenarioError
+from simdist.collectives.pattern import FLAT
 from simdist.network import (
     LeafSpineTopology,
     Link,
     Network,
     SwitchTopology,
     TorusTopology,
-    build_topology,
 )
-from simdist.network.bottleneck import flow, max_min_rates, tree_steps
+from simdist.network.bottleneck import flow, max_min_rates
 from simdist.network.intranode import PCIE3_X16_Bps
 from simdist.network.leaf_spine import uplink_bandwidth_Bps
 from simdist.network.traffic import double_tree_parents
 from simdist.recorder import Recorder
-from simdist.scenario import dump_scenario, scenario_from_dict
-from simdist.strategies.base import Costs
-from simdist.strategies.multi_worker_mirrored import resolve_communication
 from tests.test_network import make_spec
 
 B = 2.0**30  # NIC bandwidth, bytes/s
@@ -364,7 +359,7 @@ def test_the_double_binary_tree_loads_each_nic_side_with_at_most_two_flows():
         trees = double_tree_parents(n)
         for parents in trees:
             assert sorted(parents).count(-1) == 1  # one root
-        up = tree_steps(n)[0]
+        _, up = next(pattern("all_reduce", "tree", n).steps(FLAT))
         assert max(sum(1 for s, _, _ in up if s == r) for r in range(n)) <= 2
         assert max(sum(1 for _, d, _ in up if d == r) for r in range(n)) <= 2
 
@@ -376,6 +371,16 @@ def test_max_min_rates_on_a_hand_case():
     f = flow([[(x, "tx")]], 1.0, 0.0)
     g = flow([[(x, "tx"), (y, "tx")]], 1.0, 0.0)
     assert max_min_rates([f, g], {("x", "tx"): 4.0, ("y", "tx"): 1.0}) == [3.0, 1.0]
+
+
+def test_allreduce_s_is_the_closed_form_the_topology_feeds():
+    # the pattern only changes (α, B): the formula stays the dispatcher's
+    _, net = leaf_spine(8, hosts_per_leaf=2, k=4.0, hop=0.0)
+    devices = net.topology.cluster.devices
+    for algo in ("ring", "tree", "halving_doubling"):
+        figures = net.topology.effective("allreduce", devices, algo)
+        expected = allreduce_s(algo, 8, S, figures["latency_s"], figures["bandwidth_Bps"])
+        assert net.collective_s("allreduce", devices, S, algo) == expected
 
 
 # ---------------------------------------------------------------- inside a host
@@ -438,203 +443,3 @@ def test_pcie_uplink_defaults_to_pcie3_x16():
     _, net = leaf_spine(1, 2, intra_host="pcie")
     uplink = next(link for link in net.topology.links() if link.name == "worker0/pcie/up")
     assert uplink.bandwidth_Bps == PCIE3_X16_Bps
-
-
-# ---------------------------------------------------------------- scenarios
-
-
-def scenario(network: dict, strategy: object = "multi_worker_mirrored", **cluster: object):
-    data = {
-        "name": "topologies",
-        "numerics": False,
-        "cluster": {
-            "hosts": 4,
-            "devices_per_host": 1,
-            # variability off: exact, hand-checkable times
-            "device": {"profile": "cpu", "variability": 0},
-            "links": {
-                "network": {"bandwidth": B, "latency": ALPHA},
-                "intra_host": {"bandwidth": B_IN, "latency": A_IN},
-            },
-            "network": network,
-            **cluster,
-        },
-        "workload": {
-            "model": "mlp",
-            "batch_size": 8,
-            "optimizer": {"name": "sgd", "learning_rate": 0.1},
-            "steps": 3,
-        },
-        "strategy": strategy,
-    }
-    return scenario_from_dict(data)
-
-
-def costs(steps: int = 3, compute_s: float = 2.0**-8) -> Costs:
-    return Costs(
-        compute_s=compute_s,
-        grad_nbytes=int(S),
-        flops_per_replica_step=0,
-        total_steps=steps,
-        param_leaves=(("params/w", (int(S) // 4,), int(S)),),
-    )
-
-
-def test_a_leaf_spine_scenario_runs_the_ring_across_oversubscribed_uplinks():
-    network = {"topology": "leaf_spine", "hosts_per_leaf": 1, "oversubscription": "4:1"}
-    s = scenario(network)
-    assert (s.cluster.network.oversubscription, s.cluster.network.hop_latency_s) == (4.0, 0.0)
-    result = simulate(s, costs())
-    step = 2.0**-8 + ring_allreduce_s(4, S, ALPHA, B / 4)
-    assert result.summary["simulated_time_s"] == step + step + step
-    assert result.summary["communication"] == "ring"  # auto on cpu
-
-
-def test_auto_prices_nccl_and_ring_through_the_topology():
-    # GPUs whose intra-host link is far slower than the NIC: the flat ring wins
-    slow = {"bandwidth": B / 64, "latency": A_IN}
-    device = {"profile": "v100", "compute_time": "4ms"}
-    links = {"network": {"bandwidth": B, "latency": ALPHA}, "intra_host": slow}
-    shape = {"hosts": 2, "devices_per_host": 2, "device": device, "links": links}
-    chosen = simulate(scenario({}, **shape), costs(1)).summary["communication"]
-    assert chosen == "ring"
-    fast = {**links, "intra_host": {"bandwidth": B_IN, "latency": A_IN}}
-    chosen = simulate(scenario({}, **{**shape, "links": fast}), costs(1)).summary["communication"]
-    assert chosen == "nccl"
-    assert resolve_communication("auto", "gpu", True, {"ring": 1.0, "hierarchical": 2.0}.get) == (
-        "ring"
-    )
-    assert resolve_communication("auto", "gpu", True, {"ring": 2.0, "hierarchical": 2.0}.get) == (
-        "nccl"
-    )
-    assert resolve_communication("auto", "gpu") == "nccl"
-
-
-def test_switch_with_nvlink_is_one_leaf():
-    s = scenario({"intra_host": "nvlink"}, hosts=2, devices_per_host=2)
-    topology = build_topology("switch", simpy.Environment(), Cluster(s.cluster), s)
-    assert isinstance(topology, LeafSpineTopology)
-    assert set(topology.leaf_of.values()) == {0}
-    assert "worker1/cpu1/nvlink/rx" in names(topology.links())
-    s = scenario({})
-    assert isinstance(
-        build_topology("switch", simpy.Environment(), Cluster(s.cluster), s), SwitchTopology
-    )
-
-
-@pytest.mark.parametrize(
-    ("network", "field", "words"),
-    [
-        (
-            {"hosts_per_leaf": 2},
-            "cluster.network.hosts_per_leaf",
-            "only used by topology: leaf_spine",
-        ),
-        ({"oversubscription": 4}, "cluster.network.oversubscription", "topology here is switch"),
-        ({"hop_latency": "1us"}, "cluster.network.hop_latency", "set topology: leaf_spine"),
-        ({"topology": "leaf_spine"}, "cluster.network.hosts_per_leaf", "missing"),
-        ({"topology": "leaf_spine", "hosts_per_leaf": 0}, "cluster.network.hosts_per_leaf", "1"),
-        (
-            {"topology": "leaf_spine", "hosts_per_leaf": 2, "oversubscription": "1:4"},
-            "cluster.network.oversubscription",
-            "at least 1:1",
-        ),
-        (
-            {"topology": "leaf_spine", "hosts_per_leaf": 2, "oversubscription": "four"},
-            "cluster.network.oversubscription",
-            "e.g. oversubscription: 4",
-        ),
-        (
-            {"topology": "leaf_spine", "hosts_per_leaf": 2, "oversubscription": True},
-            "cluster.network.oversubscription",
-            "ratio",
-        ),
-        (
-            {"topology": "leaf_spine", "hosts_per_leaf": 2, "hop_latency": "fast"},
-            "cluster.network.hop_latency",
-            "",
-        ),
-        ({"topology": "fat_tree"}, "cluster.network.topology", "leaf_spine"),
-        ({"intra_host": "infiniband"}, "cluster.network.intra_host", "nvlink"),
-        ({"pcie_uplink": "8GB/s"}, "cluster.network.pcie_uplink", "intra_host: pcie"),
-    ],
-)
-def test_network_errors_name_the_field(network, field, words):
-    with pytest.raises(ScenarioError) as error:
-        scenario(network)
-    assert error.value.field == field
-    assert words in str(error.value)
-
-
-def test_good_network_sections_load():
-    s = scenario(
-        {
-            "topology": "leaf_spine",
-            "hosts_per_leaf": 2,
-            "oversubscription": 3,
-            "hop_latency": "500ns",
-            "intra_host": "pcie",
-            "pcie_uplink": "8GB/s",
-        }
-    )
-    net = s.cluster.network
-    assert (net.hosts_per_leaf, net.oversubscription, net.hop_latency_s) == (2, 3.0, 5e-7)
-    assert (net.intra_host, net.pcie_uplink_Bps) == ("pcie", 8e9)
-    again = scenario_from_dict(yaml.safe_load(dump_scenario(s))).cluster.network
-    assert again == net
-    assert (
-        scenario(
-            {"topology": "leaf_spine", "hosts_per_leaf": 2, "oversubscription": "6:2"}
-        ).cluster.network.oversubscription
-        == 3.0
-    )
-
-
-def test_tpu_keeps_its_torus():
-    tpu = {"kind": "tpu", "topology": [2, 2]}
-    with pytest.raises(ScenarioError) as error:
-        scenario(
-            {"intra_host": "nvlink"},
-            strategy=tpu,
-            hosts=1,
-            devices_per_host=4,
-            device={"profile": "tpu-v4"},
-        )
-    assert error.value.field == "cluster.network.intra_host"
-
-
-def test_allreduce_s_is_the_closed_form_the_topology_feeds():
-    # the pattern only changes (α, B): the formula stays the dispatcher's
-    _, net = leaf_spine(8, hosts_per_leaf=2, k=4.0, hop=0.0)
-    devices = net.topology.cluster.devices
-    for algo in ("ring", "tree", "halving_doubling"):
-        figures = net.topology.effective("allreduce", devices, algo)
-        expected = allreduce_s(algo, 8, S, figures["latency_s"], figures["bandwidth_Bps"])
-        assert net.collective_s("allreduce", devices, S, algo) == expected
-
-
-@pytest.mark.parametrize("communication", ["ring", "nccl", "auto"])
-def test_the_teaching_scenario_prices_both_algorithms_at_the_uplink(communication):
-    from simdist.scenario import load_scenario
-
-    s = load_scenario(
-        "scenarios/leaf_spine_2racks.yaml",
-        # variability off: exact, hand-checkable times
-        [f"strategy.communication={communication}", "cluster.device.variability=0"],
-    )
-    links, hop = s.cluster.links, s.cluster.network.hop_latency_s
-    uplink = 2 * links.network.bandwidth_Bps / 4
-    alpha = links.network.latency_s + 3 * hop
-    c = costs(2)
-    if communication == "ring":
-        allreduce = ring_allreduce_s(16, S, alpha, uplink)
-    else:
-        intra = links.intra_host
-        allreduce = hierarchical_allreduce_s(
-            4, 4, S, intra.latency_s, intra.bandwidth_Bps, alpha, uplink
-        )
-    result = simulate(s, c)
-    step = c.compute_s + allreduce
-    assert result.summary["simulated_time_s"] == step + step
-    assert result.summary["communication"] == ("ring" if communication == "ring" else "nccl")
-    assert result.summary["allreduce_s"] == allreduce

@@ -1,10 +1,11 @@
-"""``simdist collectives``: all-reduce time, algbw and busbw per algorithm, over lists or
+"""``simdist collectives``: a collective's time, algbw and busbw per algorithm, over lists or
 doubling ranges of participants and sizes, optionally through a scenario's network topology."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,6 +13,21 @@ from rich.table import Table
 from simdist.cli.common import app, console, guarded
 from simdist.errors import SimdistError
 from simdist.units import UnitError
+
+if TYPE_CHECKING:
+    from simdist.collectives.table import Row
+    from simdist.network.leaf_spine import LeafSpineTopology
+    from simdist.scenario import NetworkSpec
+
+#: ``--op`` → the title's name and the caption's busbw factor (nccl-tests, PERFORMANCE.md).
+OP_LABELS: dict[str, tuple[str, str]] = {
+    "all_reduce": ("all-reduce", "2(n−1)/n"),
+    "reduce_scatter": ("reduce-scatter", "(n−1)/n"),
+    "all_gather": ("all-gather", "(n−1)/n"),
+    "broadcast": ("broadcast", "1"),
+    "reduce": ("reduce", "1"),
+    "all_to_all": ("all-to-all", "(n−1)/n"),
+}
 
 
 def _expand(text: str, parse: Callable[[str], float], option: str, example: str) -> list[float]:
@@ -81,7 +97,7 @@ def _network_options(
     hop_latency: str | None,
     intra_host: str,
     pcie_uplink: str | None,
-) -> Any:
+) -> NetworkSpec:
     """The options as a scenario's ``cluster.network`` section, validated the same way."""
     from pydantic import ValidationError
 
@@ -108,12 +124,94 @@ def _network_options(
         raise SimdistError(f"{option}: {message}") from None
 
 
+def topology_table(
+    op: str,
+    algos: list[str],
+    ns: list[int],
+    sizes: list[float],
+    bandwidth_Bps: float,
+    latency_s: float,
+    devices_per_host: int,
+    intra_bandwidth_Bps: float,
+    intra_latency_s: float,
+    network: NetworkSpec,
+) -> list[Row]:
+    """:func:`~simdist.collectives.collectives_table`'s rows, each priced through the
+    topology ``network`` (a scenario's ``cluster.network`` section) names.
+
+    n devices sit on n / ``devices_per_host`` hosts wired as the section says
+    (``leaf_spine`` racks and oversubscribed uplinks, ``nvlink`` or ``pcie`` inside the
+    hosts); each collective is priced by :mod:`simdist.network` from its pattern (the
+    same closed form, with the bottleneck's α and B), and the ``note`` names the racks
+    and the effective bandwidth.
+    """
+    from simdist.collectives import algbw_Bps, busbw_Bps
+    from simdist.collectives.table import check_algorithms, skip_reason
+    from simdist.network.leaf_spine import standalone_topology
+    from simdist.units import format_bandwidth
+
+    check_algorithms(op, algos)
+    d = devices_per_host
+    topologies: dict[int, LeafSpineTopology] = {}
+    rows: list[Row] = []
+    for nbytes in sizes:
+        for n in ns:
+            for algo in algos:
+                row: Row = {"algo": algo, "n": n, "nbytes": nbytes}
+                reason = skip_reason(op, algo, n, d)
+                if reason is None and n % d:
+                    reason = f"n={n} is not a multiple of devices_per_host={d}"
+                if reason is not None:
+                    row |= {"time_s": None, "algbw_Bps": None, "busbw_Bps": None}
+                    row["note"] = f"skipped: {reason}"
+                    rows.append(row)
+                    continue
+                if n not in topologies:
+                    topologies[n] = standalone_topology(
+                        n // d,
+                        d,
+                        network,
+                        nic_latency_s=latency_s,
+                        nic_bandwidth_Bps=bandwidth_Bps,
+                        intra_latency_s=intra_latency_s,
+                        intra_bandwidth_Bps=intra_bandwidth_Bps,
+                    )
+                topology = topologies[n]
+                devices = topology.cluster.devices
+                t = topology.collective(op, devices, nbytes, algo)[0]
+                row["time_s"] = t
+                row["algbw_Bps"] = algbw_Bps(nbytes, t) if t > 0 else math.inf
+                row["busbw_Bps"] = busbw_Bps(nbytes, t, n, op) if t > 0 else math.inf
+                figures = topology.effective(op, devices, algo)
+                racks = len(set(topology.leaf_of.values()))
+                shape = f"{n // d} hosts x {d}" + (f" in {racks} racks" if racks > 1 else "")
+                if "bandwidth_Bps" in figures:
+                    bw = format_bandwidth(figures["bandwidth_Bps"])
+                elif n // d == 1:
+                    bw = format_bandwidth(figures["intra_bandwidth_Bps"])
+                else:
+                    bw = (
+                        f"{format_bandwidth(figures['intra_bandwidth_Bps'])} in, "
+                        f"{format_bandwidth(figures['inter_bandwidth_Bps'])} across hosts"
+                    )
+                row["note"] = f"{shape}; B {bw}"
+                rows.append(row)
+    return rows
+
+
 @app.command()
 def collectives(
+    op: Annotated[
+        str,
+        typer.Option(
+            help="all_reduce (default), reduce_scatter, all_gather, broadcast, reduce, all_to_all."
+        ),
+    ] = "all_reduce",
     algo: Annotated[
         str,
         typer.Option(
-            help="all, or a comma list of: ring, tree, halving_doubling, hierarchical, torus2d."
+            help="all, or a comma list of the op's algorithms: ring, tree, halving_doubling, "
+            "hierarchical, torus2d (all-to-all: pairwise, hierarchical, torus2d)."
         ),
     ] = "all",
     n: Annotated[
@@ -159,29 +257,30 @@ def collectives(
         typer.Option(help="nvlink / pcie: the PCIe switch's uplink (default 15.75GB/s, Gen3 x16)."),
     ] = None,
 ) -> None:
-    """Print all-reduce time, algbw and busbw per algorithm (busbw as nccl-tests reports it).
+    """Print a collective's time, algbw and busbw per algorithm (busbw as nccl-tests reports it).
 
-    With --topology leaf_spine or --intra-host nvlink|pcie, n devices sit on
+    --op picks the collective (default all_reduce); sizes are the whole buffer, as
+    nccl-tests counts them. With --topology leaf_spine or --intra-host nvlink|pcie, n devices sit on
     n / --devices-per-host hosts wired as a scenario's cluster.network says, and each
     collective is priced through that topology (the bottleneck of its pattern).
     """
-    from simdist.collectives import ALGORITHMS, collectives_table
+    from simdist.collectives import OPS, algorithms, collectives_table
     from simdist.scenario import IntraHostLinkSpec, NetworkLinkSpec
     from simdist.units import (
-        format_bandwidth,
-        format_duration,
-        format_size,
         parse_bandwidth,
         parse_duration,
         parse_size,
     )
 
-    def table_rows() -> tuple[list[dict[str, Any]], str]:
-        algos = list(ALGORITHMS) if algo.strip() == "all" else [a.strip() for a in algo.split(",")]
+    def table_rows() -> tuple[list[Row], str]:
+        if op not in OPS:
+            raise SimdistError(f"--op: got {op!r}; expected one of {', '.join(OPS)}")
+        known = algorithms(op)
+        algos = list(known) if algo.strip() == "all" else [a.strip() for a in algo.split(",")]
         for name in algos:
-            if name not in ALGORITHMS:
+            if name not in known:
                 raise SimdistError(
-                    f"--algo: got {name!r}; expected all or a comma list of {', '.join(ALGORITHMS)}"
+                    f"--algo: got {name!r}; expected all or a comma list of {', '.join(known)}"
                 )
         ns = [int(v) for v in _expand(n, _participants, "--n", "--n 2..16")]
         sizes = _expand(size, _quantity(parse_size, "--size"), "--size", "--size 1MB..1GB")
@@ -202,31 +301,74 @@ def collectives(
         network = _network_options(
             topology, hosts_per_leaf, oversubscription, hop_latency, intra_host, pcie_uplink
         )
-        rows = collectives_table(
-            algos,
-            ns,
-            sizes,
-            bw,
-            lat,
-            devices_per_host,
-            intra_bandwidth_Bps=intra_bw,
-            intra_latency_s=intra_lat,
-            network=network,
-        )
-        title = f"all-reduce · link {format_bandwidth(bw)}, latency {format_duration(lat)}"
-        if network.topology == "leaf_spine":
-            title += (
-                f" · leaf_spine {network.hosts_per_leaf} hosts/leaf, "
-                f"{network.oversubscription:g}:1, hop {format_duration(network.hop_latency_s)}"
+        if network.topology != "switch" or network.intra_host != "shared":
+            rows = topology_table(
+                op,
+                algos,
+                ns,
+                sizes,
+                bw,
+                lat,
+                devices_per_host or 1,
+                intra_bw,
+                intra_lat,
+                network,
             )
-        if network.intra_host != "shared":
-            title += f" · {network.intra_host} {format_bandwidth(intra_bw)}"
-        elif devices_per_host is not None and "hierarchical" in algos:
-            title += f" · intra-host {format_bandwidth(intra_bw)}, {format_duration(intra_lat)}"
+        else:
+            rows = collectives_table(
+                algos,
+                ns,
+                sizes,
+                bw,
+                lat,
+                devices_per_host,
+                intra_bandwidth_Bps=intra_bw,
+                intra_latency_s=intra_lat,
+                op=op,
+            )
+        title = _title(op, bw, lat, network, intra_bw, intra_lat, devices_per_host, algos)
         return rows, title
 
     rows, title = guarded(table_rows)
-    table = Table(title=title, caption="busbw = algbw × 2(n−1)/n (nccl-tests, PERFORMANCE.md)")
+    console.print(_table(op, rows, title))
+
+
+def _title(
+    op: str,
+    bandwidth_Bps: float,
+    latency_s: float,
+    network: NetworkSpec,
+    intra_bandwidth_Bps: float,
+    intra_latency_s: float,
+    devices_per_host: int | None,
+    algos: list[str],
+) -> str:
+    """The table's title: the collective, the links and the topology that priced it."""
+    from simdist.units import format_bandwidth, format_duration
+
+    label = OP_LABELS[op][0]
+    title = (
+        f"{label} · link {format_bandwidth(bandwidth_Bps)}, latency {format_duration(latency_s)}"
+    )
+    if network.topology == "leaf_spine":
+        title += (
+            f" · leaf_spine {network.hosts_per_leaf} hosts/leaf, "
+            f"{network.oversubscription:g}:1, hop {format_duration(network.hop_latency_s)}"
+        )
+    if network.intra_host != "shared":
+        title += f" · {network.intra_host} {format_bandwidth(intra_bandwidth_Bps)}"
+    elif devices_per_host is not None and "hierarchical" in algos:
+        intra = f"{format_bandwidth(intra_bandwidth_Bps)}, {format_duration(intra_latency_s)}"
+        title += f" · intra-host {intra}"
+    return title
+
+
+def _table(op: str, rows: list[Row], title: str) -> Table:
+    """The rows as a rich table, busbw's factor for ``op`` in the caption."""
+    from simdist.units import format_bandwidth, format_duration, format_size
+
+    caption = f"busbw = algbw × {OP_LABELS[op][1]} (nccl-tests, PERFORMANCE.md)"
+    table = Table(title=title, caption=caption)
     for column in ("size", "n", "algorithm", "time", "algbw", "busbw", "note"):
         table.add_column(
             column,
@@ -238,10 +380,10 @@ def collectives(
         table.add_row(
             format_size(row["nbytes"]),
             str(row["n"]),
-            row["algo"],
+            str(row["algo"]),
             format_duration(row["time_s"]) if timed else "—",
             format_bandwidth(row["algbw_Bps"]) if timed else "—",
             format_bandwidth(row["busbw_Bps"]) if timed else "—",
-            row["note"],
+            str(row["note"]),
         )
-    console.print(table)
+    return table

@@ -1,7 +1,8 @@
 """The network: the one place that decides how long bytes take, and records it.
 
 Strategies say *what* moves (``net.send(worker, ps, nbytes)``,
-``net.allreduce(devices, nbytes, "ring")``); the network routes it through its
+``net.allreduce(devices, nbytes, "ring")``, ``reduce_scatter``, ``all_gather``,
+``all_to_all``, ``broadcast``, ``reduce``); the network routes it through its
 :class:`~simdist.network.topology.Topology`, prices it, holds the links on the
 SimPy clock (so concurrent traffic contends) and records the interval — as in
 ASTRA-sim's ``send(src, dst, nbytes) -> delay``. Every recorded ``comm`` row
@@ -33,7 +34,7 @@ Point-to-point messages pay ``cluster.network.protocol``
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from simdist.cluster import Device
 from simdist.network.hold import hold_ordered
@@ -43,6 +44,7 @@ from simdist.network.transfer import Countdown, Route, Transfer, route_of
 from simdist.network.transport import PROTOCOLS, Message, Protocol, Transport
 
 if TYPE_CHECKING:
+    import numpy as np
     import simpy
 
     from simdist.recorder import Recorder
@@ -50,7 +52,12 @@ if TYPE_CHECKING:
 
 #: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines,
 #: the route's :class:`Route` and what each end records of an ideal message (:meth:`send`).
-_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Route, tuple[Any, ...]]
+_Ends = tuple[tuple[bool, str, str, str], ...]  # per recording end: device?, host, track, cell
+_Route = tuple[list[Link], tuple[str, str], str, tuple[str, str], Route, _Ends]
+#: A held set of links: acquisition order, its index map, and link cells per host column.
+_Hold = tuple[list[Link], list[int], dict[int, tuple["np.ndarray", "np.ndarray"]]]
+#: A collective over one device list: the list, seconds, links held, bytes per link.
+_Priced = tuple[Sequence[Device], float, list[Link], list[float]]
 
 
 def links_on(links: Iterable[Link], host: str) -> str:
@@ -75,9 +82,10 @@ class Network:
         self.transport = Transport(env, protocol or PROTOCOLS["ideal"])
         self._ideal = self.transport.protocol.ideal  # asked per message; fixed per run
         self._routes: dict[tuple[str, str], _Route] = {}
-        self._holds: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _hold
-        self._collectives: dict[tuple[Any, ...], tuple[Any, ...]] = {}  # see _collective
-        self._phase_cells: dict[tuple[int, ...], tuple[Any, ...]] = {}  # see _record_phase
+        self._holds: dict[tuple[int, ...], _Hold] = {}  # see _hold
+        self._collectives: dict[tuple[str, str, float, int], _Priced] = {}  # see _collective
+        # see _record_phase: the routes of a phase, and the links cell per host
+        self._phase_cells: dict[tuple[int, ...], tuple[tuple[list[Link], ...], dict[str, str]]] = {}
 
     # -- point to point ------------------------------------------------------
 
@@ -187,7 +195,7 @@ class Network:
         step: int,
         detail: str,
         nbytes: float,
-    ) -> Generator[Any, Any, None]:
+    ) -> Generator[simpy.Event, object, None]:
         """Wait for parallel messages of one host; record them on its devices as one span.
 
         The span runs from now to the last arrival — or to an interruption (a
@@ -317,6 +325,45 @@ class Network:
         """Reduce ``nbytes`` from every device onto ``devices[0]`` (binomial tree)."""
         return self._collective("reduce", devices, nbytes, "tree", step, detail)
 
+    def reduce_scatter(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str = "ring",
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """Reduce-scatter a buffer of ``nbytes`` over ``devices``: each keeps nbytes / n of
+        the sum (ZeRO's gradient sharding); the event's value is ``(start_s, end_s)``."""
+        return self._collective("reduce_scatter", devices, nbytes, algo, step, detail)
+
+    def all_gather(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str = "ring",
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """All-gather ``nbytes`` in all from nbytes / n on each of ``devices`` (FSDP's
+        parameter gathering, tensor parallelism's activations)."""
+        return self._collective("all_gather", devices, nbytes, algo, step, detail)
+
+    def all_to_all(
+        self,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str = "pairwise",
+        *,
+        step: int,
+        detail: str | None = None,
+    ) -> simpy.Process:
+        """All-to-all: each of ``devices`` sends nbytes / n of its ``nbytes`` to every
+        other (mixture-of-experts token exchange)."""
+        return self._collective("all_to_all", devices, nbytes, algo, step, detail)
+
     def _collective(
         self,
         op: str,
@@ -354,7 +401,7 @@ class Network:
         step: int,
         detail: str,
         link_bytes: Sequence[float] | None = None,
-    ) -> Generator[Any, Any, tuple[float, float]]:
+    ) -> Generator[simpy.Event, object, tuple[float, float]]:
         if seconds < 0:
             raise ValueError(f"cannot hold links for a negative time: {seconds}")
         # A strategy holds the same links step after step: their acquisition order and the
@@ -381,4 +428,12 @@ class Network:
         return start, end
 
 
-_LABELS = {"allreduce": "all-reduce", "broadcast": "broadcast", "reduce": "reduce"}
+_LABELS = {
+    "allreduce": "all-reduce",
+    "all_reduce": "all-reduce",
+    "reduce_scatter": "reduce-scatter",
+    "all_gather": "all-gather",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "all_to_all": "all-to-all",
+}

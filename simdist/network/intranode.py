@@ -33,11 +33,14 @@ Timing only: nothing here imports JAX.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simdist.cluster import Device
 from simdist.network.bottleneck import Hop
 from simdist.network.link import Link, channel_links
+
+if TYPE_CHECKING:
+    import simpy
 
 #: The intra-host fabrics ``cluster.network.intra_host`` may name.
 INTRA_HOST: tuple[str, ...] = ("shared", "nvlink", "pcie")
@@ -61,7 +64,7 @@ class HostFabric:
 
     def __init__(
         self,
-        env: Any,
+        env: simpy.Environment,
         host: str,
         devices: tuple[Device, ...],
         latency_s: float,
@@ -115,7 +118,7 @@ class _PortFabric(HostFabric):
 
     def __init__(
         self,
-        env: Any,
+        env: simpy.Environment,
         host: str,
         devices: tuple[Device, ...],
         latency_s: float,
@@ -197,7 +200,7 @@ FABRICS: dict[str, type[HostFabric]] = {
 
 
 def host_fabric(
-    env: Any,
+    env: simpy.Environment,
     mode: str,
     host: str,
     devices: tuple[Device, ...],

@@ -24,13 +24,14 @@ leaf's uplink (down) → NIC, through three (leaf, spine, leaf). Each switch hop
 ``2·α_NIC + hops × hop_latency`` of latency. Inside a machine, and between a device and
 its NIC, the fabric's routes apply.
 
-Collectives: priced by :mod:`simdist.network.bottleneck` from their communication
-pattern (the flows of each step, max-min shared over NIC sides, uplinks and intra-host
-ports), then the closed form of :mod:`simdist.collectives` with that (α, B). With the
-``shared`` fabric the network part of a flat collective is its pattern over the hosts
-(one participant per host, as the switch's closed forms count it), and the intra-host
-link prices what stays inside a host; ``hierarchical`` takes its intra stage from the
-intra-host fabric and its inter stage from the d per-rank rings across hosts, together.
+Collectives: the registry's pattern (:mod:`simdist.collectives.registry`) gives the steps
+of each scope, :mod:`simdist.network.bottleneck` their (α, B) (the flows of each step,
+max-min shared over NIC sides, uplinks and intra-host ports), and the pattern's closed
+form (:func:`simdist.collectives.pattern_s`) the time. With the ``shared`` fabric the
+network part of a flat collective is its pattern over the hosts (one participant per
+host, as the switch's closed forms count it), and the intra-host link prices what stays
+inside a host; a hierarchical pattern takes its stages inside hosts from the intra-host
+fabric and its stages across hosts from its lines (one per local rank) together.
 Within one rack (hop_latency 0), this is exactly the switch's time. A
 collective holds every link its flows use, the uplinks included.
 
@@ -41,28 +42,31 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from simdist.cluster import Cluster, Device
-from simdist.collectives import (
-    ALGORITHMS,
-    allreduce_s,
-    broadcast_s,
-    hierarchical_allreduce_s,
-    reduce_s,
-)
-from simdist.errors import SimdistError
-from simdist.network import bottleneck
-from simdist.network.bottleneck import Hop
+from simdist.collectives import FLAT, INTER, INTRA, Pattern, pattern_s
+from simdist.collectives.registry import pattern as registry_pattern
+from simdist.network.bottleneck import Flow, Hop, flow
+from simdist.network.bottleneck import effective as bottleneck_effective
 from simdist.network.intranode import HostFabric, PCIE3_X16_Bps, host_fabric
 from simdist.network.link import Link, channel_links
-from simdist.network.switch import nic_links
-from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
+from simdist.network.topology import (
+    Endpoint,
+    Topology,
+    hosts_of,
+    machine_of,
+    nic_links,
+    ranked,
+)
 
-#: How a collective is priced: ``flat`` with (α, B), or ``hierarchical`` with (h, d, α_intra,
-#: B_intra, α_inter, B_inter); and the links it holds.
-Pricing = tuple[str, tuple[float, ...], list[Link]]
+if TYPE_CHECKING:
+    import simpy
+
+    from simdist.scenario import LinksSpec, NetworkSpec, Scenario
+
+#: How a collective is priced: its pattern, (α, B) per scope, and the links it holds.
+Pricing = tuple[Pattern, dict[str, tuple[float, float]], list[Link]]
 
 
 def uplink_bandwidth_Bps(
@@ -87,7 +91,7 @@ class LeafSpineTopology(Topology):
 
     def __init__(
         self,
-        env: Any,
+        env: simpy.Environment,
         cluster: Cluster,
         *,
         nic_latency_s: float,
@@ -143,9 +147,11 @@ class LeafSpineTopology(Topology):
             self.up[leaf], self.down[leaf] = self.add_links(
                 self._uplink(env, leaf, duplex, sharing)
             )
-        self._pricing: dict[tuple[Any, ...], Pricing] = {}
+        self._pricing: dict[tuple[str, str, tuple[str, ...]], Pricing] = {}
 
-    def _uplink(self, env: Any, leaf: int, duplex: str, sharing: str) -> tuple[Link, Link]:
+    def _uplink(
+        self, env: simpy.Environment, leaf: int, duplex: str, sharing: str
+    ) -> tuple[Link, Link]:
         return channel_links(
             env,
             f"leaf{leaf}/uplink",
@@ -157,13 +163,14 @@ class LeafSpineTopology(Topology):
         )
 
     @classmethod
-    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> LeafSpineTopology:
-        net = scenario.cluster.network
-        if net.topology == "leaf_spine":
-            return cls(env, cluster, **_options(scenario))
+    def from_scenario(
+        cls, env: simpy.Environment, cluster: Cluster, scenario: Scenario
+    ) -> LeafSpineTopology:
+        links, net = scenario.cluster.links, scenario.cluster.network
         # A non-blocking switch is one leaf holding every machine (``switch`` with an
         # nvlink or pcie fabric is built so).
-        return cls(env, cluster, **_options(scenario, one_leaf=len(cluster.machines)))
+        one_leaf = 0 if net.topology == "leaf_spine" else len(cluster.machines)
+        return cls(env, cluster, **_options(links, net, one_leaf))  # type: ignore[arg-type]
 
     # -- routes --------------------------------------------------------------
 
@@ -214,126 +221,132 @@ class LeafSpineTopology(Topology):
         pricing = self._pricing.get(key)
         if pricing is None:
             pricing = self._pricing[key] = self._price(op, devices, algo)
-        kind, figures, links = pricing
-        if kind == "hierarchical":
-            h, d, a_i, b_i, a_e, b_e = figures
-            seconds = hierarchical_allreduce_s(int(h), int(d), nbytes, a_i, b_i, a_e, b_e)
-        elif op == "broadcast":
-            seconds = broadcast_s(len(devices), nbytes, *figures)
-        elif op == "reduce":
-            seconds = reduce_s(len(devices), nbytes, *figures)
-        else:
-            seconds = allreduce_s(algo, len(devices), nbytes, *figures)
-        return seconds, links
+        pattern, figures, links = pricing
+        return pattern_s(pattern, nbytes, figures), links
 
     def effective(self, op: str, devices: Sequence[Device], algo: str) -> dict[str, float]:
         """The (α, B) the closed form of ``op`` over ``devices`` is priced with, by name.
 
-        Flat algorithms: ``latency_s`` and ``bandwidth_Bps``; hierarchical: ``intra_*`` and
-        ``inter_*``. For reports and for teaching (``simdist collectives``).
+        Flat algorithms: ``latency_s`` and ``bandwidth_Bps``; hierarchical: ``hosts``,
+        ``devices_per_host``, ``intra_*`` and ``inter_*``. For reports and for teaching
+        (``simdist collectives``).
         """
-        kind, figures, _ = self._price(op, devices, algo)
-        if kind == "hierarchical":
-            names = (
-                "hosts",
-                "devices_per_host",
-                "intra_latency_s",
-                "intra_bandwidth_Bps",
-                "inter_latency_s",
-                "inter_bandwidth_Bps",
-            )
-        else:
-            names = ("latency_s", "bandwidth_Bps")
-        return dict(zip(names, figures, strict=True))
+        _, figures, _ = self._price(op, devices, algo)
+        out: dict[str, float] = {}
+        if INTER in figures:
+            hosts = hosts_of(devices)
+            out |= {"hosts": len(hosts), "devices_per_host": len(devices) // len(hosts)}
+        prefix = {FLAT: "", INTRA: "intra_", INTER: "inter_"}
+        for scope, (latency_s, bandwidth_Bps) in figures.items():
+            out[f"{prefix[scope]}latency_s"] = latency_s
+            out[f"{prefix[scope]}bandwidth_Bps"] = bandwidth_Bps
+        return out
 
     def _price(self, op: str, devices: Sequence[Device], algo: str) -> Pricing:
-        if op not in ("allreduce", "broadcast", "reduce"):
-            raise ValueError(f"unknown collective {op!r}")
-        hosts = hosts_of(devices)
-        order = {host: i for i, host in enumerate(hosts)}
-        # Host by host, as MPI's block placement (a ring crosses each host boundary once);
-        # stable, so the root of a broadcast or reduce (devices[0]) stays rank 0.
-        ranked = sorted(devices, key=lambda device: order[device.host])
-        groups = [[d for d in ranked if d.host == host] for host in hosts]
+        order = ranked(devices)
+        pattern = self.pattern(op, order, algo)
+        groups = [[d for d in order if d.host == host] for host in hosts_of(order)]
         used: dict[int, Link] = {}
-        if op == "allreduce" and algo == "hierarchical":
-            if len(set(hosts.values())) != 1:
-                raise SimdistError(
-                    "hierarchical all-reduce needs the same number of devices on every host, "
-                    f"got {hosts}"
-                )
-            intra = self._intra_stage(groups, used)
-            inter = self._inter_stage(groups, used)
-            self._hold_shared(groups, used)
-            return (
-                "hierarchical",
-                (len(groups), len(groups[0]), *intra, *inter),
-                list(used.values()),
-            )
-        if op == "allreduce" and algo not in ALGORITHMS:
-            raise SimdistError(
-                f"unknown all-reduce algorithm {algo!r}; expected one of {ALGORITHMS}"
-            )
-        shared = not self.fabric[ranked[0].host].ports
-        if shared:
-            if len(groups) == 1:
-                fabric = self.fabric[ranked[0].host]
-                used[id(fabric.intra)] = fabric.intra
-                return "flat", (fabric.latency_s, fabric.bandwidth_Bps), list(used.values())
-            participants = [group[0] for group in groups]  # the network part, host by host
-        else:
-            participants = ranked
-        pattern = [
-            [self._flow([(participants[s], participants[t])], share, used) for s, t, share in step]
-            for step in bottleneck.steps(op, algo, len(participants))
-        ]
-        figures = bottleneck.effective(pattern, self._capacity(used))
-        if figures is None:  # one participant: nothing moves, any figures do
-            fabric = self.fabric[ranked[0].host]
-            figures = (fabric.latency_s, fabric.bandwidth_Bps)
+        figures: dict[str, tuple[float, float]] = {}
+        for scope in pattern.scopes():
+            if scope == INTRA:
+                figures[scope] = self._intra_stage(pattern, order, groups, used)
+            elif scope == INTER:
+                figures[scope] = self._inter_stage(pattern, order, groups, used)
+            else:
+                figures[scope] = self._flat_stage(op, algo, pattern, order, groups, used)
         self._hold_shared(groups, used)
-        return "flat", figures, list(used.values())
+        return pattern, figures, list(used.values())
 
-    def _intra_stage(self, groups: list[list[Device]], used: dict[int, Link]) -> tuple[float, ...]:
-        """(α, B) of the rings inside every host at once (hierarchical's first and last stage)."""
+    def _flat_stage(
+        self,
+        op: str,
+        algo: str,
+        pattern: Pattern,
+        order: list[Device],
+        groups: list[list[Device]],
+        used: dict[int, Link],
+    ) -> tuple[float, float]:
+        """(α, B) of a flat pattern: the bottleneck over all its steps."""
+        fabric = self.fabric[order[0].host]
+        if not fabric.ports:
+            if len(groups) == 1:
+                used[id(fabric.intra)] = fabric.intra
+                return fabric.latency_s, fabric.bandwidth_Bps
+            order = [group[0] for group in groups]  # the network part, host by host
+            pattern = registry_pattern(op, algo, len(order))
+        steps = [
+            [
+                self._flow([(order[line[s]], order[line[t]])], share, used)
+                for line in stage.lines
+                for s, t, share in step
+            ]
+            for stage, step in pattern.steps(FLAT)
+        ]
+        figures = bottleneck_effective(steps, self._capacity(used))
+        if figures is None:  # one participant: nothing moves, any figures do
+            return fabric.latency_s, fabric.bandwidth_Bps
+        return figures
+
+    def _intra_stage(
+        self,
+        pattern: Pattern,
+        order: list[Device],
+        groups: list[list[Device]],
+        used: dict[int, Link],
+    ) -> tuple[float, float]:
+        """(α, B) of the stages inside every host at once (hierarchical's first and last)."""
         fabric = self.fabric[groups[0][0].host]
         if not fabric.ports or len(groups[0]) == 1:
             return fabric.latency_s, fabric.bandwidth_Bps
-        step = [
-            self._flow([(group[s], group[t])], share, used)
-            for group in groups
-            for s, t, share in bottleneck.ring_steps(len(group))[0]
+        steps = [
+            [
+                self._flow([(order[line[s]], order[line[t]])], share, used)
+                for line in stage.lines
+                for s, t, share in step
+            ]
+            for stage, step in pattern.steps(INTRA)
         ]
-        figures = bottleneck.effective([step], self._capacity(used))
+        figures = bottleneck_effective(steps, self._capacity(used))
         assert figures is not None
         return figures
 
-    def _inter_stage(self, groups: list[list[Device]], used: dict[int, Link]) -> tuple[float, ...]:
-        """(α, B) of the d rings across hosts, one per local rank, moving as one ring of S.
+    def _inter_stage(
+        self,
+        pattern: Pattern,
+        order: list[Device],
+        groups: list[list[Device]],
+        used: dict[int, Link],
+    ) -> tuple[float, float]:
+        """(α, B) of the stages across hosts, their lines (one per local rank) together.
 
-        Each ring edge between two hosts is one flow made of the d ranks' paths, so the NIC
-        they share carries all of it and each rank's own PCIe link a d-th.
+        Each edge between two hosts is one flow made of the lines' paths, so the NIC they
+        share carries all of it and each rank's own PCIe link a d-th.
         """
-        h, d = len(groups), len(groups[0])
-        if h == 1:
+        if len(groups) == 1:
             return self.nic_latency_s, self.nic_bandwidth_Bps
-        ranks = range(1) if not self.fabric[groups[0][0].host].ports else range(d)
-        step = [
-            self._flow([(groups[s][r], groups[t][r]) for r in ranks], share, used)
-            for s, t, share in bottleneck.ring_steps(h)[0]
-        ]
-        figures = bottleneck.effective([step], self._capacity(used))
+        bundled = self.fabric[groups[0][0].host].ports
+        steps = []
+        for stage, step in pattern.steps(INTER):
+            lines = stage.lines if bundled else stage.lines[:1]
+            steps.append(
+                [
+                    self._flow([(order[ln[s]], order[ln[t]]) for ln in lines], share, used)
+                    for s, t, share in step
+                ]
+            )
+        figures = bottleneck_effective(steps, self._capacity(used))
         assert figures is not None
         return figures
 
     def _flow(
         self, pairs: list[tuple[Device, Device]], share: float, used: dict[int, Link]
-    ) -> bottleneck.Flow:
+    ) -> Flow:
         paths = [self.path(a, b) for a, b in pairs]
         for path in paths:
             for link, _ in path:
                 used.setdefault(id(link), link)
-        return bottleneck.flow(paths, share, self.latency_s(*pairs[0]))
+        return flow(paths, share, self.latency_s(*pairs[0]))
 
     def _hold_shared(self, groups: list[list[Device]], used: dict[int, Link]) -> None:
         """With the shared fabric, a collective over several hosts holds every host's
@@ -355,14 +368,25 @@ class LeafSpineTopology(Topology):
         }
 
 
-def _options(scenario: Any, one_leaf: int = 0) -> dict[str, Any]:
-    """The constructor's keywords from ``scenario`` (``one_leaf``: a switch of that many)."""
-    links, net = scenario.cluster.links, scenario.cluster.network
-    options: dict[str, Any] = {
-        "nic_latency_s": links.network.latency_s,
-        "nic_bandwidth_Bps": links.network.bandwidth_Bps,
-        "intra_latency_s": links.intra_host.latency_s,
-        "intra_bandwidth_Bps": links.intra_host.bandwidth_Bps,
+def _options(
+    links: LinksSpec | tuple[tuple[float, float], tuple[float, float]],
+    net: NetworkSpec,
+    one_leaf: int = 0,
+) -> dict[str, float | int | str]:
+    """The constructor's keywords from a scenario's ``cluster.links`` (or the (α, B) of the
+    NIC and of the intra-host link) and ``cluster.network`` (``one_leaf``: a switch of
+    that many machines)."""
+    if isinstance(links, tuple):
+        (nic_latency_s, nic_bandwidth_Bps), (intra_latency_s, intra_bandwidth_Bps) = links
+    else:
+        nic_latency_s, nic_bandwidth_Bps = links.network.latency_s, links.network.bandwidth_Bps
+        intra = links.intra_host
+        intra_latency_s, intra_bandwidth_Bps = intra.latency_s, intra.bandwidth_Bps
+    options: dict[str, float | int | str] = {
+        "nic_latency_s": nic_latency_s,
+        "nic_bandwidth_Bps": nic_bandwidth_Bps,
+        "intra_latency_s": intra_latency_s,
+        "intra_bandwidth_Bps": intra_bandwidth_Bps,
         "duplex": net.duplex,
         "sharing": net.sharing,
         "intra_host": net.intra_host,
@@ -381,7 +405,7 @@ def _options(scenario: Any, one_leaf: int = 0) -> dict[str, Any]:
 def standalone_topology(
     hosts: int,
     devices_per_host: int,
-    network: Any,
+    network: NetworkSpec,
     *,
     nic_latency_s: float,
     nic_bandwidth_Bps: float,
@@ -395,10 +419,11 @@ def standalone_topology(
 
     from simdist.scenario.cluster import ClusterSpec
 
-    spec = ClusterSpec(hosts=hosts, devices_per_host=devices_per_host, device={"profile": "v100"})
-    links = SimpleNamespace(
-        network=SimpleNamespace(latency_s=nic_latency_s, bandwidth_Bps=nic_bandwidth_Bps),
-        intra_host=SimpleNamespace(latency_s=intra_latency_s, bandwidth_Bps=intra_bandwidth_Bps),
+    spec = ClusterSpec.model_validate(
+        {"hosts": hosts, "devices_per_host": devices_per_host, "device": {"profile": "v100"}}
     )
-    scenario = SimpleNamespace(cluster=SimpleNamespace(links=links, network=network))
-    return LeafSpineTopology.from_scenario(simpy.Environment(), Cluster(spec), scenario)
+    cluster = Cluster(spec)
+    links = ((nic_latency_s, nic_bandwidth_Bps), (intra_latency_s, intra_bandwidth_Bps))
+    one_leaf = 0 if network.topology == "leaf_spine" else len(cluster.machines)
+    options = _options(links, network, one_leaf)
+    return LeafSpineTopology(simpy.Environment(), cluster, **options)  # type: ignore[arg-type]

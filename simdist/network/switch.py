@@ -14,13 +14,14 @@ parameter-server task co-located on its machine (``cluster.ps_placement``), whic
 has no NIC of its own; between machines it leaves through the sender's NIC
 (transmit side) and enters through the receiver's (receive side).
 
-Collectives over devices of one host run on its intra-host link with that link's
-α and B. Over several hosts a flat algorithm (ring, tree, halving-doubling) is
-priced with the NIC's α and B — a ring step lasts as long as its slowest edge,
-and W of its edges cross the network — and ``hierarchical`` reduces inside each
-host over the intra-host link and across hosts over the NICs. Either way the
-collective holds both sides of the NIC and the intra-host link of every host
-taking part.
+Collectives are priced from their pattern (:mod:`simdist.collectives.registry`) by
+:func:`simdist.collectives.pattern_s`, each scope on one link: over devices of one host
+everything runs on its intra-host link with that link's α and B; over several hosts a
+flat pattern (ring, tree, halving-doubling, …) is priced with the NIC's α and B — a ring
+step lasts as long as its slowest edge, and W of its edges cross the network — and a
+hierarchical one prices its stages inside each host on the intra-host link and its
+stages across hosts on the NICs. Either way the collective holds both sides of the NIC
+and the intra-host link of every host taking part.
 
 With ``cluster.network.intra_host: nvlink`` or ``pcie`` the hosts have NVLink ports
 or a PCIe tree instead of one intra-host link (:mod:`simdist.network.intranode`):
@@ -32,32 +33,18 @@ price those links from their communication pattern.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from simdist.cluster import Cluster, Device
-from simdist.collectives import (
-    allreduce_s,
-    broadcast_s,
-    hierarchical_allreduce_s,
-    reduce_s,
-)
-from simdist.errors import SimdistError
-from simdist.network.link import Link, channel_links
-from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of
+from simdist.collectives import FLAT, INTER, INTRA, pattern_s
+from simdist.network.leaf_spine import LeafSpineTopology
+from simdist.network.link import Link
+from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of, nic_links
 
+if TYPE_CHECKING:
+    import simpy
 
-def nic_links(
-    env: Any,
-    host: str,
-    latency_s: float,
-    bandwidth_Bps: float,
-    duplex: str,
-    sharing: str,
-) -> tuple[Link, Link]:
-    """A host's NIC as (transmit, receive) links: two when full duplex, one link twice when half."""
-    return channel_links(
-        env, f"{host}/nic", latency_s, bandwidth_Bps, host, sharing=sharing, duplex=duplex
-    )
+    from simdist.scenario import Scenario
 
 
 class SwitchTopology(Topology):
@@ -67,7 +54,7 @@ class SwitchTopology(Topology):
 
     def __init__(
         self,
-        env: Any,
+        env: simpy.Environment,
         cluster: Cluster,
         *,
         nic_latency_s: float,
@@ -91,12 +78,12 @@ class SwitchTopology(Topology):
             self.intra[name] = self.add_link(intra)
 
     @classmethod
-    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> Topology:
-        if getattr(scenario.cluster.network, "intra_host", "shared") != "shared":
+    def from_scenario(
+        cls, env: simpy.Environment, cluster: Cluster, scenario: Scenario
+    ) -> Topology:
+        if scenario.cluster.network.intra_host != "shared":
             # NVLink ports or a PCIe tree inside each host: a non-blocking switch is a
             # leaf-spine network of one leaf, whose collectives price the intra-host links.
-            from simdist.network.leaf_spine import LeafSpineTopology
-
             return LeafSpineTopology.from_scenario(env, cluster, scenario)
         links = scenario.cluster.links
         return cls(
@@ -119,38 +106,16 @@ class SwitchTopology(Topology):
     def collective(
         self, op: str, devices: Sequence[Device], nbytes: float, algo: str
     ) -> tuple[float, list[Link]]:
-        hosts = hosts_of(devices)
-        names = list(hosts)
-        n = len(devices)
+        names = list(hosts_of(devices))
         if len(names) == 1:
             links = [self.intra[names[0]]]
         else:
             links = [link for h in names for link in (self.tx[h], self.rx[h], self.intra[h])]
         intra, nic = self.intra[names[0]], self.tx[names[0]]
         flat = intra if len(names) == 1 else nic
-        if op == "allreduce":
-            if algo == "hierarchical":
-                per_host = set(hosts.values())
-                if len(per_host) != 1:
-                    raise SimdistError(
-                        f"hierarchical all-reduce needs the same number of devices on every "
-                        f"host, got {hosts}"
-                    )
-                seconds = hierarchical_allreduce_s(
-                    len(names),
-                    per_host.pop(),
-                    nbytes,
-                    intra.latency_s,
-                    intra.bandwidth_Bps,
-                    nic.latency_s,
-                    nic.bandwidth_Bps,
-                )
-            else:
-                seconds = allreduce_s(algo, n, nbytes, flat.latency_s, flat.bandwidth_Bps)
-        elif op == "broadcast":
-            seconds = broadcast_s(n, nbytes, flat.latency_s, flat.bandwidth_Bps)
-        elif op == "reduce":
-            seconds = reduce_s(n, nbytes, flat.latency_s, flat.bandwidth_Bps)
-        else:
-            raise ValueError(f"unknown collective {op!r}")
-        return seconds, links
+        figures = {
+            FLAT: (flat.latency_s, flat.bandwidth_Bps),
+            INTRA: (intra.latency_s, intra.bandwidth_Bps),
+            INTER: (nic.latency_s, nic.bandwidth_Bps),
+        }
+        return pattern_s(self.pattern(op, devices, algo), nbytes, figures), links

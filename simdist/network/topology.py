@@ -2,7 +2,10 @@
 
 A topology owns the links of a cluster. :meth:`Topology.route` gives the links a
 point-to-point message occupies; :meth:`Topology.collective` gives the closed-form
-duration of a collective over a set of devices and the links it holds meanwhile.
+duration of a collective over a set of devices and the links it holds meanwhile. A
+topology never asks which collective it prices: it takes the collective's pattern from
+:mod:`simdist.collectives.registry` (:meth:`Topology.pattern`) and says which links
+price each of its scopes (the one network, inside a host, across hosts).
 :class:`simdist.network.Network` turns both into SimPy events. A new topology
 is one module with one subclass, registered in :mod:`simdist.network`.
 
@@ -14,17 +17,23 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from simdist.cluster import Cluster, Device, Host
-from simdist.network.link import Link
-from simdist.network.traffic import collective_edges
+from simdist.collectives import OPS, Pattern
+from simdist.collectives.registry import pattern as registry_pattern
+from simdist.network.link import Link, channel_links
+
+if TYPE_CHECKING:
+    import simpy
+
+    from simdist.scenario import Scenario
 
 #: A message's end point: a device, or a host as a whole (its CPU, or a PS task).
 Endpoint = Device | Host
 
-#: The collectives a topology prices.
-COLLECTIVES: tuple[str, ...] = ("allreduce", "broadcast", "reduce")
+#: The collectives a topology prices (:data:`simdist.collectives.OPS`).
+COLLECTIVES: tuple[str, ...] = OPS
 
 #: Links as a helper makes them: a (transmit, receive) pair, a fabric's list.
 LinkGroup = TypeVar("LinkGroup", bound=Sequence[Link])
@@ -56,6 +65,30 @@ def hosts_of(devices: Sequence[Device]) -> dict[str, int]:
     return counts
 
 
+def nic_links(
+    env: simpy.Environment,
+    host: str,
+    latency_s: float,
+    bandwidth_Bps: float,
+    duplex: str,
+    sharing: str,
+) -> tuple[Link, Link]:
+    """A host's NIC as (transmit, receive) links: two when full duplex, one link twice when half."""
+    return channel_links(
+        env, f"{host}/nic", latency_s, bandwidth_Bps, host, sharing=sharing, duplex=duplex
+    )
+
+
+def ranked(devices: Sequence[Device]) -> list[Device]:
+    """``devices`` host by host (hosts in first-seen order), as MPI's block placement.
+
+    A ring then crosses each host boundary once, as the closed forms assume; the sort is
+    stable, so the root of a broadcast or reduce (``devices[0]``) stays rank 0.
+    """
+    order = {host: i for i, host in enumerate(hosts_of(devices))}
+    return sorted(devices, key=lambda device: order[device.host])
+
+
 class Topology(ABC):
     """The links of one cluster and how messages and collectives use them.
 
@@ -72,7 +105,7 @@ class Topology(ABC):
         self.cluster = cluster
         self._links: dict[int, Link] = {}  # registered, in creation order, once each
         # collective_link_bytes' cache: the shares per device names.
-        self._link_share_cache: dict[tuple[Any, ...], dict[int, float]] = {}
+        self._link_share_cache: dict[tuple[str, str, tuple[str, ...]], dict[int, float]] = {}
 
     def add_link(self, link: Link) -> Link:
         """Register ``link`` as one of this topology's (:meth:`links`) and return it."""
@@ -91,7 +124,9 @@ class Topology(ABC):
 
     @classmethod
     @abstractmethod
-    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> Topology:
+    def from_scenario(
+        cls, env: simpy.Environment, cluster: Cluster, scenario: Scenario
+    ) -> Topology:
         """This topology for ``scenario``'s cluster, its links on ``env``."""
 
     @abstractmethod
@@ -104,6 +139,20 @@ class Topology(ABC):
     ) -> tuple[float, list[Link]]:
         """Seconds for collective ``op`` of ``nbytes`` over ``devices``, and the links it holds."""
 
+    def grid(self) -> tuple[int, int]:
+        """The (x, y) a torus2d collective over every device uses; (0, 0): the most square."""
+        return 0, 0
+
+    def pattern(self, op: str, devices: Sequence[Device], algo: str) -> Pattern:
+        """The registry's pattern of ``op`` (``algo``) over ``devices`` ranked host by host.
+
+        Hierarchical algorithms learn the devices per host from the devices themselves
+        (0 when the hosts hold different numbers, which they refuse).
+        """
+        counts = set(hosts_of(devices).values())
+        per_host = counts.pop() if len(counts) == 1 else 0
+        return registry_pattern(op, algo, len(devices), per_host, self.grid())
+
     def links(self) -> list[Link]:
         """Every link of this topology, once each: by host (the cluster's order), then by name.
 
@@ -113,7 +162,7 @@ class Topology(ABC):
         NIC, one link in both ``tx`` and ``rx``, appears once; links of no host (uplinks)
         come last.
         """
-        names = [*getattr(self.cluster, "machines", ()), *(h.name for h in self.cluster.hosts)]
+        names = [*self.cluster.machines, *(h.name for h in self.cluster.hosts)]
         rank: dict[str, int] = {}
         for name in names:
             rank.setdefault(name, len(rank))
@@ -132,14 +181,13 @@ class Topology(ABC):
     ) -> list[float]:
         """Bytes collective ``op`` (``algo``) of ``nbytes`` puts on each of ``links``.
 
-        The collective's messages (:func:`simdist.network.traffic.collective_edges`) over
-        the devices ranked host by host (hosts in first-seen order, as MPI's block
-        placement, so a ring crosses each host boundary once, as the closed forms
-        assume), each routed by :meth:`route`: a link carries the bytes of every message
-        whose route crosses it, so the intra-host link carries its devices' share and a
-        NIC side its host's. Bytes routed over links the collective does not hold are not
-        counted. Per (op, algo, devices), the shares are computed once and scaled by
-        ``nbytes``. A torus2d all-reduce uses the topology's ``x`` × ``y`` when they match.
+        The collective's edges (:meth:`simdist.collectives.pattern.Pattern.edges`) over
+        the devices ranked host by host (:func:`ranked`), each routed by :meth:`route`:
+        a link carries the bytes of every message whose route crosses it, so the
+        intra-host link carries its devices' share and a NIC side its host's. Bytes
+        routed over links the collective does not hold are not counted. Per (op, algo,
+        devices), the shares are computed once and scaled by ``nbytes``. A torus2d
+        collective uses the topology's :meth:`grid` when it matches.
         """
         # The shares are remembered per device names; a strategy's collective over the same
         # device list step after step is remembered whole by ``Network``.
@@ -152,15 +200,10 @@ class Topology(ABC):
 
     def _link_shares(self, op: str, devices: Sequence[Device], algo: str) -> dict[int, float]:
         """Bytes per byte of the buffer on each link (by id) the collective's messages cross."""
-        hosts = hosts_of(devices)
-        order = {host: i for i, host in enumerate(hosts)}
-        # Host by host, stably: the root of a broadcast or reduce (devices[0]) stays rank 0.
-        ranked = sorted(devices, key=lambda device: order[device.host])
-        grid = (getattr(self, "x", 0), getattr(self, "y", 0))
-        edges = collective_edges(op, algo, [order[d.host] for d in ranked], grid)
+        order = ranked(devices)
         shares: dict[int, float] = {}
-        for src, dst, share in edges:
-            for link in self.route(ranked[src], ranked[dst]):
+        for src, dst, share in self.pattern(op, order, algo).edges():
+            for link in self.route(order[src], order[dst]):
                 shares[id(link)] = shares.get(id(link), 0.0) + share
         return shares
 

@@ -2,23 +2,28 @@
 
 TPU chips exchange gradients over the ICI directly, never through a host's NIC,
 so simdist keeps every chip on one host and models the ICI as one link
-(``<host>/ici``, the scenario's ``links.intra_host``). ``torus2d`` all-reduces
-follow :func:`simdist.collectives.torus2d_allreduce_s` with the ICI's α and B;
-other algorithms and collectives run flat over the ICI. Messages between hosts
+(``<host>/ici``, the scenario's ``links.intra_host``). Every collective's pattern is
+priced on the ICI's α and B; a ``torus2d`` one over every chip runs its rings along the
+torus's own x and y (:meth:`TorusTopology.grid`), as
+:func:`simdist.collectives.torus2d_allreduce_s` writes it. Messages between hosts
 (none today) leave through the host NICs, as on a switch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from simdist.cluster import Cluster, Device
-from simdist.collectives import allreduce_s, broadcast_s, reduce_s, torus2d_allreduce_s
+from simdist.collectives import FLAT, INTER, INTRA, pattern_s
 from simdist.errors import SimdistError
 from simdist.network.link import Link
-from simdist.network.switch import nic_links
-from simdist.network.topology import Endpoint, Topology, machine_of
+from simdist.network.topology import Endpoint, Topology, machine_of, nic_links
+
+if TYPE_CHECKING:
+    import simpy
+
+    from simdist.scenario import Scenario
 
 
 class TorusTopology(Topology):
@@ -28,7 +33,7 @@ class TorusTopology(Topology):
 
     def __init__(
         self,
-        env: Any,
+        env: simpy.Environment,
         cluster: Cluster,
         x: int,
         y: int,
@@ -58,7 +63,9 @@ class TorusTopology(Topology):
             )
 
     @classmethod
-    def from_scenario(cls, env: Any, cluster: Cluster, scenario: Any) -> TorusTopology:
+    def from_scenario(
+        cls, env: simpy.Environment, cluster: Cluster, scenario: Scenario
+    ) -> TorusTopology:
         x, y = scenario.strategy.topology
         links = scenario.cluster.links
         return cls(
@@ -80,6 +87,9 @@ class TorusTopology(Topology):
             return [self.ici[a]]
         return [self.tx[a], self.rx[b]]
 
+    def grid(self) -> tuple[int, int]:
+        return self.x, self.y
+
     def collective(
         self, op: str, devices: Sequence[Device], nbytes: float, algo: str
     ) -> tuple[float, list[Link]]:
@@ -87,15 +97,5 @@ class TorusTopology(Topology):
         if len(hosts) != 1:
             raise SimdistError(f"a torus collective runs on the chips of one host, got {hosts}")
         ici = self.ici[hosts.pop()]
-        n = len(devices)
-        if op == "allreduce" and algo == "torus2d" and n == self.x * self.y:
-            seconds = torus2d_allreduce_s(self.x, self.y, nbytes, ici.latency_s, ici.bandwidth_Bps)
-        elif op == "allreduce":
-            seconds = allreduce_s(algo, n, nbytes, ici.latency_s, ici.bandwidth_Bps)
-        elif op == "broadcast":
-            seconds = broadcast_s(n, nbytes, ici.latency_s, ici.bandwidth_Bps)
-        elif op == "reduce":
-            seconds = reduce_s(n, nbytes, ici.latency_s, ici.bandwidth_Bps)
-        else:
-            raise ValueError(f"unknown collective {op!r}")
-        return seconds, [ici]
+        figures = dict.fromkeys((FLAT, INTRA, INTER), (ici.latency_s, ici.bandwidth_Bps))
+        return pattern_s(self.pattern(op, devices, algo), nbytes, figures), [ici]
