@@ -1,4 +1,4 @@
-"""The main job's sync/async lesson across seeds: README's "Sync or async?" figures.
+"""The main job's sync/async lesson across seeds: docs/strategies.md's "Sync or async?" figures.
 
 ps_4w2s (4 workers, 2 PS tasks, the digits MLP) trained asynchronously at its learning
 rate 0.1, and synchronously (``mode: sync``) at 4 × 0.1 (linear scaling for the 4-fold

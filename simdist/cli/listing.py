@@ -40,7 +40,7 @@ def list_() -> None:
         )
         profiles.add_row(p.name, p.kind, peaks, memory, f"{p.launch_s * 1e6:g} us")
     console.print(profiles)
-    console.print("sources: simdist/profiles.py and README.md, Device profiles")
+    console.print("sources: simdist/profiles.py and docs/devices.md, Device profiles")
     console.print(_models_table())
 
 

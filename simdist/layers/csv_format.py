@@ -1,7 +1,7 @@
 """``layers.csv``: a per-layer profile as a CSV file a user can write by hand.
 
-One row per layer in forward order (columns :data:`CSV_COLUMNS`; README.md, "Per-layer
-profiles", documents each), which a user can also fill from a framework profiler for a model
+One row per layer in forward order (columns :data:`CSV_COLUMNS`; docs/devices.md, "`layers.csv`",
+documents each), which a user can also fill from a framework profiler for a model
 that is not in the zoo. ``#`` lines at the top carry the model name, batch size, input shape
 and bytes per parameter.
 """
@@ -17,7 +17,7 @@ from simdist.errors import SimdistError
 from simdist.layers.atomic import write_atomic
 from simdist.layers.profile import LayerProfile, ModelProfile, format_shape, parse_shape
 
-# The columns of layers.csv, in the order written; README.md documents each.
+# The columns of layers.csv, in the order written; docs/devices.md documents each.
 CSV_COLUMNS: tuple[str, ...] = (
     "name",
     "forward_flops",
