@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from functools import partial
 from itertools import pairwise
-from types import SimpleNamespace
 
 import pytest
 import simpy
 from helpers import count_steps
+from helpers.network import INTRA_BW, INTRA_LAT, make_spec
 
 from simdist.cluster import Cluster
 from simdist.collectives import (
@@ -37,19 +37,6 @@ from simdist.recorder import Recorder
 MB = 1e6
 GBps = 1e9
 US10 = 1e-5
-INTRA_BW, INTRA_LAT = 300e9, 2e-6
-
-
-def make_spec(hosts: int = 2, devices: int = 2, ps: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(
-        hosts=hosts,
-        worker_names=[f"worker{i}" for i in range(hosts)],
-        chief_names=[],
-        ps=ps,
-        ps_names=[f"ps{i}" for i in range(ps)],
-        devices_per_host=devices,
-        device=SimpleNamespace(profile="v100", peak_flops=None, efficiency=None),
-    )
 
 
 def make_net(

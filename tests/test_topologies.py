@@ -11,6 +11,7 @@ import itertools
 import pytest
 import simpy
 import yaml
+from helpers.network import make_spec
 
 from simdist.cluster import Cluster
 from simdist.collectives import (
@@ -39,7 +40,6 @@ from simdist.recorder import Recorder
 from simdist.scenario import dump_scenario, scenario_from_dict
 from simdist.strategies.base import Costs
 from simdist.strategies.multi_worker_mirrored import resolve_communication
-from tests.test_network import make_spec
 
 B = 2.0**30  # NIC bandwidth, bytes/s
 ALPHA = 2.0**-16  # NIC latency, s
