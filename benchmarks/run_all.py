@@ -1,6 +1,6 @@
 """Run every benchmark and write docs/PERFORMANCE.md.
 
-    python benchmarks/run_all.py            # about five minutes on 2 cores
+    python benchmarks/run_all.py            # about seven minutes on 2 cores
     python benchmarks/run_all.py --quick    # smaller runs, for a smoke test
     python benchmarks/run_all.py --render benchmarks/last_results.json   # page only
 
@@ -23,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_budgets
 import bench_floor
 import bench_machine
 import bench_overhead
@@ -290,6 +291,7 @@ def render(
     report: dict[str, Any] | None = None,
     sharing: list[dict[str, Any]] | None = None,
     scale: list[dict[str, Any]] | None = None,
+    budgets: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/PERFORMANCE.md."""
     meta_loop_s = meta.get("python_loop_s", math.nan)
@@ -800,6 +802,8 @@ def render(
         _render_time_to_report(add, report)
     if sharing:
         _render_sharing(add, sharing)
+    if budgets:
+        add(bench_budgets.render(budgets))
 
     add("## What was optimised\n")
     add(
@@ -1327,18 +1331,20 @@ def main() -> None:
         "repeat": args.repeat,
         "quick": args.quick,
     }
-    print("1/5 full run vs bare loop …", flush=True)
+    print("1/6 full run vs bare loop …", flush=True)
     overhead = bench_overhead.run(args.repeat, args.quick)
     parts = bench_overhead.breakdown(gradients=256 if args.quick else 1024, repeat=args.repeat)
-    print("2/5 timing-only events per second …", flush=True)
+    print("2/6 timing-only events per second …", flush=True)
     events = bench_timing_only.run(args.repeat, args.quick)
     scale = bench_timing_only.scale(2, args.quick)
-    print("3/5 cost per applied update …", flush=True)
+    print("3/6 cost per applied update …", flush=True)
     updates = bench_update_cost.run(args.repeat, args.quick)
-    print("4/5 time to report (whole processes) …", flush=True)
+    print("4/6 time to report (whole processes) …", flush=True)
     report = bench_time_to_report.run(2 if args.quick else 5, phases=not args.quick)
-    print("5/5 network models: fair sharing, full duplex …", flush=True)
+    print("5/6 network models: fair sharing, full duplex …", flush=True)
     sharing = bench_sharing.run(args.repeat, args.quick)
+    print("6/6 wall-clock budgets (ResNet-50 timing-only, the notebooks) …", flush=True)
+    budgets = bench_budgets.run(args.repeat, args.quick)
     meta["minutes"] = (time.perf_counter() - start) / 60
     data = {
         "overhead": overhead,
@@ -1349,6 +1355,7 @@ def main() -> None:
         "report": report,
         "sharing": sharing,
         "scale": scale,
+        "budgets": budgets,
     }
     raw.write_text(json.dumps(data, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 from helpers import tiny, write
+from helpers.malformed import MALFORMED
 from typer.testing import CliRunner
 
 from simdist.cli import app
@@ -142,13 +143,7 @@ def test_failed_run_leaves_previous_report_untouched(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
-def _malformed_cases():
-    from test_scenario import MALFORMED
-
-    return MALFORMED
-
-
-@pytest.mark.parametrize("case", _malformed_cases(), ids=lambda case: case[0])
+@pytest.mark.parametrize("case", MALFORMED, ids=lambda case: case[0])
 def test_every_malformed_scenario_exits_2_naming_the_field(tmp_path, case):
     _, text, field, _ = case
     path = tmp_path / "bad.yaml"

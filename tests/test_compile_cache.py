@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache (issue 15): on by default in the per-user folder, off with
+"""JAX's persistent compilation cache: on by default in the per-user folder, off with
 SIMDIST_COMPILATION_CACHE=0, cleared by `simdist cache clear`; reports identical with the
 cache cold, warm and off."""
 

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 import simpy
 from helpers import count_steps
+from helpers.network import INTRA_BW, INTRA_LAT, make_spec
+from helpers.ps_timing import ALPHA, SIGMA, B, S, costs, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,8 +22,6 @@ from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
 from simdist.network.fair import FairShare, Flow, max_min_levels
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
-from tests.test_network import INTRA_BW, INTRA_LAT, make_spec
-from tests.test_ps_timing import ALPHA, SIGMA, B, S, costs, scenario
 
 
 def flow(env, links, nbytes, log, name, at=0.0):

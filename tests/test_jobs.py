@@ -1,4 +1,4 @@
-"""Several jobs on one cluster (issue 13): one clock, one network, a report per job.
+"""Several jobs on one cluster: one clock, one network, a report per job.
 
 Timing cases use hand-made ``Costs`` (``workload=None``) and powers of two, so the
 simulated times are exact binary fractions compared with ``==``. The shared bottleneck is

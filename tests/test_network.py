@@ -12,6 +12,7 @@ from itertools import pairwise
 import pytest
 import simpy
 from helpers import count_steps
+from helpers.network import INTRA_BW, INTRA_LAT, make_spec
 
 from simdist.cluster import Cluster
 from simdist.collectives import (
@@ -32,17 +33,10 @@ from simdist.network import (
 )
 from simdist.network.transport import PROTOCOLS
 from simdist.recorder import Recorder
-from simdist.scenario.cluster import ClusterSpec
 
 MB = 1e6
 GBps = 1e9
 US10 = 1e-5
-INTRA_BW, INTRA_LAT = 300e9, 2e-6
-
-
-def make_spec(hosts: int = 2, devices: int = 2, ps: int = 1) -> ClusterSpec:
-    """A validated cluster section: ``hosts`` hosts of ``devices`` v100s, ``ps`` PS tasks."""
-    return ClusterSpec(hosts=hosts, devices_per_host=devices, ps=ps, device={"profile": "v100"})
 
 
 def make_net(

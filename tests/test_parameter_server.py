@@ -9,7 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
-from helpers import assert_trees_close, tiny, write
+from helpers import assert_trees_close, ps, tiny, write
 
 from simdist.engine import run
 from simdist.scenario import scenario_from_dict
@@ -20,21 +20,6 @@ from simdist.strategies.parameter_server import (
     bytes_per_ps,
     partition,
 )
-
-NET = {"bandwidth": "1GB/s", "latency": "10us"}
-
-
-def ps(workers: int = 4, servers: int = 1, steps: int = 40, **strategy) -> dict:
-    return tiny(
-        **{
-            "strategy": {"kind": "parameter_server", **strategy},
-            "cluster.hosts": workers,
-            "cluster.ps": servers,
-            "cluster.links.network": NET,
-            "workload.steps": steps,
-        }
-    )
-
 
 # -- partitioning (pure) ----------------------------------------------------
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import assert_trees_close
+from helpers import ps as parameter_server_scenario
 
 from simdist.costs import measure_costs
 from simdist.engine import cached_workload, run, simulate
@@ -19,7 +20,6 @@ from simdist.strategies.parameter_server import ParameterServers, partition
 from simdist.strategies.parameter_server import replay as replay_module
 from simdist.strategies.parameter_server.dataflow import Apply, Evaluate
 from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
-from tests.test_parameter_server import ps as parameter_server_scenario
 
 
 def ps(workers: int = 4, servers: int = 2, steps: int = 40, **strategy) -> dict:

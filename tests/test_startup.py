@@ -1,4 +1,4 @@
-"""Cheap start (issue 15): `simdist --help` and `simdist validate` without JAX, pandas,
+"""Cheap start: `simdist --help` and `simdist validate` without JAX, pandas,
 matplotlib, scikit-learn or NumPy where they are not needed; the model check read from the
 per-user record of model sizes gives the same verdicts as JAX."""
 

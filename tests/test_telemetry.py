@@ -12,6 +12,8 @@ import math
 import pandas as pd
 import pytest
 import simpy
+from helpers.network import make_spec
+from helpers.ps_timing import FIFO, B, S, costs, scenario
 from pandas.testing import assert_frame_equal
 
 from simdist.api import read_table
@@ -38,8 +40,6 @@ from simdist.report.tables import write_csv
 from simdist.report.trace import build_trace, link_counter_rows
 from simdist.scenario import load_scenario
 from simdist.strategies.base import Costs
-from tests.test_network import make_spec
-from tests.test_ps_timing import FIFO, B, S, costs, scenario
 
 FAIR = {"duplex": "full", "sharing": "fair"}
 NIC_B, NIC_A = 2.0**30, 2.0**-16

@@ -10,6 +10,7 @@ import itertools
 
 import pytest
 import simpy
+from helpers.network import make_spec
 
 from simdist.cluster import Cluster
 from simdist.collectives import (
@@ -34,7 +35,6 @@ from simdist.network.intranode import PCIE3_X16_Bps
 from simdist.network.leaf_spine import uplink_bandwidth_Bps
 from simdist.network.traffic import double_tree_parents
 from simdist.recorder import Recorder
-from tests.test_network import make_spec
 
 B = 2.0**30  # NIC bandwidth, bytes/s
 ALPHA = 2.0**-16  # NIC latency, s

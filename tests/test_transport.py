@@ -12,6 +12,10 @@ from types import SimpleNamespace
 import pytest
 import simpy
 import yaml
+from helpers.ps_timing import ALPHA_INTRA as PS_ALPHA_INTRA
+from helpers.ps_timing import B_INTRA as PS_B_INTRA
+from helpers.ps_timing import FIFO, L, S, applied_times, costs, scenario
+from helpers.ps_timing import B as PS_B
 
 from simdist.cluster import Cluster
 from simdist.engine import simulate
@@ -21,10 +25,6 @@ from simdist.network.topology import machine_of
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
 from simdist.scenario.cluster import ClusterSpec
-from tests.test_ps_timing import ALPHA_INTRA as PS_ALPHA_INTRA
-from tests.test_ps_timing import B_INTRA as PS_B_INTRA
-from tests.test_ps_timing import FIFO, L, S, applied_times, costs, scenario
-from tests.test_ps_timing import B as PS_B
 
 B, ALPHA = 1024.0, 0.25  # NIC bandwidth (B/s) and latency (s)
 B_INTRA, ALPHA_INTRA = 4096.0, 2.0**-4

@@ -1,4 +1,9 @@
-"""Small scenario builders shared by the tests."""
+"""What several test files share: small scenario builders and assertions.
+
+The package's modules hold the larger shared sets: ``helpers.malformed`` (broken scenario
+files), ``helpers.network`` (a hand-made cluster section) and ``helpers.ps_timing``
+(parameter-server scenarios with exact, power-of-two times).
+"""
 
 from __future__ import annotations
 
@@ -43,6 +48,24 @@ def tiny(**changes: Any) -> dict[str, Any]:
             node = node.setdefault(key, {})
         node[leaf] = value
     return data
+
+
+#: The network between hosts of :func:`ps` scenarios.
+PS_NETWORK = {"bandwidth": "1GB/s", "latency": "10us"}
+
+
+def ps(workers: int = 4, servers: int = 1, steps: int = 40, **strategy: Any) -> dict[str, Any]:
+    """TINY as a parameter-server run: ``workers`` hosts, ``servers`` PS tasks, ``steps``
+    steps; ``strategy`` adds fields of the strategy section."""
+    return tiny(
+        **{
+            "strategy": {"kind": "parameter_server", **strategy},
+            "cluster.hosts": workers,
+            "cluster.ps": servers,
+            "cluster.links.network": PS_NETWORK,
+            "workload.steps": steps,
+        }
+    )
 
 
 def write(tmp_path: Path, data: dict[str, Any], filename: str = "scenario.yaml") -> Path:
