@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -30,12 +30,19 @@ if TYPE_CHECKING:
     from simdist.recorder import Recorder
 
 
-#: The rows a device records in a compute phase, in order, and their fixed details.
+#: ``param_nbytes`` left out: the parameters take the gradient's bytes (a dense gradient
+#: has one entry per parameter). A compressed or sharded gradient gives both.
+AS_GRADIENT = -1
 
 
 @dataclass(frozen=True)
 class LayerCost:
-    """One layer's share of a replica step: its compute times and its gradient's bytes."""
+    """One layer's share of a replica step: its compute times, its gradient's and its
+    parameters' bytes.
+
+    ``param_nbytes`` defaults to ``grad_nbytes`` (:data:`AS_GRADIENT`): memory figures
+    read parameters, the all-reduces read gradients, so shrinking one leaves the other.
+    """
 
     name: str
     forward_s: float
@@ -46,6 +53,11 @@ class LayerCost:
     # The fixed launch cost inside forward_s and inside backward_s (each), calibrated like
     # them; a pipeline pays it once per micro-batch instead of dividing it by M.
     launch_s: float = 0.0
+    param_nbytes: int = field(default=AS_GRADIENT, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.param_nbytes == AS_GRADIENT:
+            object.__setattr__(self, "param_nbytes", self.grad_nbytes)
 
 
 @dataclass(frozen=True)
@@ -68,7 +80,7 @@ class Costs:
     """
 
     compute_s: float  # one replica's forward + backward on its per-replica batch
-    grad_nbytes: int  # bytes of one full gradient (= bytes of the parameters)
+    grad_nbytes: int  # bytes of one full gradient, as the replicas exchange it
     flops_per_replica_step: float  # the clock model's FLOPs per replica step (XLA cost analysis)
     total_steps: int  # training steps (sync) or applied gradients (async) to run
     param_leaves: tuple[tuple[str, tuple[int, ...], int], ...] = ()  # (path, shape, nbytes)
@@ -79,11 +91,17 @@ class Costs:
     layers: tuple[LayerCost, ...] = ()
     # Mixed clusters: each device class's own compute (label, costs), worker 0's first.
     per_profile: tuple[tuple[str, DeviceCosts], ...] = ()
+    # Bytes of the parameters (what a pull fetches, a stage holds, a checkpoint writes).
+    param_nbytes: int = field(default=AS_GRADIENT, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.param_nbytes == AS_GRADIENT:
+            object.__setattr__(self, "param_nbytes", self.grad_nbytes)
 
     @property
     def checkpoint_nbytes(self) -> int:
         """A checkpoint holds the parameters and the optimizer state."""
-        return self.grad_nbytes + self.opt_state_nbytes
+        return self.param_nbytes + self.opt_state_nbytes
 
     def for_profile(self, label: str) -> Costs:
         """These costs with the compute time and layers of device class ``label``

@@ -125,7 +125,8 @@ class CentralStorageStrategy(SynchronousStrategy):
         ended = env.event()
         ended.callbacks.append(lambda _: barrier.succeed())
         pushes = Countdown(ended, len(devices))
-        net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
+        net, host = self.net, self.host
+        grad_nbytes, param_nbytes = self.costs.grad_nbytes, self.costs.param_nbytes
         wait = "waiting for the host link"
 
         def fetch(i: int, device: Device) -> None:
@@ -138,7 +139,7 @@ class CentralStorageStrategy(SynchronousStrategy):
                 net.send(
                     device,
                     host,
-                    nbytes,
+                    grad_nbytes,
                     step=step,
                     detail="push gradient",
                     wait_detail=wait,
@@ -149,7 +150,7 @@ class CentralStorageStrategy(SynchronousStrategy):
                 pushed[i] = env.now
 
             net.send(
-                host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
+                host, device, param_nbytes, step=step, detail="fetch variables", wait_detail=wait
             ).done.callbacks.append(fetched)
 
         def begin(_: simpy.Event) -> None:
@@ -180,7 +181,7 @@ class CentralStorageStrategy(SynchronousStrategy):
         route = self.net.route(self.host, self.training_devices[0])
         link = min(route, key=lambda link: link.bandwidth_Bps)
         return {
-            "host_link_bytes_per_step": 2 * n * nbytes,
+            "host_link_bytes_per_step": n * (self.costs.param_nbytes + nbytes),
             "host_link_bandwidth_Bps": link.bandwidth_Bps,
             "cpu_reduce_s": self.reduce_s,
             "predicted_step_s": central_storage_step_s(

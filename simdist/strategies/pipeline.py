@@ -187,7 +187,7 @@ class PipelineStrategy(Strategy):
             for row in self.grid
         ]
         self.send_nbytes = [self.boundary_nbytes(b) for _, b in self.bounds]
-        self.stage_param_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
+        self.stage_grad_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
         self.busy_s = 0.0
         self.held = [[0] * self.S for _ in range(self.R)]
         self.peak_held = [[0] * self.S for _ in range(self.R)]
@@ -250,8 +250,8 @@ class PipelineStrategy(Strategy):
     def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
         """Peak bytes of stage ``s`` holding layers ``[first, stop)``."""
         layers = self.costs.layers
-        params = sum(x.grad_nbytes for x in layers[first:stop])
-        total = sum(x.grad_nbytes for x in layers)
+        params = sum(x.param_nbytes for x in layers[first:stop])
+        total = sum(x.param_nbytes for x in layers)
         opt = round(self.costs.opt_state_nbytes * params / total) if total else 0
         if first == 0:
             inputs = self.costs.example_nbytes * self.micro_examples
@@ -441,13 +441,13 @@ class PipelineStrategy(Strategy):
                 reduces = [
                     self.net.allreduce(
                         [row[s] for row in self.grid],
-                        self.stage_param_nbytes[s],
+                        self.stage_grad_nbytes[s],
                         self.scenario.strategy.all_reduce,
                         step=step,
                         detail=f"all-reduce stage {s}",
                     )
                     for s in range(self.S)
-                    if self.stage_param_nbytes[s] > 0
+                    if self.stage_grad_nbytes[s] > 0
                 ]
                 yield self.env.all_of(reduces)
             loss = None

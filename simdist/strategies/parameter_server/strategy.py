@@ -183,7 +183,6 @@ class ParameterServerStrategy(Strategy):
         env, net = self.env, self.net
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
         devices = host.devices
-        nbytes = self.costs.grad_nbytes
         issued = env.now
         pulls: list[list[Transfer]] = []
         for shards in self.layer_shards:
@@ -201,7 +200,14 @@ class ParameterServerStrategy(Strategy):
             )
         every_pull = [move for moves in pulls for move in moves]
         self.moving[w] = list(every_pull)
-        net.phase(devices, every_pull, step=step, detail="pull", nbytes=nbytes, start_s=issued)
+        net.phase(
+            devices,
+            every_pull,
+            step=step,
+            detail="pull",
+            nbytes=self.costs.param_nbytes,
+            start_s=issued,
+        )
         if on_pulled is not None:
             on_pulled()
         yield from self.input_wait(devices, self.pipelines[w], step)
@@ -264,7 +270,12 @@ class ParameterServerStrategy(Strategy):
             yield env.timeout(target - env.now)
         self._record_run(devices, backward_start, elapsed, step, "backward")
         yield net.phase(
-            devices, pushes, step=step, detail="push", nbytes=nbytes, start_s=first_push
+            devices,
+            pushes,
+            step=step,
+            detail="push",
+            nbytes=self.costs.grad_nbytes,
+            start_s=first_push,
         )
         self.moving[w] = []
 
@@ -290,7 +301,7 @@ class ParameterServerStrategy(Strategy):
             self.net.send(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
             for ps, nbytes in enumerate(self.ps_nbytes)
         ]
-        yield from self._wait(w, moves, step, "pull")
+        yield from self._wait(w, moves, step, "pull", self.costs.param_nbytes)
 
     def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
         """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
@@ -320,15 +331,15 @@ class ParameterServerStrategy(Strategy):
             )
             for ps, nbytes in enumerate(self.ps_nbytes)
         ]
-        yield from self._wait(w, moves, step, "push")
+        yield from self._wait(w, moves, step, "push", self.costs.grad_nbytes)
 
     def _wait(
-        self, w: int, moves: Sequence[Transfer], step: int, detail: str
+        self, w: int, moves: Sequence[Transfer], step: int, detail: str, nbytes: int
     ) -> Generator[Any, Any, None]:
-        """Wait for a parallel phase of ``w``'s messages, recorded on its devices as one span."""
+        """Wait for a parallel phase of ``w``'s messages (``nbytes`` in all), recorded on its
+        devices as one span."""
         self.moving[w] = list(moves)
         devices = self.cluster.workers[w].devices
-        nbytes = self.costs.grad_nbytes
         yield from self.net.wait_all(devices, moves, step=step, detail=detail, nbytes=nbytes)
         self.moving[w] = []
 
