@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
+from simdist.mesh import Mesh
 from simdist.strategies.spans import DeviceSpans
 from simdist.variability import Variability
 
@@ -213,14 +214,25 @@ class Strategy(DeviceSpans, ABC):
         """Training examples whose gradient one step applies (the global batch, for sync)."""
         return self.scenario.global_batch
 
+    def build_mesh(self) -> Mesh[Device]:
+        """This strategy's device mesh: by default one ``data`` axis of ``replicas`` devices,
+        the cluster's first (data parallelism; one replica for one_device)."""
+        return Mesh.of(self.cluster.devices, {"data": self.scenario.replicas})
+
+    @cached_property
+    def mesh(self) -> Mesh[Device]:
+        """The devices this strategy trains on, on named axes (:mod:`simdist.mesh`)."""
+        return self.build_mesh()
+
     @cached_property
     def training_devices(self) -> list[Device]:
-        """Devices that compute gradients, for the compute / comm / idle split.
+        """Devices that compute gradients, for the compute / comm / idle split: the replica
+        group (the mesh's data axis).
 
         One list for the whole run (read-only): a step asks for it several times, and the
         network remembers what it worked out for a collective over this very list.
         """
-        return self.cluster.devices[: self.scenario.replicas]
+        return list(self.mesh.groups("data")[0])
 
     def summary(self) -> dict[str, Any]:
         """Strategy-specific figures merged into summary.json."""

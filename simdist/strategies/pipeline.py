@@ -47,7 +47,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from simdist.cluster import Device
 from simdist.errors import SimdistError
+from simdist.mesh import Mesh
 from simdist.spec import PositiveInt, StrategySpecBase, fail
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.pipeline_plan import (
@@ -150,7 +152,8 @@ class PipelineStrategy(Strategy):
                 f"{self.scenario.name}: strategy pipeline needs the model's per-layer costs and "
                 f"at least {self.S} layers for {self.S} stages; got {len(layers)}"
             )
-        self.grid = [self.cluster.devices[r * self.S : (r + 1) * self.S] for r in range(self.R)]
+        # Copy r's stages, in order: copy r's stage s runs on device r·S + s.
+        self.grid = [list(row) for row in self.mesh.groups("pipeline")]
         self.capacity = float(self.cluster.profile.memory_nbytes)
         # Mixed clusters: a stage must fit the smallest device it runs on (in any copy).
         self.capacities = [
@@ -324,10 +327,17 @@ class PipelineStrategy(Strategy):
 
     # -- the clock -----------------------------------------------------------
 
+    def build_mesh(self) -> Mesh[Device]:
+        """R pipeline copies (``data``) of S stages (``pipeline``) on the first S·R devices."""
+        spec = self.scenario.strategy
+        return Mesh.of(
+            self.cluster.devices, {"data": spec.pipeline_replicas, "pipeline": spec.stages}
+        )
+
     @property
-    def training_devices(self) -> list[Any]:
-        """The S×R stage devices."""
-        return [d for row in self.grid for d in row]
+    def training_devices(self) -> list[Device]:
+        """The S×R stage devices, copy by copy."""
+        return list(self.mesh.devices)
 
     def _span(self, device: Any, seconds: float, step: int, detail: str) -> float:
         """Record ``seconds`` of compute (× the device's pace and straggler factor) from now;
@@ -440,13 +450,13 @@ class PipelineStrategy(Strategy):
             if self.R > 1:
                 reduces = [
                     self.net.allreduce(
-                        [row[s] for row in self.grid],
+                        list(group),
                         self.stage_grad_nbytes[s],
                         self.scenario.strategy.all_reduce,
                         step=step,
                         detail=f"all-reduce stage {s}",
                     )
-                    for s in range(self.S)
+                    for s, group in enumerate(self.mesh.groups("data"))
                     if self.stage_grad_nbytes[s] > 0
                 ]
                 yield self.env.all_of(reduces)

@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 from simdist.cluster import Device
+from simdist.mesh import Mesh
 from simdist.network import Transfer
 from simdist.strategies.base import Replayed, Strategy
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
@@ -128,9 +129,13 @@ class ParameterServerStrategy(Strategy):
             return self._final
         return self.servers.current() if self.numeric else None
 
+    def build_mesh(self) -> Mesh[Device]:
+        """Every worker device on the ``data`` axis (each host may hold a different count)."""
+        return Mesh.of(self.cluster.devices, {"data": len(self.cluster.devices)})
+
     @property
     def training_devices(self) -> list[Device]:
-        return list(self.cluster.devices)
+        return list(self.mesh.devices)
 
     @property
     def examples_per_step(self) -> int:
