@@ -42,16 +42,13 @@ pipedream with weight stashing and per-stage weight versions).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from simdist.cluster import Device
 from simdist.errors import SimdistError
 from simdist.mesh import Mesh
-from simdist.spec import PositiveInt, StrategySpecBase, fail
 from simdist.strategies.base import LayerCost, Strategy
+from simdist.strategies.layer_step import span_seconds
 from simdist.strategies.pipeline_plan import (
     StageMemory,
     bounds,
@@ -61,80 +58,15 @@ from simdist.strategies.pipeline_plan import (
     stage_memory,
     stage_ops,
 )
+from simdist.strategies.pipeline_spec import Spec
 from simdist.units import format_size
 
+if TYPE_CHECKING:
+    from simdist.cluster import Device
+    from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
+    from simdist.strategies.sync import SyncState
 
-class Spec(StrategySpecBase):
-    """Pipeline (and model) parallelism: S stages × R data-parallel pipeline copies."""
-
-    kind: Literal["pipeline"]
-    stages: PositiveInt = Field(1, examples=["4"])
-    micro_batches: PositiveInt = Field(1, examples=["8"])
-    schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
-    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
-    pipeline_replicas: PositiveInt = Field(1, alias="replicas", examples=["2"])
-    rematerialization: bool = Field(False, strict=True, examples=["true"])
-    all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
-
-    def replicas(self, cluster: Any) -> int:
-        """R data-parallel copies of the pipeline (each on S devices)."""
-        del cluster
-        return self.pipeline_replicas
-
-    def check(self, scenario: Any) -> None:
-        """Enough devices for S×R; a partition list of S counts; M dividing the batch;
-        no failures, checkpoints or input pipeline (not modelled for pipelines yet)."""
-        super().check(scenario)
-        c, w = scenario.cluster, scenario.workload
-        S, R, M = self.stages, self.pipeline_replicas, self.micro_batches
-        devices = c.n_devices
-        if S * R > devices:
-            held = (
-                f"{c.hosts} hosts x {c.devices_per_host}"
-                if c.uniform_devices
-                else f"hosts holding {c.device_counts}"
-            )
-            raise fail(
-                "strategy.stages",
-                f"{S} stages x {R} replicas need {S * R} devices; the cluster has {devices} "
-                f"({held}), e.g. devices_per_host: {S * R}",
-            )
-        if isinstance(self.partition, list) and len(self.partition) != S:
-            raise fail(
-                "strategy.partition",
-                f"got {len(self.partition)} layer counts for {S} stages; give one per stage, "
-                "e.g. partition: auto",
-            )
-        if self.schedule == "pipedream" and R != 1:
-            raise fail(
-                "strategy.replicas",
-                f"got {R}; schedule pipedream runs one pipeline copy here (replicas: 1)",
-            )
-        given = w.model_fields_set
-        batch = w.global_batch_size // R if "global_batch_size" in given else w.batch_size
-        if batch % M:
-            raise fail(
-                "strategy.micro_batches",
-                f"got {M}; each pipeline's batch of {batch} examples must split into equal "
-                f"micro-batches, e.g. micro_batches: {_divisor_near(batch, M)}",
-            )
-        for field, value in (
-            ("faults.failures", scenario.faults.failures),
-            ("checkpoint", scenario.checkpoint),
-            ("input", scenario.input),
-        ):
-            if value:
-                raise fail(field, "is not simulated for strategy: pipeline yet; remove it")
-        if scenario.numerics and w.surrogate:
-            raise fail(
-                "workload.timing_model",
-                "pipeline stages are cut from the trained model's own layers; a surrogate "
-                "clock cannot be cut the same way: run it timing-only with numerics: false",
-            )
-
-
-def _divisor_near(n: int, m: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - m), d))
+__all__ = ["PipelineStrategy", "Spec"]
 
 
 class PipelineStrategy(Strategy):
@@ -199,8 +131,8 @@ class PipelineStrategy(Strategy):
         self.versions = [0] * self.S
         self.forward_version: list[dict[int, int]] = [{} for _ in range(self.S)]
         self.update_staleness: list[list[int]] = [[] for _ in range(self.S)]
-        self.trainer: Any = None
-        self.state: Any = None
+        self.trainer: PipelineTrainer | PipeDreamTrainer | None = None
+        self.state: SyncState | None = None
         if self.workload is not None:
             self._init_numerics()
 
@@ -211,9 +143,6 @@ class PipelineStrategy(Strategy):
         n = self.M * self.total_steps if self.schedule == "pipedream" else self.M
         return stage_ops(self.schedule, self.S, n)
 
-    def _sum(self, first: int, stop: int, field: str) -> float:
-        return float(sum(getattr(layer, field) for layer in self.costs.layers[first:stop]))
-
     def _micro(
         self, first: int, stop: int, field: str, costs: Sequence[LayerCost] | None = None
     ) -> float:
@@ -221,8 +150,12 @@ class PipelineStrategy(Strategy):
         each layer's batch time less its launch cost, divided by M, plus the launch cost
         (every layer pass of every micro-batch launches its kernels). ``costs``: a device
         class's own layer costs (default: worker 0's)."""
-        layers = (self.costs.layers if costs is None else costs)[first:stop]
-        return float(sum((getattr(x, field) - x.launch_s) / self.M + x.launch_s for x in layers))
+        layers = self.costs.layers if costs is None else costs
+
+        def micro_s(x: LayerCost) -> float:
+            return (getattr(x, field) - x.launch_s) / self.M + x.launch_s
+
+        return span_seconds(layers, [(first, stop)], micro_s)[0]
 
     @property
     def micro_examples(self) -> int:
@@ -339,7 +272,7 @@ class PipelineStrategy(Strategy):
         """The S×R stage devices, copy by copy."""
         return list(self.mesh.devices)
 
-    def _span(self, device: Any, seconds: float, step: int, detail: str) -> float:
+    def _span(self, device: Device, seconds: float, step: int, detail: str) -> float:
         """Record ``seconds`` of compute (× the device's pace and straggler factor) from now;
         return how long it takes."""
         pace, factor = self.pace(device, step), self.slowdown(device, step)
@@ -353,8 +286,8 @@ class PipelineStrategy(Strategy):
         s: int,
         ops: Sequence[tuple[str, int]],
         arrivals: dict[tuple, Any],
-        step_of: Any,
-        on_backward: Any = None,
+        step_of: Callable[[int], int],
+        on_backward: Callable[[int, int], None] | None = None,
     ) -> Generator[Any, Any, None]:
         """Stage ``s`` of copy ``r`` runs its ops: wait for the input, compute, send on."""
         device = self.grid[r][s]

@@ -20,7 +20,8 @@ import simpy
 from simdist.cluster import Device
 from simdist.mesh import Mesh
 from simdist.network import Transfer
-from simdist.strategies.base import Replayed, Strategy
+from simdist.strategies.base import LayerCost, Replayed, Strategy
+from simdist.strategies.layer_step import backward_ready, hand_over_when_ready
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
 from simdist.strategies.parameter_server.dataflow import (
     Dataflow,
@@ -185,10 +186,21 @@ class ParameterServerStrategy(Strategy):
         when all of its shards of this gradient have arrived. Devices of a host run
         layer by layer in step (max rule per layer; one device per host is required).
         """
-        env, net = self.env, self.net
+        devices = self.cluster.workers[w].devices
+        pulls = self._pull_layers(w, step)
+        if on_pulled is not None:
+            on_pulled()
+        yield from self.input_wait(devices, self.pipelines[w], step)
+        factor = max(self.pace(d, step) * self.slowdown(d, step) for d in devices)
+        layers = self.device_costs(devices[0]).layers  # this host's own device class
+        yield from self._forward_layers(devices, layers, pulls, factor, step)
+        yield from self._backward_layers(w, layers, factor, step, then)
+
+    def _pull_layers(self, w: int, step: int) -> list[list[Transfer]]:
+        """Worker ``w`` requests every variable shard, layer by layer in forward order: each
+        layer's pulls, recorded on its devices as one ``pull`` phase from now."""
+        net, issued = self.net, self.env.now
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        devices = host.devices
-        issued = env.now
         pulls: list[list[Transfer]] = []
         for shards in self.layer_shards:
             pulls.append(
@@ -206,19 +218,26 @@ class ParameterServerStrategy(Strategy):
         every_pull = [move for moves in pulls for move in moves]
         self.moving[w] = list(every_pull)
         net.phase(
-            devices,
+            host.devices,
             every_pull,
             step=step,
             detail="pull",
             nbytes=self.costs.param_nbytes,
             start_s=issued,
         )
-        if on_pulled is not None:
-            on_pulled()
-        yield from self.input_wait(devices, self.pipelines[w], step)
-        factor = max(self.pace(d, step) * self.slowdown(d, step) for d in devices)
-        layers = self.device_costs(devices[0]).layers  # this host's own device class
-        # forward, layer by layer, each after its variables have arrived
+        return pulls
+
+    def _forward_layers(
+        self,
+        devices: Sequence[Device],
+        layers: Sequence[LayerCost],
+        pulls: Sequence[Sequence[Transfer]],
+        factor: float,
+        step: int,
+    ) -> Generator[Any, Any, None]:
+        """Forward, layer by layer, each after its variables have arrived: the layers whose
+        variables are there run back to back (one ``forward`` span per such run)."""
+        env = self.env
         run_start, run_s = env.now, 0.0
         for layer, moves in zip(layers, pulls, strict=True):
             if any(not move.done.triggered for move in moves):
@@ -226,7 +245,7 @@ class ParameterServerStrategy(Strategy):
                     yield env.timeout(run_s * factor)
                     self._record_run(devices, run_start, run_s, step, "forward")
                 waiting = env.now
-                yield net.join(moves)
+                yield self.net.join(moves)
                 self.record_devices(
                     devices, waiting, env.now, "idle", step, "waiting for variables"
                 )
@@ -235,7 +254,20 @@ class ParameterServerStrategy(Strategy):
         if run_s:
             yield env.timeout(run_s * factor)
             self._record_run(devices, run_start, run_s, step, "forward")
-        # backward in reverse, each layer's shards pushed as soon as its gradient is ready
+
+    def _backward_layers(
+        self,
+        w: int,
+        layers: Sequence[LayerCost],
+        factor: float,
+        step: int,
+        then: Callable[[int], None] | None,
+    ) -> Generator[Any, Any, None]:
+        """Backward in reverse layer order, each layer's shards pushed as soon as its
+        gradient is ready (:func:`~simdist.strategies.layer_step.backward_ready`); PS ``ps``
+        applies (``then(ps)``) once all its shards have arrived."""
+        env, net = self.env, self.net
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
         waiting_shards = [0] * self.n_ps
         for shards in self.layer_shards:
             for i in shards:
@@ -248,34 +280,35 @@ class ParameterServerStrategy(Strategy):
 
         backward_start, pushes = env.now, []
         first_push: float | None = None
-        elapsed = 0.0
-        for layer, shards in zip(reversed(layers), reversed(self.layer_shards), strict=True):
-            elapsed += layer.backward_s
-            if shards:
-                target = backward_start + elapsed * factor
-                if target > env.now:
-                    yield env.timeout(target - env.now)
-                if first_push is None:
-                    first_push = env.now
-                for i in shards:
-                    shard = self.shards[i]
-                    pushes.append(
-                        net.send(
-                            host,
-                            ps_hosts[shard.ps],
-                            shard.nbytes,
-                            step=step,
-                            detail=f"push ps{shard.ps}",
-                            then=partial(arrived, shard.ps),
-                        )
+        ready, elapsed = backward_ready(layers, [bool(shards) for shards in self.layer_shards])
+
+        def push(k: int) -> None:
+            nonlocal first_push
+            if k == len(ready):  # the end of backward, after the last push
+                return
+            if first_push is None:
+                first_push = env.now
+            shards = self.layer_shards[ready[k][0]]
+            for i in shards:
+                shard = self.shards[i]
+                pushes.append(
+                    net.send(
+                        host,
+                        ps_hosts[shard.ps],
+                        shard.nbytes,
+                        step=step,
+                        detail=f"push ps{shard.ps}",
+                        then=partial(arrived, shard.ps),
                     )
-                self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
-        target = backward_start + elapsed * factor
-        if target > env.now:
-            yield env.timeout(target - env.now)
-        self._record_run(devices, backward_start, elapsed, step, "backward")
+                )
+            self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
+
+        targets = [backward_start + seconds * factor for _, seconds in ready]
+        targets.append(backward_start + elapsed * factor)
+        yield from hand_over_when_ready(env, targets, push)
+        self._record_run(host.devices, backward_start, elapsed, step, "backward")
         yield net.phase(
-            devices,
+            host.devices,
             pushes,
             step=step,
             detail="push",
