@@ -29,6 +29,7 @@ from simdist.strategies.layer_step import (
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
+    from simdist.scenario.effects import FailureSpec
 
 # PyTorch DistributedDataParallel's default bucket_cap_mb = 25 (torch.nn.parallel.
 # DistributedDataParallel docs); Horovod's tensor-fusion buffer defaults to 64 MB
@@ -331,13 +332,13 @@ class SynchronousStrategy(Strategy):
             )
         yield self.env.timeout(seconds)
 
-    def _failed_host(self, spec: Any) -> str:
+    def _failed_host(self, spec: FailureSpec) -> str:
         if spec.role == "worker":
             return self.cluster.workers[spec.index].name
         return self.training_devices[spec.index].host
 
     def recover(
-        self, failed_s: float, spec: Any, step: int, saved: Checkpoint
+        self, failed_s: float, spec: FailureSpec, step: int, saved: Checkpoint
     ) -> Generator[Any, Any, None]:
         """Stop, restart the failed task, restore the last checkpoint (time and numerics).
 
