@@ -26,9 +26,13 @@ from simdist.strategies.spans import DeviceSpans
 from simdist.variability import Variability
 
 if TYPE_CHECKING:
+    import simpy
+
     from simdist.cluster import Cluster, Device
     from simdist.network import Network
+    from simdist.numerics.executor import Workload
     from simdist.recorder import Recorder
+    from simdist.scenario.schema import Scenario
 
 
 #: ``param_nbytes`` left out: the parameters take the gradient's bytes (a dense gradient
@@ -124,7 +128,7 @@ class Replayed(NamedTuple):
     not finite (found one step late, see :meth:`Strategy.end_step`).
     """
 
-    workload: Any
+    workload: Workload
     cut: int
 
 
@@ -151,12 +155,12 @@ class Strategy(DeviceSpans, ABC):
 
     def __init__(
         self,
-        scenario: Any,
-        env: Any,
+        scenario: Scenario,
+        env: simpy.Environment,
         cluster: Cluster,
         network: Network,
         recorder: Recorder,
-        workload: Any | None,
+        workload: Workload | Replayed | None,
         costs: Costs,
         on_step: Callable[[int], None] | None = None,
     ) -> None:

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     import simpy
 
     from simdist.cluster import Device, Host
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
 
 
 class Spec(StrategySpecBase):
@@ -60,11 +62,11 @@ class Spec(StrategySpecBase):
     execution: Execution = "auto"
     reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth", examples=["25.6GB/s"])
 
-    def replicas(self, cluster: Any) -> int:
+    def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of the one host."""
         return cluster.devices_per_host
 
-    def check(self, scenario: Any) -> None:
+    def check(self, scenario: Scenario) -> None:
         """One host (``hosts: 1``), no parameter-server tasks."""
         self.check_one_host(scenario)
         super().check(scenario)

@@ -29,6 +29,7 @@ from simdist.strategies.layer_step import (
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
+    from simdist.numerics.executor import Workload
     from simdist.scenario.effects import FailureSpec
 
 # PyTorch DistributedDataParallel's default bucket_cap_mb = 25 (torch.nn.parallel.
@@ -124,7 +125,9 @@ class SyncTrainer:
     so the summed gradient is the gradient of the global mean loss.
     """
 
-    def __init__(self, workload: Any, replicas: int, per_replica_batch: int, execution: str):
+    def __init__(
+        self, workload: Workload, replicas: int, per_replica_batch: int, execution: str
+    ) -> None:
         self.workload = workload
         self.replicas = replicas
         self.global_batch = replicas * per_replica_batch
@@ -187,9 +190,7 @@ class SynchronousStrategy(Strategy):
         self.trainer: SyncTrainer | None = None
         self.state: SyncState | None = None
         if self.workload is not None:
-            execution = resolve_execution(
-                getattr(self.scenario.strategy, "execution", "batched"), self.scenario.replicas
-            )
+            execution = resolve_execution(self.requested_execution(), self.scenario.replicas)
             self.trainer = SyncTrainer(
                 self.workload,
                 self.scenario.replicas,
@@ -197,6 +198,11 @@ class SynchronousStrategy(Strategy):
                 execution,
             )
             self.state = self.trainer.init()
+
+    def requested_execution(self) -> str:
+        """``strategy.execution``: how the replicas' gradients run (``auto``, ``batched``,
+        ``devices``; see :func:`resolve_execution`)."""
+        return self.scenario.strategy.execution
 
     @property
     def final_params(self) -> Any | None:
@@ -416,7 +422,7 @@ class AllReduceStrategy(SynchronousStrategy):
         super().__init__(*args, **kwargs)
         spec = self.scenario.strategy
         self.buckets: list[Bucket] = []
-        if getattr(spec, "overlap", False) and self.scenario.replicas > 1:
+        if spec.overlap and self.scenario.replicas > 1:
             buckets = gradient_buckets(self.costs.layers, spec.bucket_bytes)
             if len(buckets) > 1:
                 self.buckets = buckets

@@ -40,7 +40,7 @@ call per update (tests/test_ps_dataflow.py; 20 report folders byte-identical).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +52,9 @@ from simdist.numerics.optim import apply_updates
 from simdist.strategies.parameter_server.dataflow import Apply, Dataflow
 from simdist.strategies.parameter_server.plan import BUCKET, Chain, Plan, Wave
 from simdist.strategies.parameter_server.servers import ParameterServers
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 
 class Outcome(NamedTuple):
@@ -81,7 +84,7 @@ class Replay:
     def __init__(
         self,
         servers: ParameterServers,
-        workload: Any,
+        workload: Workload,
         global_batch: int,
         replicas: int = 1,
         workers: int = 1,
@@ -199,7 +202,9 @@ class Replay:
 class _Programs:
     """The jitted programs and initial banks of one replay (one trace per run's structure)."""
 
-    def __init__(self, servers: ParameterServers, workload: Any, global_batch: int, replicas: int):
+    def __init__(
+        self, servers: ParameterServers, workload: Workload, global_batch: int, replicas: int
+    ) -> None:
         s, wl = servers, workload
         self.servers, self.workload = s, wl
         n = s.treedef.num_leaves

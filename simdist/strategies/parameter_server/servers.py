@@ -20,9 +20,12 @@ JAX is imported only by the numeric methods, so timing-only runs never load it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simdist.strategies.parameter_server.partition import Shard
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 
 class Pulled(NamedTuple):
@@ -56,7 +59,9 @@ class ParameterServers:
     values its optimizer updates.
     """
 
-    def __init__(self, shards: Sequence[Shard], n_ps: int, workload: Any | None = None) -> None:
+    def __init__(
+        self, shards: Sequence[Shard], n_ps: int, workload: Workload | None = None
+    ) -> None:
         self.workload = workload
         self.shards = list(shards)
         self.n_ps = n_ps
@@ -83,7 +88,7 @@ class ParameterServers:
         """Whether the PS tasks hold real values (False in timing-only runs)."""
         return self.values is not None
 
-    def _load(self, workload: Any) -> None:
+    def _load(self, workload: Workload) -> None:
         """Cut the workload's initial parameters and model state into the shards; one
         optimizer state per PS."""
         import jax
