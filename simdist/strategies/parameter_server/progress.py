@@ -13,4 +13,4 @@ class Progress:
     applied: int = 0  # gradients applied on every PS: global steps (a restore sets it back)
     dropped: int = 0  # late gradients of backup workers
     lost_gradients: int = 0  # in flight when their worker failed
-    staleness: list[int] = field(default_factory=list)  # per applied gradient shard
+    staleness: list[int] = field(default_factory=list)  # per update a PS applied
