@@ -21,7 +21,7 @@ Pure Python: no SimPy, no JAX. Devices are any hashable values (cluster
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from simdist.errors import SimdistError
@@ -141,6 +141,11 @@ class Mesh(Generic[T]):
         if axis not in here:
             return (device,)
         return tuple(self.at(**{**here, axis: i}) for i in range(self.size(axis)))
+
+    def inside(self, axis: str, host_of: Callable[[T], str]) -> bool:
+        """Whether every group along ``axis`` lies inside one host (``host_of(device)``):
+        what tensor parallelism wants, its collectives coming every layer."""
+        return all(len({host_of(device) for device in group}) == 1 for group in self.groups(axis))
 
     def __len__(self) -> int:
         return len(self.devices)

@@ -31,6 +31,18 @@ def test_three_axes_default_order_keeps_tensor_inside_a_host():
     assert mesh.at(data=1, pipeline=2, tensor=1) == 13
 
 
+def test_groups_inside_a_host():
+    # 2 hosts x 4 devices.
+    def host(d: int) -> str:
+        return f"worker{d // 4}"
+
+    mesh = Mesh.of(range(8), {"data": 2, "tensor": 4})
+    assert mesh.inside("tensor", host) and not mesh.inside("data", host)
+    wide = Mesh.of(range(8), {"data": 1, "tensor": 8})
+    assert not wide.inside("tensor", host)  # 8-way tensor groups straddle the two hosts
+    assert Mesh.of(range(8), {"data": 4, "tensor": 2}).inside("tensor", host)
+
+
 def test_every_device_has_the_coordinate_it_is_found_at():
     mesh = Mesh(list("abcdefghijkl"), [("data", 3), ("pipeline", 2), ("tensor", 2)])
     for device in mesh.devices:
