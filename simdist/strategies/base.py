@@ -82,6 +82,10 @@ class Costs:
     ``per_profile`` (label of :attr:`simdist.cluster.Cluster.profiles` → its
     :class:`DeviceCosts`); :meth:`for_profile` gives the costs a device of a class sees.
     Homogeneous clusters leave it empty.
+
+    Four kinds of bytes, each read by what it sizes: ``grad_nbytes`` (all-reduces, pushes),
+    ``param_nbytes`` (pulls, fetches, a stage's memory), ``opt_state_nbytes`` and
+    :attr:`checkpoint_nbytes` (the two together, written and restored).
     """
 
     compute_s: float  # one replica's forward + backward on its per-replica batch
