@@ -1,7 +1,7 @@
 """The scenario's ``strategy:`` section for ``kind: pipeline`` and its cross-checks.
 
 Light on purpose: scenario loading reads it without SimPy, JAX or pandas
-(:mod:`simdist.strategies.pipeline` holds the strategy).
+(:mod:`.strategy` holds the strategy).
 """
 
 from __future__ import annotations

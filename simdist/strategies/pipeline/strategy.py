@@ -1,4 +1,4 @@
-"""``pipeline``: the model cut into S stages on S devices, micro-batches flowing through them.
+"""The pipeline strategy: S stages on S devices (× R copies), micro-batches flowing through.
 
 Model parallelism places contiguous runs of layers (stages) on different devices; pipeline
 parallelism keeps them busy by splitting each batch into M micro-batches (GPipe, Huang et
@@ -10,7 +10,7 @@ On the clock: the forward and backward of micro-batch ``m`` on a stage are compu
 labelled ``F<m>`` / ``B<m>`` (``R<m>``: the forward recomputed before the backward, with
 ``rematerialization``); activations go forward and activation gradients backward with
 ``net.send`` at their real byte sizes (the profile's output bytes of the stage's last layer,
-for one micro-batch). The schedules are :func:`~.pipeline_plan.stage_ops`'s: ``gpipe`` all
+for one micro-batch). The schedules are :func:`~.plan.stage_ops`'s: ``gpipe`` all
 forwards then all backwards and a flush per step; ``1f1b`` one forward one backward with at
 most S micro-batches in flight per stage, flushed per step; ``pipedream`` the same order
 without any flush, across steps. With ``replicas: R`` (data parallelism over S×R devices) each
@@ -18,12 +18,13 @@ stage's gradient is all-reduced among its R copies after the flush.
 
 A micro-batch's times are the layer times of the per-replica batch divided by M (each layer's
 cost taken as linear in the batch), except the roofline's fixed launch cost of each layer pass
-(:attr:`~.base.LayerCost.launch_s`), which every micro-batch pays in full: small micro-batches
-cost more in total than the batch at once. ``bubble_fraction`` in summary.json is the share of the
-stage devices' time not spent computing; for equal stages and free links gpipe and 1f1b give
-``(S − 1) / (M + S − 1)``. Memory is checked before the run (:func:`~.pipeline_plan.stage_memory`
-against the device profile's capacity): a stage that does not fit stops the scenario with an
-error naming the stage, what it needs and what the device has.
+(:attr:`~simdist.strategies.base.LayerCost.launch_s`), which every micro-batch pays in full:
+small micro-batches cost more in total than the batch at once. ``bubble_fraction`` in
+summary.json is the share of the stage devices' time not spent computing; for equal stages
+and free links gpipe and 1f1b give ``(S − 1) / (M + S − 1)``. Memory is checked before the
+run (:func:`~.plan.stage_memory` against the device profile's capacity): a stage that does
+not fit stops the scenario with an error naming the stage, what it needs and what the
+device has.
 
 Mixed clusters (hosts listed with different device profiles): each stage device runs its
 micro-batches at its own profile's speed, so a slow device makes its stage the bottleneck
@@ -49,7 +50,7 @@ from simdist.errors import SimdistError
 from simdist.mesh import Mesh
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.layer_step import span_seconds
-from simdist.strategies.pipeline_plan import (
+from simdist.strategies.pipeline.plan import (
     StageMemory,
     bounds,
     ideal_bubble,
@@ -58,15 +59,12 @@ from simdist.strategies.pipeline_plan import (
     stage_memory,
     stage_ops,
 )
-from simdist.strategies.pipeline_spec import Spec
 from simdist.units import format_size
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
     from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
     from simdist.strategies.sync import SyncState
-
-__all__ = ["PipelineStrategy", "Spec"]
 
 
 class PipelineStrategy(Strategy):
