@@ -313,6 +313,7 @@ def measure_costs(
     return Costs(
         compute_s=first.compute_s,
         grad_nbytes=grad_nbytes,
+        param_nbytes=grad_nbytes,
         flops_per_replica_step=float(profile.flops),
         total_steps=total_steps,
         param_leaves=leaves,
@@ -340,7 +341,14 @@ def _device_costs(
         compute_s=compute_s,
         layers=tuple(
             LayerCost(
-                layer.name, f, b, int(layer.param_nbytes), paths, int(layer.output_nbytes), launch
+                layer.name,
+                f,
+                b,
+                int(layer.param_nbytes),
+                paths,
+                int(layer.output_nbytes),
+                launch,
+                param_nbytes=int(layer.param_nbytes),
             )
             for layer, (f, b), paths, launch in zip(
                 profile.layers, times, layer_paths, launches, strict=True

@@ -23,7 +23,7 @@ from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile, write_layers_csv
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Costs, LayerCost
-from simdist.strategies.pipeline_plan import (
+from simdist.strategies.pipeline.plan import (
     ideal_bubble,
     in_flight,
     partition_auto,

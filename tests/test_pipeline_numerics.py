@@ -18,7 +18,7 @@ from simdist.engine import build_workload
 from simdist.engine import run as engine_run
 from simdist.numerics.stages import LayerSequence, PipeDreamTrainer, PipelineTrainer
 from simdist.scenario import scenario_from_dict
-from simdist.strategies.pipeline_plan import stage_ops
+from simdist.strategies.pipeline.plan import stage_ops
 from simdist.strategies.sync import SyncTrainer
 
 MLP = {"name": "mlp", "hidden": [16, 16]}  # 3 layers: Dense_0, Dense_1, Dense_2

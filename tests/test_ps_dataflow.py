@@ -222,7 +222,7 @@ def test_a_chain_of_updates_equals_one_call_per_update(optimizer, schedule, fuse
     costs = measure_costs(scenario, wl)
     shards = partition(costs.param_leaves, 2, "min_size", 256)
     servers = ParameterServers(shards, 2, wl)
-    assert any(rows is not None for _, _, rows in servers._ps_slices[1])  # a row shard
+    assert any(rows is not None for _, _, rows in servers.ps_slices[1])  # a row shard
     replay = replay_module.Replay(servers, wl, 8)
     programs = replay._programs()
     rng = np.random.default_rng(1)

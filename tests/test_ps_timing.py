@@ -235,11 +235,12 @@ def test_the_slowest_clock_follows_ticks_and_restores(workers, moves):
     import simpy
 
     from simdist.strategies.parameter_server.async_loop import AsyncTraining
+    from simdist.strategies.parameter_server.progress import Progress
 
     strategy = SimpleNamespace(
         env=simpy.Environment(),
         n_workers=workers,
-        applied=0,
+        progress=Progress(),
         total_steps=10**6,
         servers=SimpleNamespace(state=lambda: None),
     )

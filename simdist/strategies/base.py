@@ -16,26 +16,38 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
+from simdist.mesh import Mesh
 from simdist.strategies.spans import DeviceSpans
 from simdist.variability import Variability
 
 if TYPE_CHECKING:
+    import simpy
+
     from simdist.cluster import Cluster, Device
     from simdist.network import Network
+    from simdist.numerics.executor import Workload
     from simdist.recorder import Recorder
+    from simdist.scenario.schema import Scenario
 
 
-#: The rows a device records in a compute phase, in order, and their fixed details.
+#: ``param_nbytes`` left out: the parameters take the gradient's bytes (a dense gradient
+#: has one entry per parameter). A compressed or sharded gradient gives both.
+AS_GRADIENT = -1
 
 
 @dataclass(frozen=True)
 class LayerCost:
-    """One layer's share of a replica step: its compute times and its gradient's bytes."""
+    """One layer's share of a replica step: its compute times, its gradient's and its
+    parameters' bytes.
+
+    ``param_nbytes`` defaults to ``grad_nbytes`` (:data:`AS_GRADIENT`): memory figures
+    read parameters, the all-reduces read gradients, so shrinking one leaves the other.
+    """
 
     name: str
     forward_s: float
@@ -46,6 +58,11 @@ class LayerCost:
     # The fixed launch cost inside forward_s and inside backward_s (each), calibrated like
     # them; a pipeline pays it once per micro-batch instead of dividing it by M.
     launch_s: float = 0.0
+    param_nbytes: int = field(default=AS_GRADIENT, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.param_nbytes == AS_GRADIENT:
+            object.__setattr__(self, "param_nbytes", self.grad_nbytes)
 
 
 @dataclass(frozen=True)
@@ -65,10 +82,14 @@ class Costs:
     ``per_profile`` (label of :attr:`simdist.cluster.Cluster.profiles` → its
     :class:`DeviceCosts`); :meth:`for_profile` gives the costs a device of a class sees.
     Homogeneous clusters leave it empty.
+
+    Four kinds of bytes, each read by what it sizes: ``grad_nbytes`` (all-reduces, pushes),
+    ``param_nbytes`` (pulls, fetches, a stage's memory), ``opt_state_nbytes`` and
+    :attr:`checkpoint_nbytes` (the two together, written and restored).
     """
 
     compute_s: float  # one replica's forward + backward on its per-replica batch
-    grad_nbytes: int  # bytes of one full gradient (= bytes of the parameters)
+    grad_nbytes: int  # bytes of one full gradient, as the replicas exchange it
     flops_per_replica_step: float  # the clock model's FLOPs per replica step (XLA cost analysis)
     total_steps: int  # training steps (sync) or applied gradients (async) to run
     param_leaves: tuple[tuple[str, tuple[int, ...], int], ...] = ()  # (path, shape, nbytes)
@@ -79,11 +100,17 @@ class Costs:
     layers: tuple[LayerCost, ...] = ()
     # Mixed clusters: each device class's own compute (label, costs), worker 0's first.
     per_profile: tuple[tuple[str, DeviceCosts], ...] = ()
+    # Bytes of the parameters (what a pull fetches, a stage holds, a checkpoint writes).
+    param_nbytes: int = field(default=AS_GRADIENT, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.param_nbytes == AS_GRADIENT:
+            object.__setattr__(self, "param_nbytes", self.grad_nbytes)
 
     @property
     def checkpoint_nbytes(self) -> int:
         """A checkpoint holds the parameters and the optimizer state."""
-        return self.grad_nbytes + self.opt_state_nbytes
+        return self.param_nbytes + self.opt_state_nbytes
 
     def for_profile(self, label: str) -> Costs:
         """These costs with the compute time and layers of device class ``label``
@@ -105,7 +132,7 @@ class Replayed(NamedTuple):
     not finite (found one step late, see :meth:`Strategy.end_step`).
     """
 
-    workload: Any
+    workload: Workload
     cut: int
 
 
@@ -132,12 +159,12 @@ class Strategy(DeviceSpans, ABC):
 
     def __init__(
         self,
-        scenario: Any,
-        env: Any,
+        scenario: Scenario,
+        env: simpy.Environment,
         cluster: Cluster,
         network: Network,
         recorder: Recorder,
-        workload: Any | None,
+        workload: Workload | Replayed | None,
         costs: Costs,
         on_step: Callable[[int], None] | None = None,
     ) -> None:
@@ -195,14 +222,25 @@ class Strategy(DeviceSpans, ABC):
         """Training examples whose gradient one step applies (the global batch, for sync)."""
         return self.scenario.global_batch
 
+    def build_mesh(self) -> Mesh[Device]:
+        """This strategy's device mesh: by default one ``data`` axis of ``replicas`` devices,
+        the cluster's first (data parallelism; one replica for one_device)."""
+        return Mesh.of(self.cluster.devices, {"data": self.scenario.replicas})
+
+    @cached_property
+    def mesh(self) -> Mesh[Device]:
+        """The devices this strategy trains on, on named axes (:mod:`simdist.mesh`)."""
+        return self.build_mesh()
+
     @cached_property
     def training_devices(self) -> list[Device]:
-        """Devices that compute gradients, for the compute / comm / idle split.
+        """Devices that compute gradients, for the compute / comm / idle split: the replica
+        group (the mesh's data axis).
 
         One list for the whole run (read-only): a step asks for it several times, and the
         network remembers what it worked out for a collective over this very list.
         """
-        return self.cluster.devices[: self.scenario.replicas]
+        return list(self.mesh.groups("data")[0])
 
     def summary(self) -> dict[str, Any]:
         """Strategy-specific figures merged into summary.json."""

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     import simpy
 
     from simdist.cluster import Device, Host
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
 
 
 class Spec(StrategySpecBase):
@@ -60,11 +62,11 @@ class Spec(StrategySpecBase):
     execution: Execution = "auto"
     reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth", examples=["25.6GB/s"])
 
-    def replicas(self, cluster: Any) -> int:
+    def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of the one host."""
         return cluster.devices_per_host
 
-    def check(self, scenario: Any) -> None:
+    def check(self, scenario: Scenario) -> None:
         """One host (``hosts: 1``), no parameter-server tasks."""
         self.check_one_host(scenario)
         super().check(scenario)
@@ -124,7 +126,8 @@ class CentralStorageStrategy(SynchronousStrategy):
         ended = env.event()
         ended.callbacks.append(lambda _: barrier.succeed())
         pushes = Countdown(ended, len(devices))
-        net, host, nbytes = self.net, self.host, self.costs.grad_nbytes
+        net, host = self.net, self.host
+        grad_nbytes, param_nbytes = self.costs.grad_nbytes, self.costs.param_nbytes
         wait = "waiting for the host link"
 
         def fetch(i: int, device: Device) -> None:
@@ -137,7 +140,7 @@ class CentralStorageStrategy(SynchronousStrategy):
                 net.send(
                     device,
                     host,
-                    nbytes,
+                    grad_nbytes,
                     step=step,
                     detail="push gradient",
                     wait_detail=wait,
@@ -148,7 +151,7 @@ class CentralStorageStrategy(SynchronousStrategy):
                 pushed[i] = env.now
 
             net.send(
-                host, device, nbytes, step=step, detail="fetch variables", wait_detail=wait
+                host, device, param_nbytes, step=step, detail="fetch variables", wait_detail=wait
             ).done.callbacks.append(fetched)
 
         def begin(_: simpy.Event) -> None:
@@ -176,7 +179,7 @@ class CentralStorageStrategy(SynchronousStrategy):
         route = self.net.route(self.host, self.training_devices[0])
         link = min(route, key=lambda link: link.bandwidth_Bps)
         return {
-            "host_link_bytes_per_step": 2 * n * nbytes,
+            "host_link_bytes_per_step": n * (self.costs.param_nbytes + nbytes),
             "host_link_bandwidth_Bps": link.bandwidth_Bps,
             "cpu_reduce_s": self.reduce_s,
             "predicted_step_s": central_storage_step_s(

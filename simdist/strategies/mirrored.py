@@ -9,13 +9,17 @@ profile the all-reduce runs in buckets that overlap with backward
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from simdist.catalog import Execution
 from simdist.spec import Bytes, StrategySpecBase
 from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
 
 
 class Spec(StrategySpecBase):
@@ -27,11 +31,11 @@ class Spec(StrategySpecBase):
     overlap: bool = overlap_field()
     bucket_bytes: Bytes = bucket_bytes_field()
 
-    def replicas(self, cluster: Any) -> int:
+    def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of the one host."""
         return cluster.devices_per_host
 
-    def check(self, scenario: Any) -> None:
+    def check(self, scenario: Scenario) -> None:
         """One host (``hosts: 1``), no parameter-server tasks."""
         self.check_one_host(scenario)
         super().check(scenario)

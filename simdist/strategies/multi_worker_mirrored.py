@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -58,6 +58,10 @@ from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
 from simdist.spec import Bytes, StrategySpecBase, fail
 from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
 
 
 class Spec(StrategySpecBase):
@@ -70,11 +74,11 @@ class Spec(StrategySpecBase):
     overlap: bool = overlap_field()
     bucket_bytes: Bytes = bucket_bytes_field()
 
-    def replicas(self, cluster: Any) -> int:
+    def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
         return cluster.n_devices
 
-    def check(self, scenario: Any) -> None:
+    def check(self, scenario: Scenario) -> None:
         """``nccl`` (hierarchical) needs the same device count on every host."""
         super().check(scenario)
         c = scenario.cluster

@@ -14,12 +14,23 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import Field
 
 from simdist.faults import FailureSchedule
 from simdist.strategies.base import LayerCost, Strategy
+from simdist.strategies.layer_step import (
+    backward_s,
+    forward_s,
+    hand_over_when_ready,
+    span_seconds,
+)
+
+if TYPE_CHECKING:
+    from simdist.cluster import Device
+    from simdist.numerics.executor import Workload
+    from simdist.scenario.effects import FailureSpec
 
 # PyTorch DistributedDataParallel's default bucket_cap_mb = 25 (torch.nn.parallel.
 # DistributedDataParallel docs); Horovod's tensor-fusion buffer defaults to 64 MB
@@ -114,7 +125,9 @@ class SyncTrainer:
     so the summed gradient is the gradient of the global mean loss.
     """
 
-    def __init__(self, workload: Any, replicas: int, per_replica_batch: int, execution: str):
+    def __init__(
+        self, workload: Workload, replicas: int, per_replica_batch: int, execution: str
+    ) -> None:
         self.workload = workload
         self.replicas = replicas
         self.global_batch = replicas * per_replica_batch
@@ -177,9 +190,7 @@ class SynchronousStrategy(Strategy):
         self.trainer: SyncTrainer | None = None
         self.state: SyncState | None = None
         if self.workload is not None:
-            execution = resolve_execution(
-                getattr(self.scenario.strategy, "execution", "batched"), self.scenario.replicas
-            )
+            execution = resolve_execution(self.requested_execution(), self.scenario.replicas)
             self.trainer = SyncTrainer(
                 self.workload,
                 self.scenario.replicas,
@@ -187,6 +198,11 @@ class SynchronousStrategy(Strategy):
                 execution,
             )
             self.state = self.trainer.init()
+
+    def requested_execution(self) -> str:
+        """``strategy.execution``: how the replicas' gradients run (``auto``, ``batched``,
+        ``devices``; see :func:`resolve_execution`)."""
+        return self.scenario.strategy.execution
 
     @property
     def final_params(self) -> Any | None:
@@ -229,28 +245,7 @@ class SynchronousStrategy(Strategy):
 
         start = self.env.now
         devices = self.training_devices
-        # (forward_s, backward_s per bucket) of each device class: on a mixed cluster each
-        # device runs its own layer times, and the buckets wait for the slowest.
-        plans: dict[str, list[float]] = {}
-        for device in devices:
-            if device.profile not in plans:
-                layers = self.device_costs(device).layers
-                backward = list(reversed(layers))
-                plans[device.profile] = [
-                    sum(layer.forward_s for layer in layers),
-                    *(
-                        sum(layer.backward_s for layer in backward[bucket.first : bucket.stop])
-                        for bucket in buckets
-                    ),
-                ]
-        # The spans of every device at once, one column per span: the same sums in the same
-        # order as one device at a time (record_scaled), so the same floats.
-        if len(plans) == 1:
-            seconds = np.array(next(iter(plans.values())))[None, :]
-        else:
-            seconds = np.array([plans[d.profile] for d in devices])
-        if self.variability:  # each device's pace scales its compute spans
-            seconds = seconds * np.array([self.pace(d, step) for d in devices])[:, None]
+        seconds = self.bucket_seconds(devices, buckets, step)
         factor = np.array([self.slowdown(d, step) for d in devices]) if self.stragglers else 1.0
         hosts, names = self.recorder.device_columns(devices)
         t = start + np.where(hosts == eval_host, eval_s, 0.0)
@@ -281,11 +276,42 @@ class SynchronousStrategy(Strategy):
         self.recorder.events(
             ready[:, -1], bucket_ready[-1], hosts, names, "idle", 0, step, "barrier"
         )
-        for b, bucket in enumerate(buckets):
-            if bucket_ready[b] > self.env.now:
-                yield self.env.timeout(bucket_ready[b] - self.env.now)
+
+        def allreduce(b: int) -> Any:
             detail = f"{label} bucket {b + 1}/{len(buckets)}" if len(buckets) > 1 else label
-            yield self.net.allreduce(devices, bucket.nbytes, algo, step=step, detail=detail)
+            return self.net.allreduce(devices, buckets[b].nbytes, algo, step=step, detail=detail)
+
+        yield from hand_over_when_ready(self.env, bucket_ready, allreduce)
+
+    def bucket_seconds(
+        self, devices: Sequence[Device], buckets: Sequence[Bucket], step: int
+    ) -> Any:
+        """Each device's (forward, backward of each bucket) seconds at ``step``, one row per
+        device, paced by its variability (not its straggler factor).
+
+        On a mixed cluster each device runs its own class's layer times (the buckets then
+        wait for the slowest). The spans of every device at once, one column per span: the
+        same sums in the same order as one device at a time (record_scaled), so the same
+        floats.
+        """
+        import numpy as np
+
+        plans: dict[str, list[float]] = {}
+        for device in devices:
+            if device.profile not in plans:
+                layers = self.device_costs(device).layers
+                backward = list(reversed(layers))
+                plans[device.profile] = [
+                    *span_seconds(layers, [(0, len(layers))], forward_s),
+                    *span_seconds(backward, [(b.first, b.stop) for b in buckets], backward_s),
+                ]
+        if len(plans) == 1:
+            seconds = np.array(next(iter(plans.values())))[None, :]
+        else:
+            seconds = np.array([plans[d.profile] for d in devices])
+        if self.variability:  # each device's pace scales its compute spans
+            seconds = seconds * np.array([self.pace(d, step) for d in devices])[:, None]
+        return seconds
 
     @property
     def chief_devices(self) -> list[Any]:
@@ -312,13 +338,13 @@ class SynchronousStrategy(Strategy):
             )
         yield self.env.timeout(seconds)
 
-    def _failed_host(self, spec: Any) -> str:
+    def _failed_host(self, spec: FailureSpec) -> str:
         if spec.role == "worker":
             return self.cluster.workers[spec.index].name
         return self.training_devices[spec.index].host
 
     def recover(
-        self, failed_s: float, spec: Any, step: int, saved: Checkpoint
+        self, failed_s: float, spec: FailureSpec, step: int, saved: Checkpoint
     ) -> Generator[Any, Any, None]:
         """Stop, restart the failed task, restore the last checkpoint (time and numerics).
 
@@ -396,7 +422,7 @@ class AllReduceStrategy(SynchronousStrategy):
         super().__init__(*args, **kwargs)
         spec = self.scenario.strategy
         self.buckets: list[Bucket] = []
-        if getattr(spec, "overlap", False) and self.scenario.replicas > 1:
+        if spec.overlap and self.scenario.replicas > 1:
             buckets = gradient_buckets(self.costs.layers, spec.bucket_bytes)
             if len(buckets) > 1:
                 self.buckets = buckets

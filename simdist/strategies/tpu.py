@@ -18,7 +18,7 @@ along y, then the two all-gathers back — with the ICI's α and B, holding the 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -26,6 +26,10 @@ from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
 from simdist.spec import Bytes, PositiveInt, StrategySpecBase, fail
 from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
 
 
 class Spec(StrategySpecBase):
@@ -40,13 +44,13 @@ class Spec(StrategySpecBase):
     overlap: bool = overlap_field()
     bucket_bytes: Bytes = bucket_bytes_field()
 
-    def replicas(self, cluster: Any) -> int:
+    def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per chip of the x × y torus."""
         del cluster
         x, y = self.topology
         return x * y
 
-    def check(self, scenario: Any) -> None:
+    def check(self, scenario: Scenario) -> None:
         """All x·y chips on one host (see the module docstring): ``hosts: 1``, and
         ``devices_per_host`` 1 or x·y, which it sets to x·y; the profile defaults to tpu-v4."""
         super().check(scenario)

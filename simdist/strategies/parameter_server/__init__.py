@@ -30,7 +30,9 @@ Modules:
 * :mod:`.spec` — the scenario's ``strategy:`` section (``Spec``);
 * :mod:`.partition` — which PS holds which variable rows (pure);
 * :mod:`.servers` — the PS tasks' values, optimizer states and versions (no SimPy);
-* :mod:`.strategy` — :class:`ParameterServerStrategy`: a worker's pull, compute, push;
+* :mod:`.workers` — what the loops drive: a worker's pull, compute, push, its numerics;
+* :mod:`.progress` — what a run has done (applied, dropped, lost gradients, staleness);
+* :mod:`.strategy` — :class:`ParameterServerStrategy`: the loop of its mode, the replay;
 * :mod:`.async_loop` — the asynchronous worker loop and the SSP wait;
 * :mod:`.dataflow` — what an asynchronous run computes, recorded by the SimPy pass;
 * :mod:`.replay` — the numerics of that dataflow, replayed on the device afterwards;

@@ -19,7 +19,7 @@ restart does not stretch the run.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from simdist.strategies.parameter_server.dataflow import Loss
 from simdist.strategies.parameter_server.recovery import Recovery
 
 if TYPE_CHECKING:
-    from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
+    from simdist.strategies.parameter_server.workers import ParameterServerWorkers
 
 
 class InFlight:
@@ -60,8 +60,15 @@ class InFlight:
 class AsyncTraining:
     """The worker processes of one asynchronous run, their clocks and their gradients."""
 
-    def __init__(self, strategy: ParameterServerStrategy) -> None:
+    def __init__(
+        self,
+        strategy: ParameterServerWorkers,
+        advance: Callable[[Callable[[], list[Any]]], None] | None = None,
+    ) -> None:
+        """``advance(reading)`` runs after every global step (the strategy's dataflow replay
+        moving on; ``reading()`` gives the state ids pulled by gradients without a ticket)."""
         self.strategy = strategy
+        self.advance = advance
         self.env = strategy.env
         n = strategy.n_workers
         self.clock = [0] * n  # completed iterations per worker (a restore sets it back)
@@ -85,10 +92,9 @@ class AsyncTraining:
         yield env.any_of([env.all_of(self.procs), self.finished])
         # Lost gradients (worker failures) spend budget, so the last applied step
         # may not be an evaluation point: evaluate the final parameters anyway.
-        if s.numeric and s.diverged_at is None and s.applied and not s.eval_due(s.applied):
-            s.evaluate(s.applied, s.servers.current())
-        if s.dataflow is not None:
-            s.replay()  # the numerics of everything above, now that the dataflow is known
+        applied = s.progress.applied
+        if s.numeric and s.diverged_at is None and applied and not s.eval_due(applied):
+            s.evaluate(applied, s.servers.current())
 
     @property
     def clock(self) -> list[int]:
@@ -192,7 +198,7 @@ class AsyncTraining:
             version = s.servers.apply_ticket(ps, gradient.ticket, scale)
         else:
             version = s.servers.apply(ps, None)
-        s.staleness.append(staleness)
+        s.progress.staleness.append(staleness)
         now = self.env.now
         s.log.row(
             "updates",
@@ -205,7 +211,7 @@ class AsyncTraining:
             ssp_staleness=gradient.ssp,
             loss=loss,
         )
-        s.log.metric(now, s.applied, "staleness", staleness)
+        s.log.metric(now, s.progress.applied, "staleness", staleness)
         gradient.waiting -= 1
         if gradient.waiting == 0:
             self.step_done(loss)
@@ -213,19 +219,20 @@ class AsyncTraining:
     def step_done(self, loss: float) -> None:
         """One more gradient is applied on every PS: a global step."""
         s = self.strategy
-        s.applied += 1
-        now = self.env.now
+        s.progress.applied += 1
+        applied, now = s.progress.applied, self.env.now
         if s.numeric:
-            s.log.metric(now, s.applied, "train_loss", loss)
-            if s.eval_due(s.applied):
-                s.evaluate(s.applied, s.servers.current())
+            s.log.metric(now, applied, "train_loss", loss)
+            if s.eval_due(applied):
+                s.evaluate(applied, s.servers.current())
         if now > 0:
-            rate = s.applied * s.examples_per_step / now
-            s.log.metric(now, s.applied, "examples_per_s", rate)
-        s.steps_done = s.applied
-        s.on_step(s.applied)
+            rate = applied * s.examples_per_step / now
+            s.log.metric(now, applied, "examples_per_s", rate)
+        s.steps_done = applied
+        s.on_step(applied)
         self.recovery.checkpoint_if_due()
-        s.advance_replay(self.reading)
+        if self.advance is not None:
+            self.advance(self.reading)
 
     def reading(self) -> list[Any]:
         """The state ids read by pulls whose gradients have no ticket yet (the replay keeps
@@ -241,7 +248,7 @@ class AsyncTraining:
         if not self.stopped:
             self.stopped = True
             s = self.strategy
-            s.diverged_at = s.steps_done = s.applied + 1
+            s.diverged_at = s.steps_done = s.progress.applied + 1
 
     def tick(self, w: int) -> None:
         """Worker ``w`` completed an iteration: wake workers waiting on the staleness bound."""
@@ -264,7 +271,7 @@ class AsyncTraining:
         s.cut(w)
         gradient = self.inflight[w]
         if gradient is not None:
-            s.lost_gradients += 1
+            s.progress.lost_gradients += 1
         self.inflight[w] = None
         self.flying.discard(w)
         s.pipelines[w] = None

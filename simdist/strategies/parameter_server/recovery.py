@@ -22,15 +22,17 @@ consumed in time order by one process.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from simdist.faults import FailureSchedule
 from simdist.strategies.parameter_server.servers import ServerState
 
 if TYPE_CHECKING:
-    from simdist.strategies.parameter_server.async_loop import AsyncTraining
-    from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
+    import simpy
+
+    from simdist.scenario.effects import FailureSpec
+    from simdist.strategies.parameter_server.workers import ParameterServerWorkers
 
 #: The interrupt cause of a worker stopped by a PS failure (a worker failure's is its restart_s).
 ROLLBACK = "ps"
@@ -51,10 +53,20 @@ class Snapshot(NamedTuple):
     written: bool
 
 
+class Training(Protocol):
+    """What the recovery reads and rolls back of the asynchronous loop
+    (:class:`~.async_loop.AsyncTraining`)."""
+
+    clock: Sequence[int]  # completed iterations per worker
+    claimed: int  # gradients started
+    stopped: bool  # training diverged
+    procs: list[simpy.Process]  # the worker processes
+
+
 class Recovery:
     """Checkpoints, failures and restores of one asynchronous run."""
 
-    def __init__(self, strategy: ParameterServerStrategy, training: AsyncTraining) -> None:
+    def __init__(self, strategy: ParameterServerWorkers, training: Training) -> None:
         self.strategy = strategy
         self.training = training
         self.env = strategy.env
@@ -63,21 +75,23 @@ class Recovery:
         self.restoring = False  # a PS failure is being recovered: workers wait for resume
         self.resume = self.env.event()
         self.epoch = 0  # PS failures so far; a checkpoint begun before one is void
-        self.failing: Any = None  # the failure entry whose PS is being restored
-        self.again: list[Any] = []  # its failures during that restore: each fires after one
+        self.failing: FailureSpec | None = None  # the failure entry whose PS is being restored
+        self.again: list[FailureSpec] = []  # its failures during that restore: each fires after one
         self.down = [False] * strategy.n_workers  # sitting out a restart
 
     def snapshot(self, saved_s: float, written: bool) -> Snapshot:
         """The state of the run now: references, so later updates do not change it."""
         s = self.strategy
-        return Snapshot(s.applied, tuple(self.training.clock), s.servers.state(), saved_s, written)
+        return Snapshot(
+            s.progress.applied, tuple(self.training.clock), s.servers.state(), saved_s, written
+        )
 
     # -- checkpoints -----------------------------------------------------------
 
     def checkpoint_if_due(self) -> None:
         """After a global step: start writing a checkpoint if one is due and none is under way."""
         s = self.strategy
-        if not self.checkpointing and s.checkpoint_due(s.applied, self.saved.saved_s):
+        if not self.checkpointing and s.checkpoint_due(s.progress.applied, self.saved.saved_s):
             self.env.process(self.write_checkpoint())
 
     def write_checkpoint(self) -> Generator[Any, Any, None]:
@@ -115,7 +129,7 @@ class Recovery:
             if at > self.env.now:
                 yield self.env.timeout(at - self.env.now)
             schedule.pop_before(math.inf)
-            if self.training.stopped or s.applied >= s.total_steps:
+            if self.training.stopped or s.progress.applied >= s.total_steps:
                 return
             if spec.role == "ps":
                 if not self.restoring:
@@ -126,7 +140,7 @@ class Recovery:
             else:
                 self.worker_failure(spec)
 
-    def worker_failure(self, spec: Any) -> None:
+    def worker_failure(self, spec: FailureSpec) -> None:
         """Worker ``spec`` targets fails now: interrupt it (unless it is down or done)."""
         s, training = self.strategy, self.training
         w = spec.index if spec.role == "worker" else spec.index // s.cluster.devices_per_host
@@ -166,7 +180,7 @@ class Recovery:
                 s.record_devices(devices, waited, env.now, "restore", self.training.clock[w])
         s.pipelines[w] = s.new_pipeline()
 
-    def ps_failure(self, spec: Any) -> None:
+    def ps_failure(self, spec: FailureSpec) -> None:
         """A PS task fails now: everyone stops; all PS tasks roll back to the last checkpoint."""
         s, env = self.strategy, self.env
         s.failures += 1
@@ -174,7 +188,7 @@ class Recovery:
         restart_s = spec.restart_s
         restore_s = s.checkpoint_s if saved.written else 0.0
         host = s.cluster.ps_hosts[spec.index].name
-        s.record_task(host, now, now + restart_s, "failure", s.applied, spec.target)
+        s.record_task(host, now, now + restart_s, "failure", s.progress.applied, spec.target)
         s.record_task(
             host,
             now + restart_s,
@@ -193,14 +207,14 @@ class Recovery:
             if proc.is_alive:
                 proc.interrupt(ROLLBACK)
             self.down[w] = False
-        s.lost_steps += s.applied - saved.applied
+        s.lost_steps += s.progress.applied - saved.applied
         s.time_lost_s += (now - saved.saved_s) + restart_s + restore_s
         env.timeout(restart_s + restore_s).callbacks.append(lambda _: self.restored(saved))
 
     def restored(self, saved: Snapshot) -> None:
         """The PS tasks are back as ``saved`` holds them: everyone resumes from there."""
         s, training = self.strategy, self.training
-        s.applied = training.claimed = saved.applied
+        s.progress.applied = training.claimed = saved.applied
         training.clock = list(saved.clock)
         s.servers.restore(saved.servers)
         self.saved = saved._replace(saved_s=self.env.now)
@@ -209,5 +223,5 @@ class Recovery:
         self.resume.succeed()
         if self.again:
             spec = self.again.pop(0)
-            if not (training.stopped or s.applied >= s.total_steps):
+            if not (training.stopped or s.progress.applied >= s.total_steps):
                 self.ps_failure(spec)

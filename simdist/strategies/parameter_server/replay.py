@@ -40,7 +40,7 @@ call per update (tests/test_ps_dataflow.py; 20 report folders byte-identical).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -48,9 +48,13 @@ import numpy as np
 
 from simdist.numerics.chains import CHAIN
 from simdist.numerics.models import update_moving_stats
+from simdist.numerics.optim import apply_updates
 from simdist.strategies.parameter_server.dataflow import Apply, Dataflow
 from simdist.strategies.parameter_server.plan import BUCKET, Chain, Plan, Wave
 from simdist.strategies.parameter_server.servers import ParameterServers
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 
 class Outcome(NamedTuple):
@@ -80,7 +84,7 @@ class Replay:
     def __init__(
         self,
         servers: ParameterServers,
-        workload: Any,
+        workload: Workload,
         global_batch: int,
         replicas: int = 1,
         workers: int = 1,
@@ -173,7 +177,7 @@ class Replay:
         key = (
             tuple(
                 tuple((k, leaf, None if r is None else (r.start, r.stop)) for k, leaf, r in held)
-                for held in s._ps_slices + s._ps_state_slices
+                for held in s.ps_slices + s.ps_state_slices
             ),
             self.global_batch,
             self.replicas,
@@ -198,15 +202,17 @@ class Replay:
 class _Programs:
     """The jitted programs and initial banks of one replay (one trace per run's structure)."""
 
-    def __init__(self, servers: ParameterServers, workload: Any, global_batch: int, replicas: int):
+    def __init__(
+        self, servers: ParameterServers, workload: Workload, global_batch: int, replicas: int
+    ) -> None:
         s, wl = servers, workload
         self.servers, self.workload = s, wl
         n = s.treedef.num_leaves
         self.n_leaves = n
         owner = {
-            key: ps for ps in range(s.n_ps) for key, *_ in s._ps_slices[ps] + s._ps_state_slices[ps]
+            key: ps for ps in range(s.n_ps) for key, *_ in s.ps_slices[ps] + s.ps_state_slices[ps]
         }
-        self.leaf_parts = [[(owner[k], k) for k in keys] for keys in s._leaf_keys]
+        self.leaf_parts = [[(owner[k], k) for k in keys] for keys in s.leaf_keys]
         vm = wl.stacked_vmap(global_batch, replicas)
         treedef = s.treedef
 
@@ -247,7 +253,7 @@ class _Programs:
             state = jax.tree_util.tree_unflatten(s.state_treedef, leaves[n:])
             return wl.variables(params, state)
 
-        self._value_keys = {(ps, key) for ps in range(s.n_ps) for key, *_ in s._ps_slices[ps]}
+        self._value_keys = {(ps, key) for ps in range(s.n_ps) for key, *_ in s.ps_slices[ps]}
         self._gather = jax.jit(gather)
         self._chains: dict[int, Any] = {}
 
@@ -351,8 +357,8 @@ class _Programs:
         def cut(a: Any, rows: slice | None) -> Any:
             return a if rows is None else a[rows]
 
-        g = {key: cut(grads[leaf][slot], rows) for key, leaf, rows in s._ps_slices[ps]}
-        m = {key: cut(moments[leaf - n][slot], rows) for key, leaf, rows in s._ps_state_slices[ps]}
+        g = {key: cut(grads[leaf][slot], rows) for key, leaf, rows in s.ps_slices[ps]}
+        m = {key: cut(moments[leaf - n][slot], rows) for key, leaf, rows in s.ps_state_slices[ps]}
         return g, m
 
     def _scan_chain(self, ps: int) -> Any:
@@ -370,7 +376,7 @@ class _Programs:
                 (values, opt, model), (vbank, obank, mbank) = carry
                 gslot, scale, target = step
                 grad, batch_moments = self._shards(ps, grads, moments, gslot)
-                values, opt = wl._apply_impl(values, opt, grad, scale)
+                values, opt = apply_updates(wl.optimizer, values, opt, grad, scale)
                 if batch_moments:
                     model = update_moving_stats(model, batch_moments, momentum)
                 vbank = {k: a.at[target].set(values[k]) for k, a in vbank.items()}

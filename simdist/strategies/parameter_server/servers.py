@@ -20,9 +20,12 @@ JAX is imported only by the numeric methods, so timing-only runs never load it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simdist.strategies.parameter_server.partition import Shard
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 
 class Pulled(NamedTuple):
@@ -56,7 +59,9 @@ class ParameterServers:
     values its optimizer updates.
     """
 
-    def __init__(self, shards: Sequence[Shard], n_ps: int, workload: Any | None = None) -> None:
+    def __init__(
+        self, shards: Sequence[Shard], n_ps: int, workload: Workload | None = None
+    ) -> None:
         self.workload = workload
         self.shards = list(shards)
         self.n_ps = n_ps
@@ -69,6 +74,12 @@ class ParameterServers:
         self.values: list[dict[str, Any]] | None = None
         self.opt_states: list[Any] | None = None
         self.states: list[dict[str, Any]] | None = None
+        #: Per PS, the slices it holds of the parameter leaves (``ps_slices``) and of the
+        #: model-state leaves (``ps_state_slices``): ``(key, leaf, rows)``, ``key`` naming the
+        #: shard in :attr:`values` / :attr:`states`, ``rows`` None for a whole leaf. Filled
+        #: with numerics; the dataflow replay cuts gradients and batch moments by them.
+        self.ps_slices: list[list[tuple[str, int, slice | None]]] = [[] for _ in range(n_ps)]
+        self.ps_state_slices: list[list[tuple[str, int, slice | None]]] = [[] for _ in range(n_ps)]
         if workload is not None:
             self._load(workload)
 
@@ -77,7 +88,7 @@ class ParameterServers:
         """Whether the PS tasks hold real values (False in timing-only runs)."""
         return self.values is not None
 
-    def _load(self, workload: Any) -> None:
+    def _load(self, workload: Workload) -> None:
         """Cut the workload's initial parameters and model state into the shards; one
         optimizer state per PS."""
         import jax
@@ -97,15 +108,16 @@ class ParameterServers:
         leaves = leaves + state_leaves
         # assemble / split run once per gradient: their keys and slices are fixed here.
         keys = [f"{i:06d}" for i in range(len(self.shards))]
-        self._leaf_keys = [[keys[i] for i in self.per_leaf[leaf]] for leaf in range(len(leaves))]
+        # Per leaf (parameters, then model state), the keys of its shards in row order.
+        self.leaf_keys = [[keys[i] for i in self.per_leaf[leaf]] for leaf in range(len(leaves))]
         slices = [
             [(keys[i], self.shards[i].leaf, self._rows(i)) for i in self.by_ps[ps]]
             for ps in range(self.n_ps)
         ]
-        self._ps_slices = [[s for s in held if s[1] < n] for held in slices]
-        self._ps_state_slices = [[s for s in held if s[1] >= n] for held in slices]
-        self.values = [self._cut(leaves, held) for held in self._ps_slices]
-        self.states = [self._cut(leaves, held) for held in self._ps_state_slices]
+        self.ps_slices = [[s for s in held if s[1] < n] for held in slices]
+        self.ps_state_slices = [[s for s in held if s[1] >= n] for held in slices]
+        self.values = [self._cut(leaves, held) for held in self.ps_slices]
+        self.states = [self._cut(leaves, held) for held in self.ps_state_slices]
         self.opt_states = [workload.init_opt_state(v) for v in self.values]
 
     @staticmethod
@@ -137,7 +149,7 @@ class ParameterServers:
         """A full parameter pytree from one pulled value-dict per PS."""
         import jax
 
-        leaves = self._join(pulled, self._leaf_keys[: self.treedef.num_leaves])
+        leaves = self._join(pulled, self.leaf_keys[: self.treedef.num_leaves])
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
     @staticmethod
@@ -164,7 +176,7 @@ class ParameterServers:
         params = self.assemble(self.values)
         if not self.state_treedef.num_leaves:
             return params
-        keys = self._leaf_keys[self.treedef.num_leaves :]
+        keys = self.leaf_keys[self.treedef.num_leaves :]
         state = jax.tree_util.tree_unflatten(self.state_treedef, self._join(self.states, keys))
         return self.workload.variables(params, state)
 
@@ -175,7 +187,7 @@ class ParameterServers:
         leaves = jax.tree_util.tree_leaves(grads)
         return {
             key: leaves[leaf] if rows is None else leaves[leaf][rows]
-            for key, leaf, rows in self._ps_slices[ps]
+            for key, leaf, rows in self.ps_slices[ps]
         }
 
     def split_moments(self, moments: Any, ps: int) -> dict[str, Any]:
@@ -185,13 +197,13 @@ class ParameterServers:
         """
         import jax
 
-        if not self._ps_state_slices[ps]:
+        if not self.ps_state_slices[ps]:
             return {}
         leaves = jax.tree_util.tree_leaves(moments)
         n = self.treedef.num_leaves
         return {
             key: leaves[leaf - n] if rows is None else leaves[leaf - n][rows]
-            for key, leaf, rows in self._ps_state_slices[ps]
+            for key, leaf, rows in self.ps_state_slices[ps]
         }
 
     # -- updating --------------------------------------------------------------

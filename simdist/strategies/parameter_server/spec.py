@@ -6,11 +6,15 @@ Pure pydantic (no SimPy, no JAX): scenario loading reads it through
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
 from simdist.spec import Bytes, Int, StrategySpecBase, fail
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
 
 
 class Spec(StrategySpecBase):
@@ -32,11 +36,11 @@ class Spec(StrategySpecBase):
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False
 
-    def replicas(self, cluster: Any) -> int:
+    def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
         return cluster.hosts * cluster.devices_per_host
 
-    def check(self, scenario: Any) -> None:
+    def check(self, scenario: Scenario) -> None:
         """At least one PS task. ``mode: sync`` takes no staleness options, and is simulated
         without checkpoints and failures; backup workers need sync and fewer than workers."""
         c = scenario.cluster

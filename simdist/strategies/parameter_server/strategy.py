@@ -1,46 +1,30 @@
-"""The parameter_server strategy: what a worker moves, tied to the loop of its mode.
+"""The parameter_server strategy: the loop of its mode, the dataflow replay, the summary.
 
-A worker's iteration is three phases — pull every shard, compute, push every
-gradient shard — each defined once here and shared by both modes: the
-asynchronous loop (:mod:`.async_loop`, with failures in :mod:`.recovery`) and
-synchronous steps with backup workers (:mod:`.sync_backup`). How long bytes take
-is the network's: every pull and push is one ``net.send`` between the worker's
-host and a PS task, which contend on the NICs.
+The workers' mechanics are :mod:`.workers`'; this class picks the loop —
+asynchronous (:mod:`.async_loop`) or synchronous with backup workers
+(:mod:`.sync_backup`) — and, in asynchronous runs with numerics, replays the recorded
+dataflow on the device (:mod:`.replay`), while the simulation goes on and at its end.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from functools import partial
 from typing import Any
 
 import numpy as np
-import simpy
 
-from simdist.cluster import Device
-from simdist.network import Transfer
-from simdist.strategies.base import Replayed, Strategy
+from simdist.strategies.base import Replayed
 from simdist.strategies.parameter_server.async_loop import AsyncTraining
-from simdist.strategies.parameter_server.dataflow import (
-    Dataflow,
-    DataflowServers,
-    Journal,
-)
-from simdist.strategies.parameter_server.partition import (
-    batch_norm_state_leaves,
-    bytes_per_ps,
-    layer_shards,
-    partition,
-)
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.sync_backup import SyncWithBackups
+from simdist.strategies.parameter_server.workers import ParameterServerWorkers
 
 #: Applied shards between two advances of the dataflow replay during the simulation: enough
 #: that each advance plans full waves and chains, few enough that the device starts early.
 SEGMENT = 32
 
 
-class ParameterServerStrategy(Strategy):
+class ParameterServerStrategy(ParameterServerWorkers):
     """Asynchronous (or synchronous with backup workers) parameter-server training.
 
     Failures (DESIGN.md §4, asynchronous mode): a failed worker drops out — its
@@ -53,340 +37,26 @@ class ParameterServerStrategy(Strategy):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        options = self.scenario.strategy
-        self.options = options
-        self.n_workers = len(self.cluster.workers)
-        self.n_ps = len(self.cluster.ps_hosts)
-        self.worker_batch = (
-            self.scenario.workload.batch_size * self.scenario.cluster.devices_per_host
-        )
-        # Model state (BatchNormalization's moving statistics) is placed with the variables:
-        # pulled with them, its updates (a worker's batch moments) pushed with the gradient.
-        self.shards = partition(
-            [*self.costs.param_leaves, *batch_norm_state_leaves(self.costs.param_leaves)],
-            self.n_ps,
-            options.partitioner,
-            options.min_shard_bytes,
-            options.max_shards,
-        )
-        self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
-        # What the loops record metrics and rows into: the recorder, or a journal whose
-        # values the dataflow replay fills in (asynchronous runs with numerics).
-        self.log: Any = self.recorder
-        self.dataflow: Dataflow | None = None
         self._final: Any = None
-        self.deferred: Any = None
-        if self.workload is not None and options.mode != "sync":
-            self.dataflow = Dataflow(self.n_ps)
-            self.log = Journal()
-            self.servers: ParameterServers = DataflowServers(self.shards, self.n_ps, self.dataflow)
-            self.initial = ParameterServers(self.shards, self.n_ps, self.workload)
+        if self.dataflow is not None:
             from simdist.strategies.parameter_server.replay import Replay
 
+            assert self.workload is not None
+            initial = ParameterServers(self.shards, self.n_ps, self.workload)
             replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
             self._replay = Replay(
-                self.initial, self.workload, self.worker_batch, replicas, self.n_workers
+                initial, self.workload, self.worker_batch, replicas, self.n_workers
             )
             # Without failures every gradient is applied on every PS and no state comes back
             # (a restore would), so the replay can run while the simulation goes on.
             self._segmented = not self.scenario.faults.failures
             self._advanced = 0  # shards applied when the replay last advanced
-        else:
-            self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
-        if self.workload is not None and self.dataflow is None:
-            from simdist.numerics.deferred import DeferredGradients
-
-            # BatchNormalization normalises per replica: a worker's devices each on their part
-            # of its batch. Without model state the split changes nothing but rounding, so a
-            # worker's batch stays one evaluation.
-            replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
-            self.deferred = DeferredGradients(
-                self.workload, self.worker_batch, replicas=replicas, with_moments=True
-            )
-        self.applied = 0  # gradients applied on every PS (global steps)
-        self.dropped = 0  # late gradients of backup workers
-        self.lost_gradients = 0  # in flight when their worker failed
-        self.staleness: list[int] = []  # per applied gradient
-        # What each worker has on the wire (transfers, a local all-reduce): a failure cuts it.
-        self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
-        self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
-        self.layer_shards = layer_shards(self.costs.layers, self.shards)
-        self.overlap = (
-            options.overlap
-            and len(self.costs.layers) > 1
-            and self.scenario.cluster.devices_per_host == 1
-        )
-
-    @property
-    def numeric(self) -> bool:
-        """Whether gradients are computed for real (False in timing-only runs)."""
-        return self.workload is not None
 
     @property
     def final_params(self) -> Any | None:
         if self.dataflow is not None:
             return self._final
         return self.servers.current() if self.numeric else None
-
-    @property
-    def training_devices(self) -> list[Device]:
-        return list(self.cluster.devices)
-
-    @property
-    def examples_per_step(self) -> int:
-        """Async: one worker's batch per applied gradient; sync: the N−b accepted batches."""
-        if self.options.mode == "sync":
-            return (self.n_workers - self.options.backup_workers) * self.worker_batch
-        return self.worker_batch
-
-    # -- what one worker does ----------------------------------------------
-
-    def work(
-        self,
-        w: int,
-        step: int,
-        then: Callable[[int], None] | None = None,
-        on_pulled: Callable[[], None] | None = None,
-    ) -> Generator[Any, Any, None]:
-        """Worker ``w``'s iteration: pull, compute, push; ``on_pulled()`` once it may compute.
-
-        ``then(ps)`` runs when PS ``ps`` has received the whole of its gradient shard.
-        With ``overlap`` the three phases overlap variable by variable
-        (:meth:`overlapped`); otherwise each is one parallel phase after the other.
-        """
-        if self.overlap:
-            yield from self.overlapped(w, step, then, on_pulled)
-            return
-        yield from self.pull(w, step)
-        if on_pulled is not None:
-            on_pulled()
-        yield from self.compute(w, step)
-        yield from self.push(w, step, then)
-
-    def overlapped(
-        self,
-        w: int,
-        step: int,
-        then: Callable[[int], None] | None,
-        on_pulled: Callable[[], None] | None,
-    ) -> Generator[Any, Any, None]:
-        """One iteration with per-variable transfers overlapped with compute (TF's behaviour).
-
-        Every variable shard is pulled by a message of its own, requested in the order
-        the forward pass needs them, so they queue on the NICs in that order; layer i's
-        forward starts when layer i − 1's has ended and layer i's variables have
-        arrived. Backward runs in reverse layer order and each shard's gradient is
-        pushed as soon as its layer's backward has ended. A PS applies (``then(ps)``)
-        when all of its shards of this gradient have arrived. Devices of a host run
-        layer by layer in step (max rule per layer; one device per host is required).
-        """
-        env, net = self.env, self.net
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        devices = host.devices
-        nbytes = self.costs.grad_nbytes
-        issued = env.now
-        pulls: list[list[Transfer]] = []
-        for shards in self.layer_shards:
-            pulls.append(
-                [
-                    net.send(
-                        ps_hosts[self.shards[i].ps],
-                        host,
-                        self.shards[i].nbytes,
-                        step=step,
-                        detail=f"pull ps{self.shards[i].ps}",
-                    )
-                    for i in shards
-                ]
-            )
-        every_pull = [move for moves in pulls for move in moves]
-        self.moving[w] = list(every_pull)
-        net.phase(devices, every_pull, step=step, detail="pull", nbytes=nbytes, start_s=issued)
-        if on_pulled is not None:
-            on_pulled()
-        yield from self.input_wait(devices, self.pipelines[w], step)
-        factor = max(self.pace(d, step) * self.slowdown(d, step) for d in devices)
-        layers = self.device_costs(devices[0]).layers  # this host's own device class
-        # forward, layer by layer, each after its variables have arrived
-        run_start, run_s = env.now, 0.0
-        for layer, moves in zip(layers, pulls, strict=True):
-            if any(not move.done.triggered for move in moves):
-                if run_s:
-                    yield env.timeout(run_s * factor)
-                    self._record_run(devices, run_start, run_s, step, "forward")
-                waiting = env.now
-                yield net.join(moves)
-                self.record_devices(
-                    devices, waiting, env.now, "idle", step, "waiting for variables"
-                )
-                run_start, run_s = env.now, 0.0
-            run_s += layer.forward_s
-        if run_s:
-            yield env.timeout(run_s * factor)
-            self._record_run(devices, run_start, run_s, step, "forward")
-        # backward in reverse, each layer's shards pushed as soon as its gradient is ready
-        waiting_shards = [0] * self.n_ps
-        for shards in self.layer_shards:
-            for i in shards:
-                waiting_shards[self.shards[i].ps] += 1
-
-        def arrived(ps: int) -> None:
-            waiting_shards[ps] -= 1
-            if waiting_shards[ps] == 0 and then is not None:
-                then(ps)
-
-        backward_start, pushes = env.now, []
-        first_push: float | None = None
-        elapsed = 0.0
-        for layer, shards in zip(reversed(layers), reversed(self.layer_shards), strict=True):
-            elapsed += layer.backward_s
-            if shards:
-                target = backward_start + elapsed * factor
-                if target > env.now:
-                    yield env.timeout(target - env.now)
-                if first_push is None:
-                    first_push = env.now
-                for i in shards:
-                    shard = self.shards[i]
-                    pushes.append(
-                        net.send(
-                            host,
-                            ps_hosts[shard.ps],
-                            shard.nbytes,
-                            step=step,
-                            detail=f"push ps{shard.ps}",
-                            then=partial(arrived, shard.ps),
-                        )
-                    )
-                self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
-        target = backward_start + elapsed * factor
-        if target > env.now:
-            yield env.timeout(target - env.now)
-        self._record_run(devices, backward_start, elapsed, step, "backward")
-        yield net.phase(
-            devices, pushes, step=step, detail="push", nbytes=nbytes, start_s=first_push
-        )
-        self.moving[w] = []
-
-    def _record_run(
-        self, devices: Sequence[Device], start_s: float, seconds: float, step: int, detail: str
-    ) -> None:
-        """Layers computed back to back from ``start_s``: ``compute``, a straggler's excess
-        (``straggle``), and the faster devices' wait for the slowest (``idle: barrier``)."""
-        paces = [self.pace(d, step) for d in devices]
-        factors = [self.slowdown(d, step) for d in devices]
-        end = start_s + seconds * max(p * f for p, f in zip(paces, factors, strict=True))
-        for device, pace, factor in zip(devices, paces, factors, strict=True):
-            done = self.record_scaled(device, start_s, seconds, factor, step, detail, pace)
-            self.recorder.event(done, end, device.host, device.name, "idle", 0, step, "barrier")
-
-    def pull(self, w: int, step: int) -> Generator[Any, Any, None]:
-        """Worker ``w`` fetches every PS's shards in parallel.
-
-        The values were read when the request was issued (``servers.pull_all``).
-        """
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        moves = [
-            self.net.send(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
-            for ps, nbytes in enumerate(self.ps_nbytes)
-        ]
-        yield from self._wait(w, moves, step, "pull")
-
-    def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
-        """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
-        devices = self.cluster.workers[w].devices
-        yield from self.input_wait(devices, self.pipelines[w], step)
-        yield from self.compute_phase(devices, step)
-        if len(devices) > 1:
-            nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
-            reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
-            self.moving[w] = [reduce]
-            yield reduce
-            self.moving[w] = []
-
-    def push(
-        self, w: int, step: int, then: Callable[[int], None] | None = None
-    ) -> Generator[Any, Any, None]:
-        """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives."""
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        moves = [
-            self.net.send(
-                host,
-                ps_hosts[ps],
-                nbytes,
-                step=step,
-                detail=f"push ps{ps}",
-                then=None if then is None else partial(then, ps),
-            )
-            for ps, nbytes in enumerate(self.ps_nbytes)
-        ]
-        yield from self._wait(w, moves, step, "push")
-
-    def _wait(
-        self, w: int, moves: Sequence[Transfer], step: int, detail: str
-    ) -> Generator[Any, Any, None]:
-        """Wait for a parallel phase of ``w``'s messages, recorded on its devices as one span."""
-        self.moving[w] = list(moves)
-        devices = self.cluster.workers[w].devices
-        nbytes = self.costs.grad_nbytes
-        yield from self.net.wait_all(devices, moves, step=step, detail=detail, nbytes=nbytes)
-        self.moving[w] = []
-
-    def cut(self, w: int) -> None:
-        """Worker ``w`` stops (failed, or dropped as late): what it has on the wire stops too.
-
-        Transfers are cancelled (their links freed, nothing recorded); a local
-        all-reduce is interrupted, which releases the intra-host link.
-        """
-        for move in self.moving[w]:
-            if not isinstance(move, simpy.Process):  # a Transfer, or a protocol's Message
-                move.cancel()
-            elif move.is_alive:
-                move.interrupt("worker stopped")
-                move.defused = True  # nobody waits for it any more
-        self.moving[w] = []
-
-    # -- numerics ----------------------------------------------------------
-
-    def _batch(self, w: int, iteration: int) -> tuple[Any, Any]:
-        """Worker ``w``'s ``iteration``-th batch: global batch ``iteration·W + w``.
-
-        A pure function of (seed, w, iteration), independent of timing; with one
-        worker it is one_device's order.
-        """
-        assert self.workload is not None
-        return self.workload.batches.batch(iteration * self.n_workers + w, self.worker_batch)
-
-    def submit(self, w: int, iteration: int, values: Sequence[Any]) -> int:
-        """Queue worker ``w``'s gradient at the ``values`` it pulled; return its ticket.
-
-        In a dataflow run ``values`` are the state ids pulled and the ticket is the
-        gradient's number in the dataflow.
-        """
-        if self.dataflow is not None:
-            return self.dataflow.ticket(iteration * self.n_workers + w, values)
-        x, y = self._batch(w, iteration)
-        return self.deferred.submit(self.servers.assemble(values), x, y)
-
-    def gradient(self, ticket: int) -> tuple[float, Any, Any]:
-        """``(loss, grads, moments)`` of a submitted gradient (evaluated with every pending
-        one); ``moments`` are its batch moments, ``{}`` for a model without state."""
-        loss, grads, moments = self.deferred.result(ticket)
-        return float(loss), grads, moments
-
-    def discard(self, ticket: int | None) -> None:
-        """Forget a gradient that will never be applied (lost or dropped)."""
-        if ticket is not None and self.deferred is not None:
-            self.deferred.discard(ticket)
-
-    def evaluate(self, step: int, params: Any, *, delay_s: float | None = None) -> None:
-        """Test metrics now; in a dataflow run ``params`` are state ids, evaluated later."""
-        if self.dataflow is None:
-            super().evaluate(step, params, delay_s=delay_s)
-            return
-        point = self.dataflow.evaluate(params)
-        delay = self.eval_delay_s if delay_s is None else delay_s
-        self.log.evaluation(self.env.now + delay, step, point)
 
     def advance_replay(self, reading: Callable[[], Sequence[Sequence[int]]]) -> None:
         """Let the replay dispatch what the dataflow holds so far, every :data:`SEGMENT`
@@ -421,11 +91,14 @@ class ParameterServerStrategy(Strategy):
     def process(self) -> Generator[Any, Any, None]:
         if self.options.mode == "sync":
             yield from SyncWithBackups(self).run()
-        else:
-            yield from AsyncTraining(self).run()
+            return
+        yield from AsyncTraining(self, self.advance_replay).run()
+        if self.dataflow is not None:
+            self.replay()  # the numerics of the whole run, now that the dataflow is known
 
     def summary(self) -> dict[str, Any]:
-        values = np.asarray(self.staleness, dtype=float)
+        progress = self.progress
+        values = np.asarray(progress.staleness, dtype=float)
         now = self.env.now
         stats = (
             {
@@ -445,8 +118,8 @@ class ParameterServerStrategy(Strategy):
             "shards": len(self.shards),
             "bytes_per_ps": self.ps_nbytes,
             "staleness": stats,
-            "applied_updates": self.applied,
-            "applied_updates_per_s": self.applied / now if now > 0 else None,
-            "dropped_gradients": self.dropped,
-            "lost_gradients": self.lost_gradients,
+            "applied_updates": progress.applied,
+            "applied_updates_per_s": progress.applied / now if now > 0 else None,
+            "dropped_gradients": progress.dropped,
+            "lost_gradients": progress.lost_gradients,
         }

@@ -19,7 +19,7 @@ import simpy
 from simdist.seeds import rng
 
 if TYPE_CHECKING:
-    from simdist.strategies.parameter_server.strategy import ParameterServerStrategy
+    from simdist.strategies.parameter_server.workers import ParameterServerWorkers
 
 
 class Arrival(NamedTuple):
@@ -48,7 +48,7 @@ def first_arrivals(arrivals: list[Arrival], needed: int, seed: int, step: int) -
 class SyncWithBackups:
     """The synchronous loop: N workers per step, the first N−b gradients applied."""
 
-    def __init__(self, strategy: ParameterServerStrategy) -> None:
+    def __init__(self, strategy: ParameterServerWorkers) -> None:
         self.strategy = strategy
         self.env = strategy.env
         self.needed = strategy.n_workers - strategy.options.backup_workers
@@ -75,8 +75,8 @@ class SyncWithBackups:
             for late in ordered[needed:]:  # arrived at the same instant, too late
                 self.drop(late.worker, step, late.ticket)
             loss = self.apply(step, ordered[:needed])
-            s.applied = step + 1
-            if not s.end_step(start, s.applied, loss, lambda: s.final_params):
+            s.progress.applied = step + 1
+            if not s.end_step(start, s.progress.applied, loss, lambda: s.final_params):
                 return
 
     def worker_step(
@@ -107,7 +107,7 @@ class SyncWithBackups:
         s = self.strategy
         if ticket is not None:
             s.discard(ticket)
-        s.dropped += 1
+        s.progress.dropped += 1
         s.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
 
     def apply(self, step: int, accepted: list[Arrival]) -> float | None:
@@ -134,7 +134,7 @@ class SyncWithBackups:
                 s.servers.apply(ps, shard, moments=s.servers.split_moments(moments, ps))
         version = s.servers.versions[0]
         for arrival in accepted:
-            s.staleness.append(0)
+            s.progress.staleness.append(0)
             s.recorder.row(
                 "updates",
                 time_s=self.env.now,

@@ -1,4 +1,4 @@
-"""``pipeline``: the model cut into S stages on S devices, micro-batches flowing through them.
+"""The pipeline strategy: S stages on S devices (× R copies), micro-batches flowing through.
 
 Model parallelism places contiguous runs of layers (stages) on different devices; pipeline
 parallelism keeps them busy by splitting each batch into M micro-batches (GPipe, Huang et
@@ -10,7 +10,7 @@ On the clock: the forward and backward of micro-batch ``m`` on a stage are compu
 labelled ``F<m>`` / ``B<m>`` (``R<m>``: the forward recomputed before the backward, with
 ``rematerialization``); activations go forward and activation gradients backward with
 ``net.send`` at their real byte sizes (the profile's output bytes of the stage's last layer,
-for one micro-batch). The schedules are :func:`~.pipeline_plan.stage_ops`'s: ``gpipe`` all
+for one micro-batch). The schedules are :func:`~.plan.stage_ops`'s: ``gpipe`` all
 forwards then all backwards and a flush per step; ``1f1b`` one forward one backward with at
 most S micro-batches in flight per stage, flushed per step; ``pipedream`` the same order
 without any flush, across steps. With ``replicas: R`` (data parallelism over S×R devices) each
@@ -18,12 +18,13 @@ stage's gradient is all-reduced among its R copies after the flush.
 
 A micro-batch's times are the layer times of the per-replica batch divided by M (each layer's
 cost taken as linear in the batch), except the roofline's fixed launch cost of each layer pass
-(:attr:`~.base.LayerCost.launch_s`), which every micro-batch pays in full: small micro-batches
-cost more in total than the batch at once. ``bubble_fraction`` in summary.json is the share of the
-stage devices' time not spent computing; for equal stages and free links gpipe and 1f1b give
-``(S − 1) / (M + S − 1)``. Memory is checked before the run (:func:`~.pipeline_plan.stage_memory`
-against the device profile's capacity): a stage that does not fit stops the scenario with an
-error naming the stage, what it needs and what the device has.
+(:attr:`~simdist.strategies.base.LayerCost.launch_s`), which every micro-batch pays in full:
+small micro-batches cost more in total than the batch at once. ``bubble_fraction`` in
+summary.json is the share of the stage devices' time not spent computing; for equal stages
+and free links gpipe and 1f1b give ``(S − 1) / (M + S − 1)``. Memory is checked before the
+run (:func:`~.plan.stage_memory` against the device profile's capacity): a stage that does
+not fit stops the scenario with an error naming the stage, what it needs and what the
+device has.
 
 Mixed clusters (hosts listed with different device profiles): each stage device runs its
 micro-batches at its own profile's speed, so a slow device makes its stage the bottleneck
@@ -42,15 +43,14 @@ pipedream with weight stashing and per-stage weight versions).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import Any, Literal
-
-from pydantic import Field
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
-from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.mesh import Mesh
 from simdist.strategies.base import LayerCost, Strategy
-from simdist.strategies.pipeline_plan import (
+from simdist.strategies.layer_step import span_seconds
+from simdist.strategies.pipeline.plan import (
     StageMemory,
     bounds,
     ideal_bubble,
@@ -61,78 +61,10 @@ from simdist.strategies.pipeline_plan import (
 )
 from simdist.units import format_size
 
-
-class Spec(StrategySpecBase):
-    """Pipeline (and model) parallelism: S stages × R data-parallel pipeline copies."""
-
-    kind: Literal["pipeline"]
-    stages: PositiveInt = Field(1, examples=["4"])
-    micro_batches: PositiveInt = Field(1, examples=["8"])
-    schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
-    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
-    pipeline_replicas: PositiveInt = Field(1, alias="replicas", examples=["2"])
-    rematerialization: bool = Field(False, strict=True, examples=["true"])
-    all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
-
-    def replicas(self, cluster: Any) -> int:
-        """R data-parallel copies of the pipeline (each on S devices)."""
-        del cluster
-        return self.pipeline_replicas
-
-    def check(self, scenario: Any) -> None:
-        """Enough devices for S×R; a partition list of S counts; M dividing the batch;
-        no failures, checkpoints or input pipeline (not modelled for pipelines yet)."""
-        super().check(scenario)
-        c, w = scenario.cluster, scenario.workload
-        S, R, M = self.stages, self.pipeline_replicas, self.micro_batches
-        devices = c.n_devices
-        if S * R > devices:
-            held = (
-                f"{c.hosts} hosts x {c.devices_per_host}"
-                if c.uniform_devices
-                else f"hosts holding {c.device_counts}"
-            )
-            raise fail(
-                "strategy.stages",
-                f"{S} stages x {R} replicas need {S * R} devices; the cluster has {devices} "
-                f"({held}), e.g. devices_per_host: {S * R}",
-            )
-        if isinstance(self.partition, list) and len(self.partition) != S:
-            raise fail(
-                "strategy.partition",
-                f"got {len(self.partition)} layer counts for {S} stages; give one per stage, "
-                "e.g. partition: auto",
-            )
-        if self.schedule == "pipedream" and R != 1:
-            raise fail(
-                "strategy.replicas",
-                f"got {R}; schedule pipedream runs one pipeline copy here (replicas: 1)",
-            )
-        given = w.model_fields_set
-        batch = w.global_batch_size // R if "global_batch_size" in given else w.batch_size
-        if batch % M:
-            raise fail(
-                "strategy.micro_batches",
-                f"got {M}; each pipeline's batch of {batch} examples must split into equal "
-                f"micro-batches, e.g. micro_batches: {_divisor_near(batch, M)}",
-            )
-        for field, value in (
-            ("faults.failures", scenario.faults.failures),
-            ("checkpoint", scenario.checkpoint),
-            ("input", scenario.input),
-        ):
-            if value:
-                raise fail(field, "is not simulated for strategy: pipeline yet; remove it")
-        if scenario.numerics and w.surrogate:
-            raise fail(
-                "workload.timing_model",
-                "pipeline stages are cut from the trained model's own layers; a surrogate "
-                "clock cannot be cut the same way: run it timing-only with numerics: false",
-            )
-
-
-def _divisor_near(n: int, m: int) -> int:
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - m), d))
+if TYPE_CHECKING:
+    from simdist.cluster import Device
+    from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
+    from simdist.strategies.sync import SyncState
 
 
 class PipelineStrategy(Strategy):
@@ -150,7 +82,8 @@ class PipelineStrategy(Strategy):
                 f"{self.scenario.name}: strategy pipeline needs the model's per-layer costs and "
                 f"at least {self.S} layers for {self.S} stages; got {len(layers)}"
             )
-        self.grid = [self.cluster.devices[r * self.S : (r + 1) * self.S] for r in range(self.R)]
+        # Copy r's stages, in order: copy r's stage s runs on device r·S + s.
+        self.grid = [list(row) for row in self.mesh.groups("pipeline")]
         self.capacity = float(self.cluster.profile.memory_nbytes)
         # Mixed clusters: a stage must fit the smallest device it runs on (in any copy).
         self.capacities = [
@@ -187,7 +120,7 @@ class PipelineStrategy(Strategy):
             for row in self.grid
         ]
         self.send_nbytes = [self.boundary_nbytes(b) for _, b in self.bounds]
-        self.stage_param_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
+        self.stage_grad_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
         self.busy_s = 0.0
         self.held = [[0] * self.S for _ in range(self.R)]
         self.peak_held = [[0] * self.S for _ in range(self.R)]
@@ -196,8 +129,8 @@ class PipelineStrategy(Strategy):
         self.versions = [0] * self.S
         self.forward_version: list[dict[int, int]] = [{} for _ in range(self.S)]
         self.update_staleness: list[list[int]] = [[] for _ in range(self.S)]
-        self.trainer: Any = None
-        self.state: Any = None
+        self.trainer: PipelineTrainer | PipeDreamTrainer | None = None
+        self.state: SyncState | None = None
         if self.workload is not None:
             self._init_numerics()
 
@@ -208,9 +141,6 @@ class PipelineStrategy(Strategy):
         n = self.M * self.total_steps if self.schedule == "pipedream" else self.M
         return stage_ops(self.schedule, self.S, n)
 
-    def _sum(self, first: int, stop: int, field: str) -> float:
-        return float(sum(getattr(layer, field) for layer in self.costs.layers[first:stop]))
-
     def _micro(
         self, first: int, stop: int, field: str, costs: Sequence[LayerCost] | None = None
     ) -> float:
@@ -218,8 +148,12 @@ class PipelineStrategy(Strategy):
         each layer's batch time less its launch cost, divided by M, plus the launch cost
         (every layer pass of every micro-batch launches its kernels). ``costs``: a device
         class's own layer costs (default: worker 0's)."""
-        layers = (self.costs.layers if costs is None else costs)[first:stop]
-        return float(sum((getattr(x, field) - x.launch_s) / self.M + x.launch_s for x in layers))
+        layers = self.costs.layers if costs is None else costs
+
+        def micro_s(x: LayerCost) -> float:
+            return (getattr(x, field) - x.launch_s) / self.M + x.launch_s
+
+        return span_seconds(layers, [(first, stop)], micro_s)[0]
 
     @property
     def micro_examples(self) -> int:
@@ -250,8 +184,8 @@ class PipelineStrategy(Strategy):
     def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
         """Peak bytes of stage ``s`` holding layers ``[first, stop)``."""
         layers = self.costs.layers
-        params = sum(x.grad_nbytes for x in layers[first:stop])
-        total = sum(x.grad_nbytes for x in layers)
+        params = sum(x.param_nbytes for x in layers[first:stop])
+        total = sum(x.param_nbytes for x in layers)
         opt = round(self.costs.opt_state_nbytes * params / total) if total else 0
         if first == 0:
             inputs = self.costs.example_nbytes * self.micro_examples
@@ -324,12 +258,19 @@ class PipelineStrategy(Strategy):
 
     # -- the clock -----------------------------------------------------------
 
-    @property
-    def training_devices(self) -> list[Any]:
-        """The S×R stage devices."""
-        return [d for row in self.grid for d in row]
+    def build_mesh(self) -> Mesh[Device]:
+        """R pipeline copies (``data``) of S stages (``pipeline``) on the first S·R devices."""
+        spec = self.scenario.strategy
+        return Mesh.of(
+            self.cluster.devices, {"data": spec.pipeline_replicas, "pipeline": spec.stages}
+        )
 
-    def _span(self, device: Any, seconds: float, step: int, detail: str) -> float:
+    @property
+    def training_devices(self) -> list[Device]:
+        """The S×R stage devices, copy by copy."""
+        return list(self.mesh.devices)
+
+    def _span(self, device: Device, seconds: float, step: int, detail: str) -> float:
         """Record ``seconds`` of compute (× the device's pace and straggler factor) from now;
         return how long it takes."""
         pace, factor = self.pace(device, step), self.slowdown(device, step)
@@ -343,8 +284,8 @@ class PipelineStrategy(Strategy):
         s: int,
         ops: Sequence[tuple[str, int]],
         arrivals: dict[tuple, Any],
-        step_of: Any,
-        on_backward: Any = None,
+        step_of: Callable[[int], int],
+        on_backward: Callable[[int, int], None] | None = None,
     ) -> Generator[Any, Any, None]:
         """Stage ``s`` of copy ``r`` runs its ops: wait for the input, compute, send on."""
         device = self.grid[r][s]
@@ -440,14 +381,14 @@ class PipelineStrategy(Strategy):
             if self.R > 1:
                 reduces = [
                     self.net.allreduce(
-                        [row[s] for row in self.grid],
-                        self.stage_param_nbytes[s],
+                        list(group),
+                        self.stage_grad_nbytes[s],
                         self.scenario.strategy.all_reduce,
                         step=step,
                         detail=f"all-reduce stage {s}",
                     )
-                    for s in range(self.S)
-                    if self.stage_param_nbytes[s] > 0
+                    for s, group in enumerate(self.mesh.groups("data"))
+                    if self.stage_grad_nbytes[s] > 0
                 ]
                 yield self.env.all_of(reduces)
             loss = None

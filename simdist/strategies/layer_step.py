@@ -1,0 +1,92 @@
+"""The layer-by-layer step: forward in layer order, backward in reverse, and each group of
+gradients handed to communication as soon as its last gradient is ready.
+
+Three paths walk a step layer by layer:
+
+* the synchronous all-reduce strategies (:meth:`~.sync.SynchronousStrategy.overlapped_step`):
+  backward's gradients fill buckets, all-reduced one after another while backward goes on
+  (PyTorch DDP, Li et al. 2020, §3.2.3);
+* a parameter_server worker (``ParameterServerStrategy.overlapped``): each layer's forward
+  waits for its variables, and each layer's gradient shards are pushed once its backward
+  has ended (TensorFlow's per-variable sends);
+* the pipeline (:mod:`.pipeline`): a stage is a span of consecutive layers, its micro-batch
+  times the span's layer times.
+
+They share this module: :func:`span_seconds` (a span of consecutive layers lasts the sum of
+their times), :func:`backward_ready` (when, into the backward pass, each layer's gradient is
+ready) and :func:`hand_over_when_ready` (the walk over the gradient groups: wait until a
+group is ready, hand it to communication, go on). A float sum depends on its order, so each
+sum is taken term by term in layer order, as every path did: a bucket's time is the sum of
+its own layers (then scaled), a shard's ready time the running sum over the whole backward
+pass (then scaled).
+
+Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any, Protocol
+
+from simdist.strategies.base import LayerCost
+
+
+class Clock(Protocol):
+    """What the walk needs of the event engine (a ``simpy.Environment``)."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
+
+
+def span_seconds(
+    layers: Sequence[LayerCost],
+    spans: Iterable[tuple[int, int]],
+    seconds: Callable[[LayerCost], float],
+) -> list[float]:
+    """Each span ``[first, stop)`` of ``layers``: the sum of its layers' ``seconds``, in order.
+
+    ``layers`` may be in backward order (a bucket's layers) or forward order (a stage's).
+    """
+    return [float(sum(seconds(layer) for layer in layers[first:stop])) for first, stop in spans]
+
+
+def forward_s(layer: LayerCost) -> float:
+    """A layer's forward time on the per-replica batch."""
+    return layer.forward_s
+
+
+def backward_s(layer: LayerCost) -> float:
+    """A layer's backward time on the per-replica batch."""
+    return layer.backward_s
+
+
+def backward_ready(
+    layers: Sequence[LayerCost], moves: Sequence[bool]
+) -> tuple[list[tuple[int, float]], float]:
+    """Backward in reverse layer order: for each layer whose gradient moves (``moves[i]``),
+    ``(i, seconds into backward when its gradient is ready)``, in backward order; and the
+    whole backward pass's seconds. Ready times are the running sum of backward times."""
+    ready: list[tuple[int, float]] = []
+    elapsed = 0.0
+    for i in reversed(range(len(layers))):
+        elapsed += layers[i].backward_s
+        if moves[i]:
+            ready.append((i, elapsed))
+    return ready, elapsed
+
+
+def hand_over_when_ready(
+    env: Clock, ready_s: Iterable[float], hand_over: Callable[[int], Any | None]
+) -> Generator[Any, Any, None]:
+    """The walk over gradient groups, in order: wait until group ``k`` is ready (its
+    ``ready_s``, simulated time), then ``hand_over(k)``. When that returns an event (a
+    collective), the walk waits for it before the next group: one collective at a time,
+    as DDP's buckets; ``None`` (messages sent on their own) goes straight on."""
+    for k, ready in enumerate(ready_s):
+        if ready > env.now:
+            yield env.timeout(ready - env.now)
+        event = hand_over(k)
+        if event is not None:
+            yield event

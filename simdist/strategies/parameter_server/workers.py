@@ -1,0 +1,415 @@
+"""What a parameter-server worker does, shared by both modes: pull, compute, push.
+
+A worker's iteration is three phases — pull every shard, compute, push every
+gradient shard — each defined once here and shared by both modes: the
+asynchronous loop (:mod:`.async_loop`, with failures in :mod:`.recovery`) and
+synchronous steps with backup workers (:mod:`.sync_backup`). How long bytes take
+is the network's: every pull and push is one ``net.send`` between the worker's
+host and a PS task, which contend on the NICs.
+
+The loops drive a :class:`ParameterServerWorkers` and count what the run has done in its
+:class:`~.progress.Progress`; none of them imports the strategy that chooses them
+(:mod:`.strategy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from simdist.cluster import Device
+from simdist.mesh import Mesh
+from simdist.network import Transfer
+from simdist.strategies.base import LayerCost, Strategy
+from simdist.strategies.layer_step import backward_ready, hand_over_when_ready
+from simdist.strategies.parameter_server.dataflow import (
+    Dataflow,
+    DataflowServers,
+    Journal,
+)
+from simdist.strategies.parameter_server.partition import (
+    batch_norm_state_leaves,
+    bytes_per_ps,
+    layer_shards,
+    partition,
+)
+from simdist.strategies.parameter_server.progress import Progress
+from simdist.strategies.parameter_server.servers import ParameterServers
+
+if TYPE_CHECKING:
+    from simdist.numerics.deferred import DeferredGradients
+
+
+class ParameterServerWorkers(Strategy):
+    """The PS tasks, the workers' pull / compute / push, and the numerics they submit.
+
+    What the loops (:mod:`.async_loop`, :mod:`.sync_backup`, :mod:`.recovery`) drive; they
+    count what the run has done in :attr:`progress`. The run itself — which loop, the
+    dataflow replay, the summary — is :class:`~.strategy.ParameterServerStrategy`'s.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        options = self.scenario.strategy
+        self.options = options
+        self.n_workers = len(self.cluster.workers)
+        self.n_ps = len(self.cluster.ps_hosts)
+        self.worker_batch = (
+            self.scenario.workload.batch_size * self.scenario.cluster.devices_per_host
+        )
+        # Model state (BatchNormalization's moving statistics) is placed with the variables:
+        # pulled with them, its updates (a worker's batch moments) pushed with the gradient.
+        self.shards = partition(
+            [*self.costs.param_leaves, *batch_norm_state_leaves(self.costs.param_leaves)],
+            self.n_ps,
+            options.partitioner,
+            options.min_shard_bytes,
+            options.max_shards,
+        )
+        self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
+        # What the loops record metrics and rows into: the recorder, or a journal whose
+        # values the dataflow replay fills in (asynchronous runs with numerics).
+        self.log: Any = self.recorder
+        self.dataflow: Dataflow | None = None
+        self.deferred: DeferredGradients | None = None
+        if self.workload is not None and options.mode != "sync":
+            self.dataflow = Dataflow(self.n_ps)
+            self.log = Journal()
+            self.servers: ParameterServers = DataflowServers(self.shards, self.n_ps, self.dataflow)
+        else:
+            self.servers = ParameterServers(self.shards, self.n_ps, self.workload)
+        if self.workload is not None and self.dataflow is None:
+            from simdist.numerics.deferred import DeferredGradients
+
+            # BatchNormalization normalises per replica: a worker's devices each on their part
+            # of its batch. Without model state the split changes nothing but rounding, so a
+            # worker's batch stays one evaluation.
+            replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
+            self.deferred = DeferredGradients(
+                self.workload, self.worker_batch, replicas=replicas, with_moments=True
+            )
+        self.progress = Progress()  # what the loops have done: applied, dropped, lost
+        # What each worker has on the wire (transfers, a local all-reduce): a failure cuts it.
+        self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
+        self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
+        self.layer_shards = layer_shards(self.costs.layers, self.shards)
+        self.overlap = (
+            options.overlap
+            and len(self.costs.layers) > 1
+            and self.scenario.cluster.devices_per_host == 1
+        )
+
+    @property
+    def numeric(self) -> bool:
+        """Whether gradients are computed for real (False in timing-only runs)."""
+        return self.workload is not None
+
+    def build_mesh(self) -> Mesh[Device]:
+        """Every worker device on the ``data`` axis (each host may hold a different count)."""
+        return Mesh.of(self.cluster.devices, {"data": len(self.cluster.devices)})
+
+    @property
+    def training_devices(self) -> list[Device]:
+        return list(self.mesh.devices)
+
+    @property
+    def examples_per_step(self) -> int:
+        """Async: one worker's batch per applied gradient; sync: the N−b accepted batches."""
+        if self.options.mode == "sync":
+            return (self.n_workers - self.options.backup_workers) * self.worker_batch
+        return self.worker_batch
+
+    # -- what one worker does ----------------------------------------------
+
+    def work(
+        self,
+        w: int,
+        step: int,
+        then: Callable[[int], None] | None = None,
+        on_pulled: Callable[[], None] | None = None,
+    ) -> Generator[Any, Any, None]:
+        """Worker ``w``'s iteration: pull, compute, push; ``on_pulled()`` once it may compute.
+
+        ``then(ps)`` runs when PS ``ps`` has received the whole of its gradient shard.
+        With ``overlap`` the three phases overlap variable by variable
+        (:meth:`overlapped`); otherwise each is one parallel phase after the other.
+        """
+        if self.overlap:
+            yield from self.overlapped(w, step, then, on_pulled)
+            return
+        yield from self.pull(w, step)
+        if on_pulled is not None:
+            on_pulled()
+        yield from self.compute(w, step)
+        yield from self.push(w, step, then)
+
+    def overlapped(
+        self,
+        w: int,
+        step: int,
+        then: Callable[[int], None] | None,
+        on_pulled: Callable[[], None] | None,
+    ) -> Generator[Any, Any, None]:
+        """One iteration with per-variable transfers overlapped with compute (TF's behaviour).
+
+        Every variable shard is pulled by a message of its own, requested in the order
+        the forward pass needs them, so they queue on the NICs in that order; layer i's
+        forward starts when layer i − 1's has ended and layer i's variables have
+        arrived. Backward runs in reverse layer order and each shard's gradient is
+        pushed as soon as its layer's backward has ended. A PS applies (``then(ps)``)
+        when all of its shards of this gradient have arrived. Devices of a host run
+        layer by layer in step (max rule per layer; one device per host is required).
+        """
+        devices = self.cluster.workers[w].devices
+        pulls = self._pull_layers(w, step)
+        if on_pulled is not None:
+            on_pulled()
+        yield from self.input_wait(devices, self.pipelines[w], step)
+        factor = max(self.pace(d, step) * self.slowdown(d, step) for d in devices)
+        layers = self.device_costs(devices[0]).layers  # this host's own device class
+        yield from self._forward_layers(devices, layers, pulls, factor, step)
+        yield from self._backward_layers(w, layers, factor, step, then)
+
+    def _pull_layers(self, w: int, step: int) -> list[list[Transfer]]:
+        """Worker ``w`` requests every variable shard, layer by layer in forward order: each
+        layer's pulls, recorded on its devices as one ``pull`` phase from now."""
+        net, issued = self.net, self.env.now
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        pulls: list[list[Transfer]] = []
+        for shards in self.layer_shards:
+            pulls.append(
+                [
+                    net.send(
+                        ps_hosts[self.shards[i].ps],
+                        host,
+                        self.shards[i].nbytes,
+                        step=step,
+                        detail=f"pull ps{self.shards[i].ps}",
+                    )
+                    for i in shards
+                ]
+            )
+        every_pull = [move for moves in pulls for move in moves]
+        self.moving[w] = list(every_pull)
+        net.phase(
+            host.devices,
+            every_pull,
+            step=step,
+            detail="pull",
+            nbytes=self.costs.param_nbytes,
+            start_s=issued,
+        )
+        return pulls
+
+    def _forward_layers(
+        self,
+        devices: Sequence[Device],
+        layers: Sequence[LayerCost],
+        pulls: Sequence[Sequence[Transfer]],
+        factor: float,
+        step: int,
+    ) -> Generator[Any, Any, None]:
+        """Forward, layer by layer, each after its variables have arrived: the layers whose
+        variables are there run back to back (one ``forward`` span per such run)."""
+        env = self.env
+        run_start, run_s = env.now, 0.0
+        for layer, moves in zip(layers, pulls, strict=True):
+            if any(not move.done.triggered for move in moves):
+                if run_s:
+                    yield env.timeout(run_s * factor)
+                    self._record_run(devices, run_start, run_s, step, "forward")
+                waiting = env.now
+                yield self.net.join(moves)
+                self.record_devices(
+                    devices, waiting, env.now, "idle", step, "waiting for variables"
+                )
+                run_start, run_s = env.now, 0.0
+            run_s += layer.forward_s
+        if run_s:
+            yield env.timeout(run_s * factor)
+            self._record_run(devices, run_start, run_s, step, "forward")
+
+    def _backward_layers(
+        self,
+        w: int,
+        layers: Sequence[LayerCost],
+        factor: float,
+        step: int,
+        then: Callable[[int], None] | None,
+    ) -> Generator[Any, Any, None]:
+        """Backward in reverse layer order, each layer's shards pushed as soon as its
+        gradient is ready (:func:`~simdist.strategies.layer_step.backward_ready`); PS ``ps``
+        applies (``then(ps)``) once all its shards have arrived."""
+        env, net = self.env, self.net
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        waiting_shards = [0] * self.n_ps
+        for shards in self.layer_shards:
+            for i in shards:
+                waiting_shards[self.shards[i].ps] += 1
+
+        def arrived(ps: int) -> None:
+            waiting_shards[ps] -= 1
+            if waiting_shards[ps] == 0 and then is not None:
+                then(ps)
+
+        backward_start, pushes = env.now, []
+        first_push: float | None = None
+        ready, elapsed = backward_ready(layers, [bool(shards) for shards in self.layer_shards])
+
+        def push(k: int) -> None:
+            nonlocal first_push
+            if k == len(ready):  # the end of backward, after the last push
+                return
+            if first_push is None:
+                first_push = env.now
+            shards = self.layer_shards[ready[k][0]]
+            for i in shards:
+                shard = self.shards[i]
+                pushes.append(
+                    net.send(
+                        host,
+                        ps_hosts[shard.ps],
+                        shard.nbytes,
+                        step=step,
+                        detail=f"push ps{shard.ps}",
+                        then=partial(arrived, shard.ps),
+                    )
+                )
+            self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
+
+        targets = [backward_start + seconds * factor for _, seconds in ready]
+        targets.append(backward_start + elapsed * factor)
+        yield from hand_over_when_ready(env, targets, push)
+        self._record_run(host.devices, backward_start, elapsed, step, "backward")
+        yield net.phase(
+            host.devices,
+            pushes,
+            step=step,
+            detail="push",
+            nbytes=self.costs.grad_nbytes,
+            start_s=first_push,
+        )
+        self.moving[w] = []
+
+    def _record_run(
+        self, devices: Sequence[Device], start_s: float, seconds: float, step: int, detail: str
+    ) -> None:
+        """Layers computed back to back from ``start_s``: ``compute``, a straggler's excess
+        (``straggle``), and the faster devices' wait for the slowest (``idle: barrier``)."""
+        paces = [self.pace(d, step) for d in devices]
+        factors = [self.slowdown(d, step) for d in devices]
+        end = start_s + seconds * max(p * f for p, f in zip(paces, factors, strict=True))
+        for device, pace, factor in zip(devices, paces, factors, strict=True):
+            done = self.record_scaled(device, start_s, seconds, factor, step, detail, pace)
+            self.recorder.event(done, end, device.host, device.name, "idle", 0, step, "barrier")
+
+    def pull(self, w: int, step: int) -> Generator[Any, Any, None]:
+        """Worker ``w`` fetches every PS's shards in parallel.
+
+        The values were read when the request was issued (``servers.pull_all``).
+        """
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        moves = [
+            self.net.send(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
+            for ps, nbytes in enumerate(self.ps_nbytes)
+        ]
+        yield from self._wait(w, moves, step, "pull", self.costs.param_nbytes)
+
+    def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
+        """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
+        devices = self.cluster.workers[w].devices
+        yield from self.input_wait(devices, self.pipelines[w], step)
+        yield from self.compute_phase(devices, step)
+        if len(devices) > 1:
+            nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
+            reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
+            self.moving[w] = [reduce]
+            yield reduce
+            self.moving[w] = []
+
+    def push(
+        self, w: int, step: int, then: Callable[[int], None] | None = None
+    ) -> Generator[Any, Any, None]:
+        """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives."""
+        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        moves = [
+            self.net.send(
+                host,
+                ps_hosts[ps],
+                nbytes,
+                step=step,
+                detail=f"push ps{ps}",
+                then=None if then is None else partial(then, ps),
+            )
+            for ps, nbytes in enumerate(self.ps_nbytes)
+        ]
+        yield from self._wait(w, moves, step, "push", self.costs.grad_nbytes)
+
+    def _wait(
+        self, w: int, moves: Sequence[Transfer], step: int, detail: str, nbytes: int
+    ) -> Generator[Any, Any, None]:
+        """Wait for a parallel phase of ``w``'s messages (``nbytes`` in all), recorded on its
+        devices as one span."""
+        self.moving[w] = list(moves)
+        devices = self.cluster.workers[w].devices
+        yield from self.net.wait_all(devices, moves, step=step, detail=detail, nbytes=nbytes)
+        self.moving[w] = []
+
+    def cut(self, w: int) -> None:
+        """Worker ``w`` stops (failed, or dropped as late): what it has on the wire stops too.
+
+        Transfers are cancelled (their links freed, nothing recorded); a local
+        all-reduce is interrupted, which releases the intra-host link.
+        """
+        for move in self.moving[w]:
+            if not isinstance(move, simpy.Process):  # a Transfer, or a protocol's Message
+                move.cancel()
+            elif move.is_alive:
+                move.interrupt("worker stopped")
+                move.defused = True  # nobody waits for it any more
+        self.moving[w] = []
+
+    # -- numerics ----------------------------------------------------------
+
+    def _batch(self, w: int, iteration: int) -> tuple[Any, Any]:
+        """Worker ``w``'s ``iteration``-th batch: global batch ``iteration·W + w``.
+
+        A pure function of (seed, w, iteration), independent of timing; with one
+        worker it is one_device's order.
+        """
+        assert self.workload is not None
+        return self.workload.batches.batch(iteration * self.n_workers + w, self.worker_batch)
+
+    def submit(self, w: int, iteration: int, values: Sequence[Any]) -> int:
+        """Queue worker ``w``'s gradient at the ``values`` it pulled; return its ticket.
+
+        In a dataflow run ``values`` are the state ids pulled and the ticket is the
+        gradient's number in the dataflow.
+        """
+        if self.dataflow is not None:
+            return self.dataflow.ticket(iteration * self.n_workers + w, values)
+        x, y = self._batch(w, iteration)
+        return self.deferred.submit(self.servers.assemble(values), x, y)
+
+    def gradient(self, ticket: int) -> tuple[float, Any, Any]:
+        """``(loss, grads, moments)`` of a submitted gradient (evaluated with every pending
+        one); ``moments`` are its batch moments, ``{}`` for a model without state."""
+        loss, grads, moments = self.deferred.result(ticket)
+        return float(loss), grads, moments
+
+    def discard(self, ticket: int | None) -> None:
+        """Forget a gradient that will never be applied (lost or dropped)."""
+        if ticket is not None and self.deferred is not None:
+            self.deferred.discard(ticket)
+
+    def evaluate(self, step: int, params: Any, *, delay_s: float | None = None) -> None:
+        """Test metrics now; in a dataflow run ``params`` are state ids, evaluated later."""
+        if self.dataflow is None:
+            super().evaluate(step, params, delay_s=delay_s)
+            return
+        point = self.dataflow.evaluate(params)
+        delay = self.eval_delay_s if delay_s is None else delay_s
+        self.log.evaluation(self.env.now + delay, step, point)

@@ -1,0 +1,90 @@
+"""The scenario's ``strategy:`` section for ``kind: pipeline`` and its cross-checks.
+
+Light on purpose: scenario loading reads it without SimPy, JAX or pandas
+(:mod:`.strategy` holds the strategy).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from simdist.spec import PositiveInt, StrategySpecBase, fail
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
+
+
+class Spec(StrategySpecBase):
+    """Pipeline (and model) parallelism: S stages × R data-parallel pipeline copies."""
+
+    kind: Literal["pipeline"]
+    stages: PositiveInt = Field(1, examples=["4"])
+    micro_batches: PositiveInt = Field(1, examples=["8"])
+    schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
+    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
+    pipeline_replicas: PositiveInt = Field(1, alias="replicas", examples=["2"])
+    rematerialization: bool = Field(False, strict=True, examples=["true"])
+    all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
+
+    def replicas(self, cluster: ClusterSpec) -> int:
+        """R data-parallel copies of the pipeline (each on S devices)."""
+        del cluster
+        return self.pipeline_replicas
+
+    def check(self, scenario: Scenario) -> None:
+        """Enough devices for S×R; a partition list of S counts; M dividing the batch;
+        no failures, checkpoints or input pipeline (not modelled for pipelines yet)."""
+        super().check(scenario)
+        c, w = scenario.cluster, scenario.workload
+        S, R, M = self.stages, self.pipeline_replicas, self.micro_batches
+        devices = c.n_devices
+        if S * R > devices:
+            held = (
+                f"{c.hosts} hosts x {c.devices_per_host}"
+                if c.uniform_devices
+                else f"hosts holding {c.device_counts}"
+            )
+            raise fail(
+                "strategy.stages",
+                f"{S} stages x {R} replicas need {S * R} devices; the cluster has {devices} "
+                f"({held}), e.g. devices_per_host: {S * R}",
+            )
+        if isinstance(self.partition, list) and len(self.partition) != S:
+            raise fail(
+                "strategy.partition",
+                f"got {len(self.partition)} layer counts for {S} stages; give one per stage, "
+                "e.g. partition: auto",
+            )
+        if self.schedule == "pipedream" and R != 1:
+            raise fail(
+                "strategy.replicas",
+                f"got {R}; schedule pipedream runs one pipeline copy here (replicas: 1)",
+            )
+        given = w.model_fields_set
+        batch = w.global_batch_size // R if "global_batch_size" in given else w.batch_size
+        if batch % M:
+            raise fail(
+                "strategy.micro_batches",
+                f"got {M}; each pipeline's batch of {batch} examples must split into equal "
+                f"micro-batches, e.g. micro_batches: {_divisor_near(batch, M)}",
+            )
+        for field, value in (
+            ("faults.failures", scenario.faults.failures),
+            ("checkpoint", scenario.checkpoint),
+            ("input", scenario.input),
+        ):
+            if value:
+                raise fail(field, "is not simulated for strategy: pipeline yet; remove it")
+        if scenario.numerics and w.surrogate:
+            raise fail(
+                "workload.timing_model",
+                "pipeline stages are cut from the trained model's own layers; a surrogate "
+                "clock cannot be cut the same way: run it timing-only with numerics: false",
+            )
+
+
+def _divisor_near(n: int, m: int) -> int:
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - m), d))
