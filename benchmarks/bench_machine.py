@@ -1,6 +1,6 @@
 """Benchmark 0: this machine against the one the issues' absolute figures were written on.
 
-The targets in seconds and in events per second (issue 15: a report in 3 s, 300,000
+The targets in seconds and in events per second (a report in 3 s, 300,000
 timing-only events/s) are absolute, so how fast the machine is counts. The mission text
 gives three facts "measured on this kind of machine (2 cores)" — SimPy alone about
 650,000 events/s, one jitted ``value_and_grad`` of a 64-128-10 MLP on 32 examples about

@@ -1,9 +1,9 @@
 """Benchmark: what max-min fair sharing and full-duplex NICs cost the simulator.
 
-Issue 13 asks that timing-only runs on a non-blocking switch keep their event
-rates within 10% of the one-transfer-at-a-time model. Each row runs the same
+Fair sharing is held to this: timing-only runs on a non-blocking switch keep their
+event rates within 10% of the one-transfer-at-a-time model. Each row runs the same
 timing-only scenario twice in one process, interleaved, best of ``repeat``:
-``fifo`` + ``half`` duplex (the model before issue 13) and the new defaults,
+``fifo`` + ``half`` duplex (the model before fair sharing) and the new defaults,
 ``fair`` + ``full``. Two figures per side: wall time per simulated step (or per
 applied gradient), which compares the same simulated work; and rows of
 ``events.csv`` per second. The row counts differ (under ``fifo`` a transfer that
@@ -14,7 +14,7 @@ so the wall-time ratio is the fair comparison.
     python benchmarks/bench_sharing.py --checkout /tmp/wt_base   # another checkout's code
 
 ``--checkout DIR`` measures the same rows with the simdist of another checkout (e.g. a
-``git worktree`` of commit d8b723f, before issue 13), in a subprocess, with that code's
+``git worktree`` of commit d8b723f, before fair sharing), in a subprocess, with that code's
 own network model: the "before" column of docs/PERFORMANCE.md §5 came from it.
 """
 

@@ -1,4 +1,4 @@
-"""Time to report (issue 15): whole `simdist` processes, best of N, and where the time goes.
+"""Time to report: whole `simdist` processes, best of N, and where the time goes.
 
     python benchmarks/bench_time_to_report.py               # prints JSON
     python benchmarks/bench_time_to_report.py --repeat 5 --launcher "python other_cli.py"

@@ -71,7 +71,7 @@ def run(repeat: int = 3, quick: bool = False) -> list[dict[str, Any]]:
     return [measure(kind, n, repeat, rows) for kind in kinds for n in SIZES]
 
 
-#: Issue 15's scale rows: (strategy, devices, PS tasks, steps or gradients).
+#: The scale rows: (strategy, devices, PS tasks, steps or gradients).
 SCALE: tuple[tuple[str, int, int, int], ...] = (
     ("multi_worker_mirrored", 1024, 0, 20),
     ("multi_worker_mirrored", 2048, 0, 20),

@@ -34,10 +34,10 @@ import bench_update_cost
 from bench_machine import ISSUE_MACHINE
 
 ROOT = Path(__file__).resolve().parent.parent
-RATIO_TARGET_PS = 1.5  # issue 3
-RATIO_TARGET = 1.3  # issue 7
-#: Issue 15: asynchronous parameter_server, mlp 128 batch 32 at 4, 8 and 64 workers, and the
-#: heavier mlp 512-512 batch 128 (8 workers).
+RATIO_TARGET_PS = 1.5  # the first speed target
+RATIO_TARGET = 1.3  # the second speed target
+#: Time-to-report targets: asynchronous parameter_server, mlp 128 batch 32 at 4, 8 and 64
+#: workers, and the heavier mlp 512-512 batch 128 (8 workers).
 RATIO_TARGET_PS_SMALL = 2.0
 RATIO_TARGET_PS_HEAVY = 1.3
 #: Benchmark 1's rows measured back to back on the machine of 2026-11-25's first session:
@@ -66,10 +66,10 @@ AB_TIMING: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]
 }
 #: The ratios before (commit 7c8b1bb), by row.
 RATIO_BEFORE = {key: before[1] for key, (before, _) in AB.items()}
-EVENTS_TARGET = 300_000  # issue 7
+EVENTS_TARGET = 300_000  # the second speed target
 _SYNCHRONOUS = ("mirrored", "multi_worker_mirrored", "tpu")
 FLAT_TOLERANCE = 1.2  # "flat": 64 workers cost at most 20 % more per update than 8
-#: Issue 15's whole-process targets (seconds, best of 5); cold runs: at most 2x warm.
+#: The whole-process targets (seconds, best of 5); cold runs: at most 2x warm.
 REPORT_TARGETS = {
     "help": 0.5,
     "validate": 0.5,
@@ -88,7 +88,7 @@ _REPORT_LABELS = {
     "ps_4w2s warm": "warm `simdist run` ps_4w2s",
     "ps_4w2s warm, bytecode": "warm `simdist run` ps_4w2s, bytecode cached",
 }
-#: ms per simulated step of bench_sharing.py's rows at commit d8b723f (before issue 13:
+#: ms per simulated step of bench_sharing.py's rows at commit d8b723f (before fair sharing:
 #: one-transfer-at-a-time half-duplex links), measured on this machine (2026-11-25) with
 #: ``python benchmarks/bench_sharing.py --checkout <git worktree of d8b723f>``, best of 3.
 SHARING_BEFORE: dict[tuple[str, int], float] = {
@@ -102,7 +102,7 @@ SHARING_BEFORE: dict[tuple[str, int], float] = {
 }
 
 #: The same benchmark (bench_time_to_report.py, best of 5) at commit f5cc671, before
-#: issue 15 (no compilation cache; its cold runs only lack the model-profile cache),
+#: the time-to-report work (no compilation cache; its cold runs only lack the model-profile cache),
 #: measured on the previous session's machine, about 3x faster at pure Python.
 REPORT_BEFORE = {
     "help": 0.33,
@@ -358,7 +358,7 @@ def render(
                 [
                     "1. full run / bare loop, async parameter_server 4, 8, 64 workers "
                     "(mlp 128, batch 32)",
-                    f"≤ {RATIO_TARGET_PS_SMALL} (issue 15; ≤ {RATIO_TARGET_PS} issue 3)",
+                    f"≤ {RATIO_TARGET_PS_SMALL} (≤ {RATIO_TARGET_PS} before)",
                     f"{min(r['ratio'] for r in ps_rows):.1f} – {worst_ps:.1f} "
                     f"(before: {_before_range(ps_rows)})",
                     _ok(worst_ps <= RATIO_TARGET_PS_SMALL),
@@ -366,13 +366,13 @@ def render(
                 [
                     "1. full run / bare loop, async parameter_server 8 workers "
                     "(mlp 512-512, batch 128)",
-                    f"≤ {RATIO_TARGET_PS_HEAVY} (issue 15)",
+                    f"≤ {RATIO_TARGET_PS_HEAVY}",
                     f"{worst_heavy:.2f} (before: {_before_range(heavy_rows)})",
                     _ok(worst_heavy <= RATIO_TARGET_PS_HEAVY),
                 ],
                 [
                     "1. full run / bare loop, mirrored 4–64 devices",
-                    f"≤ {RATIO_TARGET} (issues 7, 15)",
+                    f"≤ {RATIO_TARGET}",
                     f"{min(r['ratio'] for r in mirrored_rows):.2f} – {worst_mirrored:.2f} "
                     f"(before: {_before_range(mirrored_rows)})",
                     _ok(worst_mirrored <= RATIO_TARGET),
@@ -836,12 +836,12 @@ def render(
         "by callbacks instead of a SimPy process per transfer: every remaining event is "
         "scheduled at the same time with the same priority as before, so outputs are "
         "byte-identical (24 → 20 SimPy events per applied gradient; 1.2–1.4× faster).\n"
-        "* Issue 15: asynchronous and SSP parameter_server runs compute their numerics "
+        "* Time to report: asynchronous and SSP parameter_server runs compute their numerics "
         "after the simulation, from the recorded dataflow, on the device (benchmark 1). "
         "Besides the 20 report folders of benchmark 1, a 256-worker SSP run with 4 PS tasks "
         "(3000 gradients) is byte-identical, in 9.5 s instead of 14.2 s as a whole process "
         "and with 12 % less memory.\n"
-        "* Issue 15, second round (checked against 7c8b1bb on 44 report folders: the 16 "
+        "* Time to report, second round (checked against 7c8b1bb on 44 report folders: the 16 "
         "parameter_server and mixed scenarios and variants named in the closing note, 10 "
         "synchronous ones and 8 divergences at lr 1e30 — every file byte-identical): the "
         "dataflow replay advances during the simulation (benchmark 1); synchronous loops "
@@ -914,7 +914,7 @@ def _ps_narrative(
     heavy = fills.get((8, True), math.nan)
     heavy_ratio = max((r["ratio"] for r in _heavy_rows(overhead)), default=math.nan)
     return (
-        "**The dataflow replay (issue 15).** In asynchronous and SSP runs the clock does not "
+        "**The dataflow replay.** In asynchronous and SSP runs the clock does not "
         "depend on the values, so the SimPy pass computes nothing: it records the dataflow — "
         "each gradient's batch and the state of every PS it pulled, every applied shard with "
         "its learning-rate scale, every evaluation — and a journal of the metrics and "
@@ -998,7 +998,7 @@ def _ab_timing_table(
 
 
 def _report_targets(report: dict[str, Any] | None) -> list[list[str]]:
-    """Rows of the targets table for issue 15's whole-process times (none without them)."""
+    """Rows of the targets table for the whole-process times (none without them)."""
     if report is None:
         return []
     times = report["times"]
@@ -1016,7 +1016,7 @@ def _report_targets(report: dict[str, Any] | None) -> list[list[str]]:
 
 
 def _render_scale(add: Any, rows: list[dict[str, Any]]) -> None:
-    """Issue 15's scale rows: big timing-only runs, cost per simulated step and device."""
+    """The scale rows: big timing-only runs, cost per simulated step and device."""
     add(
         "Scale (`bench_timing_only.scale`): multi_worker_mirrored up to 4,096 devices "
         "(8 per host) and parameter_server with 64 PS tasks, each worker's gradient split "
@@ -1042,7 +1042,7 @@ def _render_scale(add: Any, rows: list[dict[str, Any]]) -> None:
 
 
 def _sharing_targets(rows: list[dict[str, Any]] | None) -> list[list[str]]:
-    """The targets row of issue 13: timing-only cost per step against d8b723f."""
+    """The targets row of fair sharing: timing-only cost per step against d8b723f."""
     ratios = [
         r["fair_full_ms_per_step"] / SHARING_BEFORE[r["strategy"], r["devices"]]
         for r in rows or ()
@@ -1053,7 +1053,7 @@ def _sharing_targets(rows: list[dict[str, Any]] | None) -> list[list[str]]:
     return [
         [
             "5. timing-only wall time per step, fair + full duplex vs before (d8b723f)",
-            "within 10% (issue 13)",
+            "within 10%",
             f"×{min(ratios):.2f} – ×{max(ratios):.2f}",
             _ok(max(ratios) <= 1.1),
         ]
@@ -1061,17 +1061,17 @@ def _sharing_targets(rows: list[dict[str, Any]] | None) -> list[list[str]]:
 
 
 def _render_sharing(add: Any, rows: list[dict[str, Any]]) -> None:
-    """Section 5: what fair sharing and full-duplex links cost a timing-only run (issue 13)."""
+    """Section 5: what fair sharing and full-duplex links cost a timing-only run."""
     add("## 5. Network models: fair sharing and full duplex\n")
     add(
         "Timing-only runs on a non-blocking switch (`benchmarks/bench_sharing.py`), the same "
-        "scenario under the model before issue 13 (`sharing: fifo`, `duplex: half`) and "
+        "scenario under the model before fair sharing (`sharing: fifo`, `duplex: half`) and "
         "under the new defaults (`fair`, `full`), alternated in one process, best of each. "
         "*ms/step*: wall time per simulated step (per applied gradient for "
         "parameter_server), which compares the same simulated work; events/s counts rows of "
         "events.csv, fewer under `fair` (a transfer never waits for a link, so records no "
         "`idle` row: central_storage's ratio). *Before*: the code at d8b723f, measured with "
-        "`--checkout` (see `SHARING_BEFORE`). Issue 13's target: event rates within 10% of "
+        "`--checkout` (see `SHARING_BEFORE`). The target: event rates within 10% of "
         "before on a non-blocking switch.\n"
     )
     table = []
@@ -1132,7 +1132,7 @@ def _warm_verdict(times: dict[str, float]) -> str:
 
 
 def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
-    """Section 4: whole `simdist` processes against issue 15's targets, and the phases."""
+    """Section 4: whole `simdist` processes against the time-to-report targets, and the phases."""
     times = report["times"]
     add("## 4. Time to report\n")
     add(
@@ -1226,7 +1226,7 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
             + "\n"
         )
     add(
-        "What changed (issue 15), all with byte-identical reports (metrics, events, "
+        "What changed for time to report, all with byte-identical reports (metrics, events, "
         "updates, summary, params and PNGs of 14 scenarios and variants compared with "
         "f5cc671):\n\n"
         "* digits are read from the CSV scikit-learn ships (found with "

@@ -185,9 +185,9 @@ def run_many(
     or when a ``scheduler`` is given) they are Dask tasks on
     :func:`simdist.sweep.dask_client` (a local cluster of ``processes`` workers, default
     the cores, or the scheduler at ``scheduler``); else one after another in this process.
-    Either way the same scenario gives the same Result (DESIGN.md §5). The first run that
-    fails raises its error. ``on_run(name)`` is called as each run starts (in order when
-    run here; as each is submitted on Dask).
+    Either way the same scenario gives the same Result (docs/ARCHITECTURE.md, "Rules the
+    design keeps"). The first run that fails raises its error. ``on_run(name)`` is called
+    as each run starts (in order when run here; as each is submitted on Dask).
     """
     import os
 

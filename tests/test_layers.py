@@ -1,6 +1,6 @@
 """Layers import downward only: each layer, imported in a fresh interpreter, loads none above it.
 
-The direction (DESIGN.md §8): cli → api → engine → strategies → (network,
+The direction (docs/ARCHITECTURE.md, Layout): cli → api → engine → strategies → (network,
 collectives, faults, numerics) → (units, seeds, profiles); recorder and summary
 know no strategy and no report; report never imports the api or the engine.
 A test per layer imports it (and does its typical first job, e.g. loading a

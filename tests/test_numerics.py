@@ -79,7 +79,7 @@ def test_digits_split_is_seeded_and_stratified() -> None:
 
 def test_digits_read_without_sklearn_bit_identical_to_load_digits() -> None:
     """digits comes from the CSV scikit-learn ships, parsed without importing scikit-learn;
-    the arrays must be the bits sklearn.datasets.load_digits gives (issue 15)."""
+    the arrays must be the bits sklearn.datasets.load_digits gives."""
     code = (
         "import sys; from simdist.numerics.data import _digits_arrays; x, y = _digits_arrays(); "
         "print(x.shape, 'sklearn' in sys.modules)"
@@ -111,7 +111,7 @@ def test_digits_read_without_sklearn_bit_identical_to_load_digits() -> None:
     ],
 )
 def test_jitted_init_is_bit_identical_to_eager_init(model: ModelSpec, seed: int) -> None:
-    """Workload initialises in one XLA program (issue 15: 19 programs fewer to compile); the
+    """Workload initialises in one XLA program (19 programs fewer to compile); the
     parameters are the bits of the eager ``model.init`` (seeds 3-5 give key data ≥ 2**31)."""
     from simdist.seeds import jax_key_data
 

@@ -4,7 +4,7 @@ Every strategy draws its batches from one :class:`BatchStream`: the training
 set is visited as a concatenation of seeded epoch permutations, and global
 batch ``i`` is a fixed slice of that sequence. A mirrored run and a one-device
 run with the same global batch therefore see exactly the same examples, which
-is what makes their parameters comparable (DESIGN.md §3).
+is what makes their parameters comparable (docs/strategies.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Asynchronous parameter servers give each worker its own (stale) parameter version; a JAX
 call per worker would cost the engine one dispatch per replica. :class:`DeferredGradients`
-queues them and evaluates one ``vmap`` per bucket (DESIGN.md §6).
+queues them and evaluates one ``vmap`` per bucket.
 """
 
 from __future__ import annotations

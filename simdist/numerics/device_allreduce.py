@@ -2,7 +2,8 @@
 
 ``replica_grads(..., "devices")`` (:class:`~simdist.numerics.executor.Workload`) places
 replica ``i`` on ``jax.devices()[i]`` and sums with ``jax.lax.psum`` under ``shard_map``:
-the collective runs for real across JAX devices, as DESIGN.md §3 asks of ``mirrored``.
+the collective runs for real across JAX devices, as ``mirrored`` promises
+(docs/strategies.md).
 """
 
 from __future__ import annotations

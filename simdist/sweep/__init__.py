@@ -3,7 +3,7 @@
 A sweep is a base scenario and a grid, ``{field path: [values]}``; every
 combination of values is a *point*, applied to the base scenario exactly as
 ``simdist run --set path=value`` would.  Points are independent runs, so they
-are executed as Dask tasks (DESIGN.md §7): on a ``LocalCluster`` of worker
+are executed as Dask tasks (docs/seeds_and_sweeps.md): on a ``LocalCluster`` of worker
 processes by default, or on an existing scheduler when its address is given.
 
 Everything a point produced is stored as soon as it arrives, in

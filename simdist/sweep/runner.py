@@ -1,8 +1,8 @@
 """Running a sweep on Dask: each point one independent run, stored as it arrives.
 
-Points are independent runs, so they are executed as Dask tasks (DESIGN.md
-§7): on a ``LocalCluster`` of worker processes by default, or on an existing
-scheduler when its address is given.  A point that fails is stored with its
+Points are independent runs, so they are executed as Dask tasks
+(docs/seeds_and_sweeps.md): on a ``LocalCluster`` of worker processes by default, or on
+an existing scheduler when its address is given.  A point that fails is stored with its
 error and the others go on.  At the end the stored points are merged into
 ``<out>/sweep.csv`` and plotted into ``<out>/sweep_<metric>.png``.
 """

@@ -1,6 +1,6 @@
 """``parameter_server``: W workers, S parameter-server tasks, asynchronous updates.
 
-As ``tf.distribute.experimental.ParameterServerStrategy`` (DESIGN.md §3):
+As ``tf.distribute.experimental.ParameterServerStrategy`` (docs/strategies.md):
 variables are partitioned over the PS tasks; each worker loops — pull every
 shard (in parallel, contending on the PS links), compute a gradient for real
 from the pulled, possibly stale, parameters on its own batch, push each

@@ -1,7 +1,7 @@
 """The dataflow of an asynchronous run: what the SimPy pass records for the numerics replay.
 
 In asynchronous and SSP runs the clock never depends on the values computed
-(DESIGN.md §6): when a worker pulls, pushes or a PS applies is decided by the
+(docs/ARCHITECTURE.md, Strategies): when a worker pulls, pushes or a PS applies is decided by the
 network and the devices alone. So the SimPy pass does not compute anything; it
 records *what* would be computed, in the order it happens:
 

@@ -27,7 +27,7 @@ SEGMENT = 32
 class ParameterServerStrategy(ParameterServerWorkers):
     """Asynchronous (or synchronous with backup workers) parameter-server training.
 
-    Failures (DESIGN.md §4, asynchronous mode): a failed worker drops out — its
+    Failures (docs/faults.md, asynchronous mode): a failed worker drops out — its
     in-flight gradient is lost — and rejoins after its restart with a fresh pull
     while the others go on; a failed PS rolls every task back to the last
     completed checkpoint (written by the coordinator in the background, without
