@@ -135,8 +135,7 @@ _PS = ("parameter_server",)
 
 def prepare_devices(scenario: Scenario) -> None:
     """Ask JAX for enough emulated CPU devices before its backend starts, if needed."""
-    execution = getattr(scenario.strategy, "execution", None)
-    if execution == "devices":
+    if scenario.requested_execution == "devices":
         from simdist.numerics.executor import ensure_devices
 
         ensure_devices(scenario.replicas)
@@ -290,7 +289,7 @@ def run_result(
         extra={**strategy.fault_summary(), **strategy.summary()},
     )
     summary["execution"] = (
-        resolve_execution(getattr(scenario.strategy, "execution", "batched"), scenario.replicas)
+        resolve_execution(scenario.requested_execution, scenario.replicas)
         if workload is not None
         else "none"
     )

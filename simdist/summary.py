@@ -310,7 +310,7 @@ def build_summary(
         "examples_per_s": examples / sim_time_s if sim_time_s > 0 else None,
         "compute_s_per_replica_step": costs.compute_s,
         "flops_per_replica_step": costs.flops_per_replica_step,
-        "param_bytes": costs.grad_nbytes,
+        "param_bytes": costs.param_nbytes,
         "final_train_loss": final["train_loss"],
         "final_test_loss": final["test_loss"],
         "final_test_accuracy": final["test_accuracy"],

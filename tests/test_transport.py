@@ -7,8 +7,6 @@ time below is an exact binary fraction, compared with ``==``. One NIC: B = 1024 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import simpy
 import yaml
@@ -24,7 +22,7 @@ from simdist.network import PROTOCOLS, Message, Network, Protocol, SwitchTopolog
 from simdist.network.topology import machine_of
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
-from simdist.scenario.cluster import ClusterSpec
+from simdist.scenario.cluster import ClusterSpec, NetworkSpec
 
 B, ALPHA = 1024.0, 0.25  # NIC bandwidth (B/s) and latency (s)
 B_INTRA, ALPHA_INTRA = 4096.0, 2.0**-4
@@ -76,7 +74,7 @@ def one_message(protocol: Protocol) -> tuple[float, float]:
 
 def test_ideal_is_the_bare_wire_and_the_default():
     assert PROTOCOLS["ideal"].ideal
-    assert protocol_of(SimpleNamespace()) is PROTOCOLS["ideal"]
+    assert protocol_of(NetworkSpec()) is PROTOCOLS["ideal"]
     assert one_message(PROTOCOLS["ideal"]) == (0.0, WIRE)
     _env, net = make_net()
     assert net.transport.protocol is PROTOCOLS["ideal"]

@@ -9,7 +9,7 @@ Timing only: nothing here imports JAX.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from simdist.cluster import Cluster
 from simdist.network.arbiter import LinkArbiter
@@ -23,12 +23,19 @@ from simdist.network.torus import TorusTopology
 from simdist.network.transfer import Transfer
 from simdist.network.transport import PROTOCOLS, Message, Protocol, protocol_of
 
+if TYPE_CHECKING:
+    import simpy
+
+    from simdist.scenario import Scenario
+
 TOPOLOGIES: dict[str, type[Topology]] = {
     cls.name: cls for cls in (SwitchTopology, LeafSpineTopology, TorusTopology)
 }
 
 
-def build_topology(name: str, env: Any, cluster: Cluster, scenario: Any) -> Topology:
+def build_topology(
+    name: str, env: simpy.Environment, cluster: Cluster, scenario: Scenario
+) -> Topology:
     """Topology ``name`` for ``scenario``'s cluster, with its links on ``env``.
 
     ``switch`` is what a strategy asks for when any network will do: the scenario's
@@ -36,8 +43,7 @@ def build_topology(name: str, env: Any, cluster: Cluster, scenario: Any) -> Topo
     with a topology of its own (tpu: ``torus``) gets it.
     """
     if name == "switch":
-        network = getattr(scenario.cluster, "network", None)
-        name = getattr(network, "topology", None) or name
+        name = scenario.cluster.network.topology
     return TOPOLOGIES[name].from_scenario(env, cluster, scenario)
 
 

@@ -52,6 +52,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+    from simdist.network.core import Network
     from simdist.network.link import Link
 
 #: At most this many time buckets in ``link_buckets.csv`` and the heatmap.
@@ -79,12 +80,12 @@ TABLE_DTYPES: dict[str, dict[str, str]] = {
 }
 
 
-def network_links(network: Any) -> list[Link]:
+def network_links(network: Network) -> list[Link]:
     """Every link of a :class:`~simdist.network.Network`: its topology's, in their order,
     then the machines' CPU links a protocol with a serialisation cost made (by name)."""
     links = list(network.topology.links())
     seen = {id(link) for link in links}
-    cpu = getattr(getattr(network, "transport", None), "cpu", None) or {}
+    cpu = network.transport.cpu
     links += [link for _, link in sorted(cpu.items()) if id(link) not in seen]
     return links
 

@@ -62,6 +62,8 @@ from simdist.network.transfer import Countdown, Transfer, arrive
 if TYPE_CHECKING:
     import simpy
 
+    from simdist.scenario.cluster import NetworkSpec
+
 # TCP/IPv4 over Ethernet with a 1500-byte MTU: a 1460-byte segment travels in a
 # 1538-byte frame (+38: Ethernet header, FCS, preamble, inter-frame gap; +40: IP and
 # TCP headers). RFC 6349 ("Framework for TCP Throughput Testing", 2011, §3.3.1)
@@ -167,19 +169,19 @@ PROTOCOLS: dict[str, Protocol] = {
 }
 
 
-def protocol_of(network: Any) -> Protocol:
+def protocol_of(network: NetworkSpec) -> Protocol:
     """The protocol a ``cluster.network`` section asks for: a preset, then its overrides.
 
-    ``network`` is duck-typed (:class:`simdist.scenario.schema.NetworkSpec`):
     ``protocol`` names the preset; ``efficiency``, ``per_message_overhead_s`` and
     ``serialization_Bps``, when given (not ``None``), replace the preset's figure.
     """
-    preset = PROTOCOLS[getattr(network, "protocol", "ideal") or "ideal"]
-    changes: dict[str, Any] = {}
-    for field in ("efficiency", "per_message_overhead_s", "serialization_Bps"):
-        value = getattr(network, field, None)
-        if value is not None:
-            changes[field] = float(value)
+    preset = PROTOCOLS[network.protocol]
+    given = {
+        "efficiency": network.efficiency,
+        "per_message_overhead_s": network.per_message_overhead_s,
+        "serialization_Bps": network.serialization_Bps,
+    }
+    changes = {field: float(value) for field, value in given.items() if value is not None}
     if not changes:
         return preset
     return replace(preset, source=f"{preset.source}; overridden by the scenario", **changes)

@@ -192,8 +192,15 @@ class Scenario(Spec):
 
         ``execution`` is an option of the synchronous strategies' sections only (mirrored,
         multi_worker_mirrored, central_storage, tpu: ``test_scenario`` pins which)."""
-        declares = "execution" in type(self.strategy).model_fields
-        return self.numerics and declares and self.strategy.execution == "devices"
+        return self.numerics and self.requested_execution == "devices"
+
+    @property
+    def requested_execution(self) -> str:
+        """The strategy section's ``execution`` option (``auto``, ``batched``, ``devices``);
+        ``batched`` for the sections without one (parameter_server, pipeline, one_device)."""
+        if "execution" in type(self.strategy).model_fields:
+            return self.strategy.execution
+        return "batched"
 
     @property
     def chief_trains(self) -> bool:
