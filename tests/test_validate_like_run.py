@@ -40,3 +40,61 @@ def test_run_refuses_as_validate_does(path: Path, tmp_path: Path) -> None:
     assert validated[0] == 2 and len(validated[1]) == 1, validated
     assert ran == validated
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- the memory arithmetic
+
+GOOD_CSV = DATA / "layers_good.csv"  # 3 layers of 80, 80, 36 parameter bytes; batch 8
+
+
+def _profile_scenario(batch: int, strategy: str = "one_device", optimizer: str = "sgd") -> dict:
+    return {
+        "name": "memory",
+        "numerics": False,
+        # a v100: 16e9 bytes
+        "cluster": {
+            "hosts": 2,
+            "ps": 1 if strategy == "parameter_server" else 0,
+            "device": {"profile": "v100"},
+        },
+        "strategy": {"kind": strategy},
+        "workload": {
+            "profile": str(GOOD_CSV),
+            "batch_size": batch,
+            "optimizer": {"name": optimizer, "learning_rate": 0.1},
+            "steps": 1,
+        },
+    }
+
+
+def test_the_footprint_of_a_profile_file_is_per_example() -> None:
+    from simdist.layers import read_profile
+    from simdist.numerics.memory import Footprint
+
+    # outputs 512 + 512 + 96 bytes for 8 examples; one example of 4 float32 values
+    assert Footprint.of(read_profile(GOOD_CSV)) == Footprint(("fc1", "fc2", "fc3"), 196, 16, 140)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "optimizer", "fixed"),
+    [
+        ("multi_worker_mirrored", "sgd", 2 * 196),  # params + grads
+        ("multi_worker_mirrored", "adam", 4 * 196),  # + Adam's two moments on the device
+        ("parameter_server", "adam", 2 * 196),  # the servers hold the optimizer state
+    ],
+)
+def test_the_largest_batch_that_fits_passes_and_one_more_is_refused(
+    strategy: str, optimizer: str, fixed: int
+) -> None:
+    from simdist.api import preflight, resolve_scenario
+    from simdist.errors import ScenarioError
+
+    fits = (16_000_000_000 - fixed) // (16 + 140)
+    preflight(resolve_scenario(_profile_scenario(fits, strategy, optimizer)), source="m.yaml")
+    with pytest.raises(ScenarioError) as refused:
+        preflight(
+            resolve_scenario(_profile_scenario(fits + 1, strategy, optimizer)), source="m.yaml"
+        )
+    message = str(refused.value)
+    assert message.startswith("m.yaml: workload.batch_size: does not fit: one replica needs 16 GB")
+    assert message.endswith(f"use a smaller batch, e.g. batch_size: {fits:,}")
