@@ -91,14 +91,6 @@ def _check_files_and_model(scenario: Scenario, source: str) -> None:
         read_params_file(w.init_from)
 
 
-def _clock_field(scenario: Scenario) -> str:
-    """The field naming the model whose layers set the clock."""
-    w = scenario.workload
-    if w.profile is not None:
-        return "workload.profile"
-    return "workload.timing_model" if w.timing_model is not None else "workload.model"
-
-
 def _footprint(scenario: Scenario, source: str) -> Footprint:
     """What one example costs a device, from the clock model's layers (a profile file, or
     the zoo model on the shapes the run gives it: the per-user record, else JAX at batch 1).
@@ -127,99 +119,31 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
         raise
     except SimdistError as exc:
         field = "workload.input_shape" if w.input_shape and w.profile is None else None
-        raise ScenarioError(source, field or _clock_field(scenario), str(exc)) from None
+        from simdist.device_memory import clock_field
+
+        raise ScenarioError(source, field or clock_field(scenario), str(exc)) from None
 
 
-def _check_pipeline(scenario: Scenario, names: tuple[str, ...], source: str) -> None:
-    """Stages and a partition list against the clock model's layers."""
-    spec = scenario.strategy
-    S, n = spec.stages, len(names)
-    shown = ", ".join(names) if n <= 12 else f"{', '.join(names[:12])}, ..."
-    if n < S:
-        raise ScenarioError(
-            source,
-            "strategy.stages",
-            f"got {S}; each stage holds at least one layer and the model has {n} ({shown}), "
-            f"e.g. stages: {max(1, n)}",
-        )
-    if isinstance(spec.partition, list) and sum(spec.partition) != n:
-        raise ScenarioError(
-            source,
-            "strategy.partition",
-            f"{spec.partition} covers {sum(spec.partition)} layers; the model has {n} "
-            f"({shown}): give counts that add up to {n}, e.g. partition: auto",
-        )
-
-
-def _check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -> None:
-    """Refuse a run whose replica does not fit on its device: parameters, gradients, the
-    optimizer state (on the device unless parameter servers or the host CPU hold it) and
-    one batch's input and layer outputs, as a one-stage pipeline holds them
-    (:func:`simdist.strategies.pipeline.plan.stage_memory`)."""
-    from simdist.cluster import Cluster
-    from simdist.numerics.memory import OPTIMIZER_COPIES
-    from simdist.strategies.pipeline.plan import stage_memory
-    from simdist.units import format_size
-
-    profiles = Cluster(scenario.cluster).profiles.values()
-    device = min(profiles, key=lambda p: p.memory_nbytes)
-    if device.memory_nbytes <= 0:  # capacity unknown
-        return
-    w = scenario.workload
-    params = footprint.param_nbytes
-    on_device = scenario.strategy.kind not in ("parameter_server", "central_storage")
-    copies = OPTIMIZER_COPIES.get(w.optimizer.name, 2) if on_device else 0
-    batch = int(w.batch_size)
-    need = stage_memory(
-        param_nbytes=params,
-        opt_state_nbytes=copies * params,
-        input_nbytes=float(footprint.example_nbytes) * batch,
-        activation_nbytes=float(footprint.activation_nbytes) * batch,
-        peak=1,
-        schedule="gpipe",
-        rematerialization=False,
-    )
-    if need.total <= device.memory_nbytes:
-        return
-    gb, capacity = 1e9, device.memory_nbytes
-    fixed = need.params + need.gradients + need.optimizer
-    per_example = footprint.example_nbytes + footprint.activation_nbytes
-    fits = int((capacity - fixed) // per_example) if per_example and capacity > fixed else 0
-    if fits >= 1:
-        field, advice = "workload.batch_size", f"use a smaller batch, e.g. batch_size: {fits:,}"
-    elif w.input_shape and fixed < capacity:
-        field, advice = "workload.input_shape", "one example alone does not fit: smaller inputs"
-    else:
-        field = _clock_field(scenario)
-        advice = "use a smaller model, or strategy: pipeline to split it over devices"
-    raise ScenarioError(
-        source,
-        field,
-        f"does not fit: one replica needs {need.total / gb:,.3g} GB on a "
-        f"{capacity / gb:.3g} GB {device.name} (params {need.params / gb:.3g}, grads "
-        f"{need.gradients / gb:.3g}, optimizer {need.optimizer / gb:.3g}, activations "
-        f"{need.activations / gb:,.3g} for {batch:,} examples of "
-        f"{format_size(per_example)}); {advice}",
-    )
-
-
-def _check_clock(scenario: Scenario, source: str) -> None:
+def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
     """What a run checks as it costs its clock model: a surrogate under parameter servers,
-    the profile file, the model's shapes, the pipeline's stages and every device's memory."""
+    the profile file, the model's shapes, the pipeline's stages and every device's memory
+    (:mod:`simdist.device_memory`)."""
+    from simdist.device_memory import check_device_memory, check_pipeline, clock_field
+
     w = scenario.workload
     if scenario.numerics and w.surrogate and scenario.strategy.kind == "parameter_server":
         raise ScenarioError(
             source,
-            _clock_field(scenario),
+            clock_field(scenario),
             "a surrogate clock (timing_model or profile with numerics on) cannot run under "
             "parameter_server, whose servers hold the trained model's variables; run it "
             "timing-only with numerics: false",
         )
     footprint = _footprint(scenario, source)
-    if scenario.strategy.kind == "pipeline":  # its stages are checked one by one as it runs
-        _check_pipeline(scenario, footprint.layer_names, source)
-        return
-    _check_device_memory(scenario, footprint, source)
+    if scenario.strategy.kind == "pipeline":
+        check_pipeline(scenario, footprint, source, total_steps)
+    else:
+        check_device_memory(scenario, footprint, source)
 
 
 def preflight(
@@ -258,7 +182,6 @@ def preflight(
             n_train = train_examples(w.dataset, scenario.seed)
         if data:
             _check_files_and_model(scenario, source)
-        _check_clock(scenario, source)
     except DataError as exc:
         raise exc.in_scenario(source) from None
     batch = scenario.global_batch
@@ -275,6 +198,10 @@ def preflight(
     total = w.steps
     if total is None and n_train is not None:
         total = w.total_steps(n_train)
+    try:
+        _check_clock(scenario, source, min(total or 1, 10**9))
+    except DataError as exc:
+        raise exc.in_scenario(source) from None
     tasks = max(1, scenario.replicas + scenario.cluster.ps)
     per_step = WALL_S_PER_TASK_STEP * tasks + (WALL_S_PER_NUMERIC_STEP if scenario.numerics else 0)
     steps = float(min(total or 0, 10**300))

@@ -29,7 +29,7 @@ def _error(args: str) -> tuple[int, list[str]]:
 
 
 def test_the_cases_are_there() -> None:
-    assert len(CASES) == 14
+    assert len(CASES) == 16
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
@@ -72,7 +72,9 @@ def test_the_footprint_of_a_profile_file_is_per_example() -> None:
     from simdist.numerics.memory import Footprint
 
     # outputs 512 + 512 + 96 bytes for 8 examples; one example of 4 float32 values
-    assert Footprint.of(read_profile(GOOD_CSV)) == Footprint(("fc1", "fc2", "fc3"), 196, 16, 140)
+    footprint = Footprint.of(read_profile(GOOD_CSV))
+    assert footprint == Footprint(("fc1", "fc2", "fc3"), (80, 80, 36), (64.0, 64.0, 12.0), 16)
+    assert (footprint.param_nbytes, footprint.activation_nbytes) == (196, 140.0)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +100,31 @@ def test_the_largest_batch_that_fits_passes_and_one_more_is_refused(
     message = str(refused.value)
     assert message.startswith("m.yaml: workload.batch_size: does not fit: one replica needs 16 GB")
     assert message.endswith(f"use a smaller batch, e.g. batch_size: {fits:,}")
+
+
+@pytest.mark.parametrize("partition", ["auto", [1, 1, 1]])
+def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: object) -> None:
+    """3 stages of one layer, one micro-batch of B examples in flight: stage 1 holds fc2's
+    80 parameter bytes and gradients, fc1's output (its input, 64 B an example) and its own
+    (64 B): 160 + 128 B bytes, the most of the three; a V100 holds 16e9."""
+    from simdist.api import preflight, resolve_scenario
+    from simdist.engine import run
+    from simdist.errors import ScenarioError, SimdistError
+
+    def scenario(batch: int) -> object:
+        data = _profile_scenario(batch)
+        data["cluster"] = {"devices_per_host": 3, "device": {"profile": "v100"}}
+        data["strategy"] = {"kind": "pipeline", "stages": 3, "partition": partition}
+        return resolve_scenario(data)
+
+    fits = (16_000_000_000 - 160) // 128
+    preflight(scenario(fits), source="m.yaml")
+    assert run(scenario(fits)).summary["steps"] == 1
+    with pytest.raises(ScenarioError) as refused:
+        preflight(scenario(fits + 1), source="m.yaml")
+    field = (
+        "strategy.stages: no partition" if partition == "auto" else "strategy.partition: stage 1"
+    )
+    assert str(refused.value).startswith(f"m.yaml: {field}")
+    with pytest.raises(SimdistError, match=r"fits in device memory|does not fit"):
+        run(scenario(fits + 1))  # the strategy itself, without the preflight

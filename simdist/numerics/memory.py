@@ -53,17 +53,17 @@ OPTIMIZER_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 @dataclass(frozen=True)
 class Footprint:
-    """What one example costs a device, from the clock model's layers at batch 1.
+    """What the clock model's layers hold on a device, from its profile.
 
-    ``layer_names`` in forward order; ``param_nbytes`` all parameters; ``example_nbytes``
-    one input example; ``activation_nbytes`` every layer's output for one example (what a
-    backward pass needs kept: the activations a pipeline stage stashes per micro-batch).
+    Per layer in forward order: its name, its parameter bytes and its output's bytes for one
+    example (what a backward pass keeps: the activations a pipeline stage stashes per
+    micro-batch); ``example_nbytes``: one input example.
     """
 
     layer_names: tuple[str, ...]
-    param_nbytes: int
+    layer_param_nbytes: tuple[int, ...]
+    layer_output_nbytes: tuple[float, ...]
     example_nbytes: int
-    activation_nbytes: int
 
     @classmethod
     def of(cls, profile: ModelProfile) -> Footprint:
@@ -72,10 +72,20 @@ class Footprint:
         shape = profile.input_shape
         return cls(
             tuple(layer.name for layer in profile.layers),
-            sum(int(layer.param_nbytes) for layer in profile.layers),
+            tuple(int(layer.param_nbytes) for layer in profile.layers),
+            tuple(int(layer.output_nbytes) / per for layer in profile.layers),
             4 * math.prod(shape) if shape else 0,
-            math.ceil(sum(int(layer.output_nbytes) for layer in profile.layers) / per),
         )
+
+    @property
+    def param_nbytes(self) -> int:
+        """All parameters."""
+        return sum(self.layer_param_nbytes)
+
+    @property
+    def activation_nbytes(self) -> float:
+        """Every layer's output for one example."""
+        return sum(self.layer_output_nbytes)
 
 
 def physical_memory_nbytes() -> int | None:
@@ -182,7 +192,9 @@ def clock_footprint(
         record = json.loads(path.read_text())
         return Footprint(
             tuple(str(n) for n in record["layer_names"]),
-            *(int(record[k]) for k in ("param_nbytes", "example_nbytes", "activation_nbytes")),
+            tuple(int(n) for n in record["layer_param_nbytes"]),
+            tuple(float(n) for n in record["layer_output_nbytes"]),
+            int(record["example_nbytes"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         pass
