@@ -178,6 +178,40 @@ def _write_record(path: Path, record: dict) -> None:
         pass
 
 
+@lru_cache(maxsize=1)
+def _costing_digest() -> str:
+    """A hash of the sources a footprint also depends on: the costing and the full-size
+    models (the zoo's models.py is in every record's key)."""
+    here = Path(__file__).parent
+    files = [here / "profile.py", *sorted((here / "fullsize").glob("*.py"))]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+#: Footprints this process has read or costed (a sweep checks the same model per point).
+_footprints: dict[Path, Footprint] = {}
+_FOOTPRINTS_KEPT = 64
+
+
+def _read_footprint(path: Path) -> Footprint | None:
+    """The footprint recorded at ``path``; None when missing or unreadable."""
+    try:
+        record = json.loads(path.read_text())
+        footprint = Footprint(
+            tuple(str(n) for n in record["layer_names"]),
+            tuple(int(n) for n in record["layer_param_nbytes"]),
+            tuple(float(n) for n in record["layer_output_nbytes"]),
+            int(record["example_nbytes"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    n = len(footprint.layer_names)
+    same = len(footprint.layer_param_nbytes) == len(footprint.layer_output_nbytes) == n
+    return footprint if same else None
+
+
 def clock_footprint(
     model_spec: ModelSpec, input_shape: tuple[int, ...] | None, n_outputs: int | None
 ) -> Footprint:
@@ -187,19 +221,16 @@ def clock_footprint(
     JAX); else costed at batch 1 by :func:`simdist.numerics.profile.profile_model` and
     recorded. Raises :class:`~simdist.errors.SimdistError` for shapes the model cannot take.
     """
-    path = _record_path(model_spec, input_shape, n_outputs, "footprint")
-    try:
-        record = json.loads(path.read_text())
-        return Footprint(
-            tuple(str(n) for n in record["layer_names"]),
-            tuple(int(n) for n in record["layer_param_nbytes"]),
-            tuple(float(n) for n in record["layer_output_nbytes"]),
-            int(record["example_nbytes"]),
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    path = _record_path(model_spec, input_shape, n_outputs, f"footprint:{_costing_digest()}")
+    known = _footprints.get(path) or _read_footprint(path)
+    if known is not None:
+        _footprints[path] = known
+        return known
     from simdist.numerics.profile import profile_model
 
     footprint = Footprint.of(profile_model(model_spec, 1, input_shape, n_outputs))
+    if len(_footprints) >= _FOOTPRINTS_KEPT:
+        _footprints.clear()
+    _footprints[path] = footprint
     _write_record(path, asdict(footprint))
     return footprint
