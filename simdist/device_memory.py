@@ -131,6 +131,7 @@ def check_pipeline(
         stage_memory,
         stage_ops,
     )
+    from simdist.units import format_size
 
     _check_counts(scenario, footprint.layer_names, source)
     spec, w = scenario.strategy, scenario.workload
@@ -186,13 +187,18 @@ def check_pipeline(
     for s, count in enumerate(spec.partition):
         stop = first + int(count)
         if not fits(s, first, stop):
-            stage = need(s, first, stop)
-            names = footprint.layer_names
+            stage, names = need(s, first, stop), footprint.layer_names
+            device = min(
+                (row[s] for row in grid), key=lambda d: cluster.profile_of(d).memory_nbytes
+            )
+            parts = ", ".join(
+                f"{k} {format_size(v)}" for k, v in stage.as_dict().items() if k != "total" and v
+            )
             raise ScenarioError(
                 source,
                 "strategy.partition",
-                f"stage {s} (layers {names[first]}..{names[stop - 1]}) does not fit: it needs "
-                f"{stage.total / 1e9:,.3g} GB ({_parts(stage)}) and its device has "
-                f"{capacities[s] / 1e9:.3g} GB; {advice}",
+                f"pipeline stage {s} (layers {names[first]}..{names[stop - 1]}) does not fit on "
+                f"{device.name}: it needs {format_size(stage.total)} ({parts}) and a "
+                f"{cluster.profile_of(device).name} has {format_size(capacities[s])}; {advice}",
             )
         first = stop

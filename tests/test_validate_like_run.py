@@ -123,7 +123,9 @@ def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: ob
     with pytest.raises(ScenarioError) as refused:
         preflight(scenario(fits + 1), source="m.yaml")
     field = (
-        "strategy.stages: no partition" if partition == "auto" else "strategy.partition: stage 1"
+        "strategy.stages: no partition"
+        if partition == "auto"
+        else "strategy.partition: pipeline stage 1"
     )
     assert str(refused.value).startswith(f"m.yaml: {field}")
     with pytest.raises(SimdistError, match=r"fits in device memory|does not fit"):
