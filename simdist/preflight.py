@@ -1,5 +1,6 @@
 """Before and after a run: what :func:`preflight` checks before the first step (the run's
-size, data files, the model's memory, ``--out``) and the warnings of :func:`warnings_after`.
+size, data files, the clock model's layers, every device's memory, ``--out``) and the
+warnings of :func:`warnings_after`.
 
 Part of the Python API (:mod:`simdist.api` re-exports it); like ``simdist validate``, it
 starts without pandas, SimPy or the engine.
@@ -156,9 +157,14 @@ def preflight(
     """Check what a run of ``scenario`` would hit before its first step, and estimate it.
 
     Raises :class:`~simdist.errors.ScenarioError` (naming ``source``, the scenario's
-    file) for a global batch larger than the training set (with numerics on) and a data
-    file that cannot be used, and :class:`~simdist.errors.SimdistError` for an ``out``
-    that cannot be a report folder. Returns the expected step count, a rough wall time
+    file) for a global batch larger than the training set (with numerics on), a data
+    file that cannot be used, and what a run would refuse as it costs its clock model: a
+    profile file it cannot read, an input shape the model cannot take, pipeline stages and
+    partitions that do not match the layers, a surrogate under parameter_server, and a
+    replica or pipeline stage that does not fit its device's memory
+    (:mod:`simdist.device_memory`); :class:`~simdist.errors.SimdistError` for an ``out``
+    that cannot be a report folder. Both ``simdist run`` and ``simdist validate`` call it,
+    so both refuse these with the same message. Returns the expected step count, a rough wall time
     and warnings, e.g. for a run that would take longer than an hour.
 
     ``data=True`` (``simdist validate``) also reads an npz data set and an ``init_from``
