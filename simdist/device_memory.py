@@ -69,7 +69,7 @@ def check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -
         param_nbytes=footprint.param_nbytes,
         opt_state_nbytes=_optimizer_nbytes(scenario, footprint.param_nbytes),
         input_nbytes=float(footprint.example_nbytes) * batch,
-        activation_nbytes=footprint.activation_nbytes * batch,
+        activation_nbytes=sum(footprint.outputs_at(batch)),
         peak=1,
         schedule="gpipe",
         rematerialization=False,
@@ -78,6 +78,9 @@ def check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -
         return
     fixed = need.params + need.gradients + need.optimizer
     per_example = footprint.example_nbytes + footprint.activation_nbytes
+    if not footprint.per_example:  # the outputs are the step's, at any batch
+        per_example = footprint.example_nbytes
+        fixed += need.activations - footprint.example_nbytes * batch
     fits = int((capacity - fixed) // per_example) if per_example and capacity > fixed else 0
     if fits >= 1:
         field, advice = "workload.batch_size", f"use a smaller batch, e.g. batch_size: {fits:,}"
@@ -146,7 +149,7 @@ def check_pipeline(
     stream = M * max(1, total_steps) if spec.schedule == "pipedream" else M
     peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, min(stream, S + M))]
     batch = int(w.batch_size)
-    outputs = [x * batch for x in footprint.layer_output_nbytes]  # at the run's batch
+    outputs = footprint.outputs_at(batch)
     params = footprint.layer_param_nbytes
     total = sum(params)
     opt_total = _optimizer_nbytes(scenario, total)

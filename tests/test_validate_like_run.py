@@ -130,3 +130,23 @@ def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: ob
     assert str(refused.value).startswith(f"m.yaml: {field}")
     with pytest.raises(SimdistError, match=r"fits in device memory|does not fit"):
         run(scenario(fits + 1))  # the strategy itself, without the preflight
+
+
+def test_a_profile_of_unknown_batch_holds_its_outputs_once_at_any_batch(tmp_path: Path) -> None:
+    """``# batch_size: 0``: the layers are one step as given (as the clock reads them), so
+    only the input grows with the batch: 392 + 1120 + 16 B bytes."""
+    from simdist.api import preflight, resolve_scenario
+    from simdist.errors import ScenarioError
+
+    step = tmp_path / "step.csv"
+    step.write_text(GOOD_CSV.read_text().replace("# batch_size: 8", "# batch_size: 0"))
+
+    def scenario(batch: int) -> object:
+        data = _profile_scenario(batch, "multi_worker_mirrored")
+        data["workload"]["profile"] = str(step)
+        return resolve_scenario(data)
+
+    fits = (16_000_000_000 - 392 - 1120) // 16
+    preflight(scenario(fits), source="m.yaml")
+    with pytest.raises(ScenarioError, match=f"e.g. batch_size: {fits:,}$"):
+        preflight(scenario(fits + 1), source="m.yaml")

@@ -57,13 +57,21 @@ class Footprint:
 
     Per layer in forward order: its name, its parameter bytes and its output's bytes for one
     example (what a backward pass keeps: the activations a pipeline stage stashes per
-    micro-batch); ``example_nbytes``: one input example.
+    micro-batch); ``example_nbytes``: one input example. A profile file of unknown batch
+    (``batch_size`` 0, as ASTRA-sim's) is one step as given at any batch: its outputs are
+    the step's (``per_example`` false), as :func:`simdist.costs.scale_profile` reads them.
     """
 
     layer_names: tuple[str, ...]
     layer_param_nbytes: tuple[int, ...]
     layer_output_nbytes: tuple[float, ...]
     example_nbytes: int
+    per_example: bool = True
+
+    def outputs_at(self, batch: int) -> list[float]:
+        """Each layer's output bytes for a batch of ``batch`` examples."""
+        scale = batch if self.per_example else 1
+        return [x * scale for x in self.layer_output_nbytes]
 
     @classmethod
     def of(cls, profile: ModelProfile) -> Footprint:
@@ -75,6 +83,7 @@ class Footprint:
             tuple(int(layer.param_nbytes) for layer in profile.layers),
             tuple(int(layer.output_nbytes) / per for layer in profile.layers),
             4 * math.prod(shape) if shape else 0,
+            per_example=int(profile.batch_size) > 0,
         )
 
     @property
@@ -84,7 +93,7 @@ class Footprint:
 
     @property
     def activation_nbytes(self) -> float:
-        """Every layer's output for one example."""
+        """Every layer's output for one example (for one step when not ``per_example``)."""
         return sum(self.layer_output_nbytes)
 
 
@@ -204,6 +213,7 @@ def _read_footprint(path: Path) -> Footprint | None:
             tuple(int(n) for n in record["layer_param_nbytes"]),
             tuple(float(n) for n in record["layer_output_nbytes"]),
             int(record["example_nbytes"]),
+            bool(record["per_example"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
