@@ -1,5 +1,6 @@
 """Before and after a run: what :func:`preflight` checks before the first step (the run's
-size, data files, the model's memory, ``--out``) and the warnings of :func:`warnings_after`.
+size, data files, the clock model's layers, every device's memory, ``--out``) and the
+warnings of :func:`warnings_after`.
 
 Part of the Python API (:mod:`simdist.api` re-exports it); like ``simdist validate``, it
 starts without pandas, SimPy or the engine.
@@ -15,6 +16,7 @@ from simdist.errors import DataError, ScenarioError, SimdistError
 
 if TYPE_CHECKING:
     from simdist.engine import Result
+    from simdist.numerics.memory import Footprint
     from simdist.scenario.schema import Scenario
 
 
@@ -90,6 +92,61 @@ def _check_files_and_model(scenario: Scenario, source: str) -> None:
         read_params_file(w.init_from)
 
 
+def _footprint(scenario: Scenario, source: str) -> Footprint:
+    """What one example costs a device, from the clock model's layers (a profile file, or
+    the zoo model on the shapes the run gives it: the per-user record, else JAX at batch 1).
+    An unreadable profile file or a shape the model cannot take raises a ScenarioError."""
+    from simdist.catalog import FULLSIZE_MODELS
+    from simdist.layers import read_profile
+    from simdist.numerics.memory import Footprint, clock_footprint
+    from simdist.numerics.sizes import model_inputs
+
+    w = scenario.workload
+    try:
+        if w.profile is not None:
+            return Footprint.of(read_profile(w.profile))
+        shape: tuple[int, ...] | None = None
+        n_outputs: int | None = None
+        if (
+            w.timing_model is None
+            and w.clock_model.name not in FULLSIZE_MODELS
+            and w.dataset is not None
+        ):
+            shape, n_outputs = model_inputs(w.dataset, scenario.seed)
+        if w.input_shape:
+            shape = tuple(int(d) for d in w.input_shape)
+        return clock_footprint(w.clock_model, shape, n_outputs)
+    except DataError:
+        raise
+    except SimdistError as exc:
+        field = "workload.input_shape" if w.input_shape and w.profile is None else None
+        from simdist.device_memory import clock_field
+
+        raise ScenarioError(source, field or clock_field(scenario), str(exc)) from None
+
+
+def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
+    """What a run checks as it costs its clock model: a surrogate under parameter servers,
+    the profile file, the model's shapes, the pipeline's stages and every device's memory
+    (:mod:`simdist.device_memory`)."""
+    from simdist.device_memory import check_device_memory, check_pipeline, clock_field
+
+    w = scenario.workload
+    if scenario.numerics and w.surrogate and scenario.strategy.kind == "parameter_server":
+        raise ScenarioError(
+            source,
+            clock_field(scenario),
+            "a surrogate clock (timing_model or profile with numerics on) cannot run under "
+            "parameter_server, whose servers hold the trained model's variables; run it "
+            "timing-only with numerics: false",
+        )
+    footprint = _footprint(scenario, source)
+    if scenario.strategy.kind == "pipeline":
+        check_pipeline(scenario, footprint, source, total_steps)
+    else:
+        check_device_memory(scenario, footprint, source)
+
+
 def preflight(
     scenario: Scenario,
     *,
@@ -100,9 +157,14 @@ def preflight(
     """Check what a run of ``scenario`` would hit before its first step, and estimate it.
 
     Raises :class:`~simdist.errors.ScenarioError` (naming ``source``, the scenario's
-    file) for a global batch larger than the training set (with numerics on) and a data
-    file that cannot be used, and :class:`~simdist.errors.SimdistError` for an ``out``
-    that cannot be a report folder. Returns the expected step count, a rough wall time
+    file) for a global batch larger than the training set (with numerics on), a data
+    file that cannot be used, and what a run would refuse as it costs its clock model: a
+    profile file it cannot read, an input shape the model cannot take, pipeline stages and
+    partitions that do not match the layers, a surrogate under parameter_server, and a
+    replica or pipeline stage that does not fit its device's memory
+    (:mod:`simdist.device_memory`); :class:`~simdist.errors.SimdistError` for an ``out``
+    that cannot be a report folder. Both ``simdist run`` and ``simdist validate`` call it,
+    so both refuse these with the same message. Returns the expected step count, a rough wall time
     and warnings, e.g. for a run that would take longer than an hour.
 
     ``data=True`` (``simdist validate``) also reads an npz data set and an ``init_from``
@@ -142,6 +204,10 @@ def preflight(
     total = w.steps
     if total is None and n_train is not None:
         total = w.total_steps(n_train)
+    try:
+        _check_clock(scenario, source, min(total or 1, 10**9))
+    except DataError as exc:
+        raise exc.in_scenario(source) from None
     tasks = max(1, scenario.replicas + scenario.cluster.ps)
     per_step = WALL_S_PER_TASK_STEP * tasks + (WALL_S_PER_NUMERIC_STEP if scenario.numerics else 0)
     steps = float(min(total or 0, 10**300))

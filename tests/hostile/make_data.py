@@ -47,6 +47,34 @@ def _params() -> dict[str, np.ndarray]:
     }
 
 
+_LAYERS_CSV = (
+    "# batch_size: 8\n# input_shape: 4\n# bytes_per_param: 4\n"
+    "name,forward_flops,backward_flops,forward_bytes,backward_bytes,output_nbytes,param_nbytes\n"
+    "fc1,1000,2000,400,800,512,80\nfc2,1000,2000,400,800,512,80\nfc3,500,1000,200,400,96,36\n"
+)
+_ASTRA = "DATA\n{n}\n" + "".join(
+    f"l{i}\t-1\t100\tNONE\t0\t100\tNONE\t0\t200\tALLREDUCE\t1024\t10\n" for i in range(3)
+)
+
+
+def profile_files() -> dict[str, bytes]:
+    """File name -> bytes, for the layer profile files (layers.csv, ASTRA-sim) of the corpus."""
+    good = _LAYERS_CSV
+    return {
+        "layers_good.csv": good.encode(),
+        "layers_empty.csv": b"",
+        "layers_binary.csv": bytes(range(256)) * 4,
+        "layers_no_param_nbytes.csv": good.replace(",param_nbytes", "")
+        .replace(",80\n", "\n")
+        .replace(",36\n", "\n")
+        .encode(),
+        "layers_nan.csv": good.replace("fc2,1000", "fc2,nan").encode(),
+        "layers_negative.csv": good.replace(",96,36", ",96,-36").encode(),
+        "layers_truncated.csv": good[: good.index("fc3") + 9].encode(),
+        "astra_wrong_count.txt": _ASTRA.format(n=5).encode(),
+    }
+
+
 def files() -> dict[str, bytes]:
     """File name -> bytes, for every data file of the corpus."""
     good = _good()
@@ -98,6 +126,7 @@ def files() -> dict[str, bytes]:
         "params_wrong_shape.npz": _npz_bytes(
             {**params, "params/Dense_1/kernel": np.zeros((16, 11), np.float32)}
         ),
+        **profile_files(),
     }
 
 
