@@ -6,7 +6,7 @@ whose :func:`~simdist.report.plots.write_plots` writes both files). The timeline
 row per device or parameter-server task (:func:`simdist.report.tracks.device_tracks`):
 spans that overlap on one device (a transfer beside the compute it overlaps, a worker
 pulling from two parameter servers at once) share that row, side by side in thinner
-sub-lanes, and communication runs as a thin band under the rest of the row.
+sub-lanes, and where communication overlaps compute it runs as a thin band under it.
 :func:`timeline_layout` returns what is drawn, so that it can be checked without pixels.
 """
 
@@ -114,7 +114,7 @@ def _label_every(axis_in: float, rows: int) -> int:
 
 
 def _bars(
-    bottom: np.ndarray, left: np.ndarray, width: np.ndarray, height: float | np.ndarray = 0.8
+    bottom: np.ndarray, left: np.ndarray, width: np.ndarray, height: float | np.ndarray = BAR_HEIGHT
 ) -> np.ndarray:
     """The corners of horizontal bars ``height`` high from ``bottom``, for a
     :class:`PolyCollection` (shape: bars × 4 × 2), computed as ``broken_barh`` and ``barh``
