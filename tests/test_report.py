@@ -258,7 +258,7 @@ def test_trace_json_written_without_dicts_is_what_the_encoder_writes(odd):
 def test_many_devices_keep_the_device_plots_at_most_14_inches_tall(
     tmp_path, devices, split_px, timeline_px
 ):
-    """time_split.png grows 0.4 in per device and timeline.png 0.32 in per track, up to 14 in
+    """time_split.png grows 0.4 in per device and timeline.png 0.32 in per row, up to 14 in
     (at 110 dpi): 256 devices made a 104-inch time_split.png."""
     from PIL import Image
 

@@ -12,8 +12,9 @@ of its host that the bytes occupied, and each is drawn on that link's track
 (identical spans recorded by several devices of one host are drawn once).
 Roles and the order of hosts come from the scenario's cluster
 (:attr:`simdist.cluster.Cluster.roles`); hosts it does not name come last.
-``trace.json`` (:mod:`simdist.report.trace`) and ``timeline.png``
-(:mod:`simdist.report.timeline`) draw these tracks.
+``trace.json`` (:mod:`simdist.report.trace`) draws these tracks, lanes included;
+``timeline.png`` (:mod:`simdist.report.timeline`) draws each track as one row, with
+overlapping spans side by side inside it, so that one device never looks like two.
 """
 
 from __future__ import annotations
@@ -116,14 +117,16 @@ def link_spans(events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def timeline_spans(
+def device_tracks(
     events: pd.DataFrame, scenario: Scenario | None = None, *, links: bool = True
-) -> tuple[list[Track], pd.DataFrame]:
-    """Every span placed on a track (lane included), ready to draw.
+) -> tuple[pd.DataFrame, list[tuple[Track, np.ndarray]]]:
+    """Every device, parameter-server task and (when asked for) link once, in display order.
 
-    Returns the tracks in display order and a frame with the events'
-    columns plus ``track`` (index into the track list); link spans, when
-    asked for, have kind ``comm`` and ``link`` set to the link's name.
+    Returns the spans (the events' columns, ``links`` replaced by ``link``: the link's
+    name on link spans, which have kind ``comm``) and, per track, its :class:`Track`
+    (lane 0) with the positions of its spans in that frame.  :func:`timeline_spans`
+    spreads each track's spans over lanes; ``timeline.png`` draws each track as one row
+    (:func:`simdist.report.timeline.timeline_layout`).
     """
     roles = host_roles(events, scenario)
     frames = [events.drop(columns="links", errors="ignore").assign(link="")]
@@ -133,19 +136,36 @@ def timeline_spans(
             frames.append(spans.assign(device=spans["link"], kind="comm"))
     spans = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
-    tracks: list[Track] = []
-    track_col = np.zeros(len(spans), dtype=np.int64)
     host_rank = {h: i for i, h in enumerate(roles)}
     is_link = (spans["link"] != "").to_numpy()
     groups = spans.groupby([spans["host"], spans["device"], is_link], sort=False).indices
-    starts, ends = spans["start_s"].to_numpy(), spans["end_s"].to_numpy()
+    tracks = []
     for host, name, link in sorted(
         groups, key=lambda k: (host_rank.get(k[0], len(host_rank)), k[2], natural_key(k[1]))
     ):
-        idx = groups[(host, name, link)]
         kind = "link" if link else ("ps" if roles.get(host) == "ps" else "device")
+        tracks.append((Track(host, str(name), kind, 0), groups[(host, name, link)]))
+    return spans, tracks
+
+
+def timeline_spans(
+    events: pd.DataFrame, scenario: Scenario | None = None, *, links: bool = True
+) -> tuple[list[Track], pd.DataFrame]:
+    """Every span placed on a track (lane included), ready to draw.
+
+    Returns the tracks in display order and a frame with the events'
+    columns plus ``track`` (index into the track list); link spans, when
+    asked for, have kind ``comm`` and ``link`` set to the link's name.
+    """
+    spans, groups = device_tracks(events, scenario, links=links)
+    tracks: list[Track] = []
+    track_col = np.zeros(len(spans), dtype=np.int64)
+    starts, ends = spans["start_s"].to_numpy(), spans["end_s"].to_numpy()
+    for track, idx in groups:
         lanes = assign_lanes(starts[idx].tolist(), ends[idx].tolist())
         base = len(tracks)
-        tracks.extend(Track(host, str(name), kind, lane) for lane in range(max(lanes) + 1))
+        tracks.extend(
+            Track(track.host, track.name, track.kind, lane) for lane in range(max(lanes) + 1)
+        )
         track_col[idx] = base + np.asarray(lanes, dtype=np.int64)
     return tracks, spans.assign(track=track_col)
