@@ -5,13 +5,15 @@ turn a user error into one message and exit status 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand
 
 from simdist.errors import SimdistError
 
@@ -31,6 +33,50 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+#: Width of a table printed to a pipe or file: wide enough that no cell is cut short.
+PIPED_WIDTH = 10_000
+
+
+class CleanHelpCommand(TyperCommand):
+    """A command whose ``--help`` reads as prose: each paragraph of the docstring is one
+    flowing paragraph (typer keeps the docstring's line breaks, so sentences broke
+    mid-phrase), an option's value is named in capitals (``PATH``, ``INTEGER``) instead of
+    typer's ``<path>``, and a flag (``--quiet``, ``--help``) shows no value at all (typer
+    printed ``<bool>``)."""
+
+    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+        if help:
+            paragraphs = inspect.cleandoc(help).split("\n\n")
+            help = "\n\n".join(" ".join(p.split("\n")) for p in paragraphs)
+        super().__init__(*args, help=help, **kwargs)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if param.metavar is not None:
+                continue
+            if isinstance(param, TyperArgument):
+                many = "..." if param.nargs != 1 else ""
+                param.metavar = f"{(param.name or '').upper()}{many}"
+            elif getattr(param, "is_flag", False):
+                param.metavar = ""
+            else:
+                param.metavar = _value_name(param.display_type(ctx))
+        return params
+
+
+def _value_name(typer_label: str) -> str:
+    """``<path>`` → PATH, ``<list[str]>`` → TEXT, ``<int range>`` → INTEGER: the value
+    names click used before typer's bracketed type labels."""
+    inner = typer_label.strip("<>").removeprefix("list[").rstrip("]").split()[0]
+    return {"str": "TEXT", "int": "INTEGER"}.get(inner, inner.upper())
+
+
+def command(name: str | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """``app.command``, with help rendered by :class:`CleanHelpCommand`."""
+    return app.command(name, cls=CleanHelpCommand)
+
 
 # Declared once, so that every command spells a shared option and its help alike.
 ScenarioArgument = Annotated[Path, typer.Argument(help="Scenario YAML file.")]

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from simdist.cli.common import SchedulerOption, SetOption, app, console, err_console, guarded
+from simdist.cli.common import (
+    SchedulerOption,
+    SetOption,
+    command,
+    console,
+    err_console,
+    guarded,
+)
 from simdist.errors import SimdistError
 from simdist.units import format_number
 
@@ -50,7 +57,7 @@ ProcessesOption = Annotated[
 QuietMessagesOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")]
 
 
-@app.command()
+@command()
 def compare(
     inputs: Annotated[
         list[Path], typer.Argument(help="Scenario YAML files (run now) and/or report folders.")
@@ -148,7 +155,7 @@ def _numbers(text: str | None, option: str, kind: Callable[[str], Any]) -> list[
         raise SimdistError(f"{option}: got {text!r}; expected numbers, e.g. 4,8,16") from None
 
 
-@app.command()
+@command()
 def tradeoff(
     scenario: Annotated[
         Path, typer.Argument(help="A parameter_server scenario (default scenarios/ps_4w2s.yaml).")

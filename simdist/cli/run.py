@@ -15,7 +15,7 @@ from simdist.cli.common import (
     QuietOption,
     ScenarioArgument,
     SetOption,
-    app,
+    command,
     console,
     err_console,
     guarded,
@@ -60,7 +60,7 @@ def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
     console.print(table)
 
 
-@app.command()
+@command()
 def run(
     scenario: ScenarioArgument,
     out: Annotated[
@@ -161,7 +161,7 @@ def _finish_jobs(result: JobsResult, out_dir: Path, source: str) -> None:
         raise typer.Exit(EXIT_DIVERGED)
 
 
-@app.command()
+@command()
 def validate(
     scenario: ScenarioArgument,
     set_: SetOption = None,

@@ -13,7 +13,7 @@ from simdist.cli.common import (
     QuietOption,
     SchedulerOption,
     SetOption,
-    app,
+    command,
     console,
     err_console,
     guarded,
@@ -21,7 +21,7 @@ from simdist.cli.common import (
 )
 
 
-@app.command()
+@command()
 def sweep(
     file: Annotated[Path, typer.Argument(help="A sweep YAML file, or a scenario YAML file.")],
     grid: Annotated[
