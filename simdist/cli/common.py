@@ -19,6 +19,7 @@ from simdist.errors import SimdistError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+    from rich.table import Table
 
     from simdist.scenario.schema import Scenario
 
@@ -85,7 +86,15 @@ SetOption = Annotated[
     typer.Option("--set", help="Override a scenario field: --set cluster.hosts=8 (repeatable)."),
 ]
 #: --quiet of the commands that show :func:`progress_bar`.
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress and no summary table: only errors, warnings and "
+        "the line naming the report folder.",
+    ),
+]
 SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
@@ -139,6 +148,17 @@ def load_or_exit(scenario: Path, overrides: list[str] | None, seed: int | None) 
     from simdist.scenario import load_scenario
 
     return guarded(lambda: load_scenario(scenario, overrides or (), seed=seed))
+
+
+def print_table(table: Table) -> None:
+    """``table`` on stdout: fitted to the terminal, or whole (no cell cut short with "…")
+    when stdout is a pipe or a file, where a line may be as long as it needs."""
+    console.print(table, width=None if console.is_terminal else PIPED_WIDTH)
+
+
+def print_report_line(where: object) -> None:
+    """The one line every command that writes a report prints last, also under --quiet."""
+    console.print(f"report: {escape(str(where))}", highlight=False, soft_wrap=True)
 
 
 def progress_bar(quiet: bool) -> Progress:
