@@ -259,7 +259,7 @@ def test_api_tradeoff_runs_every_strategy_across_seeds(tmp_path):
 
 def test_tradeoff_command_runs_the_full_grid_and_writes_the_figure(tmp_path):
     out = tmp_path / "cli"
-    args = ["tradeoff", "--workers", "2,3", "--severity", "1,2", "--seeds", "0,7", "-q"]
+    args = ["tradeoff", "--workers", "2,3", "--severity", "1,2", "--seeds", "0,7"]
     args += ["--sync-steps", "6", "--async-steps", "30", "--target", "0.5", "--processes", "1"]
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output

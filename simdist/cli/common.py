@@ -153,7 +153,10 @@ def load_or_exit(scenario: Path, overrides: list[str] | None, seed: int | None) 
 def print_table(table: Table) -> None:
     """``table`` on stdout: fitted to the terminal, or whole (no cell cut short with "…")
     when stdout is a pipe or a file, where a line may be as long as it needs."""
-    console.print(table, width=None if console.is_terminal else PIPED_WIDTH)
+    if console.is_terminal:
+        console.print(table)
+    else:  # Console.print caps a width= at the console's own, so a wide console instead
+        Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color).print(table)
 
 
 def print_report_line(where: object) -> None:
