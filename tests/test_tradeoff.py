@@ -265,6 +265,9 @@ def test_tradeoff_command_runs_the_full_grid_and_writes_the_figure(tmp_path):
     assert result.exit_code == 0, result.output
     assert "reached by" in result.output and (out / "tradeoff.png").is_file()
     assert "fastest" in result.output and "gradients" in result.output
+    started = [line for line in result.output.splitlines() if line.startswith("simulating ")]
+    assert len(started) == 32 and started[-1].endswith("(run 32 of 32) …")
+    assert "simulating sync, 2 workers, slowdown ×1, seed 0 (run 1 of 32) …" in started
     table = pd.read_csv(out / "tradeoff.csv")
     cells = set(zip(table["workers"], table["severity"], strict=True))
     assert cells == {(2, 1.0), (2, 2.0), (3, 1.0), (3, 2.0)}  # every pair, not a cross
