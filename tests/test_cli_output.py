@@ -65,11 +65,22 @@ def test_compare_without_seeds_counts_the_scenarios_it_runs(tmp_path):
     assert "simulating b (run 2 of 2) …" in result.output
 
 
-@pytest.mark.parametrize("command", ["run", "validate", "compare", "sweep", "tradeoff"])
+@pytest.mark.parametrize(
+    "command",
+    ["run", "validate", "compare", "sweep", "tradeoff", "profile", "cache", "collectives", "list"],
+)
 def test_help_names_values_plainly_and_keeps_phrases_together(command):
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
-    for artefact in ("<bool>", "<str>", "<int>", "<float>", "<list[str]>"):
+    for artefact in (
+        "<bool>",
+        "<str>",
+        "<int>",
+        "<float>",
+        "<path>",
+        "<list[str]>",
+        "<list[Path]>",
+    ):
         assert artefact not in result.output, artefact
     quiet_or_help = next(line for line in result.output.splitlines() if "--help" in line)
     assert quiet_or_help.split("--help")[1].split()[0] == "Show"  # a flag has no value name

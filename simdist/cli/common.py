@@ -57,14 +57,20 @@ class CleanHelpCommand(TyperCommand):
         for param in params:
             if param.metavar is not None:
                 continue
-            if isinstance(param, TyperArgument):
-                many = "..." if param.nargs != 1 else ""
-                param.metavar = f"{(param.name or '').upper()}{many}"
+            if isinstance(param, TyperArgument):  # typer adds the "..." of a list itself
+                param.metavar = (param.name or "").upper()
+                # The name column already says what the argument is; no <str> / <path> beside it.
+                param.display_type_rich = _no_type_label
             elif getattr(param, "is_flag", False):
                 param.metavar = ""
             else:
                 param.metavar = _value_name(param.display_type(ctx))
         return params
+
+
+def _no_type_label(ctx: Any = None) -> None:
+    """An argument's type column in ``--help``: empty."""
+    return None
 
 
 def _value_name(typer_label: str) -> str:
