@@ -178,6 +178,7 @@ def run_many(
     processes: int | None = None,
     scheduler: str | None = None,
     on_run: Callable[[str], None] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> list[Result]:
     """Run validated scenarios and return their Results, in order.
 
@@ -187,7 +188,9 @@ def run_many(
     the cores, or the scheduler at ``scheduler``); else one after another in this process.
     Either way the same scenario gives the same Result (docs/ARCHITECTURE.md, "Rules the
     design keeps"). The first run that fails raises its error. ``on_run(name)`` is called
-    as each run starts (in order when run here; as each is submitted on Dask).
+    as each run starts (in order when run here; as each is submitted on Dask) with a
+    label that tells the runs apart: ``labels[k]`` when given, else the scenario's name and
+    seed, and always "run k of n".
     """
     import os
 
@@ -196,10 +199,12 @@ def run_many(
     if parallel is None:
         parallel = scheduler is not None or (len(scenarios) >= DASK_MIN_RUNS and cores > 1)
     notify = on_run or (lambda name: None)
+    named = list(labels) if labels is not None else [f"{s.name}, seed {s.seed}" for s in scenarios]
+    named = [f"{label} (run {k} of {len(named)})" for k, label in enumerate(named, start=1)]
     if not parallel or (len(scenarios) <= 1 and scheduler is None):
         results = []
-        for scenario in scenarios:
-            notify(scenario.name)
+        for scenario, label in zip(scenarios, named, strict=True):
+            notify(label)
             results.append(run(scenario))
         return results
     from simdist.sweep.runner import dask_client
@@ -209,8 +214,8 @@ def run_many(
     devices = max(explicit, default=1)
     with dask_client(scheduler, min(cores, len(scenarios))) as client:
         futures = []
-        for scenario in scenarios:
-            notify(scenario.name)
+        for scenario, label in zip(scenarios, named, strict=True):
+            notify(label)
             futures.append(client.submit(_run_task, scenario, devices, pure=False))
         return client.gather(futures)
 

@@ -414,8 +414,16 @@ def tradeoff(
         from simdist.report.tables import check_output_folder
 
         check_output_folder(Path(out))
+    labels = [
+        f"{r.strategy}, {r.workers} workers, slowdown ×{r.severity:g}, seed {r.seed}" for r in runs
+    ]
     results = run_many(
-        scenarios, parallel=parallel, processes=processes, scheduler=scheduler, on_run=on_run
+        scenarios,
+        parallel=parallel,
+        processes=processes,
+        scheduler=scheduler,
+        on_run=on_run,
+        labels=labels,
     )
     rows = [
         run_row(r, result.summary, crossing(result.metrics, target))

@@ -18,7 +18,7 @@ runner = CliRunner()
 def test_run_writes_the_whole_report(tmp_path):
     scenario = write(tmp_path, tiny())
     out = tmp_path / "report"
-    result = runner.invoke(app, ["run", str(scenario), "--out", str(out), "-q"])
+    result = runner.invoke(app, ["run", str(scenario), "--out", str(out)])
     assert result.exit_code == 0, result.output
     for name in (
         "metrics.csv",

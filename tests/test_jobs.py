@@ -329,7 +329,7 @@ def test_the_cli_runs_and_validates_a_scenario_with_jobs(tmp_path):
     checked = runner.invoke(app, ["validate", str(path), "--out", str(tmp_path / "r")])
     assert checked.exit_code == 0, checked.output
     assert "2 jobs (ring: multi_worker_mirrored on 2 host(s), 2 replica(s)" in checked.output
-    ran = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r"), "-q"])
+    ran = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r")])
     assert ran.exit_code == 0, ran.output
     assert "one folder per job" in ran.output and "×1.000" in ran.output
     assert (tmp_path / "r" / "solo" / "summary.json").is_file()

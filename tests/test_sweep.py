@@ -196,10 +196,11 @@ def test_bad_points_are_recorded_and_the_others_run(client, tmp_path):
             client.scheduler.address,
             "--out",
             str(out),
-            "-q",
         ],
     )
     assert result.exit_code == 1, result.output
+    # not a terminal: one line per finished point, in place of the progress bar
+    assert sum("of 4: hosts=" in line for line in result.output.splitlines()) == 4
     table = pd.read_csv(out / "sweep.csv")
     assert list(table["point"]) == [
         "hosts=2,hidden=16",

@@ -259,12 +259,15 @@ def test_api_tradeoff_runs_every_strategy_across_seeds(tmp_path):
 
 def test_tradeoff_command_runs_the_full_grid_and_writes_the_figure(tmp_path):
     out = tmp_path / "cli"
-    args = ["tradeoff", "--workers", "2,3", "--severity", "1,2", "--seeds", "0,7", "-q"]
+    args = ["tradeoff", "--workers", "2,3", "--severity", "1,2", "--seeds", "0,7"]
     args += ["--sync-steps", "6", "--async-steps", "30", "--target", "0.5", "--processes", "1"]
     result = runner.invoke(app, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "reached by" in result.output and (out / "tradeoff.png").is_file()
     assert "fastest" in result.output and "gradients" in result.output
+    started = [line for line in result.output.splitlines() if line.startswith("simulating ")]
+    assert len(started) == 32 and started[-1].endswith("(run 32 of 32) …")
+    assert "simulating sync, 2 workers, slowdown ×1, seed 0 (run 1 of 32) …" in started
     table = pd.read_csv(out / "tradeoff.csv")
     cells = set(zip(table["workers"], table["severity"], strict=True))
     assert cells == {(2, 1.0), (2, 2.0), (3, 1.0), (3, 2.0)}  # every pair, not a cross

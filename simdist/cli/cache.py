@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from simdist.cli.common import app, console, err_console
+from simdist.cli.common import command, console, err_console
 
 
-@app.command()
+@command()
 def cache(
     action: Annotated[
         str,

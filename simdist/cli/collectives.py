@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from simdist.cli.common import app, console, guarded
+from simdist.cli.common import command, console, guarded
 from simdist.errors import SimdistError
 from simdist.units import UnitError
 
@@ -199,7 +199,7 @@ def topology_table(
     return rows
 
 
-@app.command()
+@command()
 def collectives(
     op: Annotated[
         str,

@@ -5,18 +5,21 @@ turn a user error into one message and exit status 2 (never a traceback)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand
 
 from simdist.errors import SimdistError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+    from rich.table import Table
 
     from simdist.scenario.schema import Scenario
 
@@ -32,6 +35,56 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
+#: Width of a table printed to a pipe or file: wide enough that no cell is cut short.
+PIPED_WIDTH = 10_000
+
+
+class CleanHelpCommand(TyperCommand):
+    """A command whose ``--help`` reads as prose: each paragraph of the docstring is one
+    flowing paragraph (typer keeps the docstring's line breaks, so sentences broke
+    mid-phrase), an option's value is named in capitals (``PATH``, ``INTEGER``) instead of
+    typer's ``<path>``, and a flag (``--quiet``, ``--help``) shows no value at all (typer
+    printed ``<bool>``)."""
+
+    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
+        if help:
+            paragraphs = inspect.cleandoc(help).split("\n\n")
+            help = "\n\n".join(" ".join(p.split("\n")) for p in paragraphs)
+        super().__init__(*args, help=help, **kwargs)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if param.metavar is not None:
+                continue
+            if isinstance(param, TyperArgument):  # typer adds the "..." of a list itself
+                param.metavar = (param.name or "").upper()
+                # The name column already says what the argument is; no <str> / <path> beside it.
+                param.display_type_rich = _no_type_label
+            elif getattr(param, "is_flag", False):
+                param.metavar = ""
+            else:
+                param.metavar = _value_name(param.display_type(ctx))
+        return params
+
+
+def _no_type_label(ctx: Any = None) -> None:
+    """An argument's type column in ``--help``: empty."""
+    return None
+
+
+def _value_name(typer_label: str) -> str:
+    """``<path>`` → PATH, ``<list[str]>`` → TEXT, ``<int range>`` → INTEGER: the value
+    names click used before typer's bracketed type labels."""
+    inner = typer_label.strip("<>").removeprefix("list[").rstrip("]").split()[0]
+    return {"str": "TEXT", "int": "INTEGER"}.get(inner, inner.upper())
+
+
+def command(name: str | None = None) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """``app.command``, with help rendered by :class:`CleanHelpCommand`."""
+    return app.command(name, cls=CleanHelpCommand)
+
+
 # Declared once, so that every command spells a shared option and its help alike.
 ScenarioArgument = Annotated[Path, typer.Argument(help="Scenario YAML file.")]
 SetOption = Annotated[
@@ -39,7 +92,15 @@ SetOption = Annotated[
     typer.Option("--set", help="Override a scenario field: --set cluster.hosts=8 (repeatable)."),
 ]
 #: --quiet of the commands that show :func:`progress_bar`.
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress and no summary table: only errors, warnings and "
+        "the line naming the report folder.",
+    ),
+]
 SchedulerOption = Annotated[
     str | None,
     typer.Option(help="Address of an existing Dask scheduler, e.g. tcp://host:8786."),
@@ -93,6 +154,20 @@ def load_or_exit(scenario: Path, overrides: list[str] | None, seed: int | None) 
     from simdist.scenario import load_scenario
 
     return guarded(lambda: load_scenario(scenario, overrides or (), seed=seed))
+
+
+def print_table(table: Table) -> None:
+    """``table`` on stdout: fitted to the terminal, or whole (no cell cut short with "…")
+    when stdout is a pipe or a file, where a line may be as long as it needs."""
+    if console.is_terminal:
+        console.print(table)
+    else:  # Console.print caps a width= at the console's own, so a wide console instead
+        Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color).print(table)
+
+
+def print_report_line(where: object) -> None:
+    """The one line every command that writes a report prints last, also under --quiet."""
+    console.print(f"report: {escape(str(where))}", highlight=False, soft_wrap=True)
 
 
 def progress_bar(quiet: bool) -> Progress:

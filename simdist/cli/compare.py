@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from simdist.cli.common import SchedulerOption, SetOption, app, console, err_console, guarded
+from simdist.cli.common import (
+    SchedulerOption,
+    SetOption,
+    command,
+    console,
+    err_console,
+    guarded,
+    print_report_line,
+    print_table,
+)
 from simdist.errors import SimdistError
 from simdist.units import format_number
 
@@ -47,10 +56,36 @@ ProcessesOption = Annotated[
     typer.Option(min=1, help="Worker processes when the runs go to Dask (default: cores)."),
 ]
 #: --quiet of compare and tradeoff, which print a line per run rather than a progress bar.
-QuietMessagesOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")]
+QuietMessagesOption = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="No progress messages and no table: only errors, warnings and "
+        "the line naming the report folder.",
+    ),
+]
 
 
-@app.command()
+def _announcer(quiet: bool, runs: int | None = None) -> Callable[[str], None]:
+    """The callback that prints ``simulating <label> …`` on stderr as each run starts
+    (nothing under --quiet). Labels of :func:`simdist.runs.run_many` already say which
+    run of how many; given ``runs`` (the scenarios of a compare without seeds, which are
+    run one by one by name only), the count is added here."""
+    started = 0
+
+    def announce(label: str) -> None:
+        nonlocal started
+        started += 1
+        if quiet:
+            return
+        counted = f"{label} (run {started} of {runs})" if runs else label
+        err_console.print(f"simulating {counted} …", highlight=False, soft_wrap=True)
+
+    return announce
+
+
+@command()
 def compare(
     inputs: Annotated[
         list[Path], typer.Argument(help="Scenario YAML files (run now) and/or report folders.")
@@ -79,11 +114,9 @@ def compare(
     from simdist.api import compare as compare_runs
     from simdist.units import format_duration
 
-    def on_run(name: str) -> None:
-        if not quiet:
-            err_console.print(f"simulating {name} …", highlight=False)
-
     chosen = guarded(lambda: _seeds_option(seeds))
+    scenarios = sum(1 for path in inputs if path.suffix in (".yaml", ".yml"))
+    on_run = _announcer(quiet, scenarios if chosen is None else None)
     out_dir, rows = guarded(
         lambda: compare_runs(
             inputs,
@@ -96,9 +129,12 @@ def compare(
             scheduler=scheduler,
         )
     )
+    if quiet:
+        print_report_line(out_dir)
+        return
     if chosen is not None:
         _print_seeds_table(rows, target)
-        console.print(f"report: {out_dir}", highlight=False)
+        print_report_line(out_dir)
         return
     table = Table(title=f"simdist compare · target accuracy {target:g}")
     for column in ("run", "strategy", "time to target", "final accuracy", "examples/s", "comm"):
@@ -113,8 +149,8 @@ def compare(
             format_number(row.examples_per_s, "{:,.0f}"),
             format_number(row.comm_share, "{:.1%}"),
         )
-    console.print(table)
-    console.print(f"report: {out_dir}", highlight=False)
+    print_table(table)
+    print_report_line(out_dir)
 
 
 def _print_seeds_table(rows: pd.DataFrame, target: float) -> None:
@@ -135,7 +171,7 @@ def _print_seeds_table(rows: pd.DataFrame, target: float) -> None:
             band_text(row, "final_test_accuracy", lambda v: f"{v:.1%}", interval=False),
             band_text(row, "examples_per_s", lambda v: f"{v:,.0f}", interval=False),
         )
-    console.print(table)
+    print_table(table)
 
 
 def _numbers(text: str | None, option: str, kind: Callable[[str], Any]) -> list[Any] | None:
@@ -148,7 +184,7 @@ def _numbers(text: str | None, option: str, kind: Callable[[str], Any]) -> list[
         raise SimdistError(f"{option}: got {text!r}; expected numbers, e.g. 4,8,16") from None
 
 
-@app.command()
+@command()
 def tradeoff(
     scenario: Annotated[
         Path, typer.Argument(help="A parameter_server scenario (default scenarios/ps_4w2s.yaml).")
@@ -197,10 +233,7 @@ def tradeoff(
     """
     from simdist.api import tradeoff as run_tradeoff
 
-    def on_run(name: str) -> None:
-        if not quiet:
-            err_console.print(f"simulating {name} …", highlight=False)
-
+    on_run = _announcer(quiet)
     found = guarded(
         lambda: run_tradeoff(
             scenario,
@@ -219,7 +252,10 @@ def tradeoff(
             on_run=on_run,
         )
     )
-    _print_tradeoff(found, target)
+    if quiet:
+        print_report_line(found.out_dir)
+    else:
+        _print_tradeoff(found, target)
 
 
 def _print_tradeoff(found: Tradeoff, target: float) -> None:
@@ -246,7 +282,7 @@ def _print_tradeoff(found: Tradeoff, target: float) -> None:
             band_text(row, "updates_to_target", "{:,.1f}".format, interval=False),
             band_text(row, "gradients_to_target", "{:,.0f}".format, interval=False),
         )
-    console.print(table)
+    print_table(table)
     for heading, items in separation_lines(found.separations()):
         console.print(heading, highlight=False)
         for item in items:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from simdist.cli.common import app, console, err_console, guarded
+from simdist.cli.common import command, console, err_console, guarded
 
 
-@app.command("list")
+@command("list")
 def list_() -> None:
     """Show strategies, models, datasets, optimizers and device profiles."""
     from simdist.catalog import DATASETS, MODELS, OPTIMIZERS, SCHEDULES

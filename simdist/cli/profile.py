@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from simdist.cli.common import app, console, err_console, guarded
+from simdist.cli.common import command, console, err_console, guarded
 from simdist.errors import SimdistError
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from simdist.layers import LayerProfile, ModelProfile
 
 
-@app.command("profile")
+@command("profile")
 def profile_(
     model: Annotated[
         str, typer.Argument(help="A model name (see simdist list), or a layers.csv / ASTRA file.")

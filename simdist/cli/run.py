@@ -15,11 +15,13 @@ from simdist.cli.common import (
     QuietOption,
     ScenarioArgument,
     SetOption,
-    app,
+    command,
     console,
     err_console,
     guarded,
     load_or_exit,
+    print_report_line,
+    print_table,
     print_warnings,
     progress_bar,
 )
@@ -57,10 +59,10 @@ def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
         table.add_row("[red]diverged[/]", f"loss not finite at step {summary['diverged_at_step']}")
     if out_dir is not None:
         table.add_row("report", str(out_dir))
-    console.print(table)
+    print_table(table)
 
 
-@app.command()
+@command()
 def run(
     scenario: ScenarioArgument,
     out: Annotated[
@@ -90,11 +92,16 @@ def run(
         print_warnings(checked.warnings)
         where.total = checked.total_steps
         with bar:
-            task = bar.add_task(f"{loaded.name}: simulating", total=None)
+            # Until the first step ends, JAX compiles the step functions (seconds): say so,
+            # rather than a step counter standing at 0.
+            preparing = f"{loaded.name}: preparing (building, compiling JAX)"
+            task = bar.add_task(preparing, total=None)
 
             def on_step(step: int, total: int) -> None:
                 where.step_done(step, total)
-                bar.update(task, completed=step, total=total)
+                bar.update(
+                    task, completed=step, total=total, description=f"{loaded.name}: simulating"
+                )
 
             def on_time(now_s: float) -> None:
                 where.now_s = now_s
@@ -105,9 +112,12 @@ def run(
                 )
             )
     if loaded.jobs is not None:
-        _finish_jobs(result, out_dir, source)
+        _finish_jobs(result, out_dir, source, quiet)
         return
-    print_summary(result.summary, out_dir)
+    if quiet:
+        print_report_line(out_dir)
+    else:
+        print_summary(result.summary, out_dir)
     print_warnings(warnings_after(result, source))
     if result.summary.get("diverged"):
         err_console.print(
@@ -120,10 +130,18 @@ def run(
         raise typer.Exit(EXIT_DIVERGED)
 
 
-def _finish_jobs(result: JobsResult, out_dir: Path, source: str) -> None:
-    """The end of ``simdist run`` for a scenario with jobs: the interference table, each
-    job's warnings, and exit status 3 when a job diverged."""
-    from simdist.api import warnings_after
+def _finish_jobs(result: JobsResult, out_dir: Path, source: str, quiet: bool) -> None:
+    """The end of ``simdist run`` for a scenario with jobs: the interference table (not
+    under --quiet), each job's warnings, and exit status 3 when a job diverged."""
+    if quiet:
+        print_report_line(out_dir)
+    else:
+        _print_interference(result, out_dir)
+    _jobs_warnings(result, out_dir, source)
+
+
+def _print_interference(result: JobsResult, out_dir: Path) -> None:
+    """The table of a jobs: run: each job's speed alone and together."""
     from simdist.units import format_duration
 
     table = Table(title=f"simdist · {result.scenario.name} · {len(result.jobs)} jobs")
@@ -142,10 +160,16 @@ def _finish_jobs(result: JobsResult, out_dir: Path, source: str) -> None:
             format_number(together, "{:,.1f}"),
             format_number(slowdown, "×{:.3f}"),
         )
-    console.print(table)
+    print_table(table)
     console.print(
         f"report: {escape(str(out_dir))} (one folder per job)", highlight=False, soft_wrap=True
     )
+
+
+def _jobs_warnings(result: JobsResult, out_dir: Path, source: str) -> None:
+    """Each job's warnings; exit status 3 when a job diverged."""
+    from simdist.api import warnings_after
+
     diverged = []
     for i, (name, job) in enumerate(result.jobs.items()):
         print_warnings(warnings_after(job, f"{source}: jobs[{i}]"))
@@ -161,7 +185,7 @@ def _finish_jobs(result: JobsResult, out_dir: Path, source: str) -> None:
         raise typer.Exit(EXIT_DIVERGED)
 
 
-@app.command()
+@command()
 def validate(
     scenario: ScenarioArgument,
     set_: SetOption = None,

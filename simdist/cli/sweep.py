@@ -4,7 +4,7 @@ sweep.csv, resumable."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -13,15 +13,21 @@ from simdist.cli.common import (
     QuietOption,
     SchedulerOption,
     SetOption,
-    app,
+    command,
     console,
     err_console,
     guarded,
+    print_report_line,
+    print_table,
     progress_bar,
 )
 
+if TYPE_CHECKING:
+    from simdist.sweep.grid import Sweep
+    from simdist.sweep.runner import SweepResult
 
-@app.command()
+
+@command()
 def sweep(
     file: Annotated[Path, typer.Argument(help="A sweep YAML file, or a scenario YAML file.")],
     grid: Annotated[
@@ -65,8 +71,17 @@ def sweep(
     with progress:
         task = progress.add_task(f"{spec.name}: points", total=len(spec.points()))
 
+        # A pipe gets no progress bar, so one line per finished point instead.
+        lines = not quiet and not err_console.is_terminal
+
         def on_point(point: str, status: str, done: int, total: int) -> None:
             progress.update(task, completed=done, description=f"{spec.name}: {point} {status}")
+            if lines:
+                err_console.print(
+                    f"{spec.name}: point {done} of {total}: {point} {status}",
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
         try:
             result = guarded(lambda: run_sweep(spec, out_dir, on_point=on_point))
@@ -78,6 +93,15 @@ def sweep(
             )
             raise typer.Exit(130) from None
 
+    if quiet:
+        print_report_line(out_dir / "sweep.csv")
+    else:
+        _print_points(spec, result, out_dir)
+    _notes(spec, result)
+
+
+def _print_points(spec: Sweep, result: SweepResult, out_dir: Path) -> None:
+    """The table of a sweep's first 20 points and the line counting what ran."""
     table = Table(title=f"simdist sweep · {spec.name} · {len(result.table)} points")
     for column in ("point", "status", spec.metric):
         table.add_column(column)
@@ -91,12 +115,17 @@ def sweep(
         table.add_row(str(row["point"]), status, shown if row["status"] == "ok" else "")
     if len(result.table) > 20:
         table.add_row("…", "", "")
-    console.print(table)
+    print_table(table)
     console.print(
         f"{result.ran} run, {result.reused} reused from an earlier run, {result.failed} failed · "
         f"{out_dir / 'sweep.csv'} · {result.plot}",
         highlight=False,
+        soft_wrap=True,
     )
+
+
+def _notes(spec: Sweep, result: SweepResult) -> None:
+    """A metric that is not a column, the first failed points; exit status 1 on a failure."""
     if spec.metric not in result.table.columns:
         err_console.print(
             f"[yellow]note:[/] --metric {spec.metric!r} is not a column of sweep.csv, so the "

@@ -1,0 +1,94 @@
+"""What the terminal shows: a quiet -q, tables whole when piped, progress that names the
+run (seed, run k of n), and help text without typer's <bool> / <str> labels."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import tiny, write
+from typer.testing import CliRunner
+
+from simdist.cli import app
+
+runner = CliRunner()
+
+
+def test_quiet_run_prints_only_the_report_line(tmp_path):
+    out = tmp_path / "report"
+    result = runner.invoke(app, ["run", str(write(tmp_path, tiny())), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"report: {out}\n"
+    assert (out / "summary.json").is_file()
+
+
+def test_a_piped_table_keeps_long_strategy_names_whole_at_80_columns(tmp_path):
+    reports = []
+    for name, strategy in (("one", "one_device"), ("many", "multi_worker_mirrored")):
+        changes = {"name": name, "strategy": strategy, "workload.steps": 2}
+        if strategy != "one_device":
+            changes["cluster.hosts"] = 2
+        out = tmp_path / name
+        ran = runner.invoke(app, ["run", str(write(tmp_path, tiny(**changes))), "--out", str(out)])
+        assert ran.exit_code == 0, ran.output
+        reports.append(str(out))
+    result = runner.invoke(
+        app,
+        ["compare", *reports, "--out", str(tmp_path / "cmp"), "--target", "0.5"],
+        env={"COLUMNS": "80"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "multi_worker_mirrored" in result.output
+    assert "…" not in result.output
+    row = next(line for line in result.output.splitlines() if "multi_worker_mirrored" in line)
+    assert len(row) > 80  # the row is as wide as it needs, not folded into the terminal's 80
+
+
+def test_compare_over_seeds_names_the_seed_and_the_run_of_how_many(tmp_path):
+    scenario = write(tmp_path, tiny(**{"workload.steps": 2}))
+    args = ["compare", str(scenario), "--seeds", "0,4", "--processes", "1"]
+    result = runner.invoke(app, [*args, "--out", str(tmp_path / "cmp"), "--target", "0.5"])
+    assert result.exit_code == 0, result.output
+    assert "simulating tiny, seed 0 (run 1 of 2) …" in result.output
+    assert "simulating tiny, seed 4 (run 2 of 2) …" in result.output
+    quiet = runner.invoke(app, [*args, "--out", str(tmp_path / "cmp2"), "--target", "0.5", "-q"])
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.output == f"report: {tmp_path / 'cmp2'}\n"
+
+
+def test_compare_without_seeds_counts_the_scenarios_it_runs(tmp_path):
+    first = write(tmp_path, tiny(**{"name": "a", "workload.steps": 2}), "a.yaml")
+    second = write(tmp_path, tiny(**{"name": "b", "workload.steps": 2}), "b.yaml")
+    result = runner.invoke(
+        app, ["compare", str(first), str(second), "--out", str(tmp_path / "cmp")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "simulating a (run 1 of 2) …" in result.output
+    assert "simulating b (run 2 of 2) …" in result.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["run", "validate", "compare", "sweep", "tradeoff", "profile", "cache", "collectives", "list"],
+)
+def test_help_names_values_plainly_and_keeps_phrases_together(command):
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    for artefact in (
+        "<bool>",
+        "<str>",
+        "<int>",
+        "<float>",
+        "<path>",
+        "<list[str]>",
+        "<list[Path]>",
+    ):
+        assert artefact not in result.output, artefact
+    quiet_or_help = next(line for line in result.output.splitlines() if "--help" in line)
+    assert quiet_or_help.split("--help")[1].split()[0] == "Show"  # a flag has no value name
+
+
+def test_run_help_joins_the_docstrings_lines_into_one_paragraph():
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "80"})
+    lines = [line.strip() for line in result.output.splitlines()]
+    # The docstring's second line starts "130 / 143 / 129"; joined, no line starts there.
+    assert not any(line.startswith("130 /") for line in lines)
+    assert "written), 130 / 143 / 129 when SIGINT" in " ".join(lines)
