@@ -219,5 +219,6 @@ def validate(
         return
     console.print(
         f"[green]ok[/] {scenario}: {loaded.name} — {loaded.strategy.kind}, "
-        f"{loaded.replicas} replica(s), global batch {loaded.global_batch}"
+        f"{loaded.replicas} replica(s), global batch {loaded.global_batch}",
+        soft_wrap=True,
     )
