@@ -67,3 +67,17 @@ def test_devices_run_on_emulated_cpu_devices_reports_devices(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["execution"] == "devices"
+
+
+def test_resolve_execution_refuses_devices_beyond_the_backend() -> None:
+    """In a process whose JAX backend has started, more replicas than devices is refused."""
+    import jax
+    import pytest
+
+    from simdist.errors import SimdistError
+    from simdist.strategies.sync import resolve_execution
+
+    n = jax.device_count()
+    assert resolve_execution("devices", n) == "devices"
+    with pytest.raises(SimdistError, match=f"^execution: devices needs {n + 1} devices; "):
+        resolve_execution("devices", n + 1)
