@@ -12,7 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
+import pytest
+
+from simdist.errors import SimdistError
 from simdist.numerics.device_allreduce import device_shortfall
+from simdist.strategies.sync import resolve_execution
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,12 +76,6 @@ def test_devices_run_on_emulated_cpu_devices_reports_devices(tmp_path: Path) -> 
 
 def test_resolve_execution_refuses_devices_beyond_the_backend() -> None:
     """In a process whose JAX backend has started, more replicas than devices is refused."""
-    import jax
-    import pytest
-
-    from simdist.errors import SimdistError
-    from simdist.strategies.sync import resolve_execution
-
     n = jax.device_count()
     assert resolve_execution("devices", n) == "devices"
     with pytest.raises(SimdistError, match=f"^execution: devices needs {n + 1} devices; "):
