@@ -23,6 +23,30 @@ REPLICA_AXIS = "replica"
 _DEVICE_FLAG = "XLA_FLAGS=--xla_force_host_platform_device_count={n}"
 
 
+def device_shortfall(backend: str, available: int, replicas: int) -> str | None:
+    """Why ``execution: devices`` cannot run ``replicas`` replicas, or None when it can.
+
+    One replica per device, never two on one: a shortfall is refused rather than
+    silently packed or moved to another backend, so a report made with ``devices``
+    always ran on the devices it names (docs/devices.md, "Accelerators"). On the CPU
+    backend the shortfall means the emulated host devices were not requested before
+    JAX started, hence the hint; on an accelerator it means too few GPUs or TPUs.
+    """
+    if available >= replicas:
+        return None
+    if backend == "cpu":
+        return (
+            f"execution: devices needs {replicas} devices; this machine's JAX backend cpu has "
+            f"{available}; run with {_DEVICE_FLAG.format(n=replicas)} (set before Python "
+            f"starts) or call simdist.numerics.ensure_devices({replicas}) before any JAX "
+            f"operation"
+        )
+    return (
+        f"execution: devices needs {replicas} devices; this machine's JAX backend {backend} "
+        f"has {available}; use execution: batched or fewer replicas"
+    )
+
+
 def all_reduced_on_devices(loss_and_grad: Callable[..., tuple], n: int) -> Callable:
     """``fn(params, xs, ys)``: ``loss_and_grad`` of replica ``i`` on device ``i``, all-reduced.
 
@@ -31,12 +55,9 @@ def all_reduced_on_devices(loss_and_grad: Callable[..., tuple], n: int) -> Calla
     gradients and the mean moments, on the default device.
     """
     devices = jax.devices()
-    if len(devices) < n:
-        raise SimdistError(
-            f"execution 'devices' needs {n} JAX devices but only {len(devices)} exist; "
-            f"run with {_DEVICE_FLAG.format(n=n)} (set before Python starts) or call "
-            f"simdist.numerics.ensure_devices({n}) before any JAX operation"
-        )
+    shortfall = device_shortfall(jax.default_backend(), len(devices), n)
+    if shortfall is not None:
+        raise SimdistError(shortfall)
     mesh = Mesh(np.array(devices[:n]), (REPLICA_AXIS,))
 
     def per_device(p: Any, xs: jax.Array, ys: jax.Array) -> tuple:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import Field
 
+from simdist.errors import SimdistError
 from simdist.faults import FailureSchedule
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.layer_step import (
@@ -105,10 +106,22 @@ class Checkpoint(NamedTuple):
 
 
 def resolve_execution(requested: str, replicas: int) -> str:
-    """``auto`` → ``devices`` when enough real accelerators exist, else ``batched``."""
-    if requested != "auto":
+    """``auto`` → ``devices`` when enough real accelerators exist, else ``batched``.
+
+    ``devices`` with fewer JAX devices than replicas is refused here, before the first
+    step (:func:`~simdist.numerics.device_allreduce.device_shortfall`).
+    """
+    if requested == "batched":
         return requested
     import jax
+
+    if requested == "devices":
+        from simdist.numerics.device_allreduce import device_shortfall
+
+        shortfall = device_shortfall(jax.default_backend(), jax.device_count(), replicas)
+        if shortfall is not None:
+            raise SimdistError(shortfall)
+        return requested
 
     if jax.default_backend() != "cpu" and jax.device_count() >= replicas:
         return "devices"
