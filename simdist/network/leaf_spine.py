@@ -275,15 +275,7 @@ class LeafSpineTopology(Topology):
                 return fabric.latency_s, fabric.bandwidth_Bps
             order = [group[0] for group in groups]  # the network part, host by host
             pattern = registry_pattern(op, algo, len(order))
-        steps = [
-            [
-                self._flow([(order[line[s]], order[line[t]])], share, used)
-                for line in stage.lines
-                for s, t, share in step
-            ]
-            for stage, step in pattern.steps(FLAT)
-        ]
-        figures = bottleneck_effective(steps, self._capacity(used))
+        figures = self._line_figures(pattern, FLAT, order, used)
         if figures is None:  # one participant: nothing moves, any figures do
             return fabric.latency_s, fabric.bandwidth_Bps
         return figures
@@ -299,17 +291,24 @@ class LeafSpineTopology(Topology):
         fabric = self.fabric[groups[0][0].host]
         if not fabric.ports or len(groups[0]) == 1:
             return fabric.latency_s, fabric.bandwidth_Bps
+        figures = self._line_figures(pattern, INTRA, order, used)
+        assert figures is not None
+        return figures
+
+    def _line_figures(
+        self, pattern: Pattern, scope: str, order: list[Device], used: dict[int, Link]
+    ) -> tuple[float, float] | None:
+        """The bottleneck (α, B) of ``pattern``'s steps in ``scope``, every line's message
+        its own flow (None: nothing moves)."""
         steps = [
             [
                 self._flow([(order[line[s]], order[line[t]])], share, used)
                 for line in stage.lines
                 for s, t, share in step
             ]
-            for stage, step in pattern.steps(INTRA)
+            for stage, step in pattern.steps(scope)
         ]
-        figures = bottleneck_effective(steps, self._capacity(used))
-        assert figures is not None
-        return figures
+        return bottleneck_effective(steps, self._capacity(used))
 
     def _inter_stage(
         self,
