@@ -20,6 +20,7 @@ import yaml
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
+from simdist.sharding import Sharding
 from simdist.units import UnitError, parse_bandwidth, parse_duration, parse_flops, parse_size
 
 __all__ = [
@@ -180,6 +181,10 @@ class StrategySpecBase(Spec):
     def workers(self, cluster: Any) -> int:
         """Worker tasks that ``worker N`` faults may target: every training host."""
         return cluster.hosts
+
+    def sharding(self, cluster: Any) -> Sharding:
+        """How one replica's model state is split over devices (default: replicated)."""
+        return Sharding()
 
     def check(self, scenario: Any) -> None:
         """Cross-check this strategy against the rest of a ``Scenario``; raise :func:`fail`.

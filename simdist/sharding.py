@@ -1,0 +1,37 @@
+"""How a strategy splits a replica's model state and activations over devices.
+
+Pure data (no SimPy, no JAX), read by the memory model: one copy of the parameters, of
+their gradients, of the optimizer state and of a batch's activations is split over this
+many devices. Data parallelism splits nothing (all 1); ZeRO stage 1 splits the optimizer
+state over the data-parallel group, stage 2 the gradients too, stage 3 the parameters too
+(Rajbhandari et al. 2020, "ZeRO", Sec. 5); Megatron tensor parallelism splits the
+parameters, gradients and optimizer state of its blocks over the tensor group (Shoeybi et
+al. 2019) and, with sequence parallelism, the activations (Korthikanti et al. 2022).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Sharding"]
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Devices one copy of each part of the model state is split over (1: replicated)."""
+
+    params: int = 1
+    gradients: int = 1
+    optimizer: int = 1
+    activations: int = 1
+
+    def __post_init__(self) -> None:
+        parts = {
+            "params": self.params,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+        }
+        for name, value in parts.items():
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"Sharding.{name} must be an int >= 1, got {value!r}")
