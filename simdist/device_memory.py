@@ -1,12 +1,13 @@
 """Whether a run fits its devices' memory, checked before its first step.
 
-Every strategy: one replica holds its parameters, their gradients, the optimizer state
-(unless parameter servers or the host CPU hold it) and one batch's input and layer outputs
-(what the backward pass needs), counted as a one-stage pipeline counts them
-(:func:`simdist.strategies.pipeline.plan.stage_memory`). A pipeline: the stage and partition
-counts against the model's layers, and each stage against its device, as
-:class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them (an ``auto``
-partition is refused when no partition fits, the only case in which it fails).
+Every strategy: each device's share of a replica — parameters, gradients, optimizer state
+(unless parameter servers or the host CPU hold it) and one batch's activations, split as
+the strategy's :class:`~simdist.sharding.Sharding` says, at each device class's precision
+(:mod:`simdist.memory_model`, which summary.json's ``memory_per_device`` also reports). A
+pipeline: the stage and partition counts against the model's layers, and each stage against
+its device, as :class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
+(:func:`simdist.strategies.pipeline.plan.stage_memory`; an ``auto`` partition is refused
+when no partition fits, the only case in which it fails).
 
 The layers come from a :class:`~simdist.numerics.memory.Footprint` (a profile file, or the
 zoo model costed at batch 1), so nothing here needs JAX. Refusals are
@@ -20,15 +21,13 @@ from typing import TYPE_CHECKING
 from simdist.errors import ScenarioError, SimdistError
 
 if TYPE_CHECKING:
+    from simdist.cluster import Device
     from simdist.numerics.memory import Footprint
+    from simdist.profiles import DeviceProfile
     from simdist.scenario.schema import Scenario
     from simdist.strategies.pipeline.plan import StageMemory
 
 __all__ = ["check_device_memory", "check_pipeline", "clock_field"]
-
-#: Strategies whose optimizer state lives off the training devices (on the parameter
-#: servers, or the host CPU of central storage).
-_OPTIMIZER_ELSEWHERE = ("parameter_server", "central_storage")
 
 
 def clock_field(scenario: Scenario) -> str:
@@ -40,10 +39,11 @@ def clock_field(scenario: Scenario) -> str:
 
 
 def _optimizer_nbytes(scenario: Scenario, param_nbytes: int) -> int:
-    """The optimizer state's bytes on a training device (the moments optax keeps)."""
+    """The optimizer state's bytes on a pipeline stage's device (the moments optax keeps)."""
+    from simdist.memory_model import OPTIMIZER_ELSEWHERE
     from simdist.numerics.memory import OPTIMIZER_COPIES
 
-    if scenario.strategy.kind in _OPTIMIZER_ELSEWHERE:
+    if scenario.strategy.kind in OPTIMIZER_ELSEWHERE:
         return 0
     return OPTIMIZER_COPIES.get(scenario.workload.optimizer.name, 2) * param_nbytes
 
@@ -53,51 +53,79 @@ def _parts(need: StageMemory) -> str:
     return ", ".join(f"{k} {v / gb:,.3g}" for k, v in need.as_dict().items() if k != "total")
 
 
+#: Strategies that split a replica over devices, as the advice names them (those registered).
+_SPLITTERS = {
+    "zero": "zero (stage 1, 2 or 3)",
+    "fsdp": "fsdp",
+    "tensor_parallel": "tensor_parallel",
+    "hybrid": "hybrid",
+    "pipeline": "pipeline",
+}
+
+
+def _split_advice() -> str:
+    """``split the replica over devices (strategy kind zero (stage 1, 2 or 3), ... or
+    pipeline)``: the registered strategies that split a replica's state or activations."""
+    from simdist.strategies import STRATEGIES
+
+    kinds = [words for kind, words in _SPLITTERS.items() if kind in STRATEGIES]
+    listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+    return f"split the replica over devices (strategy kind {listed})"
+
+
 def check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -> None:
-    """Refuse a replica that does not fit on the smallest of the cluster's devices."""
+    """Refuse a layout whose share of a replica does not fit on one of the cluster's devices
+    (:mod:`simdist.memory_model`: the strategy's sharding, each device class's precision)."""
     from simdist.cluster import Cluster
-    from simdist.strategies.pipeline.plan import stage_memory
+
+    cluster = Cluster(scenario.cluster)
+    firsts: dict[str, Device] = {}
+    for device in cluster.devices:
+        firsts.setdefault(device.profile, device)
+    for device in firsts.values():
+        _check_device(scenario, footprint, source, device.name, cluster.profile_of(device))
+
+
+def _check_device(
+    scenario: Scenario, footprint: Footprint, source: str, name: str, profile: DeviceProfile
+) -> None:
+    """Refuse device ``name`` of ``profile`` when its share does not fit, with advice."""
+    from simdist.memory_model import DeviceMemory, ReplicaLayers, scenario_memory
     from simdist.units import format_size
 
-    device = min(Cluster(scenario.cluster).profiles.values(), key=lambda p: p.memory_nbytes)
-    capacity = device.memory_nbytes
-    if capacity <= 0:  # not known
-        return
+    capacity = profile.memory_nbytes
     w = scenario.workload
     batch = int(w.batch_size)
-    need = stage_memory(
-        param_nbytes=footprint.param_nbytes,
-        opt_state_nbytes=_optimizer_nbytes(scenario, footprint.param_nbytes),
-        input_nbytes=float(footprint.example_nbytes) * batch,
-        activation_nbytes=sum(footprint.outputs_at(batch)),
-        peak=1,
-        schedule="gpipe",
-        rematerialization=False,
-    )
-    if need.total <= capacity:
+
+    def need(b: int) -> DeviceMemory:
+        return scenario_memory(
+            scenario, ReplicaLayers.of_footprint(footprint, b), profile.precision
+        )
+
+    held = need(batch)
+    if capacity <= 0 or held.total <= capacity:  # fits, or not known
         return
-    fixed = need.params + need.gradients + need.optimizer
-    per_example = footprint.example_nbytes + footprint.activation_nbytes
-    if not footprint.per_example:  # the outputs are the step's, at any batch
-        per_example = footprint.example_nbytes
-        fixed += need.activations - footprint.example_nbytes * batch
-    fits = int((capacity - fixed) // per_example) if per_example and capacity > fixed else 0
+    fits, over = 0, batch  # the largest batch that fits: the need grows with the batch
+    while over - fits > 1:
+        mid = (fits + over) // 2
+        fits, over = (mid, over) if need(mid).total <= capacity else (fits, mid)
     if fits >= 1:
-        field, advice = "workload.batch_size", f"use a smaller batch, e.g. batch_size: {fits:,}"
-    elif w.input_shape and fixed < capacity:
+        field = "workload.batch_size"
+        advice = f"{_split_advice()} or use a smaller batch, e.g. batch_size: {fits:,}"
+    elif w.input_shape and need(0).total < capacity:
         field, advice = "workload.input_shape", "one example alone does not fit: smaller inputs"
     else:
         field = clock_field(scenario)
-        advice = "use a smaller model, or strategy: pipeline to split it over devices"
+        advice = f"{_split_advice()} or use a smaller model"
     gb = 1e9
     raise ScenarioError(
         source,
         field,
-        f"does not fit: one replica needs {need.total / gb:,.3g} GB on a "
-        f"{capacity / gb:.3g} GB {device.name} (params {need.params / gb:.3g}, grads "
-        f"{need.gradients / gb:.3g}, optimizer {need.optimizer / gb:.3g}, activations "
-        f"{need.activations / gb:,.3g} for {batch:,} examples of "
-        f"{format_size(per_example)}); {advice}",
+        f"does not fit: {name} needs {held.total / gb:,.3g} GB and a {profile.name} has "
+        f"{capacity / gb:.3g} GB (params {held.params / gb:.3g}, grads "
+        f"{held.gradients / gb:.3g}, optimizer {held.optimizer / gb:.3g}, activations "
+        f"{held.activations / gb:,.3g} for {batch:,} examples of "
+        f"{format_size(need(1).activations - need(0).activations)}); {advice}",
     )
 
 

@@ -27,6 +27,7 @@ import simpy
 from simdist.cluster import Cluster
 from simdist.costs import file_stamp, full_size, measure_costs, remember
 from simdist.errors import SimdistError
+from simdist.memory_model import memory_per_device, off_device_memory
 from simdist.network import Network, build_topology, protocol_of
 from simdist.network.telemetry import link_frames, network_links
 from simdist.recorder import Recorder
@@ -260,6 +261,20 @@ def simulate(
     return result
 
 
+def _memory(scenario: Scenario, costs: Costs, strategy: Strategy) -> dict[str, Any]:
+    """summary.json's memory figures: each training device's share of a replica
+    (:mod:`simdist.memory_model`) and what parameter servers or the host CPU hold."""
+    cluster = strategy.cluster
+    devices = strategy.training_devices
+    out: dict[str, Any] = {
+        "memory_per_device": memory_per_device(scenario, costs, cluster, devices)
+    }
+    off = off_device_memory(scenario, costs, cluster)
+    if off:
+        out["memory_off_device"] = off
+    return out
+
+
 def run_result(
     scenario: Scenario,
     costs: Costs,
@@ -276,6 +291,9 @@ def run_result(
     events = recorder.events_frame()
     tables = {**recorder.table_frames(), **link_frames(links, end_s)}
     recorder.clear()
+    extra = {**strategy.fault_summary(), **strategy.summary()}
+    if "memory_per_device" not in extra:  # a pipeline gives its stages' own
+        extra.update(_memory(scenario, costs, strategy))
     summary = build_summary(
         scenario=scenario,
         metrics=metrics,
@@ -286,7 +304,7 @@ def run_result(
         devices=[d.name for d in strategy.training_devices],
         examples_per_step=strategy.examples_per_step,
         diverged_at=strategy.diverged_at,
-        extra={**strategy.fault_summary(), **strategy.summary()},
+        extra=extra,
     )
     summary["execution"] = (
         resolve_execution(scenario.requested_execution, scenario.replicas)

@@ -399,8 +399,8 @@ def plot_jobs(
     """Every plot of a run except ``loss_vs_time.png``, undrawn: ``(file name, draw)`` pairs.
 
     ``staleness_hist.png`` is drawn only when the run has an ``updates``
-    table with staleness (parameter_server); ``memory.png`` when the summary has
-    ``memory_per_device`` and ``pipeline_staleness.png`` when the run has a
+    table with staleness (parameter_server); ``memory.png`` for a pipeline (its
+    summary's ``memory_per_device``, per stage) and ``pipeline_staleness.png`` when the run has a
     ``stage_updates`` table (pipeline; the latter pipedream only). Separate jobs, so
     that :mod:`simdist.report.painter` can share them between two processes.
     """
@@ -431,7 +431,7 @@ def plot_jobs(
                 lambda: plot_stage_staleness(stages, name, out / "pipeline_staleness.png"),
             )
         )
-    if summary.get("memory_per_device"):
+    if summary.get("memory_per_device") and "pipeline" in summary:
         jobs.append(("memory.png", lambda: plot_memory(summary, name, out / "memory.png")))
     scenario = result.scenario
     jobs.append(
