@@ -186,6 +186,24 @@ def test_memory_per_device_in_summary_follows_zero(
         assert state == (2 + 2 + K) * PSI
 
 
+def test_tensor_parallel_in_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """T = 4 with sequence parallelism, mixed-precision Adam: 16Ψ/4 of model state and a
+    quarter of the fp16 activations per device."""
+    shard(monkeypatch, Sharding(params=N, gradients=N, optimizer=N, activations=N))
+    per_device = run(resolve_scenario(scenario_dict(hand_profile(tmp_path)))).summary[
+        "memory_per_device"
+    ]
+    acts = EXAMPLE_NBYTES * BATCH // 2 // N
+    expected = {
+        "params": 2 * PSI // N,
+        "gradients": 2 * PSI // N,
+        "optimizer": K * PSI // N,
+        "activations": acts,
+        "total": (4 + K) * PSI // N + acts,
+    }
+    assert per_device == {f"worker{i}/gpu0": expected for i in range(N)}
+
+
 def test_summary_says_what_the_pre_run_check_compares(tmp_path: Path) -> None:
     """mirrored on 4 devices in float32 with momentum: the run's figures (from its costs)
     equal the check's (from the profile's footprint)."""
