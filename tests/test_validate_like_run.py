@@ -98,7 +98,8 @@ def test_the_largest_batch_that_fits_passes_and_one_more_is_refused(
             resolve_scenario(_profile_scenario(fits + 1, strategy, optimizer)), source="m.yaml"
         )
     message = str(refused.value)
-    assert message.startswith("m.yaml: workload.batch_size: does not fit: worker0/gpu0 needs 16 GB and a v100 has 16 GB")
+    need = "worker0/gpu0 needs 16 GB and a v100 has 16 GB"
+    assert message.startswith(f"m.yaml: workload.batch_size: does not fit: {need}")
     assert message.endswith(f"use a smaller batch, e.g. batch_size: {fits:,}")
 
 
