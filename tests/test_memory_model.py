@@ -314,7 +314,8 @@ def test_zero_holds_what_data_parallelism_cannot(
     path = big_scenario(tmp_path, 4_000_000_000)
     code, errors = _errors(f"validate {path}")
     if stage == 1:
-        assert code == 2 and len(errors) == 1
+        assert _errors(f"run -q {path} --out {tmp_path / 'out'}") == (code, errors)
+        assert code == 2 and len(errors) == 1 and not (tmp_path / "out").exists()
         need = "worker0/gpu0 needs 20 GB and a v100 has 16 GB (params 8, grads 8, optimizer 4,"
         assert f"does not fit: {need}" in errors[0]
     else:
