@@ -87,6 +87,7 @@ _NETWORK_OPTIONS = {
     "hop_latency": "--hop-latency",
     "intra_host": "--intra-host",
     "pcie_uplink": "--pcie-uplink",
+    "protocol": "--protocol",
 }
 
 
@@ -97,6 +98,7 @@ def _network_options(
     hop_latency: str | None,
     intra_host: str,
     pcie_uplink: str | None,
+    protocol: str = "ideal",
 ) -> NetworkSpec:
     """The options as a scenario's ``cluster.network`` section, validated the same way."""
     from pydantic import ValidationError
@@ -111,6 +113,7 @@ def _network_options(
         "hop_latency": hop_latency,
         "intra_host": intra_host,
         "pcie_uplink": pcie_uplink,
+        "protocol": protocol,
     }
     try:
         return NetworkSpec.model_validate({k: v for k, v in given.items() if v is not None})
@@ -256,15 +259,26 @@ def collectives(
         str | None,
         typer.Option(help="nvlink / pcie: the PCIe switch's uplink (default 15.75GB/s, Gen3 x16)."),
     ] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="Transport of the inter-host links: ideal (default), tcp, rdma, grpc, "
+            "nccl-socket (= tcp), nccl-ib (= rdma); sets their share of line rate and cost "
+            "per step."
+        ),
+    ] = "ideal",
 ) -> None:
     """Print a collective's time, algbw and busbw per algorithm (busbw as nccl-tests reports it).
 
     --op picks the collective (default all_reduce); sizes are the whole buffer, as
     nccl-tests counts them. With --topology leaf_spine or --intra-host nvlink|pcie, n devices sit on
     n / --devices-per-host hosts wired as a scenario's cluster.network says, and each
-    collective is priced through that topology (the bottleneck of its pattern).
+    collective is priced through that topology (the bottleneck of its pattern). --protocol
+    prices every step across hosts with a transport's share of line rate and cost per step
+    (docs/transport.md); links inside a host are never touched.
     """
     from simdist.collectives import OPS, algorithms, collectives_table
+    from simdist.network.transport import protocol_of
     from simdist.scenario import IntraHostLinkSpec, NetworkLinkSpec
     from simdist.units import (
         parse_bandwidth,
@@ -299,7 +313,13 @@ def collectives(
         if devices_per_host is not None and devices_per_host < 1:
             raise SimdistError(f"--devices-per-host: got {devices_per_host}; expected >= 1")
         network = _network_options(
-            topology, hosts_per_leaf, oversubscription, hop_latency, intra_host, pcie_uplink
+            topology,
+            hosts_per_leaf,
+            oversubscription,
+            hop_latency,
+            intra_host,
+            pcie_uplink,
+            protocol,
         )
         if network.topology != "switch" or network.intra_host != "shared":
             rows = topology_table(
@@ -315,12 +335,14 @@ def collectives(
                 network,
             )
         else:
+            # The table's network link is the one between hosts: the transport prices it.
+            wire_lat, wire_bw = protocol_of(network).collective_link(lat, bw)
             rows = collectives_table(
                 algos,
                 ns,
                 sizes,
-                bw,
-                lat,
+                wire_bw,
+                wire_lat,
                 devices_per_host,
                 intra_bandwidth_Bps=intra_bw,
                 intra_latency_s=intra_lat,
@@ -355,12 +377,26 @@ def _title(
             f" · leaf_spine {network.hosts_per_leaf} hosts/leaf, "
             f"{network.oversubscription:g}:1, hop {format_duration(network.hop_latency_s)}"
         )
+    if network.protocol != "ideal":
+        title += f" · {_protocol_note(network)}"
     if network.intra_host != "shared":
         title += f" · {network.intra_host} {format_bandwidth(intra_bandwidth_Bps)}"
     elif devices_per_host is not None and "hierarchical" in algos:
         intra = f"{format_bandwidth(intra_bandwidth_Bps)}, {format_duration(intra_latency_s)}"
         title += f" · intra-host {intra}"
     return title
+
+
+def _protocol_note(network: NetworkSpec) -> str:
+    """The transport's figures for the steps across hosts, in the title's words."""
+    from simdist.network.transport import protocol_of
+    from simdist.units import format_duration
+
+    p = protocol_of(network)
+    return (
+        f"{network.protocol}: {p.collective_efficiency:.1%} of line rate, "
+        f"+{format_duration(p.collective_step_s)} per step across hosts"
+    )
 
 
 def _table(op: str, rows: list[Row], title: str) -> Table:
