@@ -9,6 +9,7 @@ host are untouched. On 4 hosts of one device each, a ring all-reduce of S bytes 
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 
 import pytest
 import simpy
@@ -261,3 +262,15 @@ def test_cli_protocol_goes_through_the_topology_too():
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "B 12 GB/s" in result.output  # 0.96 x 12.5 GB/s: the NIC, derated
+
+
+def test_the_collective_validation_cases_stay_in_their_band(monkeypatch):
+    # benchmarks/validation/collectives.py: published nccl-tests busbw, predicted (quick rows)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from validation import collectives
+
+    assert len(collectives.CASES) >= 3 and collectives.TEXT
+    for case in collectives.CASES:
+        if case.quick:
+            error = case.error_pct(case.predict())
+            assert abs(error) <= case.expect_within_pct, (case.source, error)
