@@ -277,8 +277,6 @@ def collectives(
     prices every step across hosts with a transport's share of line rate and cost per step
     (docs/transport.md); links inside a host are never touched.
     """
-    from simdist.collectives import OPS, algorithms, collectives_table
-    from simdist.network.transport import protocol_of
     from simdist.scenario import IntraHostLinkSpec, NetworkLinkSpec
     from simdist.units import (
         parse_bandwidth,
@@ -287,15 +285,7 @@ def collectives(
     )
 
     def table_rows() -> tuple[list[Row], str]:
-        if op not in OPS:
-            raise SimdistError(f"--op: got {op!r}; expected one of {', '.join(OPS)}")
-        known = algorithms(op)
-        algos = list(known) if algo.strip() == "all" else [a.strip() for a in algo.split(",")]
-        for name in algos:
-            if name not in known:
-                raise SimdistError(
-                    f"--algo: got {name!r}; expected all or a comma list of {', '.join(known)}"
-                )
+        algos = _algorithms(op, algo)
         ns = [int(v) for v in _expand(n, _participants, "--n", "--n 2..16")]
         sizes = _expand(size, _quantity(parse_size, "--size"), "--size", "--size 1MB..1GB")
         network, intra = NetworkLinkSpec(), IntraHostLinkSpec()
@@ -321,38 +311,65 @@ def collectives(
             pcie_uplink,
             protocol,
         )
-        if network.topology != "switch" or network.intra_host != "shared":
-            rows = topology_table(
-                op,
-                algos,
-                ns,
-                sizes,
-                bw,
-                lat,
-                devices_per_host or 1,
-                intra_bw,
-                intra_lat,
-                network,
-            )
-        else:
-            # The table's network link is the one between hosts: the transport prices it.
-            wire_lat, wire_bw = protocol_of(network).collective_link(lat, bw)
-            rows = collectives_table(
-                algos,
-                ns,
-                sizes,
-                wire_bw,
-                wire_lat,
-                devices_per_host,
-                intra_bandwidth_Bps=intra_bw,
-                intra_latency_s=intra_lat,
-                op=op,
-            )
+        rows = _rows(
+            op, algos, ns, sizes, (bw, lat, intra_bw, intra_lat), devices_per_host, network
+        )
         title = _title(op, bw, lat, network, intra_bw, intra_lat, devices_per_host, algos)
         return rows, title
 
     rows, title = guarded(table_rows)
     console.print(_table(op, rows, title))
+
+
+def _algorithms(op: str, algo: str) -> list[str]:
+    """``--op``'s algorithms ``--algo`` names (``all``: every one), else one clear error."""
+    from simdist.collectives import OPS, algorithms
+
+    if op not in OPS:
+        raise SimdistError(f"--op: got {op!r}; expected one of {', '.join(OPS)}")
+    known = algorithms(op)
+    algos = list(known) if algo.strip() == "all" else [a.strip() for a in algo.split(",")]
+    for name in algos:
+        if name not in known:
+            raise SimdistError(
+                f"--algo: got {name!r}; expected all or a comma list of {', '.join(known)}"
+            )
+    return algos
+
+
+def _rows(
+    op: str,
+    algos: list[str],
+    ns: list[int],
+    sizes: list[float],
+    links: tuple[float, float, float, float],
+    devices_per_host: int | None,
+    network: NetworkSpec,
+) -> list[Row]:
+    """The table's rows: through the topology ``network`` names when it is not a plain
+    switch of shared hosts, else the closed forms. ``links``: the network's bandwidth and
+    latency, then the intra-host link's."""
+    from simdist.collectives import collectives_table
+    from simdist.network.transport import protocol_of
+
+    bw, lat, intra_bw, intra_lat = links
+    if network.topology != "switch" or network.intra_host != "shared":
+        return topology_table(
+            op, algos, ns, sizes, bw, lat, devices_per_host or 1, intra_bw, intra_lat, network
+        )
+    # The table's network link is the one between hosts: the transport prices it.
+    wire_lat, wire_bw = protocol_of(network).collective_link(lat, bw)
+    return collectives_table(
+        algos,
+        ns,
+        sizes,
+        wire_bw,
+        wire_lat,
+        devices_per_host,
+        intra_bandwidth_Bps=intra_bw,
+        intra_latency_s=intra_lat,
+        op=op,
+    )
 
 
 def _title(
