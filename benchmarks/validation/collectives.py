@@ -33,7 +33,7 @@ several NICs modelled as one NIC of their summed line rate, and busbw = S/t × 2
 
 InfiniBand rows land within a few percent at 100 to 1600 Gbit/s per host: NCCL over IB
 drives the NICs near line rate whatever their number, as long as each NIC has GPUs on its
-PCIe switch (GPUDirect RDMA). The socket rows spread more (±11%): NCCL's socket transport
+PCIe switch (GPUDirect RDMA). The socket rows spread more (−5 to +11%): NCCL's socket transport
 moves one TCP stream per ring through host memory, copied by a CPU thread, so what it
 reaches depends on the NCCL version (2.4 rebuilt the socket path), the cloud's per-flow
 limits and `NCCL_SOCKET_NTHREADS` × `NCCL_NSOCKS_PERTHREAD`, none of which simdist
