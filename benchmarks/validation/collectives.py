@@ -25,22 +25,24 @@ A large all-reduce between hosts is as fast as the network transport lets NCCL d
 NICs. simdist prices every collective step that crosses hosts with the transport's share of
 line rate and a cost per step (`cluster.network.protocol`, docs/transport.md); the steps
 inside a host (NVLink, PCIe) are untouched. Two figures, each calibrated on one published
-measurement: **NET/IB** (`rdma` / `nccl-ib`) sustains 96% of line rate (12 GB/s per
-100 Gbit/s NIC, NCCL's maintainers' figure, NVIDIA/nccl-tests#119), **NET/Socket** (`tcp` /
+measurement: **NET/IB** (`rdma` / `nccl-ib`) sustains 96% of line rate (12 GB/s per 100
+Gbit/s NIC, NCCL's maintainers' figure, NVIDIA/nccl-tests#119), **NET/Socket** (`tcp` /
 `nccl-socket`) 51.5% (2.06 GB/s on 32 Gbit/s with one ring, NVIDIA/nccl#209). Each row is a
 ring all-reduce of the published size through `simdist collectives`' topology, a host with
 several NICs modelled as one NIC of their summed line rate, and busbw = S/t × 2(n−1)/n.
 
 InfiniBand rows land within a few percent at 100 to 1600 Gbit/s per host: NCCL over IB
-drives the NICs near line rate whatever their number, as long as each NIC has GPUs on its
-PCIe switch (GPUDirect RDMA). The socket rows spread more (−5 to +11%): NCCL's socket transport
-moves one TCP stream per ring through host memory, copied by a CPU thread, so what it
-reaches depends on the NCCL version (2.4 rebuilt the socket path), the cloud's per-flow
-limits and `NCCL_SOCKET_NTHREADS` × `NCCL_NSOCKS_PERTHREAD`, none of which simdist
-models; one share, calibrated on one cluster, still predicts 25 to 100 Gbit/s clusters
-within ±15%. With the same share a ring all-reduce over TCP takes about 1.9× the one over
-IB on the same wire, the gap behind Horovod's RDMA speed-up of VGG-16 (Sergeev & Del Balso
-2018, Fig. 7), the one model whose 553 MB of gradients do not hide behind its backward pass.
+drives the NICs near line rate whatever their number, as long as each NIC shares a PCIe
+switch with GPUs (GPUDirect RDMA; "if the NIC is attached to the CPU getting 16 GB/s [of 24]
+is normal", NVIDIA/nccl#412). The socket rows spread more (−5 to +11%): NCCL's socket
+transport moves one TCP stream per ring through host memory, copied by a CPU thread, so what
+it reaches depends on the NCCL version (one cluster: 2.06 GB/s with 2.3.7, 1.85 with 2.4.2),
+the number of rings, the cloud's per-flow limits and `NCCL_SOCKET_NTHREADS` ×
+`NCCL_NSOCKS_PERTHREAD`, none of which simdist models; one share, calibrated on one cluster,
+still predicts 25 to 100 Gbit/s clusters within ±15%. With the same share a ring all-reduce
+over TCP takes about 1.9× the one over IB on the same wire, the gap behind Horovod's RDMA
+speed-up of VGG-16 (Sergeev & Del Balso 2018, Fig. 7), the one model whose 553 MB of
+gradients do not hide behind its backward pass.
 """
 
 GB = 1e9
