@@ -109,8 +109,8 @@ _NCCL_IB_SHARE = 12.0 / 12.5
 # NET/Socket: 2.06 GB/s busbw on a 32 Gbit/s (4 GB/s) TCP network, NCCL 2.3.7 with one ring
 # (C. Winter, NVIDIA/nccl issue #209, 2019: "not more than 60% of wire speed" over 32 Gbit/s
 # with NCCL's defaults). One ring is one socket, served by NCCL's proxy thread copying
-# through host memory; NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (both 1 by default
-# off AWS and GCP, src/transport/net_socket.cc) opens more streams where the cloud allows.
+# through host memory; NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (no helper thread by
+# default; 2 x 8 on AWS NICs, 4 x 1 on GCP's: src/transport/net_socket.cc) opens more.
 _NCCL_SOCKET_SHARE = 2.06 / 4.0
 # NCCL's own cost model gives every ring step between nodes (Simple protocol, the one
 # large buffers use: NCCL_BUFFSIZE 4 MiB in NCCL_STEPS = 8 slots of 512 KiB) 14 us,
