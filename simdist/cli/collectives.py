@@ -87,6 +87,7 @@ _NETWORK_OPTIONS = {
     "hop_latency": "--hop-latency",
     "intra_host": "--intra-host",
     "pcie_uplink": "--pcie-uplink",
+    "protocol": "--protocol",
 }
 
 
@@ -97,6 +98,7 @@ def _network_options(
     hop_latency: str | None,
     intra_host: str,
     pcie_uplink: str | None,
+    protocol: str = "ideal",
 ) -> NetworkSpec:
     """The options as a scenario's ``cluster.network`` section, validated the same way."""
     from pydantic import ValidationError
@@ -111,6 +113,7 @@ def _network_options(
         "hop_latency": hop_latency,
         "intra_host": intra_host,
         "pcie_uplink": pcie_uplink,
+        "protocol": protocol,
     }
     try:
         return NetworkSpec.model_validate({k: v for k, v in given.items() if v is not None})
@@ -256,15 +259,24 @@ def collectives(
         str | None,
         typer.Option(help="nvlink / pcie: the PCIe switch's uplink (default 15.75GB/s, Gen3 x16)."),
     ] = None,
+    protocol: Annotated[
+        str,
+        typer.Option(
+            help="Transport of the inter-host links: ideal (default), tcp, rdma, grpc, "
+            "nccl-socket (= tcp), nccl-ib (= rdma); sets their share of line rate and cost "
+            "per step."
+        ),
+    ] = "ideal",
 ) -> None:
     """Print a collective's time, algbw and busbw per algorithm (busbw as nccl-tests reports it).
 
     --op picks the collective (default all_reduce); sizes are the whole buffer, as
     nccl-tests counts them. With --topology leaf_spine or --intra-host nvlink|pcie, n devices sit on
     n / --devices-per-host hosts wired as a scenario's cluster.network says, and each
-    collective is priced through that topology (the bottleneck of its pattern).
+    collective is priced through that topology (the bottleneck of its pattern). --protocol
+    prices every step across hosts with a transport's share of line rate and cost per step
+    (docs/transport.md); links inside a host are never touched.
     """
-    from simdist.collectives import OPS, algorithms, collectives_table
     from simdist.scenario import IntraHostLinkSpec, NetworkLinkSpec
     from simdist.units import (
         parse_bandwidth,
@@ -273,15 +285,7 @@ def collectives(
     )
 
     def table_rows() -> tuple[list[Row], str]:
-        if op not in OPS:
-            raise SimdistError(f"--op: got {op!r}; expected one of {', '.join(OPS)}")
-        known = algorithms(op)
-        algos = list(known) if algo.strip() == "all" else [a.strip() for a in algo.split(",")]
-        for name in algos:
-            if name not in known:
-                raise SimdistError(
-                    f"--algo: got {name!r}; expected all or a comma list of {', '.join(known)}"
-                )
+        algos = _algorithms(op, algo)
         ns = [int(v) for v in _expand(n, _participants, "--n", "--n 2..16")]
         sizes = _expand(size, _quantity(parse_size, "--size"), "--size", "--size 1MB..1GB")
         network, intra = NetworkLinkSpec(), IntraHostLinkSpec()
@@ -299,38 +303,73 @@ def collectives(
         if devices_per_host is not None and devices_per_host < 1:
             raise SimdistError(f"--devices-per-host: got {devices_per_host}; expected >= 1")
         network = _network_options(
-            topology, hosts_per_leaf, oversubscription, hop_latency, intra_host, pcie_uplink
+            topology,
+            hosts_per_leaf,
+            oversubscription,
+            hop_latency,
+            intra_host,
+            pcie_uplink,
+            protocol,
         )
-        if network.topology != "switch" or network.intra_host != "shared":
-            rows = topology_table(
-                op,
-                algos,
-                ns,
-                sizes,
-                bw,
-                lat,
-                devices_per_host or 1,
-                intra_bw,
-                intra_lat,
-                network,
-            )
-        else:
-            rows = collectives_table(
-                algos,
-                ns,
-                sizes,
-                bw,
-                lat,
-                devices_per_host,
-                intra_bandwidth_Bps=intra_bw,
-                intra_latency_s=intra_lat,
-                op=op,
-            )
+        rows = _rows(
+            op, algos, ns, sizes, (bw, lat, intra_bw, intra_lat), devices_per_host, network
+        )
         title = _title(op, bw, lat, network, intra_bw, intra_lat, devices_per_host, algos)
         return rows, title
 
     rows, title = guarded(table_rows)
     console.print(_table(op, rows, title))
+
+
+def _algorithms(op: str, algo: str) -> list[str]:
+    """``--op``'s algorithms ``--algo`` names (``all``: every one), else one clear error."""
+    from simdist.collectives import OPS, algorithms
+
+    if op not in OPS:
+        raise SimdistError(f"--op: got {op!r}; expected one of {', '.join(OPS)}")
+    known = algorithms(op)
+    algos = list(known) if algo.strip() == "all" else [a.strip() for a in algo.split(",")]
+    for name in algos:
+        if name not in known:
+            raise SimdistError(
+                f"--algo: got {name!r}; expected all or a comma list of {', '.join(known)}"
+            )
+    return algos
+
+
+def _rows(
+    op: str,
+    algos: list[str],
+    ns: list[int],
+    sizes: list[float],
+    links: tuple[float, float, float, float],
+    devices_per_host: int | None,
+    network: NetworkSpec,
+) -> list[Row]:
+    """The table's rows: through the topology ``network`` names when it is not a plain
+    switch of shared hosts, else the closed forms. ``links``: the network's bandwidth and
+    latency, then the intra-host link's."""
+    from simdist.collectives import collectives_table
+    from simdist.network.transport import protocol_of
+
+    bw, lat, intra_bw, intra_lat = links
+    if network.topology != "switch" or network.intra_host != "shared":
+        return topology_table(
+            op, algos, ns, sizes, bw, lat, devices_per_host or 1, intra_bw, intra_lat, network
+        )
+    # The table's network link is the one between hosts: the transport prices it.
+    wire_lat, wire_bw = protocol_of(network).collective_link(lat, bw)
+    return collectives_table(
+        algos,
+        ns,
+        sizes,
+        wire_bw,
+        wire_lat,
+        devices_per_host,
+        intra_bandwidth_Bps=intra_bw,
+        intra_latency_s=intra_lat,
+        op=op,
+    )
 
 
 def _title(
@@ -355,12 +394,26 @@ def _title(
             f" · leaf_spine {network.hosts_per_leaf} hosts/leaf, "
             f"{network.oversubscription:g}:1, hop {format_duration(network.hop_latency_s)}"
         )
+    if network.protocol != "ideal":
+        title += f" · {_protocol_note(network)}"
     if network.intra_host != "shared":
         title += f" · {network.intra_host} {format_bandwidth(intra_bandwidth_Bps)}"
     elif devices_per_host is not None and "hierarchical" in algos:
         intra = f"{format_bandwidth(intra_bandwidth_Bps)}, {format_duration(intra_latency_s)}"
         title += f" · intra-host {intra}"
     return title
+
+
+def _protocol_note(network: NetworkSpec) -> str:
+    """The transport's figures for the steps across hosts, in the title's words."""
+    from simdist.network.transport import protocol_of
+    from simdist.units import format_duration
+
+    p = protocol_of(network)
+    return (
+        f"{network.protocol}: {p.collective_efficiency:.1%} of line rate, "
+        f"+{format_duration(p.collective_step_s)} per step across hosts"
+    )
 
 
 def _table(op: str, rows: list[Row], title: str) -> Table:

@@ -28,7 +28,8 @@ A row's ``links`` cell names the links of the end point's *machine*: a
 parameter-server task co-located on a worker machine keeps its own track, and its
 cells name that machine's NIC (and CPU link, under a protocol with CPU costs).
 Point-to-point messages pay ``cluster.network.protocol``
-(:mod:`simdist.network.transport`); collectives do not.
+(:mod:`simdist.network.transport`); collectives pay its collective figures on their steps
+across hosts, which the topology prices.
 """
 
 from __future__ import annotations

@@ -33,7 +33,11 @@ host, as the switch's closed forms count it), and the intra-host link prices wha
 inside a host; a hierarchical pattern takes its stages inside hosts from the intra-host
 fabric and its stages across hosts from its lines (one per local rank) together.
 Within one rack (hop_latency 0), this is exactly the switch's time. A
-collective holds every link its flows use, the uplinks included.
+collective holds every link its flows use, the uplinks included. The scenario's
+transport (:mod:`simdist.network.transport`) prices the collectives' flows across
+machines: the NICs and uplinks carry ``collective_efficiency`` of their bandwidth, and
+every flow between two machines adds ``collective_step_s`` to its α; the intra-host
+fabric's links and flows are never touched.
 
 Timing only: nothing here imports JAX.
 """
@@ -59,6 +63,7 @@ from simdist.network.topology import (
     nic_links,
     ranked,
 )
+from simdist.network.transport import PROTOCOLS, Protocol, protocol_of
 
 if TYPE_CHECKING:
     import simpy
@@ -105,8 +110,11 @@ class LeafSpineTopology(Topology):
         sharing: str = "fair",
         intra_host: str = "shared",
         pcie_uplink_Bps: float = PCIE3_X16_Bps,
+        protocol: Protocol | None = None,
     ) -> None:
         super().__init__(cluster)
+        #: Prices the collectives' flows across machines (default ``ideal``: the bare wire).
+        self.protocol = protocol or PROTOCOLS["ideal"]
         if not (hop_latency_s >= 0 and math.isfinite(hop_latency_s)):
             raise ValueError(f"hop_latency_s must be finite and >= 0, got {hop_latency_s}")
         self.hosts_per_leaf = hosts_per_leaf
@@ -147,6 +155,10 @@ class LeafSpineTopology(Topology):
             self.up[leaf], self.down[leaf] = self.add_links(
                 self._uplink(env, leaf, duplex, sharing)
             )
+        # The links between machines (NIC sides, uplinks): a collective's flows over them
+        # pay the transport (ids, as the links live as long as the topology).
+        wire = (self.tx, self.rx, self.up, self.down)
+        self._wire = {id(link) for links in wire for link in links.values()}
         self._pricing: dict[tuple[str, str, tuple[str, ...]], Pricing] = {}
 
     def _uplink(
@@ -170,7 +182,8 @@ class LeafSpineTopology(Topology):
         # A non-blocking switch is one leaf holding every machine (``switch`` with an
         # nvlink or pcie fabric is built so).
         one_leaf = 0 if net.topology == "leaf_spine" else len(cluster.machines)
-        return cls(env, cluster, **_options(links, net, one_leaf))  # type: ignore[arg-type]
+        options = _options(links, net, one_leaf)
+        return cls(env, cluster, protocol=protocol_of(net), **options)  # type: ignore[arg-type]
 
     # -- routes --------------------------------------------------------------
 
@@ -210,7 +223,10 @@ class LeafSpineTopology(Topology):
         a, b = machine_of(src), machine_of(dst)
         if a == b:
             return self.fabric[a].latency_s
-        return self.nic_latency_s + self.hops(a, b) * self.hop_latency_s
+        latency_s = self.nic_latency_s + self.hops(a, b) * self.hop_latency_s
+        if self.protocol.ideal_collectives:
+            return latency_s
+        return latency_s + self.protocol.collective_step_s
 
     # -- collectives ---------------------------------------------------------
 
@@ -357,11 +373,17 @@ class LeafSpineTopology(Topology):
             for link in (self.tx[host], self.rx[host], self.fabric[host].intra):
                 used.setdefault(id(link), link)
 
-    @staticmethod
-    def _capacity(used: dict[int, Link]) -> dict[tuple[str, str], float]:
-        """Every direction of the used links, at the link's bandwidth."""
+    def _capacity(self, used: dict[int, Link]) -> dict[tuple[str, str], float]:
+        """Every direction of the used links, at the link's bandwidth: a collective's share
+        of it (the transport's) on the links between machines."""
+        share = self.protocol.collective_efficiency
+        derate = not self.protocol.ideal_collectives
         return {
-            (link.name, side): link.bandwidth_Bps
+            (link.name, side): (
+                link.bandwidth_Bps * share
+                if derate and id(link) in self._wire
+                else link.bandwidth_Bps
+            )
             for link in used.values()
             for side in ("tx", "rx", "up", "down", "both")
         }
@@ -412,8 +434,8 @@ def standalone_topology(
     intra_bandwidth_Bps: float,
 ) -> LeafSpineTopology:
     """``hosts`` GPU hosts of ``devices_per_host`` each, wired as ``network`` (a scenario's
-    ``cluster.network`` section) says, on a clock of their own: for pricing collectives
-    outside a run (``simdist collectives``)."""
+    ``cluster.network`` section) says and priced with its transport, on a clock of their
+    own: for pricing collectives outside a run (``simdist collectives``)."""
     import simpy
 
     from simdist.scenario.cluster import ClusterSpec
@@ -425,4 +447,5 @@ def standalone_topology(
     links = ((nic_latency_s, nic_bandwidth_Bps), (intra_latency_s, intra_bandwidth_Bps))
     one_leaf = 0 if network.topology == "leaf_spine" else len(cluster.machines)
     options = _options(links, network, one_leaf)
-    return LeafSpineTopology(simpy.Environment(), cluster, **options)  # type: ignore[arg-type]
+    protocol = protocol_of(network)
+    return LeafSpineTopology(simpy.Environment(), cluster, protocol=protocol, **options)  # type: ignore[arg-type]

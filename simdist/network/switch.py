@@ -21,7 +21,10 @@ flat pattern (ring, tree, halving-doubling, …) is priced with the NIC's α and
 step lasts as long as its slowest edge, and W of its edges cross the network — and a
 hierarchical one prices its stages inside each host on the intra-host link and its
 stages across hosts on the NICs. Either way the collective holds both sides of the NIC
-and the intra-host link of every host taking part.
+and the intra-host link of every host taking part. The NIC's (α, B) is the one the
+scenario's transport gives a collective step across hosts
+(:meth:`~simdist.network.transport.Protocol.collective_link`); the intra-host link's is
+never touched.
 
 With ``cluster.network.intra_host: nvlink`` or ``pcie`` the hosts have NVLink ports
 or a PCIe tree instead of one intra-host link (:mod:`simdist.network.intranode`):
@@ -40,6 +43,7 @@ from simdist.collectives import FLAT, INTER, INTRA, pattern_s
 from simdist.network.leaf_spine import LeafSpineTopology
 from simdist.network.link import Link
 from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of, nic_links
+from simdist.network.transport import PROTOCOLS, Protocol, protocol_of
 
 if TYPE_CHECKING:
     import simpy
@@ -63,8 +67,11 @@ class SwitchTopology(Topology):
         intra_bandwidth_Bps: float,
         duplex: str = "half",
         sharing: str = "fifo",
+        protocol: Protocol | None = None,
     ) -> None:
         super().__init__(cluster)
+        #: Prices the collectives' steps across hosts (default ``ideal``: the bare NIC).
+        self.protocol = protocol or PROTOCOLS["ideal"]
         self.tx: dict[str, Link] = {}  # a host's NIC, leaving it (== rx when half duplex)
         self.rx: dict[str, Link] = {}
         self.intra: dict[str, Link] = {}
@@ -95,6 +102,7 @@ class SwitchTopology(Topology):
             intra_bandwidth_Bps=links.intra_host.bandwidth_Bps,
             duplex=scenario.cluster.network.duplex,
             sharing=scenario.cluster.network.sharing,
+            protocol=protocol_of(scenario.cluster.network),
         )
 
     def route(self, src: Endpoint, dst: Endpoint) -> list[Link]:
@@ -112,10 +120,9 @@ class SwitchTopology(Topology):
         else:
             links = [link for h in names for link in (self.tx[h], self.rx[h], self.intra[h])]
         intra, nic = self.intra[names[0]], self.tx[names[0]]
-        flat = intra if len(names) == 1 else nic
-        figures = {
-            FLAT: (flat.latency_s, flat.bandwidth_Bps),
-            INTRA: (intra.latency_s, intra.bandwidth_Bps),
-            INTER: (nic.latency_s, nic.bandwidth_Bps),
-        }
+        inside = (intra.latency_s, intra.bandwidth_Bps)
+        across = nic.latency_s, nic.bandwidth_Bps
+        if not self.protocol.ideal_collectives:
+            across = self.protocol.collective_link(*across)
+        figures = {FLAT: inside if len(names) == 1 else across, INTRA: inside, INTER: across}
         return pattern_s(self.pattern(op, devices, algo), nbytes, figures), links

@@ -37,11 +37,37 @@ Where it applies: messages between two machines pay the whole protocol. Messages
 between two tasks of one machine (a worker and the parameter server co-located on
 it) go through the loopback: CPU and per-message costs, but no wire framing, over
 the machine's intra-host route. Messages between a device and its own host, or two
-devices of one host, are DMA copies over PCIe / NVLink: no protocol. Collectives
-(NCCL-style all-reduce, broadcast) never go through here: NCCL moves raw buffers in
-pipelined chunks with its own transport, and the closed forms of
-:mod:`simdist.collectives` already are its α–β cost; to derate them, set the link's
-bandwidth to the measured bus bandwidth (``nccl-tests`` ``busbw``).
+devices of one host, are DMA copies over PCIe / NVLink: no protocol.
+
+Collectives (NCCL-style all-reduce, broadcast, …) move raw buffers in pipelined chunks
+through NCCL's own network transport, so a protocol prices them with two figures of
+their own, on every step that crosses an inter-host link (a NIC, a leaf's uplink) and
+on no other: intra-host stages (NVLink, PCIe, the shared intra-host link) stay as they
+are.
+
+* ``collective_efficiency``: the share of line rate NCCL's transport sustains, the
+  nccl-tests ``busbw`` of a large all-reduce over the link's line rate (busbw is the
+  per-link rate a ring would need for that time: nccl-tests doc/PERFORMANCE.md), so an
+  inter-host step streams at ``collective_efficiency · B``;
+* ``collective_step_s``: a fixed cost per step of the collective that crosses hosts,
+  added to the link's α: NCCL's proxy thread posts each chunk and polls its completion
+  before the next step may start.
+
+The closed forms of :mod:`simdist.collectives` then price the collective with that
+(α, B) on its inter-host scope, the same algebra as before (:meth:`Protocol.
+collective_link`). NCCL's figures do not depend on the algorithm: its own tuning model
+(``src/graph/tuning.cc``) gives every inter-node ring step the same latency and the
+transport one bus bandwidth.
+
+Names. ``tcp`` and ``rdma`` name the wire's stack; NCCL calls its transports over the
+same stacks NET/Socket and NET/IB (with GPUDirect RDMA as an option of NET/IB), so
+``nccl-socket`` is another name for ``tcp`` and ``nccl-ib`` for ``rdma``
+(:data:`ALIASES`): one stack, one set of figures, whichever of the two layers a scenario
+names. A ``grpc`` network is TCP underneath: its collectives run over NCCL's socket
+transport, with ``tcp``'s collective figures. GPUDirect RDMA against staging through host
+memory is not a transport figure: where the NIC sits relative to the GPUs is the
+intra-host fabric's (``cluster.network.intra_host: pcie`` routes a GPU's bytes to the
+NIC through the shared PCIe uplink).
 
 ``ideal`` (efficiency 1, no overhead, no CPU cost) is the default and is exactly the
 bare :class:`~simdist.network.transfer.Transfer` of earlier versions: existing reports
@@ -73,6 +99,26 @@ _TCP_EFFICIENCY = 1460 / 1538
 # SETTINGS_MAX_FRAME_SIZE) behind a 9-byte frame header (RFC 7540 §4.1, §6.5.2).
 _HTTP2_EFFICIENCY = 16384 / (16384 + 9)
 
+# Collectives (NCCL's network transports). Each share is one published nccl-tests busbw
+# of a large ring all-reduce over the line rate it ran on (the calibration); the
+# validation table (benchmarks/validation/collectives.py) predicts other clusters with it.
+# NET/IB: "12 GB/s for 100G NICs", 24 GB/s per 200G NIC, is the peak NCCL's maintainers
+# expect of a large all-reduce over InfiniBand (S. Jeaugey, NVIDIA/nccl-tests issue #119,
+# 2022): 12 / 12.5 GB/s of line rate.
+_NCCL_IB_SHARE = 12.0 / 12.5
+# NET/Socket: 2.06 GB/s busbw on a 32 Gbit/s (4 GB/s) TCP network, NCCL 2.3.7 with one ring
+# (C. Winter, NVIDIA/nccl issue #209, 2019: "not more than 60% of wire speed" over 32 Gbit/s
+# with NCCL's defaults). One ring is one socket, served by NCCL's proxy thread copying
+# through host memory; NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD (no helper thread by
+# default; 2 x 8 on AWS NICs, 4 x 1 on GCP's: src/transport/net_socket.cc) opens more.
+_NCCL_SOCKET_SHARE = 2.06 / 4.0
+# NCCL's own cost model gives every ring step between nodes (Simple protocol, the one
+# large buffers use: NCCL_BUFFSIZE 4 MiB in NCCL_STEPS = 8 slots of 512 KiB) 14 us,
+# whatever the transport: hwLat[NET][Ring][Simple] in src/graph/tuning.cc (NCCL 2.7 had 9.6).
+_NCCL_NET_STEP_S = 14e-6
+# The kernel socket path's per-message cost over RDMA's, as ``tcp`` messages pay it.
+_SOCKET_MESSAGE_S = 15e-6
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -82,6 +128,8 @@ class Protocol:
     efficiency: float = 1.0  # payload share of line rate, in (0, 1]
     per_message_overhead_s: float = 0.0
     serialization_Bps: float | None = None  # None: no CPU cost
+    collective_efficiency: float = 1.0  # share of line rate a collective's step reaches
+    collective_step_s: float = 0.0  # added to α per collective step across hosts
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -93,6 +141,12 @@ class Protocol:
             )
         if self.serialization_Bps is not None and not self.serialization_Bps > 0:
             raise ValueError(f"serialization_Bps must be > 0, got {self.serialization_Bps}")
+        if not 0 < self.collective_efficiency <= 1:
+            raise ValueError(
+                f"collective_efficiency must be in (0, 1], got {self.collective_efficiency}"
+            )
+        if self.collective_step_s < 0:
+            raise ValueError(f"collective_step_s must be >= 0, got {self.collective_step_s}")
 
     @property
     def ideal(self) -> bool:
@@ -102,6 +156,17 @@ class Protocol:
             and self.per_message_overhead_s == 0.0
             and self.serialization_Bps is None
         )
+
+    @property
+    def ideal_collectives(self) -> bool:
+        """Whether a collective's step across hosts sees the bare link (no step cost, no
+        derating): then the topologies price collectives exactly as without a protocol."""
+        return self.collective_efficiency == 1.0 and self.collective_step_s == 0.0
+
+    def collective_link(self, latency_s: float, bandwidth_Bps: float) -> tuple[float, float]:
+        """The (α, B) a collective's step sees on an inter-host link of (α, B) = (``latency_s``,
+        ``bandwidth_Bps``): the step cost added, the bandwidth derated (module docstring)."""
+        return latency_s + self.collective_step_s, bandwidth_Bps * self.collective_efficiency
 
     @property
     def cpu_s_per_byte(self) -> float:
@@ -115,6 +180,14 @@ class Protocol:
         return cpu + wire + self.per_message_overhead_s + cpu
 
 
+#: Where ``tcp``'s (and ``grpc``'s) collective figures come from.
+_SOCKET_COLLECTIVES = (
+    "share 2.06/4.0 = 0.515: nccl-tests busbw 2.06 GB/s on 32 Gbit/s TCP, NCCL 2.3.7, one "
+    "ring (NVIDIA/nccl#209, 2019: 'not more than 60% of wire speed'); per step 29 us: NCCL's "
+    "14 us per inter-node ring step (hwLat NET/Ring/Simple, src/graph/tuning.cc) plus the "
+    "socket path's 15 us per message"
+)
+
 #: The presets ``cluster.network.protocol`` names. Each figure cites its source; the
 #: ones marked "assumed" had no published measurement to take, and say why the value.
 PROTOCOLS: dict[str, Protocol] = {
@@ -125,25 +198,34 @@ PROTOCOLS: dict[str, Protocol] = {
     "tcp": Protocol(
         "tcp",
         efficiency=_TCP_EFFICIENCY,
-        per_message_overhead_s=15e-6,
+        per_message_overhead_s=_SOCKET_MESSAGE_S,
+        collective_efficiency=_NCCL_SOCKET_SHARE,
+        collective_step_s=_NCCL_NET_STEP_S + _SOCKET_MESSAGE_S,
         source=(
             "efficiency 1460/1538 = 0.949: TCP/IPv4 payload per 1500-byte-MTU Ethernet "
             "frame, RFC 6349 §3.3.1 (949 Mbit/s on 1 GigE); per-message 15 us, assumed: "
             "the kernel socket path's cost over RDMA's, as the 25-40 us NVMe/TCP vs "
             "10-20 us NVMe/RDMA latencies show; no CPU term: the kernel's copies stream "
-            "with the wire (NVMe/TCP reaches ~95% of wire speed)"
+            "with the wire (NVMe/TCP reaches ~95% of wire speed). "
+            f"Collectives (NCCL NET/Socket): {_SOCKET_COLLECTIVES}"
         ),
     ),
     "rdma": Protocol(
         "rdma",
         efficiency=0.97,
         per_message_overhead_s=0.0,
+        collective_efficiency=_NCCL_IB_SHARE,
+        collective_step_s=_NCCL_NET_STEP_S,
         source=(
             "efficiency 0.97: ib_send_bw reaches ~97 Gbit/s on 100 Gbit/s ConnectX-4 with "
             "64 KiB messages (Mellanox community measurement; NVMe/RDMA ~98% of wire "
             "speed); no per-message or CPU cost: kernel bypass and zero copy, the verbs "
             "latency (1-2 us per hop, e.g. 1.76 us MPI latency on QLogic InfiniBand) is "
-            "the link's own latency"
+            "the link's own latency. Collectives (NCCL NET/IB): share 12/12.5 = 0.96: "
+            "12 GB/s nccl-tests busbw per 100 Gbit/s NIC (24 GB/s per 200G), the peak "
+            "NCCL's maintainers expect (NVIDIA/nccl-tests#119; 12.2 GB/s 'as good as you "
+            "can get', nccl-tests#29); per step 14 us: NCCL's cost model for an inter-node "
+            "ring step (hwLat NET/Ring/Simple, src/graph/tuning.cc)"
         ),
     ),
     "grpc": Protocol(
@@ -151,6 +233,8 @@ PROTOCOLS: dict[str, Protocol] = {
         efficiency=_TCP_EFFICIENCY * _HTTP2_EFFICIENCY,
         per_message_overhead_s=100e-6,
         serialization_Bps=1.6e9,
+        collective_efficiency=_NCCL_SOCKET_SHARE,
+        collective_step_s=_NCCL_NET_STEP_S + _SOCKET_MESSAGE_S,
         source=(
             "efficiency: TCP's 0.949 x HTTP/2 DATA framing 16384/16393 (RFC 7540); "
             "serialisation 1.6 GB/s per host for each of encode and decode: grpc-go's "
@@ -163,23 +247,39 @@ PROTOCOLS: dict[str, Protocol] = {
             "J. Parallel Prog. 46(4)), AR-gRPC up to 4.1x over gRPC on IPoIB (Biswas, "
             "Lu & Panda, HiPC 2018), and standard distributed TensorFlow losing about "
             "half of 128 GPUs to communication where Horovod's ring keeps 88% (Sergeev "
-            "& Del Balso 2018, Figs. 1 and 6)"
+            "& Del Balso 2018, Figs. 1 and 6). Collectives: a gRPC network is TCP "
+            f"underneath, so NCCL runs over its socket transport: {_SOCKET_COLLECTIVES}"
         ),
     ),
 }
 
 
+#: NCCL's names for its network transports → the preset of the stack they run on.
+ALIASES: dict[str, str] = {"nccl-socket": "tcp", "nccl-ib": "rdma"}
+
+#: Every name ``cluster.network.protocol`` and ``simdist collectives --protocol`` take.
+PROTOCOL_NAMES: tuple[str, ...] = (*PROTOCOLS, *ALIASES)
+
+
+def protocol_named(name: str) -> Protocol:
+    """The preset ``name`` (or an alias of one: :data:`ALIASES`) stands for."""
+    return PROTOCOLS[ALIASES.get(name, name)]
+
+
 def protocol_of(network: NetworkSpec) -> Protocol:
     """The protocol a ``cluster.network`` section asks for: a preset, then its overrides.
 
-    ``protocol`` names the preset; ``efficiency``, ``per_message_overhead_s`` and
-    ``serialization_Bps``, when given (not ``None``), replace the preset's figure.
+    ``protocol`` names the preset (or an alias of one); ``efficiency``,
+    ``per_message_overhead_s``, ``serialization_Bps``, ``collective_efficiency`` and
+    ``collective_step_s``, when given (not ``None``), replace the preset's figure.
     """
-    preset = PROTOCOLS[network.protocol]
+    preset = protocol_named(network.protocol)
     given = {
         "efficiency": network.efficiency,
         "per_message_overhead_s": network.per_message_overhead_s,
         "serialization_Bps": network.serialization_Bps,
+        "collective_efficiency": network.collective_efficiency,
+        "collective_step_s": network.collective_step_s,
     }
     changes = {field: float(value) for field, value in given.items() if value is not None}
     if not changes:

@@ -118,12 +118,16 @@ class NetworkSpec(Spec):
     :mod:`simdist.network.leaf_spine` and :mod:`simdist.network.intranode`.
 
     ``protocol`` prices point-to-point messages (parameter-server pulls and pushes,
-    pipeline activations; not collectives): ``ideal`` (default: the bare wire), ``tcp``,
-    ``rdma`` or ``grpc`` presets (:data:`simdist.network.transport.PROTOCOLS`, with their
-    sources), and each figure may be given instead of the preset's: ``efficiency`` (share
-    of line rate carrying payload), ``per_message_overhead`` (a duration per message) and
-    ``serialization_bandwidth`` (bytes per second a host's CPU encodes, and decodes, a
-    message at; the sender encodes before the wire, the receiver decodes after).
+    pipeline activations) and the inter-host steps of collectives: ``ideal`` (default: the
+    bare wire), ``tcp``, ``rdma`` or ``grpc`` presets, or NCCL's names ``nccl-socket`` (=
+    ``tcp``) and ``nccl-ib`` (= ``rdma``) (:data:`simdist.network.transport.PROTOCOLS`,
+    with their sources), and each figure may be given instead of the preset's:
+    ``efficiency`` (share of line rate carrying payload), ``per_message_overhead`` (a
+    duration per message), ``serialization_bandwidth`` (bytes per second a host's CPU
+    encodes, and decodes, a message at; the sender encodes before the wire, the receiver
+    decodes after), ``collective_efficiency`` (share of line rate a collective's
+    inter-host step streams at, nccl-tests busbw / line rate) and ``collective_step`` (a
+    duration added to each inter-host step of a collective).
     """
 
     topology: Literal["switch", "leaf_spine"] = Field("switch", examples=["leaf_spine"])
@@ -140,7 +144,9 @@ class NetworkSpec(Spec):
     # PCIe switch whose uplink (pcie_uplink, default PCIe 3.0 x16) the devices share.
     intra_host: Literal["shared", "nvlink", "pcie"] = Field("shared", examples=["nvlink"])
     pcie_uplink_Bps: Bandwidth | None = Field(None, alias="pcie_uplink", examples=["15.75GB/s"])
-    protocol: Literal["ideal", "tcp", "rdma", "grpc"] = Field("ideal", examples=["grpc"])
+    protocol: Literal["ideal", "tcp", "rdma", "grpc", "nccl-socket", "nccl-ib"] = Field(
+        "ideal", examples=["nccl-ib"]
+    )
     efficiency: Float | None = Field(None, gt=0, le=1, examples=[0.9])
     per_message_overhead_s: Latency | None = Field(
         None, alias="per_message_overhead", examples=["100us"]
@@ -148,6 +154,8 @@ class NetworkSpec(Spec):
     serialization_Bps: Bandwidth | None = Field(
         None, alias="serialization_bandwidth", examples=["1.6GB/s"]
     )
+    collective_efficiency: Float | None = Field(None, gt=0, le=1, examples=[0.96])
+    collective_step_s: Latency | None = Field(None, alias="collective_step", examples=["14us"])
 
     @model_validator(mode="after")
     def _topology_fields(self) -> NetworkSpec:
