@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import NamedTuple
 
 from simdist.strategies.base import LayerCost
@@ -170,7 +171,7 @@ def _gather_layers(
     (backward). Returns the reductions' collective indices.
     """
     gathered = [i for i in order if layers[i].param_nbytes > 0]
-    following = dict(zip(gathered, gathered[1:], strict=False))
+    following = dict(pairwise(gathered))
     rank = {i: k + 1 for k, i in enumerate(gathered)}
     issued: dict[int, int] = {}
     reductions: list[int] = []

@@ -82,8 +82,9 @@ class Spec(StrategySpecBase):
     algorithm: Literal["ring", "hierarchical"] = algorithm_field()
     overlap_comm: bool | None = Field(None, examples=["true"])
     reduce_bucket_size: Bytes = Field(DEEPSPEED_BUCKET_BYTES, gt=0, examples=["200MB"])
-    allgather_bucket_size: Bytes = Field(DEEPSPEED_BUCKET_BYTES, gt=0, examples=["200MB"])
-    prefetch: bool = Field(True, examples=["false"])
+    # Options of some stages only: None when not given (a dumped scenario keeps it so).
+    allgather_bucket_size: Bytes | None = Field(None, gt=0, examples=["200MB"])
+    prefetch: bool | None = Field(None, examples=["false"])
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host: the data group is every device."""
@@ -101,14 +102,13 @@ class Spec(StrategySpecBase):
     def check(self, scenario: Scenario) -> None:
         """Options of one stage given with another, and ``hierarchical`` on unequal hosts."""
         super().check(scenario)
-        given = self.model_fields_set
-        if "prefetch" in given and self.stage != 3:
+        if self.prefetch is not None and self.stage != 3:
             raise fail(
                 "strategy.prefetch",
                 f"got prefetch with stage {self.stage}; only stage 3 gathers parameters per "
                 "layer, so there is nothing to prefetch: remove prefetch or use stage: 3",
             )
-        if "allgather_bucket_size" in given and self.stage == 3:
+        if self.allgather_bucket_size is not None and self.stage == 3:
             raise fail(
                 "strategy.allgather_bucket_size",
                 "got allgather_bucket_size with stage 3, which gathers each layer's parameters "
@@ -120,13 +120,15 @@ class Spec(StrategySpecBase):
     def plan_options(self) -> ShardingPlanOptions:
         """The plan of a step under these options (:mod:`~simdist.strategies.sharded_plan`)."""
         overlap = self.stage == 3 if self.overlap_comm is None else self.overlap_comm
+        prefetch = self.prefetch is not False
+        gather = self.allgather_bucket_size
         return ShardingPlanOptions(
             stage=self.stage,
             overlap_comm=overlap,
             reduce_bucket_nbytes=self.reduce_bucket_size,
-            allgather_bucket_nbytes=self.allgather_bucket_size,
-            forward_prefetch=self.prefetch,
-            backward_prefetch="backward_pre" if self.prefetch else "none",
+            allgather_bucket_nbytes=DEEPSPEED_BUCKET_BYTES if gather is None else gather,
+            forward_prefetch=prefetch,
+            backward_prefetch="backward_pre" if prefetch else "none",
         )
 
 
@@ -325,7 +327,11 @@ class ZeroStrategy(SynchronousStrategy):
             yield env.timeout(last - env.now)
 
     def record_walk(
-        self, devices: list[Device], columns: list[tuple[Any, Any, str, str]], factor: Any, step: int
+        self,
+        devices: list[Device],
+        columns: list[tuple[Any, Any, str, str]],
+        factor: Any,
+        step: int,
     ) -> None:
         """The walk's spans, one column per program step, recorded as one grid."""
         import numpy as np
