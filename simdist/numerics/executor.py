@@ -330,6 +330,14 @@ class Workload:
             )
         return fn
 
+    def replica_loss_and_grad(self, global_batch: int) -> Callable:
+        """Not jitted: ``(params, x, y) -> (loss, grads, moments)`` of one replica, its loss
+        scaled by ``global_batch``, for strategies that build their own per-device step
+        (ZeRO's sharded update). With ``sync_batch_norm`` the moments are shared over
+        :data:`REPLICA_AXIS`, so it is traced under a ``vmap`` or ``shard_map`` naming it."""
+        global_batch, synced = int(global_batch), self.sync_batch_norm
+        return lambda p, x, y: self._loss_and_grad_impl(p, x, y, global_batch, synced)
+
     def stacked_vmap(self, global_batch: int, replicas: int = 1) -> Callable:
         """Not jitted: params with a leading axis of K versions, xs [K, b, ...], ys [K, b, ...]
         -> K losses, K grads, K moments — the body of :meth:`stacked_fn`.

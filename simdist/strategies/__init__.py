@@ -36,6 +36,8 @@ _CLASS_NAMES: dict[str, str] = {
     "tpu": "TPUStrategy",
     "parameter_server": "ParameterServerStrategy",
     "pipeline": "PipelineStrategy",
+    "zero": "ZeroStrategy",
+    "fsdp": "FSDPStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)
