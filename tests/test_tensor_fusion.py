@@ -160,3 +160,32 @@ def test_horovod_defaults_are_filled_in_and_written_out():
 def test_the_other_rules_fields_are_refused(overrides, field):
     with pytest.raises(ScenarioError, match=f"{field}: "):
         load_scenario("scenarios/mwm_2x4_ring.yaml", overrides)
+
+
+def test_a_straggler_delays_the_cycle_that_takes_each_tensor():
+    # device 5 runs at half speed: its gradients are ready at 2 × (3.5, 4, 6) = 7, 8, 12 ms,
+    # so the cycle at 10 ms takes l2 + l1 (8 MiB, within the threshold) and l0 waits for 15.
+    scenario = load_scenario(
+        "scenarios/mwm_2x4_ring.yaml",
+        [
+            "numerics=false",
+            EXACT,
+            "workload.eval_every=0",
+            "strategy.bucketing=horovod",
+            "strategy.fusion_threshold=8MiB",
+            "strategy.cycle_time=5ms",
+            "faults.stragglers=[{device: 5, slowdown: 2}]",
+        ],
+    )
+    result = simulate(scenario, layered_costs(LAYERS, steps=1))
+    net = scenario.cluster.links.network
+    a8 = ring_allreduce_s(8, 8 * MiB, net.latency_s, net.bandwidth_Bps)
+    a2 = ring_allreduce_s(8, 2 * MiB, net.latency_s, net.bandwidth_Bps)
+    comm = result.events[result.events["kind"] == "comm"].drop_duplicates("detail")
+    assert comm[["detail", "nbytes"]].values.tolist() == [
+        ["all-reduce ring buffer 1/2", 8 * MiB],
+        ["all-reduce ring buffer 2/2", 2 * MiB],
+    ]
+    assert comm["start_s"].tolist() == [2 * 5e-3, max(3 * 5e-3, 2 * 5e-3 + a8)]
+    end = max(3 * 5e-3, 2 * 5e-3 + a8) + a2
+    assert result.summary["simulated_time_s"] == pytest.approx(end, rel=1e-13)
