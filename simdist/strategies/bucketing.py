@@ -71,8 +71,10 @@ class AllReduceSpecBase(StrategySpecBase):
 
     The fields themselves are declared by each subclass, after its own, so that the resolved
     scenario keeps its key order. A resolved scenario (``scenario.yaml``) names only the
-    fields of the chosen rule: ``bucketing`` and DDP's ``bucket_bytes`` under ``ddp`` (whose
-    default is not written, so older reports stay the same), Horovod's two under ``horovod``.
+    fields of the chosen rule, so that it loads back: DDP's ``bucket_bytes`` under ``ddp``
+    (and not ``bucketing: ddp``, the default, so the reports of scenarios written before this
+    option stay byte for byte the same); ``bucketing: horovod`` and Horovod's two fields,
+    resolved, under ``horovod``.
     """
 
     if TYPE_CHECKING:
@@ -101,7 +103,7 @@ class AllReduceSpecBase(StrategySpecBase):
                     key = type(self).model_fields[name].alias
                     raise fail(
                         f"strategy.{key}",
-                        f"is an option of Horovod's tensor fusion, and bucketing is ddp; "
+                        "is an option of Horovod's tensor fusion, and bucketing is ddp; "
                         f"add bucketing: horovod, or remove {key} (ddp closes buckets at "
                         "bucket_bytes, e.g. bucket_bytes: 25MiB)",
                     )
