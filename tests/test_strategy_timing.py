@@ -22,9 +22,9 @@ from simdist.collectives import (
 from simdist.engine import simulate
 from simdist.scenario import load_scenario
 from simdist.strategies.base import Costs, LayerCost
+from simdist.strategies.bucketing import Bucket, gradient_buckets
 from simdist.strategies.central_storage import CentralStorageStrategy, central_storage_step_s
 from simdist.strategies.multi_worker_mirrored import chief_eval_s
-from simdist.strategies.sync import Bucket, gradient_buckets
 
 C = 1e-3  # seconds of compute per replica step
 S = 1_000_000  # gradient bytes

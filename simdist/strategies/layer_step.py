@@ -5,7 +5,8 @@ Three paths walk a step layer by layer:
 
 * the synchronous all-reduce strategies (:meth:`~.sync.SynchronousStrategy.overlapped_step`):
   backward's gradients fill buckets, all-reduced one after another while backward goes on
-  (PyTorch DDP, Li et al. 2020, §3.2.3);
+  (PyTorch DDP, Li et al. 2020, §3.2.3; or Horovod's fusion buffers, each at its cycle:
+  :mod:`.tensor_fusion`);
 * a parameter_server worker (``ParameterServerStrategy.overlapped``): each layer's forward
   waits for its variables, and each layer's gradient shards are pushed once its backward
   has ended (TensorFlow's per-variable sends);

@@ -14,15 +14,24 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from simdist.catalog import Execution
-from simdist.spec import Bytes, StrategySpecBase
-from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
+from simdist.spec import Bytes, Latency
+from simdist.strategies.bucketing import (
+    AllReduceSpecBase,
+    Bucketing,
+    bucket_bytes_field,
+    bucketing_field,
+    cycle_time_field,
+    fusion_threshold_field,
+    overlap_field,
+)
+from simdist.strategies.sync import AllReduceStrategy
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
 
 
-class Spec(StrategySpecBase):
+class Spec(AllReduceSpecBase):
     """Synchronous replicas on the devices of one host, all-reduce over intra-host links."""
 
     kind: Literal["mirrored"]
@@ -30,6 +39,9 @@ class Spec(StrategySpecBase):
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
     overlap: bool = overlap_field()
     bucket_bytes: Bytes = bucket_bytes_field()
+    bucketing: Bucketing = bucketing_field()
+    fusion_threshold_nbytes: Bytes | None = fusion_threshold_field()
+    cycle_time_s: Latency | None = cycle_time_field()
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of the one host."""

@@ -56,15 +56,24 @@ from pydantic import Field
 
 from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
-from simdist.spec import Bytes, StrategySpecBase, fail
-from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
+from simdist.spec import Bytes, Latency, fail
+from simdist.strategies.bucketing import (
+    AllReduceSpecBase,
+    Bucketing,
+    bucket_bytes_field,
+    bucketing_field,
+    cycle_time_field,
+    fusion_threshold_field,
+    overlap_field,
+)
+from simdist.strategies.sync import AllReduceStrategy
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
 
 
-class Spec(StrategySpecBase):
+class Spec(AllReduceSpecBase):
     """Synchronous replicas on every device of every host; hierarchical collectives."""
 
     kind: Literal["multi_worker_mirrored"]
@@ -73,6 +82,9 @@ class Spec(StrategySpecBase):
     execution: Execution = "auto"
     overlap: bool = overlap_field()
     bucket_bytes: Bytes = bucket_bytes_field()
+    bucketing: Bucketing = bucketing_field()
+    fusion_threshold_nbytes: Bytes | None = fusion_threshold_field()
+    cycle_time_s: Latency | None = cycle_time_field()
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
@@ -148,7 +160,7 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
         spec = self.scenario.strategy
         cluster = self.cluster
         self.packs = pack_sizes(self.costs.grad_nbytes, spec.bytes_per_pack)
-        sizes = [b.nbytes for b in self.buckets] or self.packs
+        sizes = self.bucket_sizes() or self.packs
 
         def price(algorithm: str) -> float:
             """Seconds of the step's all-reduces with ``algorithm``, on this topology."""
@@ -177,7 +189,7 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
         return eval_s, self.cluster.chief.name
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1 or self.buckets:
+        if self.scenario.replicas == 1 or self.overlapping:
             return
         count = len(self.packs)
         for i, nbytes in enumerate(self.packs):

@@ -16,66 +16,22 @@ from abc import abstractmethod
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import Field
-
 from simdist.errors import SimdistError
 from simdist.faults import FailureSchedule
-from simdist.strategies.base import LayerCost, Strategy
+from simdist.strategies.base import Strategy
+from simdist.strategies.bucketing import Bucket, gradient_buckets
 from simdist.strategies.layer_step import (
     backward_s,
     forward_s,
     hand_over_when_ready,
     span_seconds,
 )
+from simdist.strategies.tensor_fusion import TensorFusion
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
     from simdist.numerics.executor import Workload
     from simdist.scenario.effects import FailureSpec
-
-# PyTorch DistributedDataParallel's default bucket_cap_mb = 25 (torch.nn.parallel.
-# DistributedDataParallel docs); Horovod's tensor-fusion buffer defaults to 64 MB
-# (HOROVOD_FUSION_THRESHOLD, Horovod docs "Tensor Fusion").
-DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
-
-
-def overlap_field() -> Any:
-    """``strategy.overlap``: all-reduce gradient buckets during the backward pass (default)."""
-    return Field(True, examples=["false"])
-
-
-def bucket_bytes_field() -> Any:
-    """``strategy.bucket_bytes``: the size at which a gradient bucket is closed."""
-    return Field(DEFAULT_BUCKET_BYTES, gt=0, examples=["25MiB"])
-
-
-class Bucket(NamedTuple):
-    """Gradients all-reduced together: layers ``[first, stop)`` of the backward order."""
-
-    first: int
-    stop: int
-    nbytes: int
-
-
-def gradient_buckets(layers: Sequence[LayerCost], cap_nbytes: int) -> list[Bucket]:
-    """Group the layers' gradients, in backward (reverse) order, into buckets of ~``cap_nbytes``.
-
-    As PyTorch DDP (Li et al. 2020, "PyTorch Distributed: Experiences on accelerating data
-    parallel training", §3.2.3): gradients join the current bucket in the order backward
-    produces them; a bucket is closed when the next gradient would take it past the cap,
-    so a gradient larger than the cap gets a bucket of its own. Layers without parameters
-    join the bucket in progress.
-    """
-    buckets: list[Bucket] = []
-    first, nbytes = 0, 0
-    backward = list(reversed(layers))
-    for i, layer in enumerate(backward):
-        if nbytes and layer.grad_nbytes and nbytes + layer.grad_nbytes > cap_nbytes:
-            buckets.append(Bucket(first, i, nbytes))
-            first, nbytes = i, 0
-        nbytes += layer.grad_nbytes
-    buckets.append(Bucket(first, len(backward), nbytes))
-    return buckets
 
 
 class SyncState(NamedTuple):
@@ -241,6 +197,7 @@ class SynchronousStrategy(Strategy):
         *,
         eval_s: float = 0.0,
         eval_host: str | None = None,
+        fusion: TensorFusion | None = None,
     ) -> Generator[Any, Any, None]:
         """Forward, then backward layer by layer, each bucket all-reduced as soon as it is ready.
 
@@ -253,23 +210,24 @@ class SynchronousStrategy(Strategy):
         one ``backward`` span per bucket (``straggle`` for a straggler's excess) and an
         ``idle: barrier`` until the slowest device has its last bucket ready; the network
         records the all-reduces.
+
+        With ``fusion`` (Horovod's tensor fusion) the buckets are this step's fused buffers,
+        decided from when each gradient is ready on every device, and each is handed over
+        at the start of the cycle that takes it (:class:`TensorFusion`).
         """
         import numpy as np
 
         start = self.env.now
         devices = self.training_devices
-        seconds = self.bucket_seconds(devices, buckets, step)
-        factor = np.array([self.slowdown(d, step) for d in devices]) if self.stragglers else 1.0
         hosts, names = self.recorder.device_columns(devices)
         t = start + np.where(hosts == eval_host, eval_s, 0.0)
-        spans = seconds.shape[1]  # forward, then each bucket's backward
-        begins = np.empty((len(devices), 1 + 2 * spans))
-        ends = np.empty_like(begins)
-        begins[:, 0], ends[:, 0] = start, t
-        for k in range(spans):
-            begins[:, 1 + 2 * k] = t
-            ends[:, 1 + 2 * k] = begins[:, 2 + 2 * k] = t + seconds[:, k]
-            t = ends[:, 2 + 2 * k] = t + seconds[:, k] * factor
+        cycles: list[float] | None = None
+        if fusion is not None:
+            tensor_ready = self.backward_grid(devices, fusion.tensors, step, t)[1][:, 4::2]
+            fused = fusion.buffers([float(v) for v in tensor_ready.max(axis=0)], start)
+            buckets = [bucket for bucket, _ in fused]
+            cycles = [cycle for _, cycle in fused]
+        begins, ends, factor = self.backward_grid(devices, buckets, step, t)
         ready = ends[:, 4::2]  # when each device has each bucket's gradients
         keep = ends > begins
         keep[:, 2::2] &= np.reshape(np.asarray(factor) > 1.0, (-1, 1))
@@ -289,12 +247,39 @@ class SynchronousStrategy(Strategy):
         self.recorder.events(
             ready[:, -1], bucket_ready[-1], hosts, names, "idle", 0, step, "barrier"
         )
+        group = "bucket"
+        if cycles is not None:  # a buffer goes at its cycle (never before its gradients)
+            bucket_ready = [max(r, c) for r, c in zip(bucket_ready, cycles, strict=True)]
+            group = "buffer"
 
         def allreduce(b: int) -> Any:
-            detail = f"{label} bucket {b + 1}/{len(buckets)}" if len(buckets) > 1 else label
+            many = len(buckets) > 1 or cycles is not None
+            detail = f"{label} {group} {b + 1}/{len(buckets)}" if many else label
             return self.net.allreduce(devices, buckets[b].nbytes, algo, step=step, detail=detail)
 
         yield from hand_over_when_ready(self.env, bucket_ready, allreduce)
+
+    def backward_grid(
+        self, devices: Sequence[Device], buckets: Sequence[Bucket], step: int, t: Any
+    ) -> tuple[Any, Any, Any]:
+        """Each device's spans of an overlapped step from ``t`` (its start after any
+        evaluation): ``(begins, ends, factor)``, one row per device; column 0 the evaluation,
+        then (compute, straggle) pairs: forward, then each bucket's backward. ``factor`` is
+        each device's straggler factor (1.0 without stragglers)."""
+        import numpy as np
+
+        start = self.env.now
+        seconds = self.bucket_seconds(devices, buckets, step)
+        factor = np.array([self.slowdown(d, step) for d in devices]) if self.stragglers else 1.0
+        spans = seconds.shape[1]  # forward, then each bucket's backward
+        begins = np.empty((len(devices), 1 + 2 * spans))
+        ends = np.empty_like(begins)
+        begins[:, 0], ends[:, 0] = start, t
+        for k in range(spans):
+            begins[:, 1 + 2 * k] = t
+            ends[:, 1 + 2 * k] = begins[:, 2 + 2 * k] = t + seconds[:, k]
+            t = ends[:, 2 + 2 * k] = t + seconds[:, k] * factor
+        return begins, ends, factor
 
     def bucket_seconds(
         self, devices: Sequence[Device], buckets: Sequence[Bucket], step: int
@@ -435,10 +420,28 @@ class AllReduceStrategy(SynchronousStrategy):
         super().__init__(*args, **kwargs)
         spec = self.scenario.strategy
         self.buckets: list[Bucket] = []
+        self.fusion: TensorFusion | None = None
         if spec.overlap and self.scenario.replicas > 1:
-            buckets = gradient_buckets(self.costs.layers, spec.bucket_bytes)
-            if len(buckets) > 1:
+            if spec.bucketing == "horovod":
+                self.fusion = TensorFusion.of(
+                    self.costs.layers, spec.fusion_threshold_nbytes, spec.cycle_time_s
+                )
+            elif len(buckets := gradient_buckets(self.costs.layers, spec.bucket_bytes)) > 1:
                 self.buckets = buckets
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether backward and the all-reduces overlap: DDP buckets, or tensor fusion."""
+        return bool(self.buckets) or self.fusion is not None
+
+    def bucket_sizes(self) -> list[int]:
+        """The byte sizes of a step's all-reduces when they overlap backward (the DDP
+        buckets; under tensor fusion the buffers of a step whose gradients all reach one
+        cycle, as they do when the backward pass is short against the cycle)."""
+        if self.fusion is None:
+            return [b.nbytes for b in self.buckets]
+        tensors = self.fusion.tensors
+        return [b.nbytes for b, _ in self.fusion.buffers([0.0] * len(tensors), 0.0)]
 
     @property
     def label(self) -> str:
@@ -452,9 +455,15 @@ class AllReduceStrategy(SynchronousStrategy):
 
     def compute(self, step: int) -> Generator[Any, Any, None]:
         eval_s, eval_host = self.step_eval(step)
-        if self.buckets:
+        if self.overlapping:
             yield from self.overlapped_step(
-                step, self.algorithm, self.label, self.buckets, eval_s=eval_s, eval_host=eval_host
+                step,
+                self.algorithm,
+                self.label,
+                self.buckets,
+                eval_s=eval_s,
+                eval_host=eval_host,
+                fusion=self.fusion,
             )
         else:
             yield from self.compute_phase(
@@ -462,7 +471,7 @@ class AllReduceStrategy(SynchronousStrategy):
             )
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1 or self.buckets:
+        if self.scenario.replicas == 1 or self.overlapping:
             return
         yield self.net.allreduce(
             self.training_devices,

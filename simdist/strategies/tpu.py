@@ -24,15 +24,24 @@ from pydantic import Field
 
 from simdist.catalog import Execution
 from simdist.collectives import allreduce_figures
-from simdist.spec import Bytes, PositiveInt, StrategySpecBase, fail
-from simdist.strategies.sync import AllReduceStrategy, bucket_bytes_field, overlap_field
+from simdist.spec import Bytes, Latency, PositiveInt, fail
+from simdist.strategies.bucketing import (
+    AllReduceSpecBase,
+    Bucketing,
+    bucket_bytes_field,
+    bucketing_field,
+    cycle_time_field,
+    fusion_threshold_field,
+    overlap_field,
+)
+from simdist.strategies.sync import AllReduceStrategy
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
 
 
-class Spec(StrategySpecBase):
+class Spec(AllReduceSpecBase):
     """Synchronous replicas on a 2D torus of TPU chips."""
 
     kind: Literal["tpu"]
@@ -43,6 +52,9 @@ class Spec(StrategySpecBase):
     execution: Execution = "auto"
     overlap: bool = overlap_field()
     bucket_bytes: Bytes = bucket_bytes_field()
+    bucketing: Bucketing = bucketing_field()
+    fusion_threshold_nbytes: Bytes | None = fusion_threshold_field()
+    cycle_time_s: Latency | None = cycle_time_field()
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per chip of the x × y torus."""
