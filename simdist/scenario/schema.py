@@ -186,6 +186,12 @@ class Scenario(Spec):
         return self.workload.batch_size * self.replicas
 
     @property
+    def numeric_devices(self) -> int:
+        """JAX devices the numerics run on with ``execution: devices`` (the replicas, or more
+        for a strategy that splits each replica over devices)."""
+        return self.strategy.numeric_devices(self.cluster)
+
+    @property
     def runs_on_devices(self) -> bool:
         """Whether the numerics run each replica on a JAX device of its own (``execution:
         devices``), so that a process must create that many devices before JAX starts.

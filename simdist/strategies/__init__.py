@@ -36,6 +36,7 @@ _CLASS_NAMES: dict[str, str] = {
     "tpu": "TPUStrategy",
     "parameter_server": "ParameterServerStrategy",
     "pipeline": "PipelineStrategy",
+    "tensor_parallel": "TensorParallelStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)
