@@ -88,7 +88,8 @@ def dense(p: Any, x: jax.Array, role: str) -> jax.Array:
     y = jnp.dot(x, p["kernel"])
     if role == "row":
         y = jax.lax.psum(y, TENSOR)
-    return y + p["bias"]
+    bias = p["bias"]
+    return y + bias.reshape((1,) * (y.ndim - 1) + bias.shape)
 
 
 def mlp_model(n_dense: int) -> ShardedModel:
