@@ -406,6 +406,7 @@ def test_strategy_union_is_built_from_the_registry():
         "tpu",
         "parameter_server",
         "pipeline",
+        "tensor_parallel",
     )
 
 
@@ -429,7 +430,13 @@ def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
     declares = [
         kind for spec in spec_classes() if "execution" in spec.model_fields for kind in spec.kinds()
     ]
-    assert declares == ["mirrored", "multi_worker_mirrored", "central_storage", "tpu"]
+    assert declares == [
+        "mirrored",
+        "multi_worker_mirrored",
+        "central_storage",
+        "tpu",
+        "tensor_parallel",
+    ]
     text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
     runs = {
         (execution, numerics): scenario_from_dict(
@@ -461,7 +468,7 @@ def test_unknown_kind_lists_every_registered_kind():
 def test_the_registry_imports_no_strategy_module():
     code = (
         "import sys, simdist.strategies as s\n"
-        "assert len(s.MODULES) == 7\n"
+        "assert len(s.MODULES) == 8\n"
         "heavy = ('simpy', 'jax', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
         "or m.split('.')[0] in heavy))\n"

@@ -10,6 +10,7 @@ import pytest
 from helpers import assert_trees_close, tiny
 
 from simdist.collectives import ring_allreduce_s
+from simdist.costs import measure_costs
 from simdist.engine import run, simulate
 from simdist.errors import ScenarioError
 from simdist.numerics.fullsize import Layer, apply_layer, build
@@ -30,6 +31,7 @@ from simdist.numerics.tensor_parallel import (
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost
+from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles
 from simdist.strategies.tensor_parallel.spec import TRANSFORMER_SIZES
 
 OPTIMIZERS = {
@@ -205,7 +207,9 @@ def test_one_megatron_layer_has_two_all_reduces_each_way_on_the_critical_path():
     result = timed()
     ar = ring_allreduce_s(4, X, 10e-6, 1e9)  # tiny's intra-host link: 1 GB/s, 10 us
     step = [
-        0.0 + 4e-4 + split(F),  # embeddings, then the attention block's share
+        0.0 + 4e-4,  # the embedding lookup: every device looks up every token
+        ar,  # g after the vocabulary-parallel embedding
+        0.0 + split(F),  # the attention block's share
         ar,  # g after attention
         0.0 + split(2 * F),
         ar,  # g after the MLP
@@ -213,7 +217,7 @@ def test_one_megatron_layer_has_two_all_reduces_each_way_on_the_critical_path():
         ar,  # f: the MLP's input gradient
         0.0 + split(B),
         ar,  # f: the attention's input gradient
-        0.0 + 6e-4,  # the embedding's backward, whole
+        0.0 + 6e-4,  # the embedding's backward (its input is token ids: no f)
     ]
     t = 0.0
     for _ in range(3):
@@ -221,25 +225,26 @@ def test_one_megatron_layer_has_two_all_reduces_each_way_on_the_critical_path():
             t += part
     assert result.summary["simulated_time_s"] == t
     comm = result.events[result.events["kind"] == "comm"]
-    assert len(comm) == 4 * 4 * 3  # 4 all-reduces x 4 devices x 3 steps
-    assert list(comm["detail"].iloc[::4][:4]) == [
+    assert len(comm) == 5 * 4 * 3  # 5 all-reduces x 4 devices x 3 steps
+    assert list(comm["detail"].iloc[::4][:5]) == [
+        "tensor all-reduce forward embeddings",
         "tensor all-reduce forward h.0.attention",
         "tensor all-reduce forward h.0.mlp",
         "tensor all-reduce backward h.0.mlp",
         "tensor all-reduce backward h.0.attention",
     ]
-    assert result.summary["tensor_collectives_per_step"] == 4
-    assert result.summary["tensor_comm_s_per_step"] == pytest.approx(4 * ar, rel=1e-12)
+    assert result.summary["tensor_collectives_per_step"] == 5
+    assert result.summary["tensor_comm_s_per_step"] == pytest.approx(5 * ar, rel=1e-12)
     # links.csv: each ring all-reduce of X over 4 devices puts 2(N-1) X bytes on the host's
     # shared intra-host link (every flow of every step crosses it)
     links = result.tables["links"].set_index("link")
-    assert links.loc["worker0/intra", "bytes"] == pytest.approx(3 * 4 * 2 * 3 * X, rel=1e-12)
+    assert links.loc["worker0/intra", "bytes"] == pytest.approx(3 * 5 * 2 * 3 * X, rel=1e-12)
 
 
 def test_sequence_parallel_swaps_each_all_reduce_for_reduce_scatter_and_all_gather():
     plain, sp = timed(), timed(sequence_parallel=True)
     kinds = sp.events[sp.events["kind"] == "comm"]["detail"].str.split().str[1]
-    assert set(kinds) == {"reduce-scatter", "all-gather"} and len(kinds) == 8 * 4 * 3
+    assert set(kinds) == {"reduce-scatter", "all-gather"} and len(kinds) == 10 * 4 * 3
     assert sp.summary["simulated_time_s"] == pytest.approx(
         plain.summary["simulated_time_s"], rel=1e-12
     )
@@ -325,3 +330,29 @@ def test_tensor_groups_across_hosts_when_allowed():
     data = tp(4, **{"cluster.hosts": 2, "cluster.devices_per_host": 2})
     data["strategy"]["cross_host"] = True
     assert scenario_from_dict(data).strategy.tensor == 4
+
+
+def test_gpt2_roles_and_each_devices_gradient_bytes():
+    scenario = scenario_from_dict(
+        tiny(
+            **{
+                "numerics": False,
+                "workload.timing_model": "gpt2",
+                "workload.input_shape": [16],
+                "workload.batch_size": 1,
+                "strategy": {"kind": "tensor_parallel", "tensor": 4},
+                "cluster.devices_per_host": 4,
+            }
+        )
+    )
+    costs = measure_costs(scenario, None)
+    names = [layer.name for layer in costs.layers]
+    roles = layer_roles("gpt2", names)
+    assert roles[0] == "vocab_embedding" and roles[-1] == "vocab_head"
+    assert set(roles[1:-1]) == {"block"} and len(roles) == 26
+    h, v, T = 768, 50257, 4
+    split = v * h + 12 * (3 * (h * h + h) + h * h + (h * 4 * h + 4 * h) + 4 * h * h)
+    whole = 1024 * h + 12 * (2 * h + h + 2 * h + h) + 2 * h  # wpe, LNs, row biases, ln_f
+    leaves = {path: nbytes for path, _, nbytes in costs.param_leaves}
+    assert sum(leaves.values()) == 4 * (split + whole)
+    assert device_grad_nbytes(costs.layers, roles, T, leaves) == 4 * (split // T + whole)

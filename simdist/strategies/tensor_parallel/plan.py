@@ -21,7 +21,16 @@ The roles a layer of the clock's profile can take:
 * ``column`` then ``row``: a pair of profile layers (the zoo mlp's dense layers 1 and 2, 3
   and 4, ...): the forward all-reduce after the row layer, the backward one after the
   column layer;
-* ``whole``: not split — embeddings, pooler, LM head, an mlp's last unpaired dense layer —
+* ``vocab_embedding``: a transformer's ``embeddings``, the word embedding split by
+  vocabulary (Shoeybi et al. 2019, Sec. 3: "parallelize the input embedding weight matrix
+  along the vocabulary dimension"): each device looks up every token in its slice (a full
+  lookup's work, so its time is not divided) and the partial embeddings are all-reduced in
+  forward (``g``); position / token-type embeddings and BERT's LayerNorm stay whole;
+* ``vocab_head``: GPT-2's LM head, the tied embedding matrix used column-parallel (each
+  device the logits of its slice of the vocabulary, fused with the cross entropy so that
+  only b·s numbers move — those three small all-reduces are left out) and the all-reduce of
+  its input's gradient in backward (``f``);
+* ``whole``: not split — BERT's pooler and classifier, an mlp's last unpaired dense layer —
   computed in full on every device of the group (its input is the all-reduced activation,
   so every copy is the same).
 
@@ -52,6 +61,11 @@ BLOCK_SUFFIXES: tuple[str, ...] = (".attention", ".ffn", ".mlp")
 #: Inside a block, the sub-layers split by columns (output features) and by rows.
 COLUMN_PARTS: tuple[str, ...] = ("query", "key", "value", "intermediate")
 ROW_PARTS: tuple[str, ...] = ("output",)
+#: Roles whose compute is divided over the group, roles that begin a split region (a
+#: backward all-reduce of the input's gradient: ``f``) and that end one (``g``).
+SPLIT: tuple[str, ...] = ("block", "column", "row", "vocab_head")
+STARTS: tuple[str, ...] = ("block", "column", "vocab_head")
+ENDS: tuple[str, ...] = ("block", "row", "vocab_embedding")
 
 
 class Op(NamedTuple):
@@ -65,13 +79,16 @@ class Op(NamedTuple):
 
 
 def layer_roles(model: str, names: Sequence[str]) -> tuple[str, ...]:
-    """Each profile layer's role (``whole``, ``column``, ``row``, ``block``) in ``model``."""
+    """Each profile layer's role in ``model`` (module docstring)."""
     if model == "mlp":
         pairs = len(names) // 2
         return tuple(
             ("column", "row")[i % 2] if i < 2 * pairs else "whole" for i in range(len(names))
         )
-    return tuple("block" if name.endswith(BLOCK_SUFFIXES) else "whole" for name in names)
+    special = {"embeddings": "vocab_embedding", "lm_head": "vocab_head"}
+    return tuple(
+        "block" if name.endswith(BLOCK_SUFFIXES) else special.get(name, "whole") for name in names
+    )
 
 
 def split_s(seconds: float, launch_s: float, tensor: int) -> float:
@@ -89,6 +106,8 @@ def leaf_split(role: str, path: str) -> bool:
         return True
     if role == "row":
         return path.endswith("/kernel")
+    if role == "vocab_embedding":
+        return "word_embeddings" in path.split("/")
     if role == "block":
         parts = path.split("/")
         if any(part in COLUMN_PARTS for part in parts):
@@ -113,7 +132,7 @@ def device_grad_nbytes(
     for layer, role in zip(layers, roles, strict=True):
         known = [p for p in layer.param_paths if p in leaf_nbytes]
         if not known:
-            total += layer.grad_nbytes // tensor if role != "whole" else layer.grad_nbytes
+            total += layer.grad_nbytes // tensor if role in SPLIT else layer.grad_nbytes
             continue
         for path in known:
             nbytes = leaf_nbytes[path]
@@ -165,7 +184,7 @@ def step_ops(
     ``f``'s none in forward and an all-reduce of the block's input gradient in backward.
     """
     sp = sequence_parallel
-    starts, ends = ("block", "column"), ("block", "row")
+    starts, ends = STARTS, ENDS
     gather_before: list[bool] = []
     inside = False  # sequence parallel: the activation here is split by sequence
     for i, role in enumerate(roles):
@@ -194,4 +213,4 @@ def step_ops(
 
 
 def _seconds(layer: LayerCost, seconds: float, role: str, tensor: int) -> float:
-    return seconds if role == "whole" else split_s(seconds, layer.launch_s, tensor)
+    return split_s(seconds, layer.launch_s, tensor) if role in SPLIT else seconds
