@@ -31,7 +31,7 @@ from simdist.numerics.tensor_parallel import (
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost
-from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles
+from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles, step_ops
 from simdist.strategies.tensor_parallel.spec import TRANSFORMER_SIZES
 
 OPTIMIZERS = {
@@ -57,11 +57,13 @@ def tp(tensor: int, data: int = 1, **changes: object) -> dict:
 
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 @pytest.mark.parametrize(
-    "hidden, tensor, data",
-    [([16], 4, 1), ([16, 8, 12], 2, 2)],
-    ids=["one-pair-T4", "two-pairs-T2xD2"],
+    "hidden, tensor, data, sequence_parallel",
+    [([16], 4, 1, False), ([16, 8, 12], 2, 2, False), ([16, 8, 12, 6], 2, 2, True)],
+    ids=["one-pair-T4", "two-pairs-T2xD2", "sequence-parallel-T2xD2"],
 )
-def test_tensor_parallel_equals_one_device_with_the_global_batch(optimizer, hidden, tensor, data):
+def test_tensor_parallel_equals_one_device_with_the_global_batch(
+    optimizer, hidden, tensor, data, sequence_parallel
+):
     model = {"name": "mlp", "hidden": hidden}
     common = {
         "workload.model": model,
@@ -70,9 +72,8 @@ def test_tensor_parallel_equals_one_device_with_the_global_batch(optimizer, hidd
         "workload.eval_every": 0,
     }
     one = run(scenario_from_dict(tiny(**common, **{"workload.batch_size": 32})))
-    split = run(
-        scenario_from_dict(tp(tensor, data, **common, **{"workload.batch_size": 32 // data}))
-    )
+    sp = {"workload.batch_size": 32 // data, "strategy.sequence_parallel": sequence_parallel}
+    split = run(scenario_from_dict(tp(tensor, data, **common, **sp)))
     assert split.scenario.global_batch == 32 and split.summary["execution"] == "devices"
     assert_trees_close(split.params, one.params, atol=1e-5)
     assert split.summary["final_train_loss"] == pytest.approx(
@@ -317,8 +318,13 @@ def test_tensor_left_out_is_one_host():
             "workload.timing_model",
             "cannot be split",
         ),
+        (
+            {"strategy.sequence_parallel": True, "workload.batch_size": 6},
+            "workload.batch_size",
+            "splits them over the 4 devices",
+        ),
     ],
-    ids=["hidden", "heads", "across-hosts", "devices", "cnn", "resnet50"],
+    ids=["hidden", "heads", "across-hosts", "devices", "cnn", "resnet50", "sequence-rows"],
 )
 def test_bad_layouts_name_the_field_and_the_sizes(changes, field, words):
     with pytest.raises(ScenarioError) as info:
@@ -356,3 +362,16 @@ def test_gpt2_roles_and_each_devices_gradient_bytes():
     leaves = {path: nbytes for path, _, nbytes in costs.param_leaves}
     assert sum(leaves.values()) == 4 * (split + whole)
     assert device_grad_nbytes(costs.layers, roles, T, leaves) == 4 * (split // T + whole)
+
+
+def test_mlp_sequence_parallel_plan_keeps_whole_layers_on_the_split_rows():
+    layers = [LayerCost(f"Dense_{i}", 1.0, 2.0, 100, (), 10 * (i + 1)) for i in range(3)]
+    roles = layer_roles("mlp", [layer.name for layer in layers])
+    assert roles == ("column", "row", "whole")
+    ops = step_ops(layers, roles, 2, True, gather_whole=False)
+    assert [(op.kind, op.nbytes) for op in ops if op.kind != "compute"] == [
+        ("reduce_scatter", 20),  # after the row layer; Dense_2 runs on its rows
+        ("all_gather", 20),  # backward: the row layer's output gradient, gathered
+    ]
+    # forward: Dense_0 and Dense_1 halved (0.5 + 0.5), then Dense_2 whole; backward alike
+    assert [op.seconds for op in ops if op.kind == "compute"] == [1.0, 1.0, 2.0, 2.0]

@@ -25,8 +25,9 @@ transformer's :class:`~simdist.numerics.fullsize.transformer.SelfAttention` (hea
 ``tensor``: query, key and value by columns, the output projection by rows) and
 :class:`~simdist.numerics.fullsize.transformer.FeedForward` on their own parameters.
 
-Sequence parallelism changes what moves (reduce-scatter + all-gather instead of each
-all-reduce) and what is stored, not the sums: the numerics here are the same either way.
+Sequence parallelism (the mlp's examples split over ``tensor`` between its pairs:
+:func:`mlp_model`) replaces each all-reduce by a reduce-scatter and an all-gather; the
+transformer blocks here run without it (the clock models it for them).
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ DATA = "data"
 
 class ShardedModel(NamedTuple):
     """A model split over the ``tensor`` axis: its parameters' ``PartitionSpec`` tree and
-    ``apply(params, x)`` run on one device's slices inside ``shard_map``."""
+    ``apply(params, x)`` run on one device's slices inside ``shard_map``; ``split_rows``:
+    its output is split by rows (examples) over ``tensor`` (sequence parallelism)."""
 
     specs: Any
     apply: Callable[[Any, jax.Array], jax.Array]
+    split_rows: bool = False
 
 
 def tensor_mesh(data: int, tensor: int) -> Mesh:
@@ -92,20 +95,37 @@ def dense(p: Any, x: jax.Array, role: str) -> jax.Array:
     return y + bias.reshape((1,) * (y.ndim - 1) + bias.shape)
 
 
-def mlp_model(n_dense: int) -> ShardedModel:
-    """The zoo mlp (:class:`~simdist.numerics.models.MLP`) with its dense layers paired."""
+def mlp_model(n_dense: int, sequence_parallel: bool = False) -> ShardedModel:
+    """The zoo mlp (:class:`~simdist.numerics.models.MLP`) with its dense layers paired.
+
+    ``sequence_parallel``: the examples are the mlp's tokens (every layer works example by
+    example). Each row-parallel sum is a reduce-scatter (``psum_scatter``) leaving each
+    device 1/T of the rows, the element-wise ReLU and any whole layer work on those rows
+    only, and the next column-parallel layer all-gathers them first; autodiff turns each
+    into the other in backward (Korthikanti et al. 2022, Sec. 4.2.2).
+    """
     roles = mlp_roles(n_dense)
     specs = {"params": {f"Dense_{i}": dense_specs(role) for i, role in enumerate(roles)}}
+    sp = sequence_parallel and "row" in roles
 
     def apply(params: Any, x: jax.Array) -> jax.Array:
         x = x.reshape((x.shape[0], -1))
+        split = False
         for i, role in enumerate(roles):
-            x = dense(params["params"][f"Dense_{i}"], x, role)
+            p = params["params"][f"Dense_{i}"]
+            if role == "column" and split:
+                x = jax.lax.all_gather(x, TENSOR, axis=0, tiled=True)
+            if role == "row" and sp:
+                x = jax.lax.psum_scatter(jnp.dot(x, p["kernel"]), TENSOR, tiled=True)
+                x = x + p["bias"].reshape((1, -1))
+                split = True
+            else:
+                x = dense(p, x, role)
             if i < n_dense - 1:
                 x = nn.relu(x)
         return x
 
-    return ShardedModel(specs, apply)
+    return ShardedModel(specs, apply, split_rows=sp)
 
 
 # -- transformer blocks --------------------------------------------------------------
@@ -204,8 +224,12 @@ def sharded_value_and_grad(
     parameter slices and its data shard (module docstring)."""
 
     def local(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-        loss = loss_sum(model.apply(params, x), y, task) / global_batch
-        return jax.lax.psum(loss, DATA)
+        out = model.apply(params, x)
+        if not model.split_rows:
+            return jax.lax.psum(loss_sum(out, y, task) / global_batch, DATA)
+        rows = out.shape[0]  # this device's rows of its data shard
+        y = jax.lax.dynamic_slice_in_dim(y, jax.lax.axis_index(TENSOR) * rows, rows)
+        return jax.lax.psum(loss_sum(out, y, task) / global_batch, (DATA, TENSOR))
 
     mapped = jax.shard_map(
         local, mesh=mesh, in_specs=(model.specs, P(DATA), P(DATA)), out_specs=P()
@@ -229,6 +253,7 @@ class TensorParallelTrainer:
         tensor: int,
         per_replica_batch: int,
         make_state: Callable[[Any, Any, Any], Any],
+        sequence_parallel: bool = False,
     ) -> None:
         """``make_state(params, opt_state, model_state)``: the strategy's state type."""
         self._state = make_state
@@ -236,7 +261,7 @@ class TensorParallelTrainer:
         self.global_batch = data * per_replica_batch
         self.mesh = tensor_mesh(data, tensor)
         n_dense = len(workload.params["params"])
-        self.model = mlp_model(n_dense)
+        self.model = mlp_model(n_dense, sequence_parallel)
         self._grads = sharded_value_and_grad(
             self.model, self.mesh, workload.task, self.global_batch
         )

@@ -173,7 +173,12 @@ class _Walk:
 
 
 def step_ops(
-    layers: Sequence[LayerCost], roles: Sequence[str], tensor: int, sequence_parallel: bool
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sequence_parallel: bool,
+    *,
+    gather_whole: bool = True,
 ) -> list[Op]:
     """One step of a tensor group: forward in layer order, backward in reverse, with the
     tensor collectives where Megatron puts them (module docstring).
@@ -182,14 +187,18 @@ def step_ops(
     of its input's gradient after its backward, a reduce-scatter after it an all-gather of
     its output's gradient before; ``g``'s all-reduce after a block has no backward part,
     ``f``'s none in forward and an all-reduce of the block's input gradient in backward.
+    ``gather_whole``: a whole layer after a sequence-split region needs the whole sequence
+    (BERT's pooler reads the first token); False when whole layers work token by token (the
+    mlp's examples), so they run on the split rows.
     """
     sp = sequence_parallel
     starts, ends = STARTS, ENDS
     gather_before: list[bool] = []
     inside = False  # sequence parallel: the activation here is split by sequence
     for i, role in enumerate(roles):
-        gather_before.append(sp and i > 0 and (role in starts or (role == "whole" and inside)))
-        inside = sp and role in ends
+        whole = role == "whole" and inside and gather_whole
+        gather_before.append(sp and i > 0 and (role in starts or whole))
+        inside = sp and (role in ends or (role == "whole" and inside and not gather_whole))
     fwd = _Walk("forward")
     for i, layer in enumerate(layers):
         if gather_before[i]:

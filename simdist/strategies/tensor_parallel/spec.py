@@ -131,6 +131,14 @@ class Spec(StrategySpecBase):
         self._check_model(clock, w.clock_model)
         if scenario.numerics and w.model is not None and w.model is not w.clock_model:
             self._check_model("workload.model", w.model)
+        given = w.model_fields_set
+        batch = w.global_batch_size // D if "global_batch_size" in given else w.batch_size
+        if self.sequence_parallel and scenario.numerics and batch % T:
+            raise fail(
+                "workload.batch_size",
+                f"got {batch} examples per copy; sequence parallelism splits them over the "
+                f"{T} devices of the tensor group, e.g. batch_size: {max(T, batch // T * T)}",
+            )
         if scenario.numerics and w.model is not None and w.model.name != "mlp":
             raise fail(
                 "workload.model",

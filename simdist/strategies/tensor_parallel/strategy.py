@@ -54,6 +54,8 @@ class TensorParallelStrategy(SynchronousStrategy):
             )
         model = self.scenario.workload.clock_model.name
         self.roles = layer_roles(model, [layer.name for layer in layers])
+        # The mlp's whole layers work example by example: on the split rows, no all-gather.
+        self.gather_whole = model != "mlp"
         self.tensor_groups = [list(g) for g in self.mesh.groups("tensor")]
         self.data_groups = [list(g) for g in self.mesh.groups("data")]
         self.ops = self.ops_of(self.costs.layers)
@@ -64,13 +66,18 @@ class TensorParallelStrategy(SynchronousStrategy):
             from simdist.numerics.tensor_parallel import TensorParallelTrainer
 
             self.trainer = TensorParallelTrainer(
-                self.workload, self.D, self.T, self.scenario.workload.batch_size, SyncState
+                self.workload,
+                self.D,
+                self.T,
+                self.scenario.workload.batch_size,
+                SyncState,
+                sequence_parallel=self.sp,
             )
             self.state = self.trainer.init()
 
     def ops_of(self, layers: Sequence[Any]) -> list[Op]:
         """A tensor group's step on layers of these costs."""
-        return step_ops(layers, self.roles, self.T, self.sp)
+        return step_ops(layers, self.roles, self.T, self.sp, gather_whole=self.gather_whole)
 
     def requested_execution(self) -> str:
         """The data-parallel trainer the base class builds is replaced by the sharded one;
