@@ -9,6 +9,7 @@ import optax
 import pytest
 from helpers import assert_trees_close, tiny
 
+from simdist.cluster import Cluster
 from simdist.collectives import ring_allreduce_s
 from simdist.costs import measure_costs
 from simdist.engine import run, simulate
@@ -323,8 +324,18 @@ def test_tensor_left_out_is_one_host():
             "workload.batch_size",
             "splits them over the 4 devices",
         ),
+        ({"workload.model": {"name": "mlp", "hidden": []}}, "workload.model.hidden", "no hidden"),
     ],
-    ids=["hidden", "heads", "across-hosts", "devices", "cnn", "resnet50", "sequence-rows"],
+    ids=[
+        "hidden",
+        "heads",
+        "across-hosts",
+        "devices",
+        "cnn",
+        "resnet50",
+        "sequence-rows",
+        "no-pair",
+    ],
 )
 def test_bad_layouts_name_the_field_and_the_sizes(changes, field, words):
     with pytest.raises(ScenarioError) as info:
@@ -375,3 +386,14 @@ def test_mlp_sequence_parallel_plan_keeps_whole_layers_on_the_split_rows():
     ]
     # forward: Dense_0 and Dense_1 halved (0.5 + 0.5), then Dense_2 whole; backward alike
     assert [op.seconds for op in ops if op.kind == "compute"] == [1.0, 1.0, 2.0, 2.0]
+
+
+def test_a_straggler_may_name_any_device_of_the_tensor_groups():
+    data = tp(2, 2, **{"faults.stragglers": [{"device": 3, "slowdown": 2.0}]})
+    scenario = scenario_from_dict({**data, "numerics": False})
+    assert scenario.faults.stragglers[0].device == 3
+    events = simulate(scenario, megatron_layer_costs()).events
+    straggling = events[events["kind"] == "straggle"]
+    assert len(straggling) and set(straggling["device"]) == {
+        Cluster(scenario.cluster).devices[3].name
+    }

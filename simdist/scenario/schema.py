@@ -293,7 +293,7 @@ def _check_faults(s: Scenario) -> None:
     """Fault targets must exist in this cluster (the strategy has vetted the rest)."""
     c = s.cluster
     workers = s.strategy.workers(c)
-    devices = s.replicas
+    devices = s.numeric_devices
     for i, st in enumerate(s.faults.stragglers):
         if st.worker is not None and st.worker >= workers:
             raise fail(

@@ -154,6 +154,12 @@ class Spec(StrategySpecBase):
                 f"{', '.join(SPLITTABLE)} (column- then row-parallel pairs); {model.name} "
                 "cannot be split this way: use mirrored or pipeline, or model: mlp",
             )
+        if model.name == "mlp" and not model.hidden:
+            raise fail(
+                f"{field}.hidden",
+                "got no hidden layer: a single dense layer has no column/row pair to split; "
+                "give one, e.g. hidden: [128]",
+            )
         sizes = split_sizes(model)
         bad = [(what, size) for what, size in sizes if size % self.tensor]
         if bad:
