@@ -32,7 +32,8 @@ The roles a layer of the clock's profile can take:
   its input's gradient in backward (``f``);
 * ``whole``: not split — BERT's pooler and classifier, an mlp's last unpaired dense layer —
   computed in full on every device of the group (its input is the all-reduced activation,
-  so every copy is the same).
+  so every copy is the same; with sequence parallelism all-gathered first, unless its work
+  goes token by token — the mlp's examples — when it runs on the device's split rows).
 
 A split layer's time on one device: its profile time without the launch cost, divided by
 T, plus the launch cost (every device still launches its kernels). That divides the
