@@ -139,7 +139,7 @@ def prepare_devices(scenario: Scenario) -> None:
     if scenario.requested_execution == "devices":
         from simdist.numerics.executor import ensure_devices
 
-        ensure_devices(scenario.replicas)
+        ensure_devices(scenario.numeric_devices)
 
 
 @contextmanager

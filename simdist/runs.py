@@ -210,7 +210,7 @@ def run_many(
     from simdist.sweep.runner import dask_client
 
     # JAX fixes its device count when a worker first uses it (simdist.sweep.devices_needed).
-    explicit = [s.replicas for s in scenarios if s.runs_on_devices]
+    explicit = [s.numeric_devices for s in scenarios if s.runs_on_devices]
     devices = max(explicit, default=1)
     with dask_client(scheduler, min(cores, len(scenarios))) as client:
         futures = []

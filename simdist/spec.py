@@ -182,6 +182,11 @@ class StrategySpecBase(Spec):
         """Worker tasks that ``worker N`` faults may target: every training host."""
         return cluster.hosts
 
+    def numeric_devices(self, cluster: Any) -> int:
+        """JAX devices the numerics run on with ``execution: devices``: one per replica (a
+        strategy that splits a replica over devices, tensor_parallel, needs more)."""
+        return self.replicas(cluster)
+
     def sharding(self, cluster: Any) -> Sharding:
         """How one replica's model state is split over devices (default: replicated)."""
         return Sharding()

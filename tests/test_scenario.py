@@ -408,6 +408,7 @@ def test_strategy_union_is_built_from_the_registry():
         "pipeline",
         "zero",
         "fsdp",
+        "tensor_parallel",
     )
 
 
@@ -438,6 +439,7 @@ def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
         "tpu",
         "zero",
         "fsdp",
+        "tensor_parallel",
     ]
     text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
     runs = {
@@ -470,7 +472,7 @@ def test_unknown_kind_lists_every_registered_kind():
 def test_the_registry_imports_no_strategy_module():
     code = (
         "import sys, simdist.strategies as s\n"
-        "assert len(s.MODULES) == 9\n"
+        "assert len(s.MODULES) == 10\n"
         "heavy = ('simpy', 'jax', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
         "or m.split('.')[0] in heavy))\n"

@@ -186,6 +186,12 @@ class Scenario(Spec):
         return self.workload.batch_size * self.replicas
 
     @property
+    def numeric_devices(self) -> int:
+        """JAX devices the numerics run on with ``execution: devices`` (the replicas, or more
+        for a strategy that splits each replica over devices)."""
+        return self.strategy.numeric_devices(self.cluster)
+
+    @property
     def runs_on_devices(self) -> bool:
         """Whether the numerics run each replica on a JAX device of its own (``execution:
         devices``), so that a process must create that many devices before JAX starts.
@@ -287,7 +293,7 @@ def _check_faults(s: Scenario) -> None:
     """Fault targets must exist in this cluster (the strategy has vetted the rest)."""
     c = s.cluster
     workers = s.strategy.workers(c)
-    devices = s.replicas
+    devices = s.numeric_devices
     for i, st in enumerate(s.faults.stragglers):
         if st.worker is not None and st.worker >= workers:
             raise fail(

@@ -38,6 +38,7 @@ _CLASS_NAMES: dict[str, str] = {
     "pipeline": "PipelineStrategy",
     "zero": "ZeroStrategy",
     "fsdp": "FSDPStrategy",
+    "tensor_parallel": "TensorParallelStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)

@@ -36,7 +36,7 @@ def devices_needed(prepared: Sequence[PreparedPoint]) -> int:
     for p in prepared:
         s = p.scenario
         if s is not None and s.runs_on_devices:
-            needed = max(needed, s.replicas)
+            needed = max(needed, s.numeric_devices)
     return needed
 
 

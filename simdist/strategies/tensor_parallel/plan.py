@@ -1,0 +1,226 @@
+"""Which layers tensor parallelism splits, and one step as a walk of compute and collectives.
+
+Pure (no SimPy, no JAX): the strategy prices the walk on the clock, the tests by hand.
+
+Megatron-LM (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3, Fig. 3) pairs a
+column-parallel linear (each device holds a slice of the output features, needs the whole
+input, and communicates nothing) with a row-parallel one (each device holds the matching
+slice of the input features and computes a partial sum of the whole output). Around the
+pair sit two conjugate operators: ``f``, the identity in forward and an all-reduce of the
+input gradient in backward, and ``g``, an all-reduce of the output in forward and the
+identity in backward. A transformer has two such blocks per layer — attention (the query,
+key and value projections split by heads, column-parallel; the output projection
+row-parallel) and the MLP — so two all-reduces in forward and two in backward, each of the
+batch × sequence × hidden activation, on the critical path.
+
+The roles a layer of the clock's profile can take:
+
+* ``block``: a whole Megatron block in one profile layer (a transformer's ``attention``,
+  ``ffn`` / ``mlp``): forward all-reduce of its output, backward all-reduce of its input's
+  gradient;
+* ``column`` then ``row``: a pair of profile layers (the zoo mlp's dense layers 1 and 2, 3
+  and 4, ...): the forward all-reduce after the row layer, the backward one after the
+  column layer;
+* ``vocab_embedding``: a transformer's ``embeddings``, the word embedding split by
+  vocabulary (Shoeybi et al. 2019, Sec. 3: "parallelize the input embedding weight matrix
+  along the vocabulary dimension"): each device looks up every token in its slice (a full
+  lookup's work, so its time is not divided) and the partial embeddings are all-reduced in
+  forward (``g``); position / token-type embeddings and BERT's LayerNorm stay whole;
+* ``vocab_head``: GPT-2's LM head, the tied embedding matrix used column-parallel (each
+  device the logits of its slice of the vocabulary, fused with the cross entropy so that
+  only b·s numbers move — those three small all-reduces are left out) and the all-reduce of
+  its input's gradient in backward (``f``);
+* ``whole``: not split — BERT's pooler and classifier, an mlp's last unpaired dense layer —
+  computed in full on every device of the group (its input is the all-reduced activation,
+  so every copy is the same; with sequence parallelism all-gathered first, unless its work
+  goes token by token — the mlp's examples — when it runs on the device's split rows).
+
+A split layer's time on one device: its profile time without the launch cost, divided by
+T, plus the launch cost (every device still launches its kernels). That divides the
+block's LayerNorm, residual add and output bias by T too, which Megatron replicates: they
+are element-wise over the block's output (b·s·h), a few per cent of a block's bytes (on
+GPT-2, 5 × 25 MB of the attention's 10.6 GB and the MLP's 4.4 GB at batch 8), so the
+split counts them once per device instead of T times. With sequence parallelism
+(Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4.2.2) they really are split, and each
+all-reduce becomes a reduce-scatter (after the block, forward; after its input gradient,
+backward) and an all-gather (before the block, forward; before its backward): the same
+bytes as the all-reduce they replace (ring all-reduce = reduce-scatter + all-gather).
+
+The first layer's input is the data: nothing needs its gradient, so no backward collective
+there; every device reads the whole input batch, so no all-gather before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from simdist.strategies.base import LayerCost
+
+#: Profile layers of a transformer that are one whole Megatron block (fullsize/transformer.py).
+BLOCK_SUFFIXES: tuple[str, ...] = (".attention", ".ffn", ".mlp")
+#: Inside a block, the sub-layers split by columns (output features) and by rows.
+COLUMN_PARTS: tuple[str, ...] = ("query", "key", "value", "intermediate")
+ROW_PARTS: tuple[str, ...] = ("output",)
+#: Roles whose compute is divided over the group, roles that begin a split region (a
+#: backward all-reduce of the input's gradient: ``f``) and that end one (``g``).
+SPLIT: tuple[str, ...] = ("block", "column", "row", "vocab_head")
+STARTS: tuple[str, ...] = ("block", "column", "vocab_head")
+ENDS: tuple[str, ...] = ("block", "row", "vocab_embedding")
+
+
+class Op(NamedTuple):
+    """One part of a tensor group's step: ``compute`` for ``seconds``, or a collective
+    (``allreduce``, ``reduce_scatter``, ``all_gather``) of ``nbytes`` over the group."""
+
+    kind: str
+    seconds: float
+    nbytes: int
+    detail: str
+
+
+def layer_roles(model: str, names: Sequence[str]) -> tuple[str, ...]:
+    """Each profile layer's role in ``model`` (module docstring)."""
+    if model == "mlp":
+        pairs = len(names) // 2
+        return tuple(
+            ("column", "row")[i % 2] if i < 2 * pairs else "whole" for i in range(len(names))
+        )
+    special = {"embeddings": "vocab_embedding", "lm_head": "vocab_head"}
+    return tuple(
+        "block" if name.endswith(BLOCK_SUFFIXES) else special.get(name, "whole") for name in names
+    )
+
+
+def split_s(seconds: float, launch_s: float, tensor: int) -> float:
+    """A split layer's time on one of ``tensor`` devices: the work / T, the launch in full."""
+    return (seconds - launch_s) / tensor + launch_s
+
+
+def leaf_split(role: str, path: str) -> bool:
+    """Whether parameter ``path`` of a layer of ``role`` is split over the tensor group.
+
+    Column-parallel: kernel and bias; row-parallel: the kernel (the bias is added once,
+    after the all-reduce); in a block, its column and row sub-layers so, LayerNorms whole.
+    """
+    if role == "column":
+        return True
+    if role == "row":
+        return path.endswith("/kernel")
+    if role == "vocab_embedding":
+        return "word_embeddings" in path.split("/")
+    if role == "block":
+        parts = path.split("/")
+        if any(part in COLUMN_PARTS for part in parts):
+            return True
+        return any(part in ROW_PARTS for part in parts) and parts[-1] == "kernel"
+    return False
+
+
+def device_grad_nbytes(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    leaf_nbytes: Mapping[str, int],
+) -> int:
+    """Gradient bytes one device of a tensor group holds (what the data-parallel all-reduce
+    moves): its slices of the split parameters, every whole one in full.
+
+    A layer whose parameters are not listed leaf by leaf (a hand-made profile) counts its
+    gradient / T when it is split.
+    """
+    total = 0
+    for layer, role in zip(layers, roles, strict=True):
+        known = [p for p in layer.param_paths if p in leaf_nbytes]
+        if not known:
+            total += layer.grad_nbytes // tensor if role in SPLIT else layer.grad_nbytes
+            continue
+        for path in known:
+            nbytes = leaf_nbytes[path]
+            total += nbytes // tensor if leaf_split(role, path) else nbytes
+    return total
+
+
+def _span(kind: str, names: list[str]) -> str:
+    return f"{kind} {names[0]}" if len(names) == 1 else f"{kind} {names[0]}..{names[-1]}"
+
+
+class _Walk:
+    """Ops in order; consecutive compute merged into one span (its layers' times summed in
+    order)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.ops: list[Op] = []
+        self.seconds: list[float] = []
+        self.names: list[str] = []
+
+    def compute(self, name: str, seconds: float) -> None:
+        self.seconds.append(seconds)
+        self.names.append(name)
+
+    def collective(self, op: str, nbytes: int, layer: str) -> None:
+        self.flush()
+        label = {"allreduce": "all-reduce", "reduce_scatter": "reduce-scatter"}.get(
+            op, "all-gather"
+        )
+        self.ops.append(Op(op, 0.0, int(nbytes), f"tensor {label} {self.kind} {layer}"))
+
+    def flush(self) -> None:
+        if self.seconds:
+            total = float(sum(self.seconds))
+            self.ops.append(Op("compute", total, 0, _span(self.kind, self.names)))
+        self.seconds, self.names = [], []
+
+
+def step_ops(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sequence_parallel: bool,
+    *,
+    gather_whole: bool = True,
+) -> list[Op]:
+    """One step of a tensor group: forward in layer order, backward in reverse, with the
+    tensor collectives where Megatron puts them (module docstring).
+
+    Backward mirrors forward: an all-gather before a layer in forward is a reduce-scatter
+    of its input's gradient after its backward, a reduce-scatter after it an all-gather of
+    its output's gradient before; ``g``'s all-reduce after a block has no backward part,
+    ``f``'s none in forward and an all-reduce of the block's input gradient in backward.
+    ``gather_whole``: a whole layer after a sequence-split region needs the whole sequence
+    (BERT's pooler reads the first token); False when whole layers work token by token (the
+    mlp's examples), so they run on the split rows.
+    """
+    sp = sequence_parallel
+    starts, ends = STARTS, ENDS
+    gather_before: list[bool] = []
+    inside = False  # sequence parallel: the activation here is split by sequence
+    for i, role in enumerate(roles):
+        whole = role == "whole" and inside and gather_whole
+        gather_before.append(sp and i > 0 and (role in starts or whole))
+        inside = sp and (role in ends or (role == "whole" and inside and not gather_whole))
+    fwd = _Walk("forward")
+    for i, layer in enumerate(layers):
+        if gather_before[i]:
+            fwd.collective("all_gather", layers[i - 1].output_nbytes, layer.name)
+        fwd.compute(layer.name, _seconds(layer, layer.forward_s, roles[i], tensor))
+        if roles[i] in ends:
+            fwd.collective("reduce_scatter" if sp else "allreduce", layer.output_nbytes, layer.name)
+    fwd.flush()
+    bwd = _Walk("backward")
+    for i in reversed(range(len(layers))):
+        layer, role = layers[i], roles[i]
+        if sp and role in ends:
+            bwd.collective("all_gather", layer.output_nbytes, layer.name)
+        bwd.compute(layer.name, _seconds(layer, layer.backward_s, role, tensor))
+        if gather_before[i]:
+            bwd.collective("reduce_scatter", layers[i - 1].output_nbytes, layer.name)
+        elif not sp and role in starts and i > 0:
+            bwd.collective("allreduce", layers[i - 1].output_nbytes, layer.name)
+    bwd.flush()
+    return fwd.ops + bwd.ops
+
+
+def _seconds(layer: LayerCost, seconds: float, role: str, tensor: int) -> float:
+    return split_s(seconds, layer.launch_s, tensor) if role in SPLIT else seconds
