@@ -30,6 +30,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     "forward_s",
     "backward_s",
     "param_paths",
+    "conv3x3_flops",
+    "conv3x3_nbytes",
 )
 _CSV_HEADER_KEYS = ("model", "batch_size", "input_shape", "bytes_per_param")
 
@@ -63,6 +65,8 @@ def layers_csv_text(profile: ModelProfile) -> str:
                 str(int(layer.param_nbytes)),
                 *("" if v is None else _number(v) for v in optional),
                 ";".join(layer.param_paths),
+                _number(layer.conv3x3_flops),
+                _number(layer.conv3x3_nbytes),
             ]
         )
     return out.getvalue()
@@ -158,6 +162,8 @@ def _layer(path: Path, i: int, header: list[str], row: list[str]) -> LayerProfil
         "weight_grad_fraction": num("weight_grad_fraction", None),
         "forward_s": num("forward_s", None),
         "backward_s": num("backward_s", None),
+        "conv3x3_flops": num("conv3x3_flops"),
+        "conv3x3_nbytes": num("conv3x3_nbytes"),
     }
     try:
         return LayerProfile(**fields)  # type: ignore[arg-type]

@@ -41,6 +41,13 @@ PUBLISHED: dict[str, Published] = {
         "torchvision ResNet101_Weights.IMAGENET1K_V1: GFLOPS 7.80 (multiply-adds, v1.5) "
         "https://pytorch.org/vision/stable/models/generated/torchvision.models.resnet101.html",
     ),
+    "resnet152": Published(
+        60.2e6,
+        11.51e9,
+        "torchvision ResNet152_Weights.IMAGENET1K_V1: num_params 60,192,808 (60.2M)",
+        "torchvision ResNet152_Weights.IMAGENET1K_V1: GFLOPS 11.51 (multiply-adds, v1.5) "
+        "https://pytorch.org/vision/stable/models/generated/torchvision.models.resnet152.html",
+    ),
     "vgg16": Published(
         138.4e6,
         15.47e9,

@@ -1,4 +1,4 @@
-"""ResNet-50/101 as sequences of layers: torchvision's ResNet v1.5 (stride on the 3×3
+"""ResNet-50/101/152 as sequences of layers: torchvision's ResNet v1.5 (stride on the 3×3
 convolution), He et al. 2016,
 https://github.com/pytorch/vision/blob/main/torchvision/models/resnet.py
 """
@@ -14,7 +14,11 @@ from simdist.numerics.fullsize.layered import Layer
 __all__ = ["RESNET_DEPTHS", "Bottleneck", "ResNetStem", "resnet_layers"]
 
 #: Bottleneck blocks per stage.
-RESNET_DEPTHS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3)}
+RESNET_DEPTHS = {
+    "resnet50": (3, 4, 6, 3),
+    "resnet101": (3, 4, 23, 3),
+    "resnet152": (3, 8, 36, 3),
+}
 
 
 class ResNetStem(nn.Module):
