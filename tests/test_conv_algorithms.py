@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from simdist.costs import scale_profile
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile, read_profile, write_layers_csv
 from simdist.numerics.conv3x3 import Conv3x3, count_conv3x3
@@ -145,3 +146,10 @@ def test_bad_3x3_columns_are_refused_with_the_field_named(tmp_path):
     bad.write_text("name,forward_flops,backward_flops,param_nbytes,conv3x3_flops\nc,1,2,4,x\n")
     with pytest.raises(SimdistError, match="row 2, column conv3x3_flops: 'x' is not a number"):
         read_profile(bad)
+
+
+def test_a_profile_run_at_another_batch_scales_its_3x3_columns_with_the_flops():
+    profile = ModelProfile("hand", 64, (56, 56, 256), (_conv3_2(),), "hand")
+    half = scale_profile(profile, 32).layers[0]
+    assert (half.conv3x3_flops, half.conv3x3_nbytes) == (CONV_FLOPS / 2, IO_NBYTES / 2)
+    assert half.forward_flops == FORWARD_FLOPS / 2
