@@ -27,7 +27,11 @@ What the GPU executes for 3×3 convolutions. cuDNN, which TensorFlow's and PyTor
 convolutions call with autotuning on (TensorFlow: ``TF_CUDNN_USE_AUTOTUNE`` defaults to true,
 tensorflow/core/util/use_cudnn.cc), runs 3×3 stride-1 convolutions with Winograd's minimal
 filtering algorithm, non-fused, in all three passes (forward, backward data, backward filter:
-cuDNN 5.1 release notes, ``*_ALGO_WINOGRAD_NONFUSED`` for 3×3 and 5×5 filters). F(4×4, 3×3)
+cuDNN 5.1 release notes, ``*_ALGO_WINOGRAD_NONFUSED`` for 3×3 and 5×5 filters; TensorFlow
+offers them to the autotuner when ``TF_ENABLE_WINOGRAD_NONFUSED`` is set, which
+tf_cnn_benchmarks does by default: tensorflow/benchmarks commit 9165a70, the one its published
+tables ran, scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py, flag ``winograd_nonfused``,
+default True). F(4×4, 3×3)
 computes each 4×4 output tile from a 6×6 input tile with 36 multiplications where the direct
 convolution needs 144: a quarter of the arithmetic (Lavin & Gray 2016, "Fast Algorithms for
 Convolutional Neural Networks", CVPR, Sec. 4). Non-fused, the transforms are separate,

@@ -22,15 +22,17 @@ tf_cnn_benchmarks. One efficiency per device is fitted on that device's ResNet-5
 frozen (simdist/profiles.py); the other three models on each device are predicted.
 
 **What cuDNN runs.** TensorFlow autotunes every convolution (`TF_CUDNN_USE_AUTOTUNE` is on by
-default) among cuDNN's algorithms: implicit GEMM, FFT and, since cuDNN 5.1, non-fused
-Winograd for 3×3 (and 5×5) stride-1 convolutions in the forward, backward-data and
-backward-filter passes. Winograd F(4×4, 3×3) computes a 4×4 output tile from a 6×6 input
+default) among cuDNN's algorithms: implicit GEMM, FFT and, since cuDNN 5.1, non-fused Winograd
+for 3×3 (and 5×5) stride-1 convolutions in the forward, backward-data and backward-filter
+passes — offered when `TF_ENABLE_WINOGRAD_NONFUSED` is set, which tf_cnn_benchmarks does by
+default (`--winograd_nonfused=True`, tensorflow/benchmarks commit 9165a70, the benchmark hash
+of the published tables). Winograd F(4×4, 3×3) computes a 4×4 output tile from a 6×6 input
 tile with 36 multiplications where direct convolution needs 144 (Lavin & Gray 2016, "Fast
-Algorithms for Convolutional Neural Networks", Sec. 4), so it executes a quarter of the
-FLOPs the model "has"; non-fused, its input and output transforms are separate memory-bound
-kernels that move the tensors through DRAM expanded by 36/16. The published VGG-16 rates
-(99 % of its FLOPs in 3×3 stride-1 convolutions) imply 11.8–14.3 TFLOP/s of direct
-arithmetic on a 10.6 TFLOP/s P100: impossible unless the GPU executes fewer FLOPs.
+Algorithms for Convolutional Neural Networks", Sec. 4), so it executes a quarter of the FLOPs
+the model "has"; non-fused, its input and output transforms are separate memory-bound kernels
+that move the tensors through DRAM expanded by 36/16. The published VGG-16 rates (99 % of its
+FLOPs in 3×3 stride-1 convolutions) imply about 14 TFLOP/s of direct arithmetic on a 10.6
+TFLOP/s P100 (154 img/s × 90 GFLOP): impossible unless the GPU executes fewer FLOPs.
 
 **What was wrong.** The roofline priced every FLOP as a direct one, with one efficiency per
 device fitted on ResNet-50 (a third of its FLOPs in 3×3 stride-1 convolutions). That
@@ -38,9 +40,10 @@ efficiency absorbed ResNet-50's Winograd saving, and VGG-16, which has three tim
 came out 54–62 % slow (P100 56 img/s against 154). Now each layer profile carries the FLOPs of
 its 3×3 stride-1 convolutions and the bytes of their inputs and outputs (counted on shapes,
 simdist/numerics/conv3x3.py); the roofline prices those FLOPs at a quarter and adds the
-transforms' traffic in series, on the precisions where cuDNN runs Winograd (fp32 on the
-GPUs). The refitted efficiencies are lower (K80 0.27 → 0.213, P100 0.47 → 0.373,
-V100 0.595 → 0.507) because they no longer hide the saving.
+transforms' traffic in series, on the precisions where cuDNN runs Winograd (fp32 on the GPUs).
+The refitted efficiencies are lower (K80 0.27 → 0.213, P100 0.47 → 0.373) because they no
+longer hide the saving; the V100's (0.595 → 0.507) is now fitted on the same source as its
+other rows (it was NVIDIA's PyTorch ResNet-50 v1.5).
 
 **Sources and stand-ins.** K80 and P100: tensorflow/tensorflow r1.x
 `tensorflow/docs_src/performance/benchmarks.md` (May 2017, cuDNN 5.1): the DGX-1 P100 and
@@ -49,15 +52,19 @@ Google Compute Engine K80 "Training synthetic data" tables, at their published b
 (github.com/lambdal/lambda-tensorflow-benchmark, commit 6595db3e,
 `logs_named/V100.logs/syn-replicated-fp32-1gpus/<model>-<batch>/throughput/1`, TensorFlow 2.2,
 V100-SXM3-32GB, batch 192, ResNet-152 96). No published single-GPU ResNet-101 rate of these
-runs was found, so each device's ResNet-101 cell is the same source's ResNet-152 (added to
-the zoo for it). ResNet-50 there is v1 (stride in the first 1×1); the zoo's is v1.5, which
-the fitted efficiency absorbs.
+runs was found, so each device's ResNet-101 cell is the same source's ResNet-152 (added to the
+zoo for it). ResNet-50 there is v1 (stride in the first 1×1); the zoo's is v1.5, which the
+fitted efficiency absorbs.
 
-**What is left.** Inception V3 comes out 9–21 % fast: it is the model with the most
-memory-bound work the roofline does not price — TensorFlow 1.x without XLA runs every batch
-norm, ReLU and concatenation as its own kernel, which the fused "compulsory traffic" model
-ignores, and the K80 (lowest bandwidth per FLOP with its assumed memory efficiency) shows it
-most. 5×5 and 1×3 / 3×1 convolutions are priced as direct.
+**What is left.** Inception V3 comes out 9–22 % fast on all three GPUs, the K80 row (+22 %)
+outside ±20 %: the roofline prices its many small and asymmetric (1×7, 7×1, 1×3, 3×1)
+convolutions at the efficiency of ResNet-50's, and the 5×5 and asymmetric ones as direct. The
+other suspect, TensorFlow 1.x running every batch norm, ReLU and addition as its own
+memory-bound kernel (which the fused "compulsory traffic" ignores), does not explain it:
+estimated from the activation sizes it is about a quarter of ResNet-50's P100 step and an
+eighth of Inception V3's, so pricing it raises the fitted efficiency and makes Inception V3
+faster still (with XLA's unfused byte counts as the traffic: +28 % on the K80, and VGG-16 +25
+% on the V100).
 """
 
 #: (device, model, batch) → published img/s. [TF] the tf_cnn_benchmarks page, [LAMBDA] the
@@ -86,8 +93,8 @@ _NAMES = {
 _QUICK = {("p100", "resnet50", 64), ("p100", "vgg16", 64), ("k80", "vgg16", 32)}
 _NOTES = {
     "inception_v3": (
-        "unfused batch norm / ReLU / concatenation traffic of TensorFlow 1.x is not priced "
-        "(see the text); the K80 shows it most"
+        "Inception V3's small and asymmetric convolutions run below the efficiency fitted on "
+        "ResNet-50, and its 5×5 / 1×3 / 3×1 ones are priced as direct (see the text)"
     ),
 }
 
