@@ -22,7 +22,7 @@ from simdist.numerics.fullsize import apply_layer
 from simdist.numerics.fullsize.vgg import VGGConv
 from simdist.numerics.profile import profile_model
 from simdist.profiles import DEVICE_PROFILES
-from simdist.roofline import executed, layer_times
+from simdist.roofline import executed, fit_efficiency, layer_times, step_time
 
 BATCH, SIDE, CHANNELS = 64, 56, 256
 ELEMENTS = BATCH * SIDE * SIDE * CHANNELS  # 51,380,224 per activation
@@ -153,3 +153,19 @@ def test_a_profile_run_at_another_batch_scales_its_3x3_columns_with_the_flops():
     half = scale_profile(profile, 32).layers[0]
     assert (half.conv3x3_flops, half.conv3x3_nbytes) == (CONV_FLOPS / 2, IO_NBYTES / 2)
     assert half.forward_flops == FORWARD_FLOPS / 2
+
+
+@pytest.mark.parametrize(
+    ("device", "batch", "published"),
+    # tf_cnn_benchmarks' page (K80, P100) and Lambda Labs' V100 log: simdist/profiles.py
+    [("k80", 64, 51.9), ("p100", 64, 219.0), ("v100", 192, 432.16)],
+)
+def test_the_fp32_efficiencies_are_resnet50_fitted_through_the_roofline(device, batch, published):
+    profile = profile_model("resnet50", batch)
+    gpu = DEVICE_PROFILES[device]
+    fitted = fit_efficiency(profile, gpu, "fp32", published)
+    assert round(fitted, 3) == gpu.efficiency
+    rate = batch / step_time(layer_times(profile, replace(gpu, efficiency=fitted), "fp32"))
+    assert rate == pytest.approx(published, rel=1e-9)
+    with pytest.raises(SimdistError, match="even at the full peak"):
+        fit_efficiency(profile, gpu, "fp32", 1e9)
