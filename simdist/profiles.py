@@ -39,7 +39,8 @@ Sources, cited by key in the entries below:
 * ``[LAMBDA-TF]`` Lambda Labs, lambda-tensorflow-benchmark (github.com/lambdal/
   lambda-tensorflow-benchmark, commit 6595db3e, logs_named/V100.logs/
   syn-replicated-fp32-1gpus/resnet50-192/throughput/1): tf_cnn_benchmarks, TensorFlow 2.2,
-  Tesla V100-SXM3-32GB, FP32, synthetic data, batch 192: 432.16 img/s.
+  Tesla V100-SXM3-32GB, FP32, synthetic data, batch 192: 432.16 img/s. An SXM3 part (boost
+  1597 MHz against the SXM2's 1530): the fitted share absorbs those 4 %.
 * ``[MEGATRON]`` Shoeybi et al. 2019, "Megatron-LM", arXiv:1909.08053, Sec. 5: one V100
   sustains 39 TFLOP/s in mixed precision, 30 % of peak.
 * ``[MEGATRON-2]`` Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
