@@ -3,7 +3,9 @@
 :func:`profile_model` turns a model of the zoo (softmax, mlp, cnn, resnet) or a full-size model
 (:mod:`simdist.numerics.fullsize`) into a :class:`~simdist.layers.ModelProfile`: per layer, the
 FLOPs and bytes accessed of its forward pass and of its backward pass (input gradient and
-weight gradient), the bytes of its output activation and of its parameters.
+weight gradient), the bytes of its output activation and of its parameters, and the FLOPs and
+input/output bytes of its 3×3 stride-1 convolutions (:mod:`simdist.numerics.conv3x3`), which
+the roofline prices as cuDNN's Winograd.
 
 How: every layer function is lowered with ``jax.jit(f).lower(...)`` on ``jax.ShapeDtypeStruct``
 arguments and ``Lowered.cost_analysis()`` is read. Nothing is allocated (VGG-16's 553 MB of
