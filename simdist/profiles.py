@@ -19,12 +19,13 @@ peak. Transformer measurements are quoted as the paper's own share of peak (mode
 utilisation).
 
 The FP32 GPU efficiencies (K80, P100, V100) are instead *fitted through the roofline*: each is
-the efficiency at which :func:`simdist.roofline.fit_efficiency` runs the zoo's ResNet-50
-(``profile_model("resnet50", batch)``) at one published single-GPU rate, with cuDNN's
-Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions (``winograd=True``; see
-:mod:`simdist.roofline`), then frozen to three digits. Counting every FLOP as a direct one
-gave 0.27 / 0.47 / 0.595, which made VGG-16 (99 % 3x3 stride-1 convolutions) 54-62 % slow;
-benchmarks/validation/single_gpu.py predicts the other models from these three numbers.
+the efficiency at which :func:`simdist.roofline.fit_efficiency` runs the zoo's ResNet-50 v1
+(``profile_model("resnet50_v1", batch)``, the model tf_cnn_benchmarks measures) at one
+published single-GPU rate, with cuDNN's Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions
+(``winograd=True``; see :mod:`simdist.roofline`), then frozen to three digits. Counting every
+FLOP as a direct one gave 0.27 / 0.47 / 0.595, which made VGG-16 (99 % 3x3 stride-1
+convolutions) 54-62 % slow; benchmarks/validation/single_gpu.py predicts the other models
+from these three numbers.
 
 Sources, cited by key in the entries below:
 
@@ -184,9 +185,9 @@ def _profile(
 _RN50_V15_FLOP = 6 * 4.09e9
 _RN50_V1_FLOP = 6 * 3.8e9
 # FP32 efficiencies fitted through the roofline on ResNet-50 (module docstring).
-_K80_FP32 = 0.213  # [TF-BENCH] 51.9 img/s, batch 64
-_P100_FP32 = 0.373  # [TF-BENCH] 219 img/s, batch 64
-_V100_FP32 = 0.507  # [LAMBDA-TF] 432.16 img/s, batch 192
+_K80_FP32 = 0.178  # [TF-BENCH] 51.9 img/s, batch 64
+_P100_FP32 = 0.312  # [TF-BENCH] 219 img/s, batch 64
+_V100_FP32 = 0.426  # [LAMBDA-TF] 432.16 img/s, batch 192
 # V100 memory copy: 785 of 900 GB/s [MEMCOPY].
 _V100_MEMORY = 785e9 / 900e9
 _GPU_LAUNCH_S = 5e-6
@@ -300,7 +301,7 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 "fp32",
                 19.5e12,
                 _V100_FP32,
-                "assumed: V100's FP32 share 0.507 [LAMBDA-TF]",
+                "assumed: V100's FP32 share 0.426 [LAMBDA-TF]",
                 winograd=True,
             ),
             PrecisionPeak(
@@ -332,7 +333,7 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 "fp32",
                 67e12,
                 _V100_FP32,
-                "assumed: V100's FP32 share 0.507 [LAMBDA-TF]",
+                "assumed: V100's FP32 share 0.426 [LAMBDA-TF]",
                 winograd=True,
             ),
             PrecisionPeak(

@@ -70,27 +70,27 @@ faster still (with XLA's unfused byte counts as the traffic: +28 % on the K80, a
 #: (device, model, batch) → published img/s. [TF] the tf_cnn_benchmarks page, [LAMBDA] the
 #: Lambda Labs logs (TEXT says where each is).
 PUBLISHED: dict[tuple[str, str, int], tuple[float, str]] = {
-    ("k80", "resnet50", 64): (51.9, "tf_cnn_benchmarks 2017, GCE K80"),
+    ("k80", "resnet50_v1", 64): (51.9, "tf_cnn_benchmarks 2017, GCE K80"),
     ("k80", "vgg16", 32): (35.4, "tf_cnn_benchmarks 2017, GCE K80"),
     ("k80", "inception_v3", 64): (30.5, "tf_cnn_benchmarks 2017, GCE K80"),
-    ("k80", "resnet152", 32): (20.0, "tf_cnn_benchmarks 2017, GCE K80"),
-    ("p100", "resnet50", 64): (219.0, "tf_cnn_benchmarks 2017, DGX-1 P100"),
+    ("k80", "resnet152_v1", 32): (20.0, "tf_cnn_benchmarks 2017, GCE K80"),
+    ("p100", "resnet50_v1", 64): (219.0, "tf_cnn_benchmarks 2017, DGX-1 P100"),
     ("p100", "vgg16", 64): (154.0, "tf_cnn_benchmarks 2017, DGX-1 P100"),
     ("p100", "inception_v3", 64): (142.0, "tf_cnn_benchmarks 2017, DGX-1 P100"),
-    ("p100", "resnet152", 64): (91.8, "tf_cnn_benchmarks 2017, DGX-1 P100"),
-    ("v100", "resnet50", 192): (432.16, "Lambda Labs tf_cnn_benchmarks, V100 SXM3"),
+    ("p100", "resnet152_v1", 64): (91.8, "tf_cnn_benchmarks 2017, DGX-1 P100"),
+    ("v100", "resnet50_v1", 192): (432.16, "Lambda Labs tf_cnn_benchmarks, V100 SXM3"),
     ("v100", "vgg16", 192): (249.19, "Lambda Labs tf_cnn_benchmarks, V100 SXM3"),
     ("v100", "inception_v3", 192): (273.17, "Lambda Labs tf_cnn_benchmarks, V100 SXM3"),
-    ("v100", "resnet152", 96): (167.46, "Lambda Labs tf_cnn_benchmarks, V100 SXM3"),
+    ("v100", "resnet152_v1", 96): (167.46, "Lambda Labs tf_cnn_benchmarks, V100 SXM3"),
 }
 
 _NAMES = {
-    "resnet50": "ResNet-50",
+    "resnet50_v1": "ResNet-50 v1",
     "vgg16": "VGG-16",
     "inception_v3": "Inception V3",
-    "resnet152": "ResNet-152 (for ResNet-101)",
+    "resnet152_v1": "ResNet-152 v1 (for ResNet-101)",
 }
-_QUICK = {("p100", "resnet50", 64), ("p100", "vgg16", 64), ("k80", "vgg16", 32)}
+_QUICK = {("p100", "resnet50_v1", 64), ("p100", "vgg16", 64), ("k80", "vgg16", 32)}
 _NOTES = {
     "inception_v3": (
         "Inception V3's small and asymmetric convolutions run below the efficiency fitted on "
@@ -107,7 +107,7 @@ def images_per_s(device: str, model: str, batch: int) -> float:
 
 def _case(device: str, model: str, batch: int) -> Case:
     published, source = PUBLISHED[(device, model, batch)]
-    fitted = " (fits the efficiency)" if model == "resnet50" else ""
+    fitted = " (fits the efficiency)" if model == "resnet50_v1" else ""
     return Case(
         source=source,
         layout=f"1 × {device.upper()}, {_NAMES[model]}, batch {batch}, fp32{fitted}",

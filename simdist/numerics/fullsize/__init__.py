@@ -62,6 +62,8 @@ _INPUTS: dict[str, tuple[tuple[int, ...], str, int | None]] = {
     "resnet50": ((224, 224, 3), "float32", None),
     "resnet101": ((224, 224, 3), "float32", None),
     "resnet152": ((224, 224, 3), "float32", None),
+    "resnet50_v1": ((224, 224, 3), "float32", None),
+    "resnet152_v1": ((224, 224, 3), "float32", None),
     "vgg16": ((224, 224, 3), "float32", None),
     "inception_v3": ((299, 299, 3), "float32", None),
     "bert_base": ((128,), "int32", 512),
