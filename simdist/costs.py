@@ -94,6 +94,8 @@ def scale_profile(profile: ModelProfile, batch_size: int) -> ModelProfile:
             backward_s=None if layer.backward_s is None else layer.backward_s * r,
             conv3x3_flops=layer.conv3x3_flops * r,
             conv3x3_nbytes=layer.conv3x3_nbytes * r,
+            elementwise_forward_nbytes=layer.elementwise_forward_nbytes * r,
+            elementwise_backward_nbytes=layer.elementwise_backward_nbytes * r,
         )
 
     return replace(profile, batch_size=batch_size, layers=tuple(scaled(x) for x in profile.layers))

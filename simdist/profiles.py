@@ -22,7 +22,8 @@ The FP32 GPU efficiencies (K80, P100, V100) are instead *fitted through the roof
 the efficiency at which :func:`simdist.roofline.fit_efficiency` runs the zoo's ResNet-50 v1
 (``profile_model("resnet50_v1", batch)``, the model tf_cnn_benchmarks measures) at one
 published single-GPU rate, with cuDNN's Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions
-(``winograd=True``; see :mod:`simdist.roofline`), then frozen to three digits. Counting every
+and batch norm / bias / ReLU as kernels of their own (``cudnn=True``; see
+:mod:`simdist.roofline`), then frozen to three digits. Counting every
 FLOP as a direct one gave 0.27 / 0.47 / 0.595, which made VGG-16 (99 % 3x3 stride-1
 convolutions) 54-62 % slow; benchmarks/validation/single_gpu.py predicts the other models
 from these three numbers.
@@ -85,8 +86,9 @@ class PrecisionPeak:
     flops: float  # FLOP/s, dense (no structured sparsity)
     efficiency: float  # share of ``flops`` a compute-bound layer reaches
     source: str  # where ``efficiency`` comes from
-    # cuDNN runs 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (simdist.roofline)
-    winograd: bool = False
+    # layers run as cuDNN kernels op by op, as TensorFlow without XLA runs them: 3x3 stride-1
+    # convolutions as Winograd F(4x4, 3x3), batch norm / bias / ReLU apart (simdist.roofline)
+    cudnn: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,8 @@ class DeviceProfile:
         """
         if precision == self.precision:
             own = next((p for p in self.peaks if p.precision == precision), None)
-            source, winograd = (own.source, own.winograd) if own else ("", False)
-            return PrecisionPeak(precision, self.peak_flops, self.efficiency, source, winograd)
+            source, cudnn = (own.source, own.cudnn) if own else ("", False)
+            return PrecisionPeak(precision, self.peak_flops, self.efficiency, source, cudnn)
         for p in self.peaks:
             if p.precision == precision:
                 return p
@@ -185,9 +187,9 @@ def _profile(
 _RN50_V15_FLOP = 6 * 4.09e9
 _RN50_V1_FLOP = 6 * 3.8e9
 # FP32 efficiencies fitted through the roofline on ResNet-50 (module docstring).
-_K80_FP32 = 0.178  # [TF-BENCH] 51.9 img/s, batch 64
-_P100_FP32 = 0.312  # [TF-BENCH] 219 img/s, batch 64
-_V100_FP32 = 0.426  # [LAMBDA-TF] 432.16 img/s, batch 192
+_K80_FP32 = 0.205  # [TF-BENCH] 51.9 img/s, batch 64
+_P100_FP32 = 0.384  # [TF-BENCH] 219 img/s, batch 64
+_V100_FP32 = 0.613  # [LAMBDA-TF] 432.16 img/s, batch 192
 # V100 memory copy: 785 of 900 GB/s [MEMCOPY].
 _V100_MEMORY = 785e9 / 900e9
 _GPU_LAUNCH_S = 5e-6
@@ -227,7 +229,7 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 4.365e12,
                 _K80_FP32,
                 "[TF-BENCH] ResNet-50 51.9 img/s on one GCE K80, fitted through the roofline",
-                winograd=True,
+                cudnn=True,
             ),
         ),
         source="NVIDIA Tesla K80 datasheet, one of the board's two GK210 GPUs",
@@ -249,7 +251,7 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 10.6e12,
                 _P100_FP32,
                 "[TF-BENCH] ResNet-50 219 img/s on one DGX-1 P100, fitted through the roofline",
-                winograd=True,
+                cudnn=True,
             ),
             PrecisionPeak(
                 "fp16",
@@ -278,7 +280,7 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 15.7e12,
                 _V100_FP32,
                 "[LAMBDA-TF] ResNet-50 432.16 img/s on one V100, fitted through the roofline",
-                winograd=True,
+                cudnn=True,
             ),
             PrecisionPeak("fp16", 125e12, 0.30, "[MEGATRON] 39 TFLOP/s on one V100 -> 0.30"),
         ),
@@ -301,8 +303,8 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 "fp32",
                 19.5e12,
                 _V100_FP32,
-                "assumed: V100's FP32 share 0.426 [LAMBDA-TF]",
-                winograd=True,
+                "assumed: V100's FP32 share 0.613 [LAMBDA-TF]",
+                cudnn=True,
             ),
             PrecisionPeak(
                 "tf32",
@@ -333,8 +335,8 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
                 "fp32",
                 67e12,
                 _V100_FP32,
-                "assumed: V100's FP32 share 0.426 [LAMBDA-TF]",
-                winograd=True,
+                "assumed: V100's FP32 share 0.613 [LAMBDA-TF]",
+                cudnn=True,
             ),
             PrecisionPeak(
                 "tf32",

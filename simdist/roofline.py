@@ -37,10 +37,18 @@ convolution needs 144: a quarter of the arithmetic (Lavin & Gray 2016, "Fast Alg
 Convolutional Neural Networks", CVPR, Sec. 4). Non-fused, the transforms are separate,
 memory-bound kernels: the input transform reads the input and writes it expanded by 36/16,
 the output transform reads the expanded product and writes the output. So on a precision
-whose peak says ``winograd`` (fp32 on the GPUs), a layer's ``conv3x3_flops`` are priced at a
+whose peak says ``cudnn`` (fp32 on the GPUs), a layer's ``conv3x3_flops`` are priced at a
 quarter, and (1 + 36/16) × the bytes of those convolutions' inputs and outputs are added, in
 series, per pass. The backward pass runs two such convolutions per forward one (input and
 weight gradient; one for a first layer, whose backward is the weight gradient alone).
+
+What else runs apart. The same frameworks, without XLA, launch a layer's batch norm, bias
+addition and ReLU as kernels of their own, which stream their tensors through DRAM in series
+with the convolutions; the fused compulsory traffic leaves them out. A profile's
+``elementwise_forward_nbytes`` / ``elementwise_backward_nbytes``
+(:mod:`simdist.numerics.elementwise`) are added in series too. Both apply on a precision
+whose peak says ``cudnn`` (fp32 on the GPUs); tensor-core precisions, the CPU and the TPU
+(XLA, fused) keep the direct, fused pricing.
 Without this, VGG-16 (99 % of its FLOPs in 3×3 stride-1 convolutions) would need more than
 the P100's peak to reach its published 154 img/s; an efficiency fitted on ResNet-50 (35 %)
 came out 62 % slow on VGG-16.
@@ -105,10 +113,10 @@ def layer_times(
     byte_scale = ELEMENT_NBYTES[precision] / PROFILE_ELEMENT_NBYTES
     launch = device.launch_s
 
-    def seconds(flops: float, nbytes: float, transform_nbytes: float) -> float:
+    def seconds(flops: float, nbytes: float, serial_nbytes: float) -> float:
         memory = nbytes * byte_scale / bytes_per_s
-        transforms = transform_nbytes * byte_scale / bytes_per_s  # in series: own kernels
-        return max(flops / flops_per_s, memory) + transforms + launch
+        serial = serial_nbytes * byte_scale / bytes_per_s  # kernels of their own, in series
+        return max(flops / flops_per_s, memory) + serial + launch
 
     times = []
     for layer, (forward_nbytes, backward_nbytes) in zip(
@@ -117,7 +125,7 @@ def layer_times(
         if layer.forward_s is not None and layer.backward_s is not None:
             times.append((float(layer.forward_s), float(layer.backward_s)))
             continue
-        forward, backward = executed(layer, peak.winograd)
+        forward, backward = executed(layer, peak.cudnn)
         times.append(
             (
                 seconds(forward[0], forward_nbytes, forward[1]),
@@ -127,25 +135,28 @@ def layer_times(
     return times
 
 
-def executed(
-    layer: LayerProfile, winograd: bool
-) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((FLOPs, transform bytes) of the forward, of the backward) that the device executes.
+def executed(layer: LayerProfile, cudnn: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((FLOPs, bytes in series) of the forward, of the backward) that the device executes.
 
-    Without ``winograd`` (or without 3×3 convolutions) the profile's FLOPs and no transform
-    bytes. With it, the layer's 3×3 stride-1 convolutions run as F(4×4, 3×3) (module
-    docstring): the backward holds two such convolutions per forward one, at most its FLOPs.
+    Without ``cudnn`` the profile's FLOPs and nothing in series. With it (module docstring),
+    the layer's 3×3 stride-1 convolutions run as F(4×4, 3×3) — the backward holds two such
+    convolutions per forward one, at most its FLOPs — and the bytes in series are their
+    transforms' and those of the layer's batch norm, bias and ReLU kernels.
     """
-    direct = layer.conv3x3_flops
-    if not winograd or direct <= 0:
+    if not cudnn:
         return (layer.forward_flops, 0.0), (layer.backward_flops, 0.0)
+    forward_serial = layer.elementwise_forward_nbytes
+    backward_serial = layer.elementwise_backward_nbytes
+    direct = layer.conv3x3_flops
+    if direct <= 0:
+        return (layer.forward_flops, forward_serial), (layer.backward_flops, backward_serial)
     backward = min(2 * direct, layer.backward_flops)
     transform = WINOGRAD_TRANSFORM_TRAFFIC * layer.conv3x3_nbytes
     return (
-        (layer.forward_flops - direct + direct / WINOGRAD_REDUCTION, transform),
+        (layer.forward_flops - direct + direct / WINOGRAD_REDUCTION, transform + forward_serial),
         (
             layer.backward_flops - backward + backward / WINOGRAD_REDUCTION,
-            transform * backward / direct,
+            transform * backward / direct + backward_serial,
         ),
     )
 

@@ -18,6 +18,7 @@ from simdist.costs import scale_profile
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile, read_profile, write_layers_csv
 from simdist.numerics.conv3x3 import Conv3x3, count_conv3x3
+from simdist.numerics.elementwise import Elementwise, count_elementwise
 from simdist.numerics.fullsize import apply_layer
 from simdist.numerics.fullsize.vgg import VGGConv
 from simdist.numerics.profile import profile_model
@@ -32,6 +33,10 @@ CONV_FLOPS = 2 * BATCH * 166 * 166 * CHANNELS * CHANNELS  # 231,156,482,048
 IO_NBYTES = 4 * 2 * ELEMENTS  # input + output, float32: 411,041,792
 PARAM_NBYTES = 4 * (9 * CHANNELS * CHANNELS + CHANNELS)  # 2,360,320
 FORWARD_FLOPS = CONV_FLOPS + 2 * ELEMENTS  # + bias add and ReLU: 231,259,242,496
+# Bias add and ReLU as kernels of their own (simdist/numerics/elementwise.py), in output
+# tensors T of 205,520,896 bytes: forward BiasAdd 2 T + Relu 2 T; backward BiasAddGrad 1 T +
+# ReluGrad 3 T.
+ELEMENTWISE_NBYTES = 4 * 4 * ELEMENTS  # 822,083,584 each way
 
 
 def test_the_3x3_convolution_of_a_vgg16_layer_is_counted_on_shapes():
@@ -41,6 +46,20 @@ def test_the_3x3_convolution_of_a_vgg16_layer_is_counted_on_shapes():
     counts = count_conv3x3(lambda v, a: apply_layer(module, v, a), variables, x)
     assert counts == [Conv3x3(CONV_FLOPS, IO_NBYTES)]
     assert CONV_FLOPS == 231_156_482_048 and IO_NBYTES == 411_041_792
+    unfused = count_elementwise(lambda v, a: apply_layer(module, v, a), variables, x)
+    assert unfused == Elementwise(ELEMENTWISE_NBYTES, ELEMENTWISE_NBYTES)
+
+
+def test_a_resnet_block_counts_its_batch_norms_and_relus():
+    """ResNet-50 v1's layer1.1 at batch 1: three conv + batch norm, ReLU after the first two
+    and after the residual addition; 56×56 with 64, 64, 256 channels."""
+    block = profile_model("resnet50_v1", 1).layers[2]
+    small, wide = 4 * 56 * 56 * 64, 4 * 56 * 56 * 256
+    batch_norm = (small + small + wide) * 3, (small + small + wide) * 5
+    relu = (small + small + wide) * 2, (small + small + wide) * 3
+    assert block.name == "layer1.1"
+    assert block.elementwise_forward_nbytes == batch_norm[0] + relu[0]
+    assert block.elementwise_backward_nbytes == batch_norm[1] + relu[1]
 
 
 def test_profiles_carry_the_3x3_convolutions_of_the_full_size_models():
@@ -69,6 +88,8 @@ def _conv3_2(**overrides) -> LayerProfile:
         "param_nbytes": PARAM_NBYTES,
         "conv3x3_flops": float(CONV_FLOPS),
         "conv3x3_nbytes": float(IO_NBYTES),
+        "elementwise_forward_nbytes": float(ELEMENTWISE_NBYTES),
+        "elementwise_backward_nbytes": float(ELEMENTWISE_NBYTES),
         **overrides,
     }
     return LayerProfile(**fields)
@@ -80,49 +101,73 @@ def _alone(layer: LayerProfile) -> ModelProfile:
 
 def test_winograd_on_a_p100_prices_a_quarter_of_the_flops_and_the_transforms():
     p100 = DEVICE_PROFILES["p100"]
-    flops_per_s = 10.6e12 * 0.312  # 3.3072e12
+    flops_per_s = 10.6e12 * 0.384  # 4.0704e12
     bytes_per_s = 732e9 * (785e9 / 900e9)  # 638.47e9
     assert p100.peak_flops * p100.efficiency == flops_per_s
     assert p100.achieved_bandwidth_Bps == bytes_per_s
     layer = _conv3_2()
-    # What the GPU executes: 57.89 GFLOP forward (of 231.26 direct), 1.336 GB of transforms.
+    # What the GPU executes: 57.89 GFLOP forward (of 231.26 direct); in series 1.336 GB of
+    # transforms and 0.822 GB of bias and ReLU kernels.
     forward_flops = FORWARD_FLOPS - CONV_FLOPS + CONV_FLOPS / 4
     backward_flops = 2 * FORWARD_FLOPS - 2 * CONV_FLOPS + 2 * CONV_FLOPS / 4
     transform = 3.25 * IO_NBYTES
-    assert executed(layer, True) == ((forward_flops, transform), (backward_flops, 2 * transform))
+    forward_serial = transform + ELEMENTWISE_NBYTES
+    backward_serial = 2 * transform + ELEMENTWISE_NBYTES
+    assert executed(layer, True) == (
+        (forward_flops, forward_serial),
+        (backward_flops, backward_serial),
+    )
     assert forward_flops == 57_891_880_960.0 and transform == 1_335_885_824.0
     forward_s = (
         max(forward_flops / flops_per_s, (IO_NBYTES + PARAM_NBYTES) / bytes_per_s)
-        + transform / bytes_per_s
+        + forward_serial / bytes_per_s
         + 5e-6
     )
     backward_s = (
         max(backward_flops / flops_per_s, (3 * IO_NBYTES // 2 + 2 * PARAM_NBYTES) / bytes_per_s)
-        + 2 * transform / bytes_per_s
+        + backward_serial / bytes_per_s
         + 5e-6
     )
-    # compute-bound: 17.50 ms + 2.09 ms of transforms forward, 35.01 + 4.18 ms backward
+    # compute-bound: 14.22 ms + 2.09 ms of transforms + 1.29 ms of bias and ReLU forward,
+    # 28.45 + 4.18 + 1.29 ms backward
     assert layer_times(_alone(layer), p100, "fp32") == [(forward_s, backward_s)]
-    assert forward_s == pytest.approx(19.60e-3, abs=1e-5)
-    assert backward_s == pytest.approx(39.20e-3, abs=1e-5)
+    assert forward_s == pytest.approx(17.61e-3, abs=1e-5)
+    assert backward_s == pytest.approx(33.92e-3, abs=1e-5)
     # Counted as direct FLOPs (before) it took 46.32 ms + 92.63 ms at the old efficiency 0.471.
     direct = replace(p100, efficiency=219 * 6 * 3.8e9 / 10.6e12)
-    old = layer_times(_alone(_conv3_2(conv3x3_flops=0.0, conv3x3_nbytes=0.0)), direct, "fp32")
+    plain = _conv3_2(
+        conv3x3_flops=0.0,
+        conv3x3_nbytes=0.0,
+        elementwise_forward_nbytes=0.0,
+        elementwise_backward_nbytes=0.0,
+    )
+    old = layer_times(_alone(plain), direct, "fp32")
     assert old[0][0] == pytest.approx(FORWARD_FLOPS / (10.6e12 * 0.4711) + 5e-6, rel=1e-3)
 
 
-def test_without_winograd_or_without_the_columns_the_pricing_is_the_direct_one():
+def test_without_cudnn_or_without_the_columns_the_pricing_is_the_direct_fused_one():
     layer = _conv3_2()
-    plain = _conv3_2(conv3x3_flops=0.0, conv3x3_nbytes=0.0)
+    plain = _conv3_2(
+        conv3x3_flops=0.0,
+        conv3x3_nbytes=0.0,
+        elementwise_forward_nbytes=0.0,
+        elementwise_backward_nbytes=0.0,
+    )
     assert executed(layer, False) == ((FORWARD_FLOPS, 0.0), (2 * FORWARD_FLOPS, 0.0))
     assert executed(plain, True) == executed(layer, False)
+    # batch norm / bias / ReLU kernels without any 3×3 convolution are still in series
+    dense = _conv3_2(conv3x3_flops=0.0, conv3x3_nbytes=0.0)
+    assert executed(dense, True) == (
+        (FORWARD_FLOPS, ELEMENTWISE_NBYTES),
+        (2 * FORWARD_FLOPS, ELEMENTWISE_NBYTES),
+    )
     v100 = DEVICE_PROFILES["v100"]
     # fp16 runs on tensor cores as implicit GEMM: no Winograd, the 3×3 columns change nothing
     assert layer_times(_alone(layer), v100, "fp16") == layer_times(_alone(plain), v100, "fp16")
     assert layer_times(_alone(layer), v100, "fp32") != layer_times(_alone(plain), v100, "fp32")
     # A first layer's backward is its weight gradient alone: one Winograd pass, not two.
     first = _conv3_2(backward_flops=float(CONV_FLOPS))
-    assert executed(first, True)[1] == (CONV_FLOPS / 4, 3.25 * IO_NBYTES)
+    assert executed(first, True)[1] == (CONV_FLOPS / 4, 3.25 * IO_NBYTES + ELEMENTWISE_NBYTES)
 
 
 def test_layers_csv_round_trips_the_3x3_columns_and_old_files_read_as_direct(tmp_path):
@@ -131,10 +176,12 @@ def test_layers_csv_round_trips_the_3x3_columns_and_old_files_read_as_direct(tmp
     back = read_profile(path)
     assert back.layers[0].conv3x3_flops == CONV_FLOPS
     assert back.layers[0].conv3x3_nbytes == IO_NBYTES
+    assert back.layers[0].elementwise_backward_nbytes == ELEMENTWISE_NBYTES
     old = tmp_path / "old.csv"
     old.write_text("name,forward_flops,backward_flops,param_nbytes\nconv,1e9,2e9,4\n")
     layer = read_profile(old).layers[0]
     assert (layer.conv3x3_flops, layer.conv3x3_nbytes) == (0.0, 0.0)
+    assert (layer.elementwise_forward_nbytes, layer.elementwise_backward_nbytes) == (0.0, 0.0)
 
 
 def test_bad_3x3_columns_are_refused_with_the_field_named(tmp_path):

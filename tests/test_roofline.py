@@ -129,9 +129,9 @@ def test_every_profile_has_sources_and_its_default_precision():
             assert peak.flops > 0 and 0 < peak.efficiency <= 1 and peak.source
     # V100 FP32: fitted through the roofline on ResNet-50 v1 at 432.16 img/s (Lambda Labs),
     # with Winograd for 3x3 stride-1 convolutions (benchmarks/validation/single_gpu.py).
-    assert DEVICE_PROFILES["v100"].efficiency == 0.426
-    assert DEVICE_PROFILES["v100"].peak("fp32").winograd
-    assert not DEVICE_PROFILES["v100"].peak("fp16").winograd
+    assert DEVICE_PROFILES["v100"].efficiency == 0.613
+    assert DEVICE_PROFILES["v100"].peak("fp32").cudnn
+    assert not DEVICE_PROFILES["v100"].peak("fp16").cudnn
     assert DEVICE_PROFILES["tpu-v4"].precision == "bf16"
 
 

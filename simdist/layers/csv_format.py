@@ -32,6 +32,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     "param_paths",
     "conv3x3_flops",
     "conv3x3_nbytes",
+    "elementwise_forward_nbytes",
+    "elementwise_backward_nbytes",
 )
 _CSV_HEADER_KEYS = ("model", "batch_size", "input_shape", "bytes_per_param")
 
@@ -67,6 +69,8 @@ def layers_csv_text(profile: ModelProfile) -> str:
                 ";".join(layer.param_paths),
                 _number(layer.conv3x3_flops),
                 _number(layer.conv3x3_nbytes),
+                _number(layer.elementwise_forward_nbytes),
+                _number(layer.elementwise_backward_nbytes),
             ]
         )
     return out.getvalue()
@@ -164,6 +168,8 @@ def _layer(path: Path, i: int, header: list[str], row: list[str]) -> LayerProfil
         "backward_s": num("backward_s", None),
         "conv3x3_flops": num("conv3x3_flops"),
         "conv3x3_nbytes": num("conv3x3_nbytes"),
+        "elementwise_forward_nbytes": num("elementwise_forward_nbytes"),
+        "elementwise_backward_nbytes": num("elementwise_backward_nbytes"),
     }
     try:
         return LayerProfile(**fields)  # type: ignore[arg-type]

@@ -33,7 +33,9 @@ class LayerProfile:
     ``conv3x3_flops`` is the part of ``forward_flops`` spent in 3×3 stride-1 convolutions and
     ``conv3x3_nbytes`` the bytes of those convolutions' inputs and outputs: cuDNN runs them
     with Winograd's algorithm, which the roofline prices apart (0 when the source does not
-    say: every FLOP is then priced as a direct one).
+    say: every FLOP is then priced as a direct one). ``elementwise_forward_nbytes`` and
+    ``elementwise_backward_nbytes`` are the DRAM bytes of its batch norms, bias additions and
+    ReLUs run as kernels of their own, as frameworks without XLA run them (0: not counted).
     """
 
     name: str
@@ -49,6 +51,8 @@ class LayerProfile:
     backward_s: float | None = None
     conv3x3_flops: float = 0.0
     conv3x3_nbytes: float = 0.0
+    elementwise_forward_nbytes: float = 0.0
+    elementwise_backward_nbytes: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "\n\r"):
@@ -64,6 +68,8 @@ class LayerProfile:
             "backward_s": self.backward_s,
             "conv3x3_flops": self.conv3x3_flops,
             "conv3x3_nbytes": self.conv3x3_nbytes,
+            "elementwise_forward_nbytes": self.elementwise_forward_nbytes,
+            "elementwise_backward_nbytes": self.elementwise_backward_nbytes,
         }
         for key, value in numbers.items():
             if value is not None and not (math.isfinite(value) and value >= 0):

@@ -5,7 +5,9 @@
 FLOPs and bytes accessed of its forward pass and of its backward pass (input gradient and
 weight gradient), the bytes of its output activation and of its parameters, and the FLOPs and
 input/output bytes of its 3×3 stride-1 convolutions (:mod:`simdist.numerics.conv3x3`), which
-the roofline prices as cuDNN's Winograd.
+the roofline prices as cuDNN's Winograd, and (full-size models) the DRAM bytes of its batch
+norms, bias additions and ReLUs run as kernels of their own
+(:mod:`simdist.numerics.elementwise`).
 
 How: every layer function is lowered with ``jax.jit(f).lower(...)`` on ``jax.ShapeDtypeStruct``
 arguments and ``Lowered.cost_analysis()`` is read. Nothing is allocated (VGG-16's 553 MB of
@@ -49,6 +51,7 @@ from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.numerics import fullsize
 from simdist.numerics.conv3x3 import Conv3x3, count_conv3x3
+from simdist.numerics.elementwise import Elementwise, count_elementwise
 from simdist.numerics.param_files import tree_paths
 
 if TYPE_CHECKING:
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CACHE_ENV", "cache_dir", "profile_model"]
 
-_FORMAT = 2  # bump when the meaning of a cached profile changes
+_FORMAT = 3  # bump when the meaning of a cached profile changes
 # A zoo model profiled without a data set gets the digits data set's shapes.
 _ZOO_INPUT_SHAPE = (8, 8, 1)
 _ZOO_OUTPUTS = 10
@@ -153,8 +156,15 @@ def _nbytes(tree: Any) -> int:
 
 
 def _layer_profile(
-    name: str, costs: _Costs, output: Any, params: Any, paths: Sequence[str], conv: Conv3x3
+    name: str,
+    costs: _Costs,
+    output: Any,
+    params: Any,
+    paths: Sequence[str],
+    conv: Conv3x3,
+    elementwise: Elementwise | None = None,
 ) -> LayerProfile:
+    elementwise = elementwise or Elementwise()
     back = costs.backward_flops
     return LayerProfile(
         name=name,
@@ -169,6 +179,8 @@ def _layer_profile(
         # never more than the forward: a zoo layer's FLOPs are differences of XLA's counts
         conv3x3_flops=min(conv.flops, costs.forward_flops),
         conv3x3_nbytes=conv.nbytes,
+        elementwise_forward_nbytes=elementwise.forward_nbytes,
+        elementwise_backward_nbytes=elementwise.backward_nbytes,
     )
 
 
@@ -178,7 +190,7 @@ def _layer_profile(
 # Costs of the full-size layers lowered in this process, by (module, input, first): identical
 # layers recur within a model (ResNet blocks, transformer layers) and across models
 # (ResNet-101 repeats ResNet-50's).
-_LAYER_COSTS: dict[tuple, tuple[_Costs, Conv3x3]] = {}
+_LAYER_COSTS: dict[tuple, tuple[_Costs, Conv3x3, Elementwise]] = {}
 
 
 def _fullsize_profile(model: fullsize.LayeredModel, batch_size: int) -> ModelProfile:
@@ -197,11 +209,14 @@ def _fullsize_profile(model: fullsize.LayeredModel, batch_size: int) -> ModelPro
         key = (type(module), repr(module), abstract.x.shape, str(abstract.x.dtype), index == 0)
         if key not in done:
             costs = _layer_costs(fn, params, state, abstract.x, first=index == 0)
-            done[key] = (costs, count_conv3x3(fn, params, state, abstract.x)[0])
-        costs, conv = done[key]
+            conv = count_conv3x3(fn, params, state, abstract.x)[0]
+            done[key] = (costs, conv, count_elementwise(fn, params, state, abstract.x))
+        costs, conv, elementwise = done[key]
         own = abstract.params
         paths = [f"params/{abstract.layer.name}/{p}" for p in tree_paths(own)]
-        layers.append(_layer_profile(abstract.layer.name, costs, abstract.y, own, paths, conv))
+        layers.append(
+            _layer_profile(abstract.layer.name, costs, abstract.y, own, paths, conv, elementwise)
+        )
     return ModelProfile(model.name, batch_size, model.input_shape, tuple(layers), "xla")
 
 
@@ -330,7 +345,8 @@ def _zoo_profile(
 def _source_digest(name: str) -> str:
     """Hash of the files defining the model and this costing, so edits invalidate the cache."""
     here = Path(__file__).resolve().parent
-    files = [here / "profile.py", here / "conv3x3.py", here.parent / "layers" / "profile.py"]
+    files = [here / "profile.py", here / "conv3x3.py", here / "elementwise.py"]
+    files.append(here.parent / "layers" / "profile.py")
     if name in FULLSIZE_MODELS:
         files += sorted((here / "fullsize").glob("*.py"))
     else:
