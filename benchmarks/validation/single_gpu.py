@@ -64,6 +64,11 @@ without XLA, V100-SXM3-32GB, batch 192, ResNet-152 96). No published single-GPU 
 rate of these runs was found, so each device's ResNet-101 cell is the same source's
 ResNet-152.
 
+**Cross-check.** The zoo's ResNet-50 v1.5 on the V100 at fp32 (batch 192) comes out at 380
+img/s; NVIDIA's DeepLearningExamples publish 380.44 img/s for it in PyTorch, which also runs
+cuDNN op by op (PyTorch/Classification/ConvNets/resnet50v1.5/README.md, 1-GPU FP32 training,
+the source of the V100's former efficiency).
+
 **What is left.** VGG-16 comes out 1–15 % slow and Inception V3 1–9 % fast: the efficiency is
 one number for every kind of convolution, where VGG-16's large 3×3 layers run closer to peak
 and Inception V3's small and asymmetric (1×7, 7×1, 1×3, 3×1) ones further from it; the 5×5 and
