@@ -28,7 +28,17 @@ __all__ = [
 
 # Full-size models for the clock (simdist/numerics/fullsize/): costed layer by layer from
 # XLA's cost analysis, never allocated; they run with numerics: false.
-FullsizeModelName = Literal["resnet50", "resnet101", "vgg16", "inception_v3", "bert_base", "gpt2"]
+FullsizeModelName = Literal[
+    "resnet50",
+    "resnet101",
+    "resnet152",
+    "resnet50_v1",
+    "resnet152_v1",
+    "vgg16",
+    "inception_v3",
+    "bert_base",
+    "gpt2",
+]
 # The zoo that trains (simdist/numerics/models.py), then the full-size models: a Literal
 # nested in a Literal is flattened into it, so pydantic checks and lists every name.
 ModelName = Literal["softmax", "mlp", "cnn", "resnet", FullsizeModelName]

@@ -92,6 +92,10 @@ def scale_profile(profile: ModelProfile, batch_size: int) -> ModelProfile:
             output_nbytes=round(layer.output_nbytes * r),
             forward_s=None if layer.forward_s is None else layer.forward_s * r,
             backward_s=None if layer.backward_s is None else layer.backward_s * r,
+            conv3x3_flops=layer.conv3x3_flops * r,
+            conv3x3_nbytes=layer.conv3x3_nbytes * r,
+            elementwise_forward_nbytes=layer.elementwise_forward_nbytes * r,
+            elementwise_backward_nbytes=layer.elementwise_backward_nbytes * r,
         )
 
     return replace(profile, batch_size=batch_size, layers=tuple(scaled(x) for x in profile.layers))

@@ -23,6 +23,36 @@ an upper bound: for ResNet-50's stem at batch 64 it is 602 MB lowered against 16
 compiled, and it would make half of ResNet-50's layers memory-bound on a V100. The profile's
 bytes are used only when activation sizes are unknown (a file without them).
 
+What the GPU executes for 3×3 convolutions. cuDNN, which TensorFlow's and PyTorch's GPU
+convolutions call with autotuning on (TensorFlow: ``TF_CUDNN_USE_AUTOTUNE`` defaults to true,
+tensorflow/core/util/use_cudnn.cc), runs 3×3 stride-1 convolutions with Winograd's minimal
+filtering algorithm, non-fused, in all three passes (forward, backward data, backward filter:
+cuDNN 5.1 release notes, ``*_ALGO_WINOGRAD_NONFUSED`` for 3×3 and 5×5 filters; TensorFlow
+offers them to the autotuner when ``TF_ENABLE_WINOGRAD_NONFUSED`` is set, which
+tf_cnn_benchmarks does by default: tensorflow/benchmarks commit 9165a70, the one its published
+tables ran, scripts/tf_cnn_benchmarks/tf_cnn_benchmarks.py, flag ``winograd_nonfused``,
+default True). F(4×4, 3×3)
+computes each 4×4 output tile from a 6×6 input tile with 36 multiplications where the direct
+convolution needs 144: a quarter of the arithmetic (Lavin & Gray 2016, "Fast Algorithms for
+Convolutional Neural Networks", CVPR, Sec. 4). Non-fused, the transforms are separate,
+memory-bound kernels: the input transform reads the input and writes it expanded by 36/16,
+the output transform reads the expanded product and writes the output. So on a precision
+whose peak says ``cudnn`` (fp32 on the GPUs), a layer's ``conv3x3_flops`` are priced at a
+quarter, and (1 + 36/16) × the bytes of those convolutions' inputs and outputs are added, in
+series, per pass. The backward pass runs two such convolutions per forward one (input and
+weight gradient; one for a first layer, whose backward is the weight gradient alone).
+
+What else runs apart. The same frameworks, without XLA, launch a layer's batch norm, bias
+addition and ReLU as kernels of their own, which stream their tensors through DRAM in series
+with the convolutions; the fused compulsory traffic leaves them out. A profile's
+``elementwise_forward_nbytes`` / ``elementwise_backward_nbytes``
+(:mod:`simdist.numerics.elementwise`) are added in series too. Both apply on a precision
+whose peak says ``cudnn`` (fp32 on the GPUs); tensor-core precisions, the CPU and the TPU
+(XLA, fused) keep the direct, fused pricing.
+Without this, VGG-16 (99 % of its FLOPs in 3×3 stride-1 convolutions) would need more than
+the P100's peak to reach its published 154 img/s; an efficiency fitted on ResNet-50 (35 %)
+came out 62 % slow on VGG-16.
+
 Calibration (:func:`calibrate`) scales every layer's times by one factor so that one device's
 step takes a measured time exactly: the profile then only says how the step is shared
 between the layers, which is how a user who has measured one GPU predicts many.
@@ -32,18 +62,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simdist.errors import SimdistError
 from simdist.profiles import ELEMENT_NBYTES, DeviceProfile
 
 if TYPE_CHECKING:
-    from simdist.layers import ModelProfile
+    from simdist.layers import LayerProfile, ModelProfile
 
-__all__ = ["calibrate", "compulsory_traffic", "layer_times", "step_time"]
+__all__ = [
+    "WINOGRAD_REDUCTION",
+    "WINOGRAD_TRANSFORM_TRAFFIC",
+    "calibrate",
+    "compulsory_traffic",
+    "fit_efficiency",
+    "layer_times",
+    "step_time",
+]
 
 #: Element size the profiles' byte counts assume.
 PROFILE_ELEMENT_NBYTES = 4
+#: Direct multiplications per Winograd one for F(4×4, 3×3): 144 / 36 (Lavin & Gray 2016, Sec. 4).
+WINOGRAD_REDUCTION = 4.0
+#: DRAM bytes of the non-fused transforms per byte of a convolution's input and output: each
+#: is read (written) once and written (read) expanded to 6×6 per 4×4 tile, 36/16.
+WINOGRAD_TRANSFORM_TRAFFIC = 1.0 + 36.0 / 16.0
 
 
 def layer_times(
@@ -69,8 +113,10 @@ def layer_times(
     byte_scale = ELEMENT_NBYTES[precision] / PROFILE_ELEMENT_NBYTES
     launch = device.launch_s
 
-    def seconds(flops: float, nbytes: float) -> float:
-        return max(flops / flops_per_s, nbytes * byte_scale / bytes_per_s) + launch
+    def seconds(flops: float, nbytes: float, serial_nbytes: float) -> float:
+        memory = nbytes * byte_scale / bytes_per_s
+        serial = serial_nbytes * byte_scale / bytes_per_s  # kernels of their own, in series
+        return max(flops / flops_per_s, memory) + serial + launch
 
     times = []
     for layer, (forward_nbytes, backward_nbytes) in zip(
@@ -78,14 +124,69 @@ def layer_times(
     ):
         if layer.forward_s is not None and layer.backward_s is not None:
             times.append((float(layer.forward_s), float(layer.backward_s)))
-        else:
-            times.append(
-                (
-                    seconds(layer.forward_flops, forward_nbytes),
-                    seconds(layer.backward_flops, backward_nbytes),
-                )
+            continue
+        forward, backward = executed(layer, peak.cudnn)
+        times.append(
+            (
+                seconds(forward[0], forward_nbytes, forward[1]),
+                seconds(backward[0], backward_nbytes, backward[1]),
             )
+        )
     return times
+
+
+def executed(layer: LayerProfile, cudnn: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((FLOPs, bytes in series) of the forward, of the backward) that the device executes.
+
+    Without ``cudnn`` the profile's FLOPs and nothing in series. With it (module docstring),
+    the layer's 3×3 stride-1 convolutions run as F(4×4, 3×3) — the backward holds two such
+    convolutions per forward one, at most its FLOPs — and the bytes in series are their
+    transforms' and those of the layer's batch norm, bias and ReLU kernels.
+    """
+    if not cudnn:
+        return (layer.forward_flops, 0.0), (layer.backward_flops, 0.0)
+    forward_serial = layer.elementwise_forward_nbytes
+    backward_serial = layer.elementwise_backward_nbytes
+    direct = layer.conv3x3_flops
+    if direct <= 0:
+        return (layer.forward_flops, forward_serial), (layer.backward_flops, backward_serial)
+    backward = min(2 * direct, layer.backward_flops)
+    transform = WINOGRAD_TRANSFORM_TRAFFIC * layer.conv3x3_nbytes
+    return (
+        (layer.forward_flops - direct + direct / WINOGRAD_REDUCTION, transform + forward_serial),
+        (
+            layer.backward_flops - backward + backward / WINOGRAD_REDUCTION,
+            transform * backward / direct + backward_serial,
+        ),
+    )
+
+
+def fit_efficiency(
+    profile: ModelProfile, device: DeviceProfile, precision: str, examples_per_s: float
+) -> float:
+    """The efficiency at which ``device``'s roofline runs ``profile`` at ``examples_per_s``.
+
+    How a device constant is derived from one published rate (simdist/profiles.py): the step
+    time falls as the efficiency rises, so bisection finds it (to 1e-12 of the bracket).
+    """
+    if not profile.batch_size or examples_per_s <= 0:
+        raise SimdistError("fitting an efficiency needs a profile with a batch size and a rate")
+    target_s = profile.batch_size / examples_per_s
+
+    def step_s(efficiency: float) -> float:
+        fitted = replace(device.at_precision(precision), efficiency=efficiency)
+        return step_time(layer_times(profile, fitted, precision))
+
+    low, high = 1e-6, 1.0
+    if step_s(high) > target_s:
+        raise SimdistError(
+            f"{profile.model} cannot reach {examples_per_s:g} examples/s on {device.name} at "
+            f"{precision} even at the full peak"
+        )
+    while high - low > 1e-12:
+        middle = (low + high) / 2
+        low, high = (middle, high) if step_s(middle) > target_s else (low, middle)
+    return high
 
 
 def compulsory_traffic(profile: ModelProfile) -> list[tuple[float, float]]:

@@ -37,6 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_PARAMS = {
     "resnet50": 25_557_032,
     "resnet101": 44_549_160,
+    "resnet152": 60_192_808,
+    "resnet50_v1": 25_557_032,
+    "resnet152_v1": 60_192_808,
     "vgg16": 138_357_544,
     "inception_v3": 23_834_568,  # 27,161,264 with the auxiliary classifier
     "bert_base": 109_482_240,

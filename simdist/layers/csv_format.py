@@ -30,6 +30,10 @@ CSV_COLUMNS: tuple[str, ...] = (
     "forward_s",
     "backward_s",
     "param_paths",
+    "conv3x3_flops",
+    "conv3x3_nbytes",
+    "elementwise_forward_nbytes",
+    "elementwise_backward_nbytes",
 )
 _CSV_HEADER_KEYS = ("model", "batch_size", "input_shape", "bytes_per_param")
 
@@ -63,6 +67,10 @@ def layers_csv_text(profile: ModelProfile) -> str:
                 str(int(layer.param_nbytes)),
                 *("" if v is None else _number(v) for v in optional),
                 ";".join(layer.param_paths),
+                _number(layer.conv3x3_flops),
+                _number(layer.conv3x3_nbytes),
+                _number(layer.elementwise_forward_nbytes),
+                _number(layer.elementwise_backward_nbytes),
             ]
         )
     return out.getvalue()
@@ -158,6 +166,10 @@ def _layer(path: Path, i: int, header: list[str], row: list[str]) -> LayerProfil
         "weight_grad_fraction": num("weight_grad_fraction", None),
         "forward_s": num("forward_s", None),
         "backward_s": num("backward_s", None),
+        "conv3x3_flops": num("conv3x3_flops"),
+        "conv3x3_nbytes": num("conv3x3_nbytes"),
+        "elementwise_forward_nbytes": num("elementwise_forward_nbytes"),
+        "elementwise_backward_nbytes": num("elementwise_backward_nbytes"),
     }
     try:
         return LayerProfile(**fields)  # type: ignore[arg-type]

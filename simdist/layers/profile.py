@@ -29,6 +29,13 @@ class LayerProfile:
     source says; the first layer computes no input gradient). ``forward_s``/``backward_s`` are
     times given by the source (an ASTRA-sim file, a profiler export); when set, they are used as
     they are instead of a roofline estimate from FLOPs and bytes.
+
+    ``conv3x3_flops`` is the part of ``forward_flops`` spent in 3×3 stride-1 convolutions and
+    ``conv3x3_nbytes`` the bytes of those convolutions' inputs and outputs: cuDNN runs them
+    with Winograd's algorithm, which the roofline prices apart (0 when the source does not
+    say: every FLOP is then priced as a direct one). ``elementwise_forward_nbytes`` and
+    ``elementwise_backward_nbytes`` are the DRAM bytes of its batch norms, bias additions and
+    ReLUs run as kernels of their own, as frameworks without XLA run them (0: not counted).
     """
 
     name: str
@@ -42,6 +49,10 @@ class LayerProfile:
     weight_grad_fraction: float | None = None
     forward_s: float | None = None
     backward_s: float | None = None
+    conv3x3_flops: float = 0.0
+    conv3x3_nbytes: float = 0.0
+    elementwise_forward_nbytes: float = 0.0
+    elementwise_backward_nbytes: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "\n\r"):
@@ -55,6 +66,10 @@ class LayerProfile:
             "param_nbytes": self.param_nbytes,
             "forward_s": self.forward_s,
             "backward_s": self.backward_s,
+            "conv3x3_flops": self.conv3x3_flops,
+            "conv3x3_nbytes": self.conv3x3_nbytes,
+            "elementwise_forward_nbytes": self.elementwise_forward_nbytes,
+            "elementwise_backward_nbytes": self.elementwise_backward_nbytes,
         }
         for key, value in numbers.items():
             if value is not None and not (math.isfinite(value) and value >= 0):
@@ -64,6 +79,12 @@ class LayerProfile:
                 raise SimdistError(
                     f"layer {self.name!r}: {key} = {value:g}; expected at most {cap:g}"
                 )
+        if self.conv3x3_flops > self.forward_flops:
+            raise SimdistError(
+                f"layer {self.name!r}: conv3x3_flops = {self.conv3x3_flops:g} is more than its "
+                f"forward_flops = {self.forward_flops:g}; expected the part of the forward spent "
+                "in 3x3 stride-1 convolutions, e.g. 0"
+            )
         f = self.weight_grad_fraction
         if f is not None and not 0 <= f <= 1:
             raise SimdistError(

@@ -3,7 +3,11 @@
 :func:`profile_model` turns a model of the zoo (softmax, mlp, cnn, resnet) or a full-size model
 (:mod:`simdist.numerics.fullsize`) into a :class:`~simdist.layers.ModelProfile`: per layer, the
 FLOPs and bytes accessed of its forward pass and of its backward pass (input gradient and
-weight gradient), the bytes of its output activation and of its parameters.
+weight gradient), the bytes of its output activation and of its parameters, and the FLOPs and
+input/output bytes of its 3×3 stride-1 convolutions (:mod:`simdist.numerics.conv3x3`), which
+the roofline prices as cuDNN's Winograd, and (full-size models) the DRAM bytes of its batch
+norms, bias additions and ReLUs run as kernels of their own
+(:mod:`simdist.numerics.elementwise`).
 
 How: every layer function is lowered with ``jax.jit(f).lower(...)`` on ``jax.ShapeDtypeStruct``
 arguments and ``Lowered.cost_analysis()`` is read. Nothing is allocated (VGG-16's 553 MB of
@@ -46,6 +50,8 @@ from simdist.compile_cache import CACHE_ENV, cache_dir  # the per-user folder (n
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.numerics import fullsize
+from simdist.numerics.conv3x3 import Conv3x3, count_conv3x3
+from simdist.numerics.elementwise import Elementwise, count_elementwise
 from simdist.numerics.param_files import tree_paths
 
 if TYPE_CHECKING:
@@ -53,7 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CACHE_ENV", "cache_dir", "profile_model"]
 
-_FORMAT = 1  # bump when the meaning of a cached profile changes
+_FORMAT = 3  # bump when the meaning of a cached profile changes
 # A zoo model profiled without a data set gets the digits data set's shapes.
 _ZOO_INPUT_SHAPE = (8, 8, 1)
 _ZOO_OUTPUTS = 10
@@ -150,8 +156,15 @@ def _nbytes(tree: Any) -> int:
 
 
 def _layer_profile(
-    name: str, costs: _Costs, output: Any, params: Any, paths: Sequence[str]
+    name: str,
+    costs: _Costs,
+    output: Any,
+    params: Any,
+    paths: Sequence[str],
+    conv: Conv3x3,
+    elementwise: Elementwise | None = None,
 ) -> LayerProfile:
+    elementwise = elementwise or Elementwise()
     back = costs.backward_flops
     return LayerProfile(
         name=name,
@@ -163,6 +176,11 @@ def _layer_profile(
         param_nbytes=_nbytes(params),
         param_paths=tuple(paths),
         weight_grad_fraction=(costs.weight_grad_flops / back) if back > 0 else None,
+        # never more than the forward: a zoo layer's FLOPs are differences of XLA's counts
+        conv3x3_flops=min(conv.flops, costs.forward_flops),
+        conv3x3_nbytes=conv.nbytes,
+        elementwise_forward_nbytes=elementwise.forward_nbytes,
+        elementwise_backward_nbytes=elementwise.backward_nbytes,
     )
 
 
@@ -172,7 +190,7 @@ def _layer_profile(
 # Costs of the full-size layers lowered in this process, by (module, input, first): identical
 # layers recur within a model (ResNet blocks, transformer layers) and across models
 # (ResNet-101 repeats ResNet-50's).
-_LAYER_COSTS: dict[tuple, _Costs] = {}
+_LAYER_COSTS: dict[tuple, tuple[_Costs, Conv3x3, Elementwise]] = {}
 
 
 def _fullsize_profile(model: fullsize.LayeredModel, batch_size: int) -> ModelProfile:
@@ -190,10 +208,15 @@ def _fullsize_profile(model: fullsize.LayeredModel, batch_size: int) -> ModelPro
         # The first layer's input is the data: training computes no gradient for it.
         key = (type(module), repr(module), abstract.x.shape, str(abstract.x.dtype), index == 0)
         if key not in done:
-            done[key] = _layer_costs(fn, params, state, abstract.x, first=index == 0)
+            costs = _layer_costs(fn, params, state, abstract.x, first=index == 0)
+            conv = count_conv3x3(fn, params, state, abstract.x)[0]
+            done[key] = (costs, conv, count_elementwise(fn, params, state, abstract.x))
+        costs, conv, elementwise = done[key]
         own = abstract.params
         paths = [f"params/{abstract.layer.name}/{p}" for p in tree_paths(own)]
-        layers.append(_layer_profile(abstract.layer.name, done[key], abstract.y, own, paths))
+        layers.append(
+            _layer_profile(abstract.layer.name, costs, abstract.y, own, paths, conv, elementwise)
+        )
     return ModelProfile(model.name, batch_size, model.input_shape, tuple(layers), "xla")
 
 
@@ -275,6 +298,7 @@ def _zoo_profile(
         return model.apply({"params": p, **s}, a, mutable=True, **train)[0]
 
     calls = _top_level_calls(apply, params, state, x)
+    convs = count_conv3x3(apply, params, state, x, top_level=True)
 
     # Prefix k runs the model up to the input of top-level call k + 1. Differences of
     # consecutive prefixes are layer k with whatever follows it before the next call.
@@ -309,7 +333,8 @@ def _zoo_profile(
         output = jax.eval_shape(fn, params, state, x)
         paths = [f"params/{p}" for p in tree_paths(mine)]
         label = name if calls.count(name) == 1 else f"{name}#{calls[: k + 1].count(name)}"
-        layers.append(_layer_profile(label, costs, output, mine, paths))
+        conv = convs[k] if k < len(convs) else Conv3x3()
+        layers.append(_layer_profile(label, costs, output, mine, paths, conv))
         before = {key: upto.get(key, fwd) for key in before}
     return ModelProfile(spec.name, batch_size, input_shape, tuple(layers), "xla")
 
@@ -320,7 +345,8 @@ def _zoo_profile(
 def _source_digest(name: str) -> str:
     """Hash of the files defining the model and this costing, so edits invalidate the cache."""
     here = Path(__file__).resolve().parent
-    files = [here / "profile.py", here.parent / "layers" / "profile.py"]
+    files = [here / "profile.py", here / "conv3x3.py", here / "elementwise.py"]
+    files.append(here.parent / "layers" / "profile.py")
     if name in FULLSIZE_MODELS:
         files += sorted((here / "fullsize").glob("*.py"))
     else:

@@ -1,4 +1,4 @@
-"""Full-size models for the clock: ResNet-50/101, VGG-16, Inception-V3, BERT-base and GPT-2.
+"""Full-size models for the clock: ResNet-50/101/152, VGG-16, Inception-V3, BERT-base and GPT-2.
 
 These models are never trained or even allocated here. Each is a sequence of layers, every
 layer a Flax module of one array in and one array out, so that
@@ -61,6 +61,9 @@ __all__ = [
 _INPUTS: dict[str, tuple[tuple[int, ...], str, int | None]] = {
     "resnet50": ((224, 224, 3), "float32", None),
     "resnet101": ((224, 224, 3), "float32", None),
+    "resnet152": ((224, 224, 3), "float32", None),
+    "resnet50_v1": ((224, 224, 3), "float32", None),
+    "resnet152_v1": ((224, 224, 3), "float32", None),
     "vgg16": ((224, 224, 3), "float32", None),
     "inception_v3": ((299, 299, 3), "float32", None),
     "bert_base": ((128,), "int32", 512),

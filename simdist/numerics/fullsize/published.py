@@ -41,6 +41,27 @@ PUBLISHED: dict[str, Published] = {
         "torchvision ResNet101_Weights.IMAGENET1K_V1: GFLOPS 7.80 (multiply-adds, v1.5) "
         "https://pytorch.org/vision/stable/models/generated/torchvision.models.resnet101.html",
     ),
+    "resnet152": Published(
+        60.2e6,
+        11.51e9,
+        "torchvision ResNet152_Weights.IMAGENET1K_V1: num_params 60,192,808 (60.2M)",
+        "torchvision ResNet152_Weights.IMAGENET1K_V1: GFLOPS 11.51 (multiply-adds, v1.5) "
+        "https://pytorch.org/vision/stable/models/generated/torchvision.models.resnet152.html",
+    ),
+    "resnet50_v1": Published(
+        25.6e6,
+        3.8e9,
+        "the same parameters as v1.5: torchvision's 25,557,032",
+        "He et al. 2016, 'Deep Residual Learning for Image Recognition', Table 1: ResNet-50 "
+        "3.8e9 FLOPs (multiply-adds)",
+    ),
+    "resnet152_v1": Published(
+        60.2e6,
+        11.3e9,
+        "the same parameters as v1.5: torchvision's 60,192,808",
+        "He et al. 2016, 'Deep Residual Learning for Image Recognition', Table 1: ResNet-152 "
+        "11.3e9 FLOPs (multiply-adds)",
+    ),
     "vgg16": Published(
         138.4e6,
         15.47e9,
