@@ -21,7 +21,11 @@ class Spec(StrategySpecBase):
     """Workers pull variables from PS tasks and push gradients; async by default."""
 
     kind: Literal["parameter_server"]
-    partitioner: Literal["round_robin", "min_size"] = Field("round_robin", examples=["round_robin"])
+    # round_robin: ParameterServerStrategy / replica_device_setter's default; min_size:
+    # min_max_variable_partitioner; greedy: GreedyLoadBalancingStrategy (partition.py).
+    partitioner: Literal["round_robin", "min_size", "greedy"] = Field(
+        "round_robin", examples=["greedy"]
+    )
     min_shard_bytes: Bytes = Field(256 * 1024, ge=0, examples=["256KiB"])
     max_shards: Int | None = Field(None, ge=1, examples=[4])
     staleness_bound: Int | None = Field(None, ge=0, examples=[4])
@@ -32,6 +36,13 @@ class Spec(StrategySpecBase):
     # the order forward needs them, each push as soon as its gradient is ready. Off by
     # default: one transfer per PS task and phase, the classic pull-compute-push picture.
     overlap: bool = Field(False, examples=["true"])
+    # TensorFlow's 2017-2018 layouts (staging.py): how many copies of each variable a worker
+    # pulls per step, whether it sums its devices' gradients before pushing, and whether
+    # GPU tensors pass through host memory around every gRPC message. The defaults are
+    # one pull and one reduced push per worker, no staging.
+    fetch: Literal["per_worker", "per_device"] = Field("per_worker", examples=["per_device"])
+    push: Literal["reduced", "per_device"] = Field("reduced", examples=["per_device"])
+    host_staging: bool = Field(False, examples=["true"])
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False
@@ -94,6 +105,21 @@ class Spec(StrategySpecBase):
                     f"got {self.backup_workers} with {c.hosts} workers; expected fewer backup "
                     f"workers than workers, e.g. backup_workers: {max(c.hosts - 1, 0)}",
                 )
+        if self.push == "per_device" and self.mode != "sync":
+            raise fail(
+                "strategy.push",
+                f"got per_device with mode: {self.mode}; every device pushing its own "
+                "gradient is simulated with mode: sync only (asynchronously each would be "
+                "an update of its own), e.g. strategy: {kind: parameter_server, mode: sync, "
+                "push: per_device}",
+            )
+        if self.host_staging and c.profiles == ["cpu"]:
+            raise fail(
+                "strategy.host_staging",
+                "copies GPU tensors to host memory around every message, but the devices "
+                "here are the hosts' CPUs (profile cpu); remove host_staging or give "
+                "accelerators, e.g. device: {profile: p100}",
+            )
         if self.mode == "sync" and scenario.faults.failures:
             raise fail(
                 "faults.failures[0]",

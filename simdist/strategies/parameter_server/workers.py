@@ -38,6 +38,7 @@ from simdist.strategies.parameter_server.partition import (
 )
 from simdist.strategies.parameter_server.progress import Progress
 from simdist.strategies.parameter_server.servers import ParameterServers
+from simdist.strategies.parameter_server.staging import Chain, WorkerMoves
 
 if TYPE_CHECKING:
     from simdist.numerics.deferred import DeferredGradients
@@ -96,11 +97,14 @@ class ParameterServerWorkers(Strategy):
         self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
         self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
         self.layer_shards = layer_shards(self.costs.layers, self.shards)
-        self.overlap = (
-            options.overlap
-            and len(self.costs.layers) > 1
-            and self.scenario.cluster.devices_per_host == 1
+        per_host = self.scenario.cluster.devices_per_host
+        #: The messages and copies of pulls and pushes (fetch, push, host_staging).
+        self.moves = WorkerMoves(
+            self.net, options.fetch, options.push, options.host_staging, per_host
         )
+        # Hosts of several devices overlap per variable too: each layer's gradients are
+        # reduced (on the devices, or on the host after staging) as backward reaches it.
+        self.overlap = options.overlap and len(self.costs.layers) > 1
 
     @property
     def numeric(self) -> bool:
@@ -161,7 +165,9 @@ class ParameterServerWorkers(Strategy):
         arrived. Backward runs in reverse layer order and each shard's gradient is
         pushed as soon as its layer's backward has ended. A PS applies (``then(ps)``)
         when all of its shards of this gradient have arrived. Devices of a host run
-        layer by layer in step (max rule per layer; one device per host is required).
+        layer by layer in step (max rule per layer); a layer's gradients are reduced
+        over them (an all-reduce on the devices, or the host's sum of staged copies,
+        :mod:`.staging`) before its shards leave, unless each device pushes its own.
         """
         devices = self.cluster.workers[w].devices
         pulls = self._pull_layers(w, step)
@@ -179,17 +185,19 @@ class ParameterServerWorkers(Strategy):
         net, issued = self.net, self.env.now
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
         pulls: list[list[Transfer]] = []
+        moves = self.moves
         for shards in self.layer_shards:
             pulls.append(
                 [
-                    net.send(
+                    move
+                    for i in shards
+                    for move in moves.pull(
                         ps_hosts[self.shards[i].ps],
                         host,
                         self.shards[i].nbytes,
                         step=step,
                         detail=f"pull ps{self.shards[i].ps}",
                     )
-                    for i in shards
                 ]
             )
         every_pull = [move for moves in pulls for move in moves]
@@ -199,7 +207,7 @@ class ParameterServerWorkers(Strategy):
             every_pull,
             step=step,
             detail="pull",
-            nbytes=self.costs.param_nbytes,
+            nbytes=self.costs.param_nbytes * moves.pulls_per_worker,
             start_s=issued,
         )
         return pulls
@@ -266,19 +274,33 @@ class ParameterServerWorkers(Strategy):
             if first_push is None:
                 first_push = env.now
             shards = self.layer_shards[ready[k][0]]
-            for i in shards:
-                shard = self.shards[i]
-                pushes.append(
-                    net.send(
+
+            def sends() -> list[Any]:
+                return [
+                    move
+                    for i in shards
+                    for move in self.moves.push(
                         host,
-                        ps_hosts[shard.ps],
-                        shard.nbytes,
+                        ps_hosts[self.shards[i].ps],
+                        self.shards[i].nbytes,
                         step=step,
-                        detail=f"push ps{shard.ps}",
-                        then=partial(arrived, shard.ps),
+                        detail=f"push ps{self.shards[i].ps}",
+                        then=partial(arrived, self.shards[i].ps),
                     )
-                )
-            self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
+                ]
+
+            if self.moves.local_reduce(len(host.devices)):
+                # The layer's gradients all-reduced on the devices, then pushed from the host.
+                layer_bytes = sum(self.shards[i].nbytes for i in shards)
+                reduce = partial(
+                    net.allreduce, host.devices, layer_bytes, "ring", step=step,
+                    detail="local all-reduce",
+                )  # fmt: skip
+                new = [Chain(env, [lambda: [reduce()], sends])]
+            else:
+                new = sends()
+            pushes.extend(new)
+            self.moving[w] = [*self.moving[w], *new]
 
         targets = [backward_start + seconds * factor for _, seconds in ready]
         targets.append(backward_start + elapsed * factor)
@@ -289,7 +311,7 @@ class ParameterServerWorkers(Strategy):
             pushes,
             step=step,
             detail="push",
-            nbytes=self.costs.grad_nbytes,
+            nbytes=self.costs.grad_nbytes * self.moves.pushes_per_worker,
             start_s=first_push,
         )
         self.moving[w] = []
@@ -312,18 +334,21 @@ class ParameterServerWorkers(Strategy):
         The values were read when the request was issued (``servers.pull_all``).
         """
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        pull = self.moves.pull
         moves = [
-            self.net.send(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
+            move
             for ps, nbytes in enumerate(self.ps_nbytes)
+            for move in pull(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
         ]
-        yield from self._wait(w, moves, step, "pull", self.costs.param_nbytes)
+        nbytes = self.costs.param_nbytes * self.moves.pulls_per_worker
+        yield from self._wait(w, moves, step, "pull", nbytes)
 
     def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
         """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
         devices = self.cluster.workers[w].devices
         yield from self.input_wait(devices, self.pipelines[w], step)
         yield from self.compute_phase(devices, step)
-        if len(devices) > 1:
+        if self.moves.local_reduce(len(devices)):
             nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
             reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
             self.moving[w] = [reduce]
@@ -336,7 +361,9 @@ class ParameterServerWorkers(Strategy):
         """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives."""
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
         moves = [
-            self.net.send(
+            move
+            for ps, nbytes in enumerate(self.ps_nbytes)
+            for move in self.moves.push(
                 host,
                 ps_hosts[ps],
                 nbytes,
@@ -344,9 +371,9 @@ class ParameterServerWorkers(Strategy):
                 detail=f"push ps{ps}",
                 then=None if then is None else partial(then, ps),
             )
-            for ps, nbytes in enumerate(self.ps_nbytes)
         ]
-        yield from self._wait(w, moves, step, "push", self.costs.grad_nbytes)
+        nbytes = self.costs.grad_nbytes * self.moves.pushes_per_worker
+        yield from self._wait(w, moves, step, "push", nbytes)
 
     def _wait(
         self, w: int, moves: Sequence[Transfer], step: int, detail: str, nbytes: int
