@@ -38,11 +38,12 @@ class Spec(StrategySpecBase):
     overlap: bool = Field(False, examples=["true"])
     # TensorFlow's 2017-2018 layouts (staging.py): how many copies of each variable a worker
     # pulls per step, whether it sums its devices' gradients before pushing, and whether
-    # GPU tensors pass through host memory around every gRPC message. The defaults are
-    # one pull and one reduced push per worker, no staging.
-    fetch: Literal["per_worker", "per_device"] = Field("per_worker", examples=["per_device"])
-    push: Literal["reduced", "per_device"] = Field("reduced", examples=["per_device"])
-    host_staging: bool = Field(False, examples=["true"])
+    # GPU tensors pass through host memory around every gRPC message. Unset (null) means
+    # per_worker, reduced and false: one pull and one reduced push per worker, no staging
+    # (left out of the resolved scenario, so earlier scenarios dump as they did).
+    fetch: Literal["per_worker", "per_device"] | None = Field(None, examples=["per_device"])
+    push: Literal["reduced", "per_device"] | None = Field(None, examples=["per_device"])
+    host_staging: bool | None = Field(None, examples=["true"])
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False

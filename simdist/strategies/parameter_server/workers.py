@@ -100,7 +100,11 @@ class ParameterServerWorkers(Strategy):
         per_host = self.scenario.cluster.devices_per_host
         #: The messages and copies of pulls and pushes (fetch, push, host_staging).
         self.moves = WorkerMoves(
-            self.net, options.fetch, options.push, options.host_staging, per_host
+            self.net,
+            options.fetch or "per_worker",
+            options.push or "reduced",
+            bool(options.host_staging),
+            per_host,
         )
         # Hosts of several devices overlap per variable too: each layer's gradients are
         # reduced (on the devices, or on the host after staging) as backward reaches it.
