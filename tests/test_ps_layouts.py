@@ -167,12 +167,12 @@ def test_overlap_on_a_host_of_two_devices_with_host_staging():
 
 
 def test_per_device_push_needs_sync_mode():
-    with pytest.raises(ScenarioError, match="strategy.push.*mode: sync"):
+    with pytest.raises(ScenarioError, match=r"strategy\.push.*mode: sync"):
         scenario(1, devices_per_host=2, strategy={"kind": "parameter_server", "push": "per_device"})
 
 
 def test_host_staging_needs_accelerators():
-    with pytest.raises(ScenarioError, match="strategy.host_staging.*profile cpu"):
+    with pytest.raises(ScenarioError, match=r"strategy\.host_staging.*profile cpu"):
         scenario(1, strategy=_sync(host_staging=True))
 
 
