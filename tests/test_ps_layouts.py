@@ -179,3 +179,36 @@ def test_host_staging_needs_accelerators():
 def test_unknown_partitioner_lists_greedy():
     with pytest.raises(ScenarioError, match="greedy"):
         scenario(1, strategy={"kind": "parameter_server", "partitioner": "least_loaded"})
+
+
+def test_pull_on_update_starts_a_shard_pull_when_its_gradients_are_in():
+    f, b = SIGMA, 2 * SIGMA
+    layers = (
+        LayerCost("l0", f, b, S, ("params/w0",)),
+        LayerCost("l1", f, b, S, ("params/w1",)),
+    )
+    base = costs(2 * (f + b), 3, leaves=(S, S))
+    layered = Costs(**{**base.__dict__, "layers": layers})
+    strategy = _sync(overlap=True, pull="on_update")
+    result = simulate(scenario(1, strategy=strategy), layered)
+    # As test_ps_timing's overlap hand case, l1's push arrives at 6σ + 2L: its pull for step
+    # 1 leaves the PS at once [6σ + 2L, 7σ + 2L], so l0's push, ready at 7σ + L, waits for
+    # the half-duplex PS NIC and arrives at 8σ + 3L, which ends step 0 (at step start
+    # it would end at 8σ + 2L, the pull following it); step 1 then pulls w0 only.
+    ps = result.events.query("host == 'ps0' and step <= 1")
+    assert ps[["start_s", "detail", "step"]].values.tolist() == [
+        [0.0, "pull ps0", 0],
+        [SIGMA, "pull ps0", 0],
+        [5 * SIGMA + L, "push ps0", 0],
+        [6 * SIGMA + 2 * L, "pull ps0", 1],
+        [7 * SIGMA + 2 * L, "push ps0", 0],
+        [8 * SIGMA + 3 * L, "pull ps0", 1],
+        [13 * SIGMA + 4 * L, "push ps0", 1],
+        [15 * SIGMA + 5 * L, "push ps0", 1],
+    ]
+    assert applied_times(result)[0] == 8 * SIGMA + 3 * L
+
+
+def test_pull_on_update_needs_sync_and_overlap():
+    with pytest.raises(ScenarioError, match=r"strategy\.pull.*overlap: true"):
+        scenario(1, strategy=_sync(pull="on_update"))

@@ -44,6 +44,10 @@ class Spec(StrategySpecBase):
     fetch: Literal["per_worker", "per_device"] | None = Field(None, examples=["per_device"])
     push: Literal["reduced", "per_device"] | None = Field(None, examples=["per_device"])
     host_staging: bool | None = Field(None, examples=["true"])
+    # When a worker pulls each shard (on_update.py): at its step's start (null, step_start:
+    # tf_cnn_benchmarks' parameter_server), or as soon as every worker's gradient for it has
+    # arrived (on_update: distributed_replicated's per-variable barrier, BytePS).
+    pull: Literal["step_start", "on_update"] | None = Field(None, examples=["on_update"])
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False
@@ -113,6 +117,17 @@ class Spec(StrategySpecBase):
                 "gradient is simulated with mode: sync only (asynchronously each would be "
                 "an update of its own), e.g. strategy: {kind: parameter_server, mode: sync, "
                 "push: per_device}",
+            )
+        if self.pull == "on_update" and (
+            self.mode != "sync" or not self.overlap or self.backup_workers
+        ):
+            raise fail(
+                "strategy.pull",
+                f"got on_update with mode: {self.mode}, overlap: {self.overlap}, "
+                f"backup_workers: {self.backup_workers}; pulling a shard once every worker's "
+                "gradient for it has arrived needs mode: sync, overlap: true and no backup "
+                "workers, e.g. strategy: {kind: parameter_server, mode: sync, overlap: true, "
+                "pull: on_update}",
             )
         if self.host_staging and c.profiles == ["cpu"]:
             raise fail(

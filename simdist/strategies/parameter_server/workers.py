@@ -30,6 +30,7 @@ from simdist.strategies.parameter_server.dataflow import (
     DataflowServers,
     Journal,
 )
+from simdist.strategies.parameter_server.on_update import PullOnUpdate
 from simdist.strategies.parameter_server.partition import (
     batch_norm_state_leaves,
     bytes_per_ps,
@@ -109,6 +110,12 @@ class ParameterServerWorkers(Strategy):
         # Hosts of several devices overlap per variable too: each layer's gradients are
         # reduced (on the devices, or on the host after staging) as backward reaches it.
         self.overlap = options.overlap and len(self.costs.layers) > 1
+        #: ``pull: on_update``: each shard's next pulls start once all its gradients are in.
+        self.on_update = (
+            PullOnUpdate(self.n_workers, self.total_steps, self._pull_shard)
+            if options.pull == "on_update" and self.overlap
+            else None
+        )
 
     @property
     def numeric(self) -> bool:
@@ -187,23 +194,15 @@ class ParameterServerWorkers(Strategy):
         """Worker ``w`` requests every variable shard, layer by layer in forward order: each
         layer's pulls, recorded on its devices as one ``pull`` phase from now."""
         net, issued = self.net, self.env.now
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        pulls: list[list[Transfer]] = []
-        moves = self.moves
-        for shards in self.layer_shards:
-            pulls.append(
-                [
-                    move
-                    for i in shards
-                    for move in moves.pull(
-                        ps_hosts[self.shards[i].ps],
-                        host,
-                        self.shards[i].nbytes,
-                        step=step,
-                        detail=f"pull ps{self.shards[i].ps}",
-                    )
-                ]
-            )
+        host = self.cluster.workers[w]
+        moves, early = self.moves, self.on_update
+        if early is not None:
+            pulls = [early.pulls(w, step, shards) for shards in self.layer_shards]
+        else:
+            pulls = [
+                [move for i in shards for move in self._pull_shard(w, step, i)]
+                for shards in self.layer_shards
+            ]
         every_pull = [move for moves in pulls for move in moves]
         self.moving[w] = list(every_pull)
         net.phase(
@@ -215,6 +214,14 @@ class ParameterServerWorkers(Strategy):
             start_s=issued,
         )
         return pulls
+
+    def _pull_shard(self, w: int, step: int, i: int) -> list[Any]:
+        """Worker ``w``'s pull of shard ``i`` for ``step``, started now."""
+        shard = self.shards[i]
+        ps_host = self.cluster.ps_hosts[shard.ps]
+        host = self.cluster.workers[w]
+        detail = f"pull ps{shard.ps}"
+        return self.moves.pull(ps_host, host, shard.nbytes, step=step, detail=detail)
 
     def _forward_layers(
         self,
@@ -267,6 +274,11 @@ class ParameterServerWorkers(Strategy):
             if waiting_shards[ps] == 0 and then is not None:
                 then(ps)
 
+        def landed(i: int) -> None:
+            arrived(self.shards[i].ps)
+            if self.on_update is not None:
+                self.on_update.landed(step, i)
+
         backward_start, pushes = env.now, []
         first_push: float | None = None
         ready, elapsed = backward_ready(layers, [bool(shards) for shards in self.layer_shards])
@@ -289,7 +301,7 @@ class ParameterServerWorkers(Strategy):
                         self.shards[i].nbytes,
                         step=step,
                         detail=f"push ps{self.shards[i].ps}",
-                        then=partial(arrived, self.shards[i].ps),
+                        then=partial(landed, i),
                     )
                 ]
 
