@@ -1,9 +1,210 @@
-"""Validation cases: parameter server (see validation/__init__.py for the rules)."""
+"""Validation cases: parameter server (see validation/__init__.py for the rules).
+
+Every case is a timing-only run of a few synchronous steps, step-time variability on, in the
+layout the publication used, expressed with parameter_server's TensorFlow options
+(docs/strategies.md, "TensorFlow's parameter-server layouts"). Scaling efficiencies are
+throughput / (GPUs × one GPU's throughput), the published one from the publication's own
+1-GPU figure, simdist's from its own one_device run of the same device and batch: the
+row then measures the distributed mechanism, not the roofline's single-GPU error
+(validation/single_gpu.py has those).
+"""
 
 from __future__ import annotations
 
+from functools import cache
+from typing import Any
+
 from validation import Case
 
+from simdist.engine import run
+from simdist.scenario import scenario_from_dict
+
 TITLE = "parameter server"
+
+#: tf_cnn_benchmarks ``variable_update=distributed_replicated`` (the EC2 distributed table):
+#: each GPU keeps a copy; gradients summed on the worker, pushed once per variable to a PS
+#: copy placed by ``replica_device_setter``'s default round robin; a per-variable barrier,
+#: then the variable read back to the host and copied to every GPU (variable_mgr.py, May
+#: 2017). gRPC between TensorFlow tasks (``server_protocol`` grpc, the default).
+DISTRIBUTED_REPLICATED = {
+    "kind": "parameter_server",
+    "mode": "sync",
+    "partitioner": "round_robin",
+    "overlap": True,
+    "host_staging": True,
+    "pull": "on_update",
+}
+#: tf_cnn_benchmarks ``variable_update=parameter_server`` (distributed): variables placed by
+#: GreedyLoadBalancingStrategy, each read once per worker onto a caching device at the start
+#: of the step, the towers' gradients summed on the worker's CPU and pushed per variable.
+PARAMETER_SERVER = {
+    "kind": "parameter_server",
+    "mode": "sync",
+    "partitioner": "greedy",
+    "overlap": True,
+    "host_staging": True,
+}
+#: BytePS (Jiang et al., OSDI 2020, §3-4): tensors cut into partitions of
+#: BYTEPS_PARTITION_BYTES = 4,096,000 bytes (bytedance/byteps docs/env.md), spread over
+#: the CPU summation servers; each partition pushed as its gradient is ready (after the
+#: machine's local NCCL reduction) and pulled as soon as it is summed; ZeroMQ over TCP.
+BYTEPS = {
+    "kind": "parameter_server",
+    "mode": "sync",
+    "partitioner": "min_size",
+    "min_shard_bytes": "4096000B",
+    "max_shards": 4096,
+    "overlap": True,
+    "pull": "on_update",
+}
+#: Horovod: a ring all-reduce (hierarchical on NVLink servers: NCCL) with 64 MiB fusion.
+HOROVOD = {"kind": "multi_worker_mirrored", "communication": "nccl", "bucket_bytes": "64MiB"}
+
+# p2.8xlarge: 8 K80 GPUs (4 boards) on PCIe 3.0, "10 Gigabit" networking (AWS EC2 instance
+# types, P2); PCIe 3.0 x16 15.75 GB/s (PCI-SIG). Horovod's servers: 4 P100 on PCIe 3.0,
+# 25 Gbit/s (Sergeev & Del Balso 2018, §8). BytePS' cloud VMs: 8 V100 with NVLink (NVLink 2,
+# 25 GB/s per link per direction, NVIDIA V100 whitepaper), 20 Gbit/s TCP (byteps
+# docs/performance.md).
+PCIE = "15.75GB/s"
+NVLINK2 = "25GB/s"
+
+
+def scenario(
+    model: str,
+    hosts: int,
+    per_host: int,
+    strategy: dict[str, Any],
+    *,
+    profile: str,
+    nic: str,
+    intra: str = PCIE,
+    batch: int = 64,
+    ps: int = 0,
+    placement: str = "colocated",
+    protocol: str = "grpc",
+    steps: int = 4,
+) -> Any:
+    """A timing-only scenario with step-time variability on (the default)."""
+    cluster: dict[str, Any] = {
+        "hosts": hosts,
+        "ps": ps,
+        "devices_per_host": per_host,
+        "device": {"profile": profile},
+        "links": {
+            "intra_host": {"bandwidth": intra, "latency": "5us"},
+            "network": {"bandwidth": nic, "latency": "10us"},
+        },
+        "network": {"protocol": protocol},
+    }
+    if ps:
+        cluster["ps_placement"] = placement
+    return scenario_from_dict(
+        {
+            "name": f"validate_ps_{model}_{hosts}x{per_host}",
+            "seed": 0,
+            "numerics": False,
+            "cluster": cluster,
+            "workload": {
+                "model": model,
+                "batch_size": batch,
+                "optimizer": {"name": "sgd", "learning_rate": 0.1},
+                "steps": steps,
+            },
+            "strategy": strategy,
+        }
+    )
+
+
+def throughput(s: Any) -> float:
+    return float(run(s).summary["examples_per_s"])
+
+
+@cache
+def one_gpu(model: str, profile: str, batch: int) -> float:
+    """simdist's images/s of one GPU alone, the denominator of its scaling efficiency."""
+    s = scenario(model, 1, 1, {"kind": "one_device"}, profile=profile, nic="10Gbit/s", batch=batch)
+    return throughput(s)
+
+
+def efficiency(model: str, gpus: int, per_host: int, strategy: dict[str, Any], **kw: Any) -> float:
+    """simdist's scaling efficiency, in percent, of ``gpus`` GPUs in hosts of ``per_host``."""
+    hosts = gpus // per_host
+    kw.setdefault("ps", hosts)
+    rate = throughput(scenario(model, hosts, per_host, strategy, **kw))
+    return 100.0 * rate / (gpus * one_gpu(model, kw["profile"], kw.get("batch", 64)))
+
+
+def byteps_over_horovod(model: str, hosts: int) -> float:
+    """BytePS' throughput over Horovod's on the same cluster (k = n CPU summation servers)."""
+    kw: dict[str, Any] = {"profile": "v100", "nic": "20Gbit/s", "intra": NVLINK2}
+    kw["protocol"] = "tcp"
+    horovod = throughput(scenario(model, hosts, 8, HOROVOD, **kw))
+    byteps = throughput(scenario(model, hosts, 8, BYTEPS, ps=hosts, placement="separate", **kw))
+    return byteps / horovod
+
+
+K80 = {"profile": "k80", "nic": "10Gbit/s"}
+HOROVOD_PS = {"profile": "p100", "nic": "25Gbit/s"}
+
+TF_PAGE = "tf_cnn_benchmarks 2017, EC2 distributed K80 table"
+EC2 = "p2.8xlarge × {}: 8 K80 each, 10 GbE, gRPC, distributed_replicated, {} PS colocated, {}"
+
+CASES: list[Case] = [
+    Case(
+        source=TF_PAGE,
+        layout=EC2.format(2, 2, "ResNet-50 batch 64"),
+        quantity="% scaling efficiency (16 GPUs; 751 img/s vs 16 × 52.4)",
+        published=100 * 751 / (16 * 52.4),
+        predict=lambda: efficiency("resnet50", 16, 8, DISTRIBUTED_REPLICATED, **K80, steps=3),
+        quick=True,
+    ),
+    Case(
+        source=TF_PAGE,
+        layout=EC2.format(8, 8, "ResNet-50 batch 64"),
+        quantity="% scaling efficiency (64 GPUs; 2,744 img/s vs 64 × 52.4)",
+        published=100 * 2744 / (64 * 52.4),
+        predict=lambda: efficiency("resnet50", 64, 8, DISTRIBUTED_REPLICATED, **K80, steps=3),
+    ),
+    Case(
+        source=TF_PAGE,
+        layout=EC2.format(8, 6, "Inception V3 batch 64"),
+        quantity="% scaling efficiency (64 GPUs; 1,783 img/s vs 64 × 29.7)",
+        published=100 * 1783 / (64 * 29.7),
+        predict=lambda: efficiency(
+            "inception_v3", 64, 8, DISTRIBUTED_REPLICATED, **K80, ps=6, steps=3
+        ),
+    ),
+    Case(
+        source="Horovod paper (Sergeev & Del Balso 2018), §2 and Fig. 1",
+        layout="32 servers × 4 P100 (PCIe), 25 GbE, gRPC, tf_cnn_benchmarks parameter_server, "
+        "32 PS colocated, Inception V3 batch 64",
+        quantity="% scaling efficiency (128 GPUs; 'about half')",
+        published=50.0,
+        predict=lambda: efficiency("inception_v3", 128, 4, PARAMETER_SERVER, **HOROVOD_PS, steps=2),
+    ),
+    Case(
+        source="Horovod paper (Sergeev & Del Balso 2018), §2 and Fig. 1",
+        layout="32 servers × 4 P100 (PCIe), 25 GbE, gRPC, tf_cnn_benchmarks parameter_server, "
+        "32 PS colocated, ResNet-101 batch 64",
+        quantity="% scaling efficiency (128 GPUs; 'about half')",
+        published=50.0,
+        predict=lambda: efficiency("resnet101", 128, 4, PARAMETER_SERVER, **HOROVOD_PS, steps=2),
+    ),
+    Case(
+        source="BytePS docs/performance.md (OSDI 2020 artefact)",
+        layout="4 VMs × 8 V100 (NVLink), 20 Gbit/s TCP, 4 CPU summation servers, ResNet-50 "
+        "batch 64",
+        quantity="BytePS / Horovod throughput",
+        published=1.44,
+        predict=lambda: byteps_over_horovod("resnet50", 4),
+    ),
+    Case(
+        source="BytePS docs/performance.md (OSDI 2020 artefact)",
+        layout="4 VMs × 8 V100 (NVLink), 20 Gbit/s TCP, 4 CPU summation servers, VGG-16 batch 64",
+        quantity="BytePS / Horovod throughput",
+        published=2.00,
+        predict=lambda: byteps_over_horovod("vgg16", 4),
+    ),
+]
+
 TEXT = ""
-CASES: list[Case] = []
