@@ -14,10 +14,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from validation import Case
-
 from simdist.engine import run
 from simdist.scenario import scenario_from_dict
+from validation import Case
 
 TITLE = "parameter server"
 
