@@ -115,11 +115,11 @@ def test_per_device_push_sends_every_gradient_without_a_local_reduction():
 
 
 def test_per_device_pulls_and_pushes_with_staging():
-    # each device: its pull (σ + L on the NIC, in turn), then its copy; its copy to the
-    # host, then its push. Pulls: the second message arrives at 2σ + L, its copy ends a
-    # copy later; pushes: both copies (2 in a row), the second message ends at 2σ + L after
-    # the first copy's arrival... the NIC serialises the pushes: first copy + α_i, then σ,
-    # σ while the second copy has long arrived.
+    # pulls: the two messages queue on the NIC; the second arrives at 2σ + L and is then
+    # copied to its device (the first copy ended meanwhile). Pushes: both devices' copies
+    # to the host queue on the intra link; the first message leaves after the first copy
+    # (σ/4 + α_i) and the NIC then carries both messages in a row (2σ + L), the second
+    # copy long done.
     strategy = _sync(fetch="per_device", push="per_device", host_staging=True)
     result = simulate(
         scenario(1, devices_per_host=2, profile="p100", strategy=strategy), costs(C, 2)
