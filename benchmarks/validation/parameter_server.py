@@ -246,6 +246,15 @@ Rows are scaling efficiencies against each source's own one-GPU figure (simdist'
 its own one-GPU run), so they test the distributed mechanism; they move when the roofline's
 single-GPU times move, because the compute a step has to hide communication behind changes.
 
+One layout for every model: at 16 GPUs (4 servers × 4 P100, 25 GbE, 4 PS tasks, gRPC)
+the `parameter_server` layout keeps VGG-16 at 33 %, ResNet-101 at 74 % and Inception V3 at
+81 % of linear scaling (`distributed_replicated`: 33, 81, 85 %; a worker task per GPU: 9,
+30, 38 %). VGG-16 falls furthest not only for its 553 MB but for its placement: fc6's 411 MB
+kernel is one variable, so greedy placement leaves 423 MB on one PS task (round robin 454
+MB), whose NIC and CPU then carry four fifths of every push and pull. These figures were
+measured with VGG-16's compute priced about 2.5× too slow; priced right, it has less compute
+to hide the same communication behind and scales worse still.
+
 Why rows miss:
 
 - **Horovod paper, ≈ 50 % at 128 GPUs** (simdist about 64 %): "about half" is read off
@@ -254,7 +263,7 @@ Why rows miss:
   `parameter_server` mode. Host staging barely matters here (64.1 % with it, 64.3 % without:
   PCIe moves a model copy per GPU far faster than 25 GbE moves one per machine); what
   drives the result is gRPC's serialisation on every machine's CPU, which the per-machine
-  PS task shares with its worker. The other layout these runs could have used, a worker
+  PS task shares with its worker (over plain TCP the same layout reaches 87 %). The other layout these runs could have used, a worker
   task per GPU (`fetch`/`push: per_device`), gives 17 % — four copies of every pull and
   push through one NIC and one CPU — so the published figure lies between the two, nearer
   the per-machine worker. Not modelled and plausibly the rest: tf_cnn_benchmarks'
