@@ -212,3 +212,26 @@ def test_pull_on_update_starts_a_shard_pull_when_its_gradients_are_in():
 def test_pull_on_update_needs_sync_and_overlap():
     with pytest.raises(ScenarioError, match=r"strategy\.pull.*overlap: true"):
         scenario(1, strategy=_sync(pull="on_update"))
+
+
+def test_overlap_on_a_host_of_two_devices_all_reduces_each_layer_before_its_push():
+    # Without staging, a layer's gradients are all-reduced on the devices (a ring over the
+    # intra link, 2(α_i + S/(2·B_INTRA))) as backward reaches it, then pushed: as
+    # test_ps_timing's one-device hand case (8σ + 2L) plus the last layer's all-reduce.
+    f, b = SIGMA, 2 * SIGMA
+    layers = (
+        LayerCost("l0", f, b, S, ("params/w0",)),
+        LayerCost("l1", f, b, S, ("params/w1",)),
+    )
+    base = costs(2 * (f + b), 3, leaves=(S, S))
+    layered = Costs(**{**base.__dict__, "layers": layers})
+    strategy = {"kind": "parameter_server", "overlap": True}
+    result = simulate(scenario(1, devices_per_host=2, strategy=strategy), layered)
+    ring = 2 * (ALPHA_INTRA + S / (2 * B_INTRA))
+    iteration = 8 * SIGMA + 2 * L + ring
+    assert applied_times(result) == [k * iteration for k in (1, 2, 3)]
+    local = result.events.query("step == 0 and detail == 'local all-reduce'")
+    assert local[["start_s", "end_s"]].drop_duplicates().values.tolist() == [
+        [5 * SIGMA + L, 5 * SIGMA + L + ring],
+        [7 * SIGMA + L, 7 * SIGMA + L + ring],
+    ]
