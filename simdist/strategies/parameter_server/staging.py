@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simdist.network import Link, Transfer
-from simdist.network.transfer import arrive
+from simdist.network.transfer import Route, arrive, route_of
 
 if TYPE_CHECKING:
     from simdist.cluster import Device, Host
@@ -120,6 +120,7 @@ class WorkerMoves:
         #: Copies of every variable a worker pulls, and of every gradient it pushes, per step.
         self.pulls_per_worker = devices_per_host if self.per_device_fetch else 1
         self.pushes_per_worker = devices_per_host if self.per_device_push else 1
+        self._routes: dict[tuple[str, str], Route] = {}  # copies' routes, by end points
 
     @property
     def plain(self) -> bool:
@@ -133,7 +134,11 @@ class WorkerMoves:
 
     def copy(self, src: Device | Host, dst: Device | Host, nbytes: float) -> Transfer:
         """A DMA copy between a device and its host, over the intra-host route, unrecorded."""
-        return Transfer(self.env, self.net.route(src, dst), nbytes)
+        key = (src.name, dst.name)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = route_of(self.net.route(src, dst))
+        return Transfer(self.env, route.links, nbytes, route=route)
 
     def pull(
         self, ps_host: Host, host: Host, nbytes: float, *, step: int, detail: str
