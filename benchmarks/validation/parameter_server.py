@@ -263,7 +263,13 @@ Why rows miss:
   `parameter_server` mode. Host staging barely matters here (64.1 % with it, 64.3 % without:
   PCIe moves a model copy per GPU far faster than 25 GbE moves one per machine); what
   drives the result is gRPC's serialisation on every machine's CPU, which the per-machine
-  PS task shares with its worker (over plain TCP the same layout reaches 87 %). The other layout these runs could have used, a worker
+  PS task shares with its worker (over plain TCP the same layout reaches 87 %). The `grpc`
+  preset may even overcharge TensorFlow here: its one 1.6 GB/s CPU link per machine
+  encodes every message, but TensorFlow's tensor path shares a tensor of more than 1 KB
+  with the gRPC slice instead of copying it (`EncodeTensorToByteBuffer`,
+  tensorflow/core/distributed_runtime/rpc/grpc_tensor_coding.cc), so only the receiving
+  side copies, and a machine serves its streams on several threads — priced so, this row
+  would be more optimistic still. The other layout these runs could have used, a worker
   task per GPU (`fetch`/`push: per_device`), gives 17 % — four copies of every pull and
   push through one NIC and one CPU — so the published figure lies between the two, nearer
   the per-machine worker. Not modelled and plausibly the rest: tf_cnn_benchmarks'
