@@ -53,7 +53,12 @@ class PullOnUpdate:
         started = self._started.get((w, step), {})
         moves = []
         for i in shards:
-            moves.extend(started.pop(i) if i in started else self._pull(w, step, i))
+            if i not in started:
+                moves.extend(self._pull(w, step, i))
+                continue
+            # An arrived pull has nothing left to wait for; left out, a join cannot count
+            # it a second time (its arrival, maybe this very instant, was counted alone).
+            moves.extend(move for move in started.pop(i) if not move.done.triggered)
         if not started:
             self._started.pop((w, step), None)
         return moves
