@@ -33,10 +33,12 @@ def scenario(
     ps: int = 1,
     devices_per_host: int = 1,
     network: dict[str, Any] = FIFO,
+    profile: str = "cpu",
     **extra: object,
 ) -> Scenario:
     """A timing-only parameter-server scenario: ``workers`` hosts, ``ps`` PS tasks, the NICs
-    above and no step-time variability; ``extra`` adds or replaces top-level sections."""
+    above and no step-time variability; ``extra`` adds or replaces top-level sections.
+    ``profile``: the devices' (the compute time is the costs' whatever the profile)."""
     data = {
         "name": "ps_timing",
         "seed": 0,
@@ -46,7 +48,7 @@ def scenario(
             "ps": ps,
             "devices_per_host": devices_per_host,
             # step-time variability off: exact, hand-checkable times
-            "device": {"profile": "cpu", "variability": 0},
+            "device": {"profile": profile, "variability": 0},
             "links": {
                 "network": {"bandwidth": B, "latency": ALPHA},
                 "intra_host": {"bandwidth": B_INTRA, "latency": ALPHA_INTRA},

@@ -53,9 +53,18 @@ def partition(
       is split along axis 0 into as many shards as keep each at least
       ``min_shard_bytes``, at most ``max_shards`` (default: the number of PS
       tasks); shards are then placed round-robin over the PS tasks.
+    * ``greedy`` — whole variables, each on the PS task holding the fewest bytes so
+      far (the lowest index on a tie): ``GreedyLoadBalancingStrategy`` with
+      ``byte_size_load_fn`` (tensorflow/contrib/training/python/training/
+      device_setter.py), the ``ps_strategy`` tf_cnn_benchmarks gives
+      ``replica_device_setter`` for ``variable_update=parameter_server`` in distributed
+      runs (tensorflow/benchmarks scripts/tf_cnn_benchmarks/variable_mgr.py,
+      ``VariableMgrDistributedFetchFromPS.get_devices``, 2017 onwards).
     """
-    if partitioner not in ("round_robin", "min_size"):
+    if partitioner not in ("round_robin", "min_size", "greedy"):
         raise ValueError(f"unknown partitioner {partitioner!r}")
+    if partitioner == "greedy":
+        return _greedy(leaves, n_ps)
     limit = max_shards if max_shards is not None else n_ps
     shards: list[Shard] = []
     next_ps = 0
@@ -70,6 +79,17 @@ def partition(
             size = nbytes * (stop - start) // rows if parts > 1 else nbytes
             shards.append(Shard(next_ps, index, path, start, stop, int(size)))
             next_ps = (next_ps + 1) % n_ps
+    return shards
+
+
+def _greedy(leaves: Sequence[tuple[str, tuple[int, ...], int]], n_ps: int) -> list[Shard]:
+    """Whole variables in order, each to the least loaded PS task so far (lowest index on ties)."""
+    loads = [0] * n_ps
+    shards = []
+    for index, (path, shape, nbytes) in enumerate(leaves):
+        ps = min(range(n_ps), key=loads.__getitem__)
+        loads[ps] += nbytes
+        shards.append(Shard(ps, index, path, 0, shape[0] if shape else 1, int(nbytes)))
     return shards
 
 

@@ -21,7 +21,11 @@ class Spec(StrategySpecBase):
     """Workers pull variables from PS tasks and push gradients; async by default."""
 
     kind: Literal["parameter_server"]
-    partitioner: Literal["round_robin", "min_size"] = Field("round_robin", examples=["round_robin"])
+    # round_robin: ParameterServerStrategy / replica_device_setter's default; min_size:
+    # min_max_variable_partitioner; greedy: GreedyLoadBalancingStrategy (partition.py).
+    partitioner: Literal["round_robin", "min_size", "greedy"] = Field(
+        "round_robin", examples=["greedy"]
+    )
     min_shard_bytes: Bytes = Field(256 * 1024, ge=0, examples=["256KiB"])
     max_shards: Int | None = Field(None, ge=1, examples=[4])
     staleness_bound: Int | None = Field(None, ge=0, examples=[4])
@@ -32,6 +36,18 @@ class Spec(StrategySpecBase):
     # the order forward needs them, each push as soon as its gradient is ready. Off by
     # default: one transfer per PS task and phase, the classic pull-compute-push picture.
     overlap: bool = Field(False, examples=["true"])
+    # TensorFlow's 2017-2018 layouts (staging.py): how many copies of each variable a worker
+    # pulls per step, whether it sums its devices' gradients before pushing, and whether
+    # GPU tensors pass through host memory around every gRPC message. Unset (null) means
+    # per_worker, reduced and false: one pull and one reduced push per worker, no staging
+    # (left out of the resolved scenario, so earlier scenarios dump as they did).
+    fetch: Literal["per_worker", "per_device"] | None = Field(None, examples=["per_device"])
+    push: Literal["reduced", "per_device"] | None = Field(None, examples=["per_device"])
+    host_staging: bool | None = Field(None, examples=["true"])
+    # When a worker pulls each shard (on_update.py): at its step's start (null, step_start:
+    # tf_cnn_benchmarks' parameter_server), or as soon as every worker's gradient for it has
+    # arrived (on_update: distributed_replicated's per-variable barrier, BytePS).
+    pull: Literal["step_start", "on_update"] | None = Field(None, examples=["on_update"])
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False
@@ -94,6 +110,32 @@ class Spec(StrategySpecBase):
                     f"got {self.backup_workers} with {c.hosts} workers; expected fewer backup "
                     f"workers than workers, e.g. backup_workers: {max(c.hosts - 1, 0)}",
                 )
+        if self.push == "per_device" and self.mode != "sync":
+            raise fail(
+                "strategy.push",
+                f"got per_device with mode: {self.mode}; every device pushing its own "
+                "gradient is simulated with mode: sync only (asynchronously each would be "
+                "an update of its own), e.g. strategy: {kind: parameter_server, mode: sync, "
+                "push: per_device}",
+            )
+        if self.pull == "on_update" and (
+            self.mode != "sync" or not self.overlap or self.backup_workers
+        ):
+            raise fail(
+                "strategy.pull",
+                f"got on_update with mode: {self.mode}, overlap: {self.overlap}, "
+                f"backup_workers: {self.backup_workers}; pulling a shard once every worker's "
+                "gradient for it has arrived needs mode: sync, overlap: true and no backup "
+                "workers, e.g. strategy: {kind: parameter_server, mode: sync, overlap: true, "
+                "pull: on_update}",
+            )
+        if self.host_staging and c.profiles == ["cpu"]:
+            raise fail(
+                "strategy.host_staging",
+                "copies GPU tensors to host memory around every message, but the devices "
+                "here are the hosts' CPUs (profile cpu); remove host_staging or give "
+                "accelerators, e.g. device: {profile: p100}",
+            )
         if self.mode == "sync" and scenario.faults.failures:
             raise fail(
                 "faults.failures[0]",

@@ -30,6 +30,7 @@ from simdist.strategies.parameter_server.dataflow import (
     DataflowServers,
     Journal,
 )
+from simdist.strategies.parameter_server.on_update import PullOnUpdate
 from simdist.strategies.parameter_server.partition import (
     batch_norm_state_leaves,
     bytes_per_ps,
@@ -38,6 +39,7 @@ from simdist.strategies.parameter_server.partition import (
 )
 from simdist.strategies.parameter_server.progress import Progress
 from simdist.strategies.parameter_server.servers import ParameterServers
+from simdist.strategies.parameter_server.staging import Chain, WorkerMoves
 
 if TYPE_CHECKING:
     from simdist.numerics.deferred import DeferredGradients
@@ -96,10 +98,23 @@ class ParameterServerWorkers(Strategy):
         self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
         self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
         self.layer_shards = layer_shards(self.costs.layers, self.shards)
-        self.overlap = (
-            options.overlap
-            and len(self.costs.layers) > 1
-            and self.scenario.cluster.devices_per_host == 1
+        per_host = self.scenario.cluster.devices_per_host
+        #: The messages and copies of pulls and pushes (fetch, push, host_staging).
+        self.moves = WorkerMoves(
+            self.net,
+            options.fetch or "per_worker",
+            options.push or "reduced",
+            bool(options.host_staging),
+            per_host,
+        )
+        # Hosts of several devices overlap per variable too: each layer's gradients are
+        # reduced (on the devices, or on the host after staging) as backward reaches it.
+        self.overlap = options.overlap and len(self.costs.layers) > 1
+        #: ``pull: on_update``: each shard's next pulls start once all its gradients are in.
+        self.on_update = (
+            PullOnUpdate(self.n_workers, self.total_steps, self._pull_shard)
+            if options.pull == "on_update" and self.overlap
+            else None
         )
 
     @property
@@ -161,7 +176,9 @@ class ParameterServerWorkers(Strategy):
         arrived. Backward runs in reverse layer order and each shard's gradient is
         pushed as soon as its layer's backward has ended. A PS applies (``then(ps)``)
         when all of its shards of this gradient have arrived. Devices of a host run
-        layer by layer in step (max rule per layer; one device per host is required).
+        layer by layer in step (max rule per layer); a layer's gradients are reduced
+        over them (an all-reduce on the devices, or the host's sum of staged copies,
+        :mod:`.staging`) before its shards leave, unless each device pushes its own.
         """
         devices = self.cluster.workers[w].devices
         pulls = self._pull_layers(w, step)
@@ -177,21 +194,15 @@ class ParameterServerWorkers(Strategy):
         """Worker ``w`` requests every variable shard, layer by layer in forward order: each
         layer's pulls, recorded on its devices as one ``pull`` phase from now."""
         net, issued = self.net, self.env.now
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        pulls: list[list[Transfer]] = []
-        for shards in self.layer_shards:
-            pulls.append(
-                [
-                    net.send(
-                        ps_hosts[self.shards[i].ps],
-                        host,
-                        self.shards[i].nbytes,
-                        step=step,
-                        detail=f"pull ps{self.shards[i].ps}",
-                    )
-                    for i in shards
-                ]
-            )
+        host = self.cluster.workers[w]
+        moves, early = self.moves, self.on_update
+        if early is not None:
+            pulls = [early.pulls(w, step, shards) for shards in self.layer_shards]
+        else:
+            pulls = [
+                [move for i in shards for move in self._pull_shard(w, step, i)]
+                for shards in self.layer_shards
+            ]
         every_pull = [move for moves in pulls for move in moves]
         self.moving[w] = list(every_pull)
         net.phase(
@@ -199,10 +210,18 @@ class ParameterServerWorkers(Strategy):
             every_pull,
             step=step,
             detail="pull",
-            nbytes=self.costs.param_nbytes,
+            nbytes=self.costs.param_nbytes * moves.pulls_per_worker,
             start_s=issued,
         )
         return pulls
+
+    def _pull_shard(self, w: int, step: int, i: int) -> list[Any]:
+        """Worker ``w``'s pull of shard ``i`` for ``step``, started now."""
+        shard = self.shards[i]
+        ps_host = self.cluster.ps_hosts[shard.ps]
+        host = self.cluster.workers[w]
+        detail = f"pull ps{shard.ps}"
+        return self.moves.pull(ps_host, host, shard.nbytes, step=step, detail=detail)
 
     def _forward_layers(
         self,
@@ -255,6 +274,11 @@ class ParameterServerWorkers(Strategy):
             if waiting_shards[ps] == 0 and then is not None:
                 then(ps)
 
+        def landed(i: int) -> None:
+            arrived(self.shards[i].ps)
+            if self.on_update is not None:
+                self.on_update.landed(step, i)
+
         backward_start, pushes = env.now, []
         first_push: float | None = None
         ready, elapsed = backward_ready(layers, [bool(shards) for shards in self.layer_shards])
@@ -266,19 +290,33 @@ class ParameterServerWorkers(Strategy):
             if first_push is None:
                 first_push = env.now
             shards = self.layer_shards[ready[k][0]]
-            for i in shards:
-                shard = self.shards[i]
-                pushes.append(
-                    net.send(
+
+            def sends() -> list[Any]:
+                return [
+                    move
+                    for i in shards
+                    for move in self.moves.push(
                         host,
-                        ps_hosts[shard.ps],
-                        shard.nbytes,
+                        ps_hosts[self.shards[i].ps],
+                        self.shards[i].nbytes,
                         step=step,
-                        detail=f"push ps{shard.ps}",
-                        then=partial(arrived, shard.ps),
+                        detail=f"push ps{self.shards[i].ps}",
+                        then=partial(landed, i),
                     )
-                )
-            self.moving[w] = [*self.moving[w], *pushes[-len(shards) :]]
+                ]
+
+            if self.moves.local_reduce(len(host.devices)):
+                # The layer's gradients all-reduced on the devices, then pushed from the host.
+                layer_bytes = sum(self.shards[i].nbytes for i in shards)
+                reduce = partial(
+                    net.allreduce, host.devices, layer_bytes, "ring", step=step,
+                    detail="local all-reduce",
+                )  # fmt: skip
+                new = [Chain(env, [lambda: [reduce()], sends])]
+            else:
+                new = sends()
+            pushes.extend(new)
+            self.moving[w] = [*self.moving[w], *new]
 
         targets = [backward_start + seconds * factor for _, seconds in ready]
         targets.append(backward_start + elapsed * factor)
@@ -289,7 +327,7 @@ class ParameterServerWorkers(Strategy):
             pushes,
             step=step,
             detail="push",
-            nbytes=self.costs.grad_nbytes,
+            nbytes=self.costs.grad_nbytes * self.moves.pushes_per_worker,
             start_s=first_push,
         )
         self.moving[w] = []
@@ -312,18 +350,21 @@ class ParameterServerWorkers(Strategy):
         The values were read when the request was issued (``servers.pull_all``).
         """
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        pull = self.moves.pull
         moves = [
-            self.net.send(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
+            move
             for ps, nbytes in enumerate(self.ps_nbytes)
+            for move in pull(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
         ]
-        yield from self._wait(w, moves, step, "pull", self.costs.param_nbytes)
+        nbytes = self.costs.param_nbytes * self.moves.pulls_per_worker
+        yield from self._wait(w, moves, step, "pull", nbytes)
 
     def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
         """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
         devices = self.cluster.workers[w].devices
         yield from self.input_wait(devices, self.pipelines[w], step)
         yield from self.compute_phase(devices, step)
-        if len(devices) > 1:
+        if self.moves.local_reduce(len(devices)):
             nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
             reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
             self.moving[w] = [reduce]
@@ -336,7 +377,9 @@ class ParameterServerWorkers(Strategy):
         """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives."""
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
         moves = [
-            self.net.send(
+            move
+            for ps, nbytes in enumerate(self.ps_nbytes)
+            for move in self.moves.push(
                 host,
                 ps_hosts[ps],
                 nbytes,
@@ -344,9 +387,9 @@ class ParameterServerWorkers(Strategy):
                 detail=f"push ps{ps}",
                 then=None if then is None else partial(then, ps),
             )
-            for ps, nbytes in enumerate(self.ps_nbytes)
         ]
-        yield from self._wait(w, moves, step, "push", self.costs.grad_nbytes)
+        nbytes = self.costs.grad_nbytes * self.moves.pushes_per_worker
+        yield from self._wait(w, moves, step, "push", nbytes)
 
     def _wait(
         self, w: int, moves: Sequence[Transfer], step: int, detail: str, nbytes: int
