@@ -134,20 +134,31 @@ def _horovod(
     )
 
 
-VGG_TCP_NOTE = (
-    "VGG-16 is the one model here whose all-reduce (553 MB) takes about as long as its "
-    "backward pass, so the transport's achievable bandwidth sets its step time; a TCP ring "
-    "reaches a smaller share of the 25 Gbit/s line rate than RDMA, and this row moves with "
-    "how cluster.network.protocol prices collectives (where it prices only point-to-point "
-    "messages, the TCP row equals the RDMA row and is optimistic by the whole 30 %). "
-    "VGG-16's single-GPU time (the roofline's) sets how much of that all-reduce backward hides."
+# Measured with this module's scenarios by overriding cluster.network.collective_efficiency
+# (the TCP preset's 0.515 is NCCL 2.3.7's one-ring share, NVIDIA/nccl#209).
+TCP_NOTE = (
+    "pessimistic because the `tcp` preset prices NCCL's socket transport as measured with "
+    "one ring (NCCL 2.3.7, NVIDIA/nccl#209: 51.5 % of line rate), while the same cluster "
+    "reached 94 % with 8 rings, and simdist does not model how many rings (sockets) "
+    "Horovod's 2017 runs opened. With a 0.8 share, the VGG-16 TCP row predicts 60.1 % "
+    "(published 60.8) and ResNet-101 78.9 %; ResNet-101 stays low because even over RDMA "
+    "simdist gives 84 % against 90 %: every step waits for the slowest of 128 GPUs "
+    "(step-time variability, whose spreads come from shared GPUs and are an upper end)."
 )
 
 CASES: list[Case] = [
     # §5, Fig. 6 and its text: "Horovod scales at 88 percent efficiency for Inception V3
     # and ResNet-101 (128 GPUs)", over 25 GbE TCP.
-    _horovod("inception_v3", "Inception V3", "tcp", f"{HOROVOD}, Fig. 6", 88.0),
-    _horovod("resnet101", "ResNet-101", "tcp", f"{HOROVOD}, Fig. 6", 88.0, quick=True),
+    _horovod("inception_v3", "Inception V3", "tcp", f"{HOROVOD}, Fig. 6", 88.0, quick=True),
+    _horovod(
+        "resnet101",
+        "ResNet-101",
+        "tcp",
+        f"{HOROVOD}, Fig. 6",
+        88.0,
+        expect_within_pct=25.0,
+        note=f"ResNet-101's TCP row is {TCP_NOTE}",
+    ),
     # §5, Fig. 7: with RDMA "Horovod exceed[s] 90 percent scaling efficiency on both
     # models"; the README of the same release (v0.11.0) gives 90 % for both on the same
     # 128 GPUs over "RoCE-capable 25 Gbit/s" and 79 % for VGG-16.
@@ -162,8 +173,11 @@ CASES: list[Case] = [
         "tcp",
         f"{README} 79 % / 1.30 ({HOROVOD}, Fig. 7 text)",
         60.8,
-        expect_within_pct=45.0,
-        note=VGG_TCP_NOTE,
+        expect_within_pct=30.0,
+        note=(
+            "VGG-16's 553 MB all-reduce takes about as long as its backward pass, so the "
+            f"transport's share of line rate sets its step time; the row is {TCP_NOTE}"
+        ),
     ),
     # Fig. 8's caption: throughput scaling "marginally below ideal scaling (~90%
     # efficiency)" from one 8-GPU server to 32 (256 GPUs).
@@ -204,11 +218,12 @@ and 95 MB) all-reduce within the backward pass on either transport. VGG-16's 553
 of it in the fully connected layers at the top of the network (their gradients are ready
 first), need a ring time close to the whole backward pass of the convolutions, so the part
 backward does not hide is set by the transport's achievable bandwidth, and RDMA gains 30 %.
-simdist shows this when `cluster.network.protocol` prices collectives as well as
-point-to-point messages; where it prices only messages, the `tcp` rows equal the `rdma`
-rows, and the VGG-16 TCP row misses by the transport's whole effect. How much of VGG-16's
-all-reduce is hidden also depends on its single-GPU compute time (the roofline's): the
-faster the convolutions, the more of the all-reduce is exposed.
+simdist shows this because `cluster.network.protocol` prices collectives as well as
+point-to-point messages (docs/transport.md): the direction is right for every model, but
+simdist's TCP penalty is too large (VGG-16 RDMA/TCP 1.57× against the published 1.30×),
+because its socket share is NCCL's one-ring figure (rows outside the band, below). How much
+of VGG-16's all-reduce is hidden also depends on its single-GPU compute time (the
+roofline's): the faster the convolutions, the more of the all-reduce is exposed.
 
 **Tensor fusion against DDP buckets.** Horovod's time-based fusion closes buffers at cycle
 boundaries, not at a byte count, so the last buffer of a step holds only the gradients
