@@ -45,9 +45,7 @@ def test_every_family_has_a_quick_case_and_every_wide_band_says_why() -> None:
 QUICK = [(family, case) for family, case in _cases() if case.quick]
 
 
-@pytest.mark.parametrize(
-    ("family", "case"), QUICK, ids=[f"{f}: {c.layout}" for f, c in QUICK]
-)
+@pytest.mark.parametrize(("family", "case"), QUICK, ids=[f"{f}: {c.layout}" for f, c in QUICK])
 def test_quick_case_stays_in_its_band(family: str, case: validate.Case) -> None:
     predicted = float(case.predict())
     error = case.error_pct(predicted)
