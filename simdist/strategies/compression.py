@@ -224,8 +224,9 @@ def compressor_work(spec: CompressionSpec, shapes: Sequence[Shape]) -> tuple[flo
     for shape in shapes:
         d = math.prod(shape)
         full = ENTRY_NBYTES * d
-        if ef:  # p = g + e: read both, write p; then the residual written back
-            nbytes += 4 * full
+        factors = powersgd_factors(shape, spec.powersgd_rank)
+        if ef and (spec.method != "powersgd" or factors is not None):
+            nbytes += 4 * full  # p = g + e: read both, write p; the residual written back
         if spec.method in ("fp16", "bf16"):  # cast down, and the sum cast back up
             nbytes += 2 * (full + HALF_NBYTES * d)
         elif spec.method == "topk":  # the selection reads p; the scatter of the sum writes
@@ -233,9 +234,8 @@ def compressor_work(spec: CompressionSpec, shapes: Sequence[Shape]) -> tuple[flo
         elif spec.method == "sign":  # read p, write bits; decode writes the sum
             nbytes += 2 * full + math.ceil(d / 8)
         elif spec.method == "powersgd":
-            f = powersgd_factors(shape, spec.powersgd_rank)
-            if f is not None:
-                m, n, r = f
+            if factors is not None:  # tensors sent whole cost nothing to compress
+                m, n, r = factors
                 flops += 3 * 2.0 * m * n * r + 4.0 * m * r * r
                 nbytes += 3 * full + ENTRY_NBYTES * 2 * (m + n) * r
     return flops, nbytes
