@@ -100,7 +100,7 @@ def test_powersgd_factors_matrices_and_sends_vectors_whole():
     g = {k: jnp.asarray(v, jnp.float32) for k, v in g.items()}
     total, new = c.update(g, state)
     np.testing.assert_allclose(total["bias"], g["bias"].sum(0), rtol=1e-6)
-    p_hat, q_sum, m_hat, residual = numpy_powersgd(
+    _, q_sum, m_hat, residual = numpy_powersgd(
         np.asarray(g["kernel"], np.float64), np.asarray(state.q["kernel"], np.float64)
     )
     np.testing.assert_allclose(total["kernel"], m_hat, rtol=1e-4, atol=1e-5)
@@ -164,7 +164,11 @@ def mwm(compression_yaml: str) -> object:
         # the bias whole (512 bytes); P 256 × 2, Q 128 × 2 entries
         (
             "{method: powersgd, rank: 2}",
-            [("allreduce", 512, "uncompressed"), ("allreduce", 2048, "P"), ("allreduce", 1024, "Q")],
+            [
+                ("allreduce", 512, "uncompressed"),
+                ("allreduce", 2048, "P"),
+                ("allreduce", 1024, "Q"),
+            ],
         ),
     ],
 )
@@ -260,7 +264,7 @@ def test_fields_that_do_not_apply_are_refused(value, field, hint):
 
 
 def test_packs_and_compression_are_refused():
-    with pytest.raises(ScenarioError, match="strategy.bytes_per_pack: "):
+    with pytest.raises(ScenarioError, match=r"strategy\.bytes_per_pack: "):
         load_scenario(
             "scenarios/mwm_2x4_ring.yaml",
             ["strategy.bytes_per_pack=8KiB", "strategy.compression={method: fp16}"],
