@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simdist.strategies.compression import powersgd_factors, topk_count
+from simdist.strategies.compression import CompressionSpec, powersgd_factors, topk_count
 
 METHODS = ("none", "fp16", "bf16", "topk", "powersgd", "sign")
 
@@ -194,3 +194,13 @@ def compressed_replica_step(workload: Any, global_batch: int, method: Compressio
         return loss.sum(0), summed, jax.tree.map(lambda a: a.mean(0), moments), state
 
     return jax.jit(step)
+
+
+def compression_of(spec: CompressionSpec | None, replicas: int) -> Compression | None:
+    """The compressor ``strategy.compression`` names (None without one, or with one replica:
+    nothing goes on the wire)."""
+    if spec is None or not spec.active or replicas == 1:
+        return None
+    return compression(
+        spec.method, ratio=spec.topk_ratio, rank=spec.powersgd_rank, error_feedback=spec.feedback
+    )

@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
     from simdist.cluster import Device
     from simdist.network import Network
-    from simdist.numerics.compression import Compression
     from simdist.profiles import DeviceProfile
     from simdist.strategies.base import Costs, LayerCost
     from simdist.strategies.bucketing import Bucket
@@ -321,15 +320,3 @@ class CompressedWire:
             "uncompressed_nbytes": self.costs.grad_nbytes,
             "compressor_s": seconds,
         }
-
-
-def numerics_of(spec: CompressionSpec | None, replicas: int) -> Compression | None:
-    """The compressor of ``spec`` for the numerics (None without compression or with one
-    replica: nothing goes on the wire)."""
-    if spec is None or not spec.active or replicas == 1:
-        return None
-    from simdist.numerics.compression import compression
-
-    return compression(
-        spec.method, ratio=spec.topk_ratio, rank=spec.powersgd_rank, error_feedback=spec.feedback
-    )

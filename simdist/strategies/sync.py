@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from simdist.faults import FailureSchedule
 from simdist.strategies.base import Strategy
 from simdist.strategies.bucketing import Bucket, gradient_buckets
-from simdist.strategies.compression import CompressedWire, numerics_of
+from simdist.strategies.compression import CompressedWire
 from simdist.strategies.layer_step import (
     backward_s,
     forward_s,
@@ -57,13 +57,15 @@ class SynchronousStrategy(Strategy):
         self.trainer: SyncTrainer | None = None
         self.state: SyncState | None = None
         if self.workload is not None:
+            from simdist.numerics.compression import compression_of
+
             execution = resolve_execution(self.requested_execution(), self.scenario.replicas)
             self.trainer = SyncTrainer(
                 self.workload,
                 self.scenario.replicas,
                 self.scenario.workload.batch_size,
                 execution,
-                numerics_of(
+                compression_of(
                     getattr(self.scenario.strategy, "compression", None), self.scenario.replicas
                 ),
                 self.scenario.seed,
