@@ -274,3 +274,49 @@ def test_packs_and_compression_are_refused():
 def test_spec_defaults():
     spec = CompressionSpec(method="topk")
     assert (spec.topk_ratio, spec.powersgd_rank, spec.feedback) == (0.01, 1, True)
+
+
+def test_overlapped_buckets_each_carry_their_own_compressed_tensors():
+    # Two layers, a bucket each (bucket_bytes below either): backward produces layer e's
+    # gradient first, so bucket 1 holds e's tensors and bucket 2 d's.
+    e = LayerCost("e", 1e-3, 1e-3, 4 * 64 * 32, param_paths=("params/e/kernel",))
+    costs = Costs(
+        compute_s=5e-3,
+        grad_nbytes=LAYER.grad_nbytes + e.grad_nbytes,
+        flops_per_replica_step=0.0,
+        total_steps=1,
+        param_leaves=(*LEAVES, ("params/e/kernel", (64, 32), 4 * 64 * 32)),
+        layers=(LAYER, e),
+    )
+    scenario = load_scenario(
+        "scenarios/mwm_2x4_ring.yaml",
+        [
+            "numerics=false",
+            EXACT,
+            "workload.eval_every=0",
+            "strategy.bucket_bytes=1KiB",
+            "strategy.compression={method: fp16}",
+        ],
+    )
+    result = simulate(scenario, costs)
+    comm = result.events[result.events["kind"] == "comm"].drop_duplicates("detail")
+    assert comm[["detail", "nbytes"]].values.tolist() == [
+        ["all-reduce ring bucket 1/2 fp16", 2 * 64 * 32],
+        ["all-reduce ring bucket 2/2 fp16", 2 * (128 + 256 * 128)],
+    ]
+
+
+def test_tradeoff_compressed_variants_are_labelled_and_parsed():
+    from simdist.tradeoff import STRATEGIES, compressed_strategy, tradeoff_runs
+
+    assert compressed_strategy("topk:0.01:noef") == (
+        "all-reduce + topk:0.01:noef",
+        "{method: topk, ratio: 0.01, error_feedback: false}",
+    )
+    assert compressed_strategy("powersgd:2")[1] == "{method: powersgd, rank: 2}"
+    with pytest.raises(ValueError, match="only topk takes a ratio"):
+        compressed_strategy("fp16:2")
+    runs = tradeoff_runs([0], workers=[4], severities=[1], compression=["fp16"])
+    assert [r.strategy for r in runs] == [*STRATEGIES, "all-reduce + fp16"]
+    assert "cluster.ps=0" in runs[-1].overrides
+    assert [r.strategy for r in tradeoff_runs([0], workers=[4], severities=[1])] == list(STRATEGIES)
