@@ -320,3 +320,7 @@ def test_tradeoff_compressed_variants_are_labelled_and_parsed():
     assert [r.strategy for r in runs] == [*STRATEGIES, "all-reduce + fp16"]
     assert "cluster.ps=0" in runs[-1].overrides
     assert [r.strategy for r in tradeoff_runs([0], workers=[4], severities=[1])] == list(STRATEGIES)
+
+
+def test_a_method_alone_is_a_compression_section():
+    assert mwm("fp16").strategy.compression.method == "fp16"

@@ -12,12 +12,12 @@ gradient every replica applies, the sum of what the wire delivered. No SimPy.
   Lin et al. 2018, arXiv:1712.01887; Horovod/DGC gather the sparse parts, they cannot be
   summed by an all-reduce). With error feedback the entries not sent are kept and added to
   the next step's gradient (Stich, Cordonnier & Jaggi 2018, "Sparsified SGD with memory",
-  Algorithm 1: ``m ← m + g − top_k(m + g)``).
+  arXiv:1809.07599, Algorithm 1: ``m ← m + g − top_k(m + g)``).
 * ``sign``: each replica sends ``(‖p‖₁/d)·sign(p)`` of ``p = g + e`` per tensor — one bit
   per element and one scale — and keeps ``e ← p − (‖p‖₁/d)·sign(p)`` (EF-signSGD,
   Karimireddy et al. 2019, arXiv:1901.09847, Algorithm 1); the replicas' scaled signs are
-  gathered and summed (1-bit Adam's compressed all-reduce, Tang et al. 2021, arXiv:2102.02888,
-  §4, also carries one scale per chunk with the signs).
+  gathered and summed (1-bit Adam's compressed communication, Tang et al. 2021,
+  arXiv:2102.02888, also sends one scale with the signs).
 * ``powersgd``: Vogels, Karimireddy & Jaggi 2019 (arXiv:1905.13727), Algorithm 1, rank r,
   one power iteration, warm-started Q: per tensor of ≥ 2 dimensions, reshaped to
   ``M: m × n`` (the last axis is n: a flax kernel's output channels), ``P = Σ_w M_w Q``,

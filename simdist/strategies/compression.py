@@ -12,12 +12,12 @@ Horovod fused buffer, or the whole gradient):
 
   - ``none``: one all-reduce of 4 bytes per entry; ``fp16``/``bf16``: 2 bytes per entry.
   - ``topk``: an all-gather of every replica's k values (4 bytes) and k int32 indices
-    (4 bytes) per tensor: sparse parts cannot be summed by an all-reduce, so DGC and
-    Horovod gather them (Lin et al. 2018, arXiv:1712.01887, §5; Renggli et al. 2019,
-    SparCML, arXiv:1802.08021, §3: a sparse all-gather).
+    (4 bytes) per tensor: sparse parts cannot be summed by an all-reduce (their indices
+    differ), so DGC and Horovod gather them (Lin et al. 2018, arXiv:1712.01887; Renggli et
+    al. 2019, SparCML, arXiv:1802.08021, on sparse all-gathers).
   - ``sign``: an all-gather of every replica's ⌈d/8⌉ bytes of signs and one 4-byte scale
     per tensor (majority vote or a sum of scaled signs both need every replica's signs:
-    Bernstein et al. 2018 signSGD with majority vote, arXiv:1810.05291, §3).
+    Bernstein et al. 2018, signSGD with majority vote, arXiv:1810.05291).
   - ``powersgd``: three all-reduces (powerSGD_hook.py: the uncompressed tensors, then the
     P's, then the Q's): ``4·d`` bytes of the tensors it leaves whole, ``4·m·r`` of the
     P's, ``4·n·r`` of the Q's.
@@ -92,12 +92,18 @@ def powersgd_factors(shape: tuple[int, ...], rank: int) -> tuple[int, int, int] 
 
 
 class CompressionSpec(Spec):
-    """``strategy.compression``: ``{method, ratio, rank, error_feedback}``."""
+    """``strategy.compression``: ``{method, ratio, rank, error_feedback}``, or a method
+    alone (``compression: fp16``)."""
 
     method: Method = Field("none", examples=["powersgd"])
     ratio: Float | None = Field(None, examples=["0.01"])
     rank: Int | None = Field(None, examples=["2"])
     error_feedback: bool | None = Field(None, examples=["true"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _method_alone(cls, data: Any) -> Any:
+        return {"method": data} if isinstance(data, str) else data
 
     @model_validator(mode="after")
     def _fields_of_method(self) -> CompressionSpec:
