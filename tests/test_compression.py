@@ -324,3 +324,18 @@ def test_tradeoff_compressed_variants_are_labelled_and_parsed():
 
 def test_a_method_alone_is_a_compression_section():
     assert mwm("fp16").strategy.compression.method == "fp16"
+
+
+def test_fp16_training_stays_within_half_precision_of_uncompressed():
+    import jax
+
+    over = ["workload.steps=10", "workload.eval_every=0", EXACT]
+    plain = run("scenarios/mirrored_4dev.yaml", overrides=over)
+    half = run("scenarios/mirrored_4dev.yaml", overrides=[*over, "strategy.compression=fp16"])
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-2, atol=2e-3),
+        plain.params,
+        half.params,
+    )
+    leaves = zip(jax.tree.leaves(plain.params), jax.tree.leaves(half.params), strict=True)
+    assert any(not np.array_equal(a, b) for a, b in leaves)  # the casts did happen
