@@ -12,6 +12,7 @@ import pytest
 
 from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.numerics.compressed_sizes import powersgd_factors
 from simdist.numerics.compression import compression, orthogonalise, powersgd_round
 from simdist.profiles import DEVICE_PROFILES
 from simdist.runs import run
@@ -21,7 +22,6 @@ from simdist.strategies.compression import (
     CompressionSpec,
     compressor_s,
     compressor_work,
-    powersgd_factors,
     wire,
 )
 

@@ -37,13 +37,16 @@ scale of P.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simdist.strategies.compression import CompressionSpec, powersgd_factors, topk_count
+from simdist.numerics.compressed_sizes import powersgd_factors, topk_count
+
+if TYPE_CHECKING:
+    from simdist.strategies.compression import CompressionSpec
 
 METHODS = ("none", "fp16", "bf16", "topk", "powersgd", "sign")
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
+from simdist.numerics.compressed_sizes import powersgd_factors, topk_count
 from simdist.spec import Float, Int, Spec, fail
 
 if TYPE_CHECKING:
@@ -61,34 +62,6 @@ DEFAULT_RANK = 1
 ENTRY_NBYTES = 4
 INDEX_NBYTES = 4
 HALF_NBYTES = 2
-#: PyTorch PowerSGDState's ``min_compression_rate`` default (powerSGD_hook.py).
-MIN_COMPRESSION_RATE = 2.0
-
-
-def topk_count(ratio: float, size: int) -> int:
-    """Entries top-k sends of a tensor of ``size`` entries: ``max(1, ⌊ratio · size⌋)``."""
-    return max(1, min(size, math.floor(ratio * size)))
-
-
-def matrix_shape(shape: tuple[int, ...]) -> tuple[int, int]:
-    """The ``m × n`` matrix PowerSGD views a tensor as: the last axis is n."""
-    n = int(shape[-1])
-    return int(math.prod(shape[:-1])), n
-
-
-def powersgd_factors(shape: tuple[int, ...], rank: int) -> tuple[int, int, int] | None:
-    """``(m, n, r)`` when PowerSGD factors a tensor of ``shape``, else None (sent whole).
-
-    1-D tensors are never factored; others only when ``m·n > 2·(m + n)·r`` (PyTorch's
-    ``_should_compress`` with ``min_compression_rate = 2``); r is at most min(m, n).
-    """
-    if len(shape) < 2:
-        return None
-    m, n = matrix_shape(shape)
-    r = min(rank, m, n)
-    if not m * n > MIN_COMPRESSION_RATE * (m + n) * r:
-        return None
-    return m, n, r
 
 
 class CompressionSpec(Spec):
