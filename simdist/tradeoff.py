@@ -126,6 +126,8 @@ def gradients_per_update(strategy: str, workers: int) -> int:
         return workers - backups_for(workers)
     if strategy in ("SSP", "async"):
         return 1
+    if strategy.startswith(ALLREDUCE):
+        return workers
     raise ValueError(f"strategy: got {strategy!r}; expected one of {', '.join(STRATEGIES)}")
 
 
@@ -140,7 +142,38 @@ class TradeoffRun:
     overrides: tuple[str, ...]
 
 
+#: The label of a compressed variant: ``all-reduce + <method>`` (``--compression``).
+ALLREDUCE = "all-reduce + "
+
+
+def compressed_strategy(variant: str) -> tuple[str, str]:
+    """A compressed variant's label and its ``strategy.compression`` (YAML flow).
+
+    ``variant``: a method, optionally with its size and ``noef`` (no error feedback):
+    ``fp16``, ``bf16``, ``sign``, ``topk:0.01``, ``powersgd:2``, ``topk:0.01:noef``.
+    """
+    method, *rest = variant.split(":")
+    fields = [f"method: {method}"]
+    for part in rest:
+        if part == "noef":
+            fields.append("error_feedback: false")
+        elif method == "topk":
+            fields.append(f"ratio: {part}")
+        elif method == "powersgd":
+            fields.append(f"rank: {part}")
+        else:
+            raise ValueError(
+                f"compression: got {variant!r}; only topk takes a ratio and powersgd a rank, "
+                "e.g. topk:0.01, powersgd:2, sign:noef"
+            )
+    return ALLREDUCE + variant, "{" + ", ".join(fields) + "}"
+
+
 def _strategy_overrides(strategy: str, workers: int, staleness_bound: int) -> list[str]:
+    if strategy.startswith(ALLREDUCE):  # the same hosts as one all-reduce ring, no PS tasks
+        _, spec = compressed_strategy(strategy.removeprefix(ALLREDUCE))
+        kind = "kind: multi_worker_mirrored, communication: ring"
+        return ["cluster.ps=0", f"strategy={{{kind}, compression: {spec}}}"]
     if strategy == "sync":
         return ["strategy.mode=sync", "strategy.backup_workers=0"]
     if strategy == "sync + backups":
@@ -173,6 +206,7 @@ def tradeoff_runs(
     compute_time: str | None = DEFAULT_COMPUTE_TIME,
     learning_rate: float | None = None,
     strategies: Sequence[str] = STRATEGIES,
+    compression: Sequence[str] = (),
 ) -> list[TradeoffRun]:
     """Every run of the study: each strategy in each cell of the full grid
     (:func:`grid_points`) for each seed, so cells × strategies × seeds runs. Ordered by
@@ -185,8 +219,11 @@ def tradeoff_runs(
     by ``cluster.hosts``). ``compute_time`` sets each worker's compute per step (None:
     the scenario's device model). ``learning_rate`` is the scenario's: asynchronous runs
     use it, synchronous ones N times it (linear scaling for their N-fold batch; None:
-    the scenario's rate for all).
+    the scenario's rate for all). ``compression`` adds, per entry, a synchronous variant
+    run as ``multi_worker_mirrored`` on the same hosts (one ring all-reduce, no PS tasks)
+    with that gradient compression (:func:`compressed_strategy`), trained like sync.
     """
+    strategies = [*strategies, *(compressed_strategy(v)[0] for v in compression)]
     if not workers or not severities:
         raise ValueError("tradeoff: give at least one worker count and one severity")
     if any(n < 2 for n in workers):
@@ -204,7 +241,7 @@ def tradeoff_runs(
                 else f"faults.stragglers=[{{probability: {probability}, slowdown: {severity}}}]"
             )
             for strategy in strategies:
-                sync = strategy.startswith("sync")
+                sync = strategy.startswith(("sync", ALLREDUCE))
                 steps = sync_steps if sync else async_steps
                 every = SYNC_EVAL_EVERY if sync else ASYNC_EVAL_EVERY
                 overrides = [
@@ -366,6 +403,7 @@ def tradeoff(
     async_steps: int | None = None,
     compute_time: str | None = "1ms",
     scale_sync_lr: bool = True,
+    compression: Sequence[str] = (),
     overrides: Mapping[str, Any] | Sequence[str] = (),
     out: str | Path | None = None,
     parallel: bool | None = None,
@@ -388,7 +426,9 @@ def tradeoff(
     of a step; SSP bounds the iteration gap by ``staleness_bound`` (default 2).
     Synchronous runs train ``sync_steps`` steps (default 80) at N times the scenario's
     learning rate (linear scaling for their N-fold batch; ``scale_sync_lr=False`` keeps
-    it), asynchronous ones ``async_steps`` updates (default 700). ``overrides`` apply to
+    it), asynchronous ones ``async_steps`` updates (default 700). ``compression`` (e.g.
+    ``["fp16", "powersgd:2", "topk:0.01"]``) adds compressed all-reduce variants
+    (:func:`compressed_strategy`; none by default). ``overrides`` apply to
     every run. See :mod:`simdist.tradeoff` for the decomposition, :func:`band_separations`
     for which strategies the seeds can tell apart, and :func:`run_many` for ``parallel``,
     ``processes`` and ``scheduler``. With ``out``, writes tradeoff.csv, per_seed.csv,
@@ -403,6 +443,7 @@ def tradeoff(
         "staleness_bound": staleness_bound,
         "sync_steps": sync_steps,
         "async_steps": async_steps,
+        "compression": tuple(compression) or None,
     }
     given = {key: value for key, value in options.items() if value is not None}
     strings = override_strings(overrides)
@@ -430,7 +471,10 @@ def tradeoff(
         for r, result in zip(runs, results, strict=True)
     ]
     per_seed = pd.DataFrame(rows)
-    strategies = tuple(s for s in STRATEGIES if s in set(per_seed["strategy"]))
+    seen = set(per_seed["strategy"])
+    strategies = tuple(s for s in STRATEGIES if s in seen) + tuple(
+        dict.fromkeys(s for s in per_seed["strategy"] if s not in STRATEGIES)
+    )
     found = Tradeoff(per_seed, tradeoff_summary(per_seed), target, strategies)
     if out is not None:
         from simdist.report.tradeoff import write_tradeoff

@@ -214,6 +214,13 @@ def tradeoff(
     async_steps: Annotated[
         int | None, typer.Option(min=1, help="Updates of the asynchronous runs (default 700).")
     ] = None,
+    compression: Annotated[
+        str | None,
+        typer.Option(
+            help="Add compressed all-reduce variants (multi_worker_mirrored on the same "
+            "hosts), e.g. fp16,powersgd:2,topk:0.01,topk:0.01:noef (default: none)."
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("reports/tradeoff"),
     set_: SetOption = None,
     processes: ProcessesOption = None,
@@ -245,6 +252,7 @@ def tradeoff(
             staleness_bound=staleness_bound,
             sync_steps=sync_steps,
             async_steps=async_steps,
+            compression=tuple(compression.split(",")) if compression else (),
             overrides=set_ or (),
             out=out,
             processes=processes,

@@ -94,8 +94,13 @@ class AllReduceSpecBase(StrategySpecBase):
         return data
 
     def check(self, scenario: Scenario) -> None:
-        """The fields of one rule only; Horovod's defaults filled in under ``horovod``."""
+        """The fields of one rule only; Horovod's defaults filled in under ``horovod``.
+        ``compression: {method: none}`` is no compression: dropped, so the resolved
+        scenario is the one without it."""
         super().check(scenario)
+        compression = getattr(self, "compression", None)  # where a subclass declares it
+        if compression is not None and not compression.active:
+            self.compression = None
         given = self.model_fields_set
         if self.bucketing == "ddp":
             for name in ("fusion_threshold_nbytes", "cycle_time_s"):

@@ -24,6 +24,7 @@ from simdist.strategies.bucketing import (
     fusion_threshold_field,
     overlap_field,
 )
+from simdist.strategies.compression import CompressionSpec, compression_field
 from simdist.strategies.sync import AllReduceStrategy
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Spec(AllReduceSpecBase):
     bucketing: Bucketing = bucketing_field()
     fusion_threshold_nbytes: Bytes | None = fusion_threshold_field()
     cycle_time_s: Latency | None = cycle_time_field()
+    compression: CompressionSpec | None = compression_field()
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of the one host."""

@@ -66,6 +66,7 @@ from simdist.strategies.bucketing import (
     fusion_threshold_field,
     overlap_field,
 )
+from simdist.strategies.compression import CompressionSpec, compression_field
 from simdist.strategies.sync import AllReduceStrategy
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Spec(AllReduceSpecBase):
     bucketing: Bucketing = bucketing_field()
     fusion_threshold_nbytes: Bytes | None = fusion_threshold_field()
     cycle_time_s: Latency | None = cycle_time_field()
+    compression: CompressionSpec | None = compression_field()
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
@@ -93,6 +95,12 @@ class Spec(AllReduceSpecBase):
     def check(self, scenario: Scenario) -> None:
         """``nccl`` (hierarchical) needs the same device count on every host."""
         super().check(scenario)
+        if self.compression is not None and self.bytes_per_pack:
+            raise fail(
+                "strategy.bytes_per_pack",
+                "packs the uncompressed gradient, and compression is on; remove bytes_per_pack "
+                "(a compressed gradient goes as one group, or per bucket with overlap: true)",
+            )
         c = scenario.cluster
         if self.communication == "nccl" and not c.uniform_devices:
             raise fail(
@@ -191,6 +199,9 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         if self.scenario.replicas == 1 or self.overlapping:
             return
+        if self.compressed is not None:  # one compressed group: no packs
+            yield from super().communicate(step)
+            return
         count = len(self.packs)
         for i, nbytes in enumerate(self.packs):
             detail = self.label if count == 1 else f"{self.label} pack {i + 1}/{count}"
@@ -224,4 +235,5 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
             **allreduce_figures(self.costs.grad_nbytes, allreduce_s, self.scenario.replicas),
             "chief": self.cluster.chief.name,
             "chief_eval_s": self.eval_s,
+            **self.compression_summary(),
         }

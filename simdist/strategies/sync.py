@@ -14,136 +14,34 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from simdist.errors import SimdistError
 from simdist.faults import FailureSchedule
 from simdist.strategies.base import Strategy
 from simdist.strategies.bucketing import Bucket, gradient_buckets
+from simdist.strategies.compression import CompressedWire
 from simdist.strategies.layer_step import (
     backward_s,
     forward_s,
     hand_over_when_ready,
     span_seconds,
 )
+from simdist.strategies.sync_trainer import Checkpoint, SyncState, SyncTrainer, resolve_execution
 from simdist.strategies.tensor_fusion import TensorFusion
+
+#: The trainer's names stay importable from here (they lived in this module).
+__all__ = [
+    "AllReduceStrategy",
+    "Checkpoint",
+    "SyncState",
+    "SyncTrainer",
+    "SynchronousStrategy",
+    "resolve_execution",
+]
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
-    from simdist.numerics.executor import Workload
     from simdist.scenario.effects import FailureSpec
-
-
-class SyncState(NamedTuple):
-    """The parameters every replica holds, the optimizer state that updates them, and the
-    model state (BatchNormalization's moving statistics; ``{}`` for models without any).
-
-    TF keeps a copy of each moving statistic per replica (``synchronization=ON_READ``,
-    ``aggregation=MEAN``) and reads their mean; the update being linear, the one copy
-    kept here, updated with the replicas' mean batch moments, is that mean.
-    """
-
-    params: Any
-    opt_state: Any
-    model_state: Any
-
-
-class Checkpoint(NamedTuple):
-    """What a restore puts back: the state after ``step`` steps, saved at ``saved_s``.
-
-    ``written`` is False for the implicit checkpoint of the initial state, which
-    costs nothing to restore; ``state`` is None in timing-only runs.
-    """
-
-    step: int
-    state: SyncState | None
-    saved_s: float
-    written: bool
-
-
-def resolve_execution(requested: str, replicas: int) -> str:
-    """``auto`` → ``devices`` when enough real accelerators exist, else ``batched``.
-
-    ``devices`` with fewer JAX devices than replicas is refused here, before the first
-    step (:func:`~simdist.numerics.device_allreduce.device_shortfall`).
-    """
-    if requested == "batched":
-        return requested
-    import jax
-
-    if requested == "devices":
-        from simdist.numerics.device_allreduce import device_shortfall
-
-        shortfall = device_shortfall(jax.default_backend(), jax.device_count(), replicas)
-        if shortfall is not None:
-            raise SimdistError(shortfall)
-        return requested
-
-    if jax.default_backend() != "cpu" and jax.device_count() >= replicas:
-        return "devices"
-    return "batched"
-
-
-class SyncTrainer:
-    """N replicas compute gradients of one global batch; every replica applies the sum.
-
-    Step ``k`` uses global batch ``k`` of the data order, split into N
-    contiguous shards, so N replicas × batch b see exactly the examples one
-    device sees with batch N·b.  The loss of each replica is its summed
-    per-example loss divided by the *global* batch (``tf.nn.compute_average_loss``),
-    so the summed gradient is the gradient of the global mean loss.
-    """
-
-    def __init__(
-        self, workload: Workload, replicas: int, per_replica_batch: int, execution: str
-    ) -> None:
-        self.workload = workload
-        self.replicas = replicas
-        self.global_batch = replicas * per_replica_batch
-        self.execution = execution
-
-    def init(self) -> SyncState:
-        """The state before the first step: the workload's initial parameters and state."""
-        params = self.workload.params
-        return SyncState(params, self.workload.init_opt_state(params), self.workload.model_state)
-
-    def batch(self, step: int) -> tuple[Any, Any]:
-        """Global batch ``step`` of the data order."""
-        return self.workload.batches.batch(step, self.global_batch)
-
-    def gradients(self, params: Any, batch: tuple[Any, Any]) -> tuple[Any, Any, Any]:
-        """Mean loss, summed gradient and the replicas' mean batch moments of ``batch``.
-
-        The loss is a device scalar, not waited for (see :meth:`dispatch`)."""
-        from simdist.numerics.data import shard
-
-        x, y = batch
-        if self.replicas == 1:
-            loss, grads, moments = self.workload.loss_and_grads(
-                params, x, y, self.global_batch, with_moments=True
-            )
-        else:
-            xs, ys = shard(x, self.replicas), shard(y, self.replicas)
-            loss, grads, moments = self.workload.replica_grads(
-                params, xs, ys, self.global_batch, self.execution, with_moments=True
-            )
-        return loss, grads, moments
-
-    def update(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, float]:
-        """One training step on ``batch``: the new state and the step's mean loss."""
-        state, loss = self.dispatch(state, batch)
-        return state, float(loss)
-
-    def dispatch(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, Any]:
-        """:meth:`update` without waiting for the device: the loss is a device scalar.
-
-        JAX dispatches asynchronously, so the caller (the simulation of the next
-        step) runs while the device computes this one; reading the loss waits.
-        """
-        loss, grads, moments = self.gradients(state.params, batch)
-        params, opt_state = self.workload.apply(state.params, state.opt_state, grads)
-        model_state = self.workload.update_state(state.model_state, moments)
-        return SyncState(params, opt_state, model_state), loss
 
 
 class SynchronousStrategy(Strategy):
@@ -159,12 +57,18 @@ class SynchronousStrategy(Strategy):
         self.trainer: SyncTrainer | None = None
         self.state: SyncState | None = None
         if self.workload is not None:
+            from simdist.numerics.compression import compression_of
+
             execution = resolve_execution(self.requested_execution(), self.scenario.replicas)
             self.trainer = SyncTrainer(
                 self.workload,
                 self.scenario.replicas,
                 self.scenario.workload.batch_size,
                 execution,
+                compression_of(
+                    getattr(self.scenario.strategy, "compression", None), self.scenario.replicas
+                ),
+                self.scenario.seed,
             )
             self.state = self.trainer.init()
 
@@ -255,9 +159,16 @@ class SynchronousStrategy(Strategy):
         def allreduce(b: int) -> Any:
             many = len(buckets) > 1 or cycles is not None
             detail = f"{label} {group} {b + 1}/{len(buckets)}" if many else label
-            return self.net.allreduce(devices, buckets[b].nbytes, algo, step=step, detail=detail)
+            return self.reduce_group(devices, buckets[b], algo, step, detail)
 
         yield from hand_over_when_ready(self.env, bucket_ready, allreduce)
+
+    def reduce_group(
+        self, devices: Sequence[Device], group: Bucket, algo: str, step: int, detail: str
+    ) -> Any:
+        """The collective(s) that sum the gradients of ``group`` over ``devices``: one
+        all-reduce of its bytes, or what its compression sends (:class:`AllReduceStrategy`)."""
+        return self.net.allreduce(devices, group.nbytes, algo, step=step, detail=detail)
 
     def backward_grid(
         self, devices: Sequence[Device], buckets: Sequence[Bucket], step: int, t: Any
@@ -428,6 +339,12 @@ class AllReduceStrategy(SynchronousStrategy):
                 )
             elif len(buckets := gradient_buckets(self.costs.layers, spec.bucket_bytes)) > 1:
                 self.buckets = buckets
+        comp = getattr(spec, "compression", None)
+        self.compressed = (
+            CompressedWire(comp, self.costs, self.scenario.replicas, self.cluster.profile)
+            if comp is not None and comp.active and self.scenario.replicas > 1
+            else None
+        )
 
     @property
     def overlapping(self) -> bool:
@@ -473,6 +390,10 @@ class AllReduceStrategy(SynchronousStrategy):
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         if self.scenario.replicas == 1 or self.overlapping:
             return
+        if self.compressed is not None:
+            whole = self.compressed.whole
+            yield self.reduce_group(self.training_devices, whole, self.algorithm, step, self.label)
+            return
         yield self.net.allreduce(
             self.training_devices,
             self.costs.grad_nbytes,
@@ -480,3 +401,21 @@ class AllReduceStrategy(SynchronousStrategy):
             step=step,
             detail=self.label,
         )
+
+    def reduce_group(
+        self, devices: Sequence[Device], group: Bucket, algo: str, step: int, detail: str
+    ) -> Any:
+        """With compression: the compressor's compute on every replica, then the
+        collectives of the compressed group, one after another (:mod:`.compression`)."""
+        if self.compressed is None:
+            return super().reduce_group(devices, group, algo, step, detail)
+        return self.compressed.exchange(
+            self.env, self.net, devices, group, algo, step=step, detail=detail
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return self.compression_summary()
+
+    def compression_summary(self) -> dict[str, Any]:
+        """The compressed step's bytes and compressor seconds (``{}`` without compression)."""
+        return {} if self.compressed is None else self.compressed.summary()
