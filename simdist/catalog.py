@@ -15,6 +15,7 @@ __all__ = [
     "FULLSIZE_MODELS",
     "MODELS",
     "OPTIMIZERS",
+    "GPT_DEFAULTS",
     "RESNET_DEFAULTS",
     "SCHEDULES",
     "TEACHER_DEFAULTS",
@@ -28,7 +29,9 @@ __all__ = [
 
 # Full-size models for the clock (simdist/numerics/fullsize/): costed layer by layer from
 # XLA's cost analysis, never allocated; they run with numerics: false.
-FullsizeModelName = Literal["resnet50", "resnet101", "vgg16", "inception_v3", "bert_base", "gpt2"]
+FullsizeModelName = Literal[
+    "resnet50", "resnet101", "vgg16", "inception_v3", "bert_base", "gpt2", "gpt"
+]
 # The zoo that trains (simdist/numerics/models.py), then the full-size models: a Literal
 # nested in a Literal is flattened into it, so pydantic checks and lists every name.
 ModelName = Literal["softmax", "mlp", "cnn", "resnet", FullsizeModelName]
@@ -48,6 +51,16 @@ RESNET_DEFAULTS: dict[str, object] = {
     "width": 16,
     "batch_norm_momentum": 0.99,
     "sync_batch_norm": False,
+}
+# The configurable ``gpt`` when its options are left out: GPT-2 124M's sizes (Radford et al.
+# 2019, Table 2; openai/gpt-2 hparams: 12 layers, d_model 768, 12 heads, 1024 positions,
+# vocabulary 50257). ``hidden`` is the model width, ``seq_len`` its positions.
+GPT_DEFAULTS: dict[str, int] = {
+    "layers": 12,
+    "hidden": 768,
+    "heads": 12,
+    "seq_len": 1024,
+    "vocab": 50257,
 }
 # The generated ``teacher`` set (simdist/numerics/generated.py) when its options are left
 # out: MNIST's size, large enough for large-batch runs; noise 0 labels by the teacher's argmax.

@@ -44,8 +44,8 @@ TRANSFORMER_SIZES: dict[str, TransformerSize] = {
     "bert_base": TransformerSize(heads=12, hidden=768, inner=3072),
     "gpt2": TransformerSize(heads=12, hidden=768, inner=3072),
 }
-#: Models whose layers tensor parallelism knows how to split.
-SPLITTABLE: tuple[str, ...] = ("mlp", *TRANSFORMER_SIZES)
+#: Models whose layers tensor parallelism knows how to split (gpt: its own sizes).
+SPLITTABLE: tuple[str, ...] = ("mlp", *TRANSFORMER_SIZES, "gpt")
 
 
 def split_sizes(model: ModelSpec) -> list[tuple[str, int]]:
@@ -56,7 +56,12 @@ def split_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     """
     if model.name == "mlp":
         return [(f"hidden[{i}]", int(model.hidden[i])) for i in range(0, len(model.hidden), 2)]
-    size = TRANSFORMER_SIZES[model.name]
+    gpt = model.gpt_sizes()
+    size = (
+        TRANSFORMER_SIZES[model.name]
+        if gpt is None
+        else TransformerSize(gpt["heads"], gpt["hidden"], 4 * gpt["hidden"])
+    )
     return [("attention heads", size.heads), ("MLP width", size.inner)]
 
 
