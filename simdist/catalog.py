@@ -13,9 +13,9 @@ from typing import Literal
 __all__ = [
     "DATASETS",
     "FULLSIZE_MODELS",
+    "GPT_DEFAULTS",
     "MODELS",
     "OPTIMIZERS",
-    "GPT_DEFAULTS",
     "RESNET_DEFAULTS",
     "SCHEDULES",
     "TEACHER_DEFAULTS",

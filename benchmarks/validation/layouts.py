@@ -34,10 +34,10 @@ def gpt_flops(batch: int, layers: int, hidden: int, recompute: bool = True) -> f
     """FLOPs of one iteration of a GPT over ``batch`` sequences, Narayanan et al. 2021 Sec. 5.1:
     96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with activation recomputation (one more forward of
     every block), 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without."""
-    b, s, l, h, v = batch, SEQ_LEN, layers, hidden, VOCAB
+    b, s, n, h, v = batch, SEQ_LEN, layers, hidden, VOCAB
     if recompute:
-        return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
-    return 72 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+        return 96 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
+    return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
 
 
 def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int) -> Any:
