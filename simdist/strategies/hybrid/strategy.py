@@ -136,7 +136,10 @@ class HybridStrategy(PipelineStrategy):
     def _partition(self, partition: Any) -> tuple[int, ...]:
         n = len(self.costs.layers)
         if partition == "auto":
-            return partition_auto(n, self.S, self.stage_cost, self.fits)
+            try:
+                return partition_auto(n, self.S, self.stage_cost, self.fits)
+            except SimdistError:  # nothing fits: the fastest one, refused naming a device
+                return partition_auto(n, self.S, self.stage_cost, self.keeps_pairs_of)
         counts = tuple(int(k) for k in partition)
         if len(counts) != self.S or sum(counts) != n:
             raise SimdistError(
@@ -151,6 +154,11 @@ class HybridStrategy(PipelineStrategy):
                     "partition: auto"
                 )
         return counts
+
+    def keeps_pairs_of(self, s: int, first: int, stop: int) -> bool:
+        """:meth:`keeps_pairs` for stage ``s`` (any stage)."""
+        del s
+        return self.keeps_pairs(first, stop)
 
     def keeps_pairs(self, first: int, stop: int) -> bool:
         """Whether layers [first, stop) hold whole column/row pairs (the mlp's)."""
