@@ -409,14 +409,16 @@ def test_strategy_union_is_built_from_the_registry():
         "zero",
         "fsdp",
         "tensor_parallel",
+        "hybrid",
     )
 
 
 @pytest.mark.parametrize("kind", STRATEGIES)
 def test_every_registered_kind_validates(kind):
     cluster = "{ps: 1}" if kind == "parameter_server" else "{}"
+    timing = "numerics: false\n" if kind == "hybrid" else ""  # hybrid is timing-only
     s = scenario_from_dict(
-        yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n" + WORKLOAD)
+        yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n{timing}" + WORKLOAD)
     )
     spec = type(s.strategy)
     assert s.strategy.kind == kind and spec in spec_classes() and kind in spec.kinds()
@@ -472,7 +474,7 @@ def test_unknown_kind_lists_every_registered_kind():
 def test_the_registry_imports_no_strategy_module():
     code = (
         "import sys, simdist.strategies as s\n"
-        "assert len(s.MODULES) == 10\n"
+        "assert len(s.MODULES) == 11\n"
         "heavy = ('simpy', 'jax', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
         "or m.split('.')[0] in heavy))\n"
