@@ -92,3 +92,29 @@ def _load(model: dict) -> None:
 def test_bad_options_are_refused(model: dict, words: str) -> None:
     with pytest.raises(ScenarioError, match=words):
         _load(model)
+
+
+def test_profiles_of_two_sizes_are_cached_apart() -> None:
+    small = ModelSpec(name="gpt", layers=1, hidden=64, heads=2, seq_len=16, vocab=100)
+    wider = ModelSpec(name="gpt", layers=1, hidden=128, heads=2, seq_len=16, vocab=100)
+    a, b = profile_model(small, 1), profile_model(wider, 1)
+    assert a.param_count == 12 * 64**2 + 13 * 64 + 116 * 64 + 2 * 64
+    assert b.param_count == 12 * 128**2 + 13 * 128 + 116 * 128 + 2 * 128
+
+
+def test_tensor_parallel_splits_gpt_by_its_own_heads() -> None:
+    with pytest.raises(ScenarioError, match="attention heads"):
+        scenario_from_dict(
+            {
+                "name": "t",
+                "numerics": False,
+                "cluster": {"hosts": 1, "devices_per_host": 8},
+                "workload": {
+                    "model": {"name": "gpt", "layers": 1, "hidden": 96, "heads": 6},
+                    "batch_size": 1,
+                    "optimizer": {"name": "sgd", "learning_rate": 0.1},
+                    "steps": 1,
+                },
+                "strategy": {"kind": "tensor_parallel", "tensor": 4},
+            }
+        )
