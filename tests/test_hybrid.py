@@ -173,13 +173,15 @@ def test_a_stage_that_does_not_fit_exits_2_before_the_first_step(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(data))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    out = subprocess.run(
-        [sys.executable, "-m", "simdist", "run", str(path), "--out", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert out.returncode == 2, out.stderr
-    text = " ".join((out.stdout + out.stderr).split())
-    assert "hybrid stage" in text and "does not fit on worker" in text and " has 14.9 GiB" in text
+    for command in ("validate", "run"):
+        out = subprocess.run(
+            [sys.executable, "-m", "simdist", command, str(path), "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert out.returncode == 2, out.stderr
+        text = " ".join((out.stdout + out.stderr).split())
+        assert "strategy.mesh: hybrid stage " in text and "does not fit on worker0/gpu" in text
+        assert " has 14.9 GiB" in text
     assert not (tmp_path / "out" / "summary.json").exists()
