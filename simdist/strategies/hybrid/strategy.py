@@ -58,7 +58,9 @@ OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
+    from simdist.numerics.hybrid import HybridTrainer
     from simdist.strategies.sharded_plan import Collective
+    from simdist.strategies.sync import SyncState
 
 
 class HybridStrategy(PipelineStrategy):
@@ -124,8 +126,17 @@ class HybridStrategy(PipelineStrategy):
         self.busy_s = 0.0
         self.held = [[0] * self.S for _ in range(self.D)]
         self.peak_held = [[0] * self.S for _ in range(self.D)]
-        self.trainer = None
-        self.state = None
+        self.trainer: HybridTrainer | None = None
+        self.state: SyncState | None = None
+        if self.workload is not None:
+            from simdist.numerics.hybrid import HybridTrainer
+            from simdist.strategies.sync import SyncState
+
+            batch = self.scenario.workload.batch_size
+            self.trainer = HybridTrainer(
+                self.workload, sizes, self.counts, self.M, batch, SyncState
+            )
+            self.state = self.trainer.init()
 
     # -- the plan ------------------------------------------------------------
 
@@ -328,12 +339,17 @@ class HybridStrategy(PipelineStrategy):
             ]
             yield self.env.all_of(stages)
             yield from self.reduce(step)
-            if not self.end_step(start, step + 1, None, lambda: None):
+            loss = None
+            if self.trainer is not None:
+                self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
+            if not self.end_step(start, step + 1, loss, lambda: self.final_params):
                 return
 
     @property
     def final_params(self) -> Any | None:
-        return None
+        if self.trainer is None or self.state is None:
+            return None
+        return self.workload.variables(self.trainer.params(self.state), self.state.model_state)
 
     # -- what summary.json says ----------------------------------------------
 
