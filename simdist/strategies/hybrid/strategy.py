@@ -20,8 +20,9 @@ column/row pairs in one stage, among partitions whose every device fits its memo
 (:func:`.plan.device_memory`); a stage that does not fit stops the run before its first
 step, naming the device, its need and its capacity.
 
-Timing-only (the spec refuses ``numerics: true``): the composed parts run real numerics
-alone (tensor_parallel, pipeline, zero). The clock prices worker 0's device class on every
+Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
+tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
+batch; transformers run timing-only. The clock prices worker 0's device class on every
 device (mixed clusters are not modelled for hybrid yet).
 """
 
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 
 class HybridStrategy(PipelineStrategy):
-    """Data × pipeline × tensor parallelism with ZeRO over data, timing-only."""
+    """Data × pipeline × tensor parallelism with ZeRO over data."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         Strategy.__init__(self, *args, **kwargs)
