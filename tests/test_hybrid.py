@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import tiny
+from helpers import assert_trees_close, tiny
 
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import simulate
+from simdist.engine import run, simulate
 from simdist.errors import ScenarioError
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
@@ -150,7 +150,11 @@ def test_each_device_holds_its_stage_over_the_tensor_group():
             "span hosts [0, 1]",
         ),
         ({"strategy.placement": ["data", "tensor"]}, "strategy.placement", "name each"),
-        ({"numerics": True}, "numerics", "timing-only"),
+        (
+            {"numerics": True, "workload.model": "mlp", "workload.timing_model": "gpt2"},
+            "numerics",
+            "run the zoo's mlp on its own clock",
+        ),
         ({"strategy.micro_batches": 3}, "strategy.micro_batches", "e.g. micro_batches: 2"),
     ],
     ids=["devices", "heads", "zero3-pipeline", "across-hosts", "placement", "numerics", "micro"],
@@ -172,14 +176,53 @@ def test_a_stage_that_does_not_fit_exits_2_before_the_first_step(tmp_path):
     data = hybrid(**{"workload.batch_size": 2048, "strategy.partition": "auto"})
     path = tmp_path / "big.yaml"
     path.write_text(yaml.safe_dump(data))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    out = subprocess.run(
-        [sys.executable, "-m", "simdist", "run", str(path), "--out", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert out.returncode == 2, out.stderr
-    text = " ".join((out.stdout + out.stderr).split())
-    assert "hybrid stage" in text and "does not fit on worker" in text and " has 14.9 GiB" in text
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root, "COLUMNS": "400"}
+    for command in ("validate", "run"):
+        out = subprocess.run(
+            [sys.executable, "-m", "simdist", command, str(path), "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert out.returncode == 2, out.stderr
+        text = " ".join((out.stdout + out.stderr).split())
+        assert "strategy.mesh: hybrid stage " in text and "does not fit on worker" in text
+        assert " has 14.9 GiB" in text
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "hidden, data, tensor, pipeline, partition",
+    [([16, 8, 12], 1, 2, 2, [2, 2]), ([16, 8, 12], 2, 2, 2, [2, 2])],
+    ids=["T2xP2", "D2xT2xP2"],
+)
+def test_numerics_equal_one_device_with_the_global_batch(hidden, data, tensor, pipeline, partition):
+    common = {
+        "workload.model": {"name": "mlp", "hidden": hidden},
+        "workload.optimizer": {"name": "adam", "learning_rate": 0.01},
+        "workload.steps": 3,
+        "workload.eval_every": 0,
+    }
+    one = run(scenario_from_dict(tiny(**common, **{"workload.batch_size": 16})))
+    strategy = {
+        "kind": "hybrid",
+        "mesh": {"data": data, "tensor": tensor, "pipeline": pipeline},
+        "micro_batches": 2,
+        "partition": partition,
+        "zero": 1,
+    }
+    layout = tiny(
+        **common,
+        **{
+            "workload.batch_size": 16 // data,
+            "strategy": strategy,
+            "cluster.devices_per_host": data * tensor * pipeline,
+        },
+    )
+    split = run(scenario_from_dict(layout))
+    assert split.scenario.global_batch == 16
+    assert_trees_close(split.params, one.params, atol=1e-5)
+    assert split.summary["final_train_loss"] == pytest.approx(
+        one.summary["final_train_loss"], abs=1e-5
+    )

@@ -416,9 +416,8 @@ def test_strategy_union_is_built_from_the_registry():
 @pytest.mark.parametrize("kind", STRATEGIES)
 def test_every_registered_kind_validates(kind):
     cluster = "{ps: 1}" if kind == "parameter_server" else "{}"
-    timing = "numerics: false\n" if kind == "hybrid" else ""  # hybrid is timing-only
     s = scenario_from_dict(
-        yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n{timing}" + WORKLOAD)
+        yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n" + WORKLOAD)
     )
     spec = type(s.strategy)
     assert s.strategy.kind == kind and spec in spec_classes() and kind in spec.kinds()
@@ -442,6 +441,7 @@ def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
         "zero",
         "fsdp",
         "tensor_parallel",
+        "hybrid",
     ]
     text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
     runs = {

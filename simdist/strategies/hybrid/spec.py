@@ -61,6 +61,8 @@ class Spec(StrategySpecBase):
     sequence_parallel: bool = Field(False, strict=True, examples=["true"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
     cross_host: bool = Field(False, strict=True, examples=["true"])
+    # The numerics (the mlp) run each stage's tensor group on emulated JAX devices.
+    execution: Literal["devices"] = Field("devices", examples=["devices"])
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -72,6 +74,10 @@ class Spec(StrategySpecBase):
         """D data-parallel copies, each on its shard of the global batch."""
         m = self.mesh
         return m.data if m.data is not None else _data_left(cluster.n_devices, m)
+
+    def numeric_devices(self, cluster: ClusterSpec) -> int:
+        """D × T × P JAX devices: one per device of the mesh."""
+        return self.replicas(cluster) * self.mesh.tensor * self.mesh.pipeline
 
     def sharding(self, cluster: ClusterSpec) -> Sharding:
         """Parameters, gradients and optimizer state split T ways by the tensor group and,
@@ -96,7 +102,7 @@ class Spec(StrategySpecBase):
     def check(self, scenario: Scenario) -> None:
         """D × P × T = the cluster's devices, a placement of the three axes, tensor groups
         inside a host (unless ``cross_host``), a model T can split, no ZeRO-3 with a
-        pipeline, micro-batches dividing the batch; timing-only."""
+        pipeline, micro-batches dividing the batch; numerics on the mlp only."""
         super().check(scenario)
         c, w, m = scenario.cluster, scenario.workload, self.mesh
         if m.data is None:
@@ -128,12 +134,7 @@ class Spec(StrategySpecBase):
         self._check_model(scenario)
         self._check_batch(scenario)
         if scenario.numerics:
-            raise fail(
-                "numerics",
-                "hybrid runs timing-only (numerics: false); its parts run real numerics alone: "
-                "strategy tensor_parallel (data x tensor), pipeline (data x pipeline) and "
-                "zero, each ≡ one_device",
-            )
+            self._check_numerics(scenario)
         for field, value in (
             ("faults.failures", scenario.faults.failures),
             ("checkpoint", scenario.checkpoint),
@@ -142,6 +143,23 @@ class Spec(StrategySpecBase):
             if value:
                 raise fail(field, "is not simulated for strategy: hybrid yet; remove it")
         del w
+
+    def _check_numerics(self, scenario: Scenario) -> None:
+        """Real numerics: the zoo's mlp, on its own clock, without sequence parallelism."""
+        w = scenario.workload
+        if w.model is None or w.model.name != "mlp" or w.clock_model is not w.model:
+            raise fail(
+                "numerics",
+                "hybrid's numerics run the zoo's mlp on its own clock (model: mlp, no "
+                "timing_model); run a transformer timing-only with numerics: false, or its "
+                "parts alone: strategy tensor_parallel, pipeline or zero",
+            )
+        if self.sequence_parallel:
+            raise fail(
+                "strategy.sequence_parallel",
+                "hybrid's numerics run without sequence parallelism (the clock models it): "
+                "use numerics: false, or strategy tensor_parallel for its numerics",
+            )
 
     def _check_inside_hosts(self, counts: list[int]) -> None:
         """Each tensor group on one host: its all-reduces come every layer."""

@@ -20,8 +20,9 @@ column/row pairs in one stage, among partitions whose every device fits its memo
 (:func:`.plan.device_memory`); a stage that does not fit stops the run before its first
 step, naming the device, its need and its capacity.
 
-Timing-only (the spec refuses ``numerics: true``): the composed parts run real numerics
-alone (tensor_parallel, pipeline, zero). The clock prices worker 0's device class on every
+Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
+tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
+batch; transformers run timing-only. The clock prices worker 0's device class on every
 device (mixed clusters are not modelled for hybrid yet).
 """
 
@@ -58,11 +59,13 @@ OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
+    from simdist.numerics.hybrid import HybridTrainer
     from simdist.strategies.sharded_plan import Collective
+    from simdist.strategies.sync import SyncState
 
 
 class HybridStrategy(PipelineStrategy):
-    """Data × pipeline × tensor parallelism with ZeRO over data, timing-only."""
+    """Data × pipeline × tensor parallelism with ZeRO over data."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         Strategy.__init__(self, *args, **kwargs)
@@ -124,8 +127,17 @@ class HybridStrategy(PipelineStrategy):
         self.busy_s = 0.0
         self.held = [[0] * self.S for _ in range(self.D)]
         self.peak_held = [[0] * self.S for _ in range(self.D)]
-        self.trainer = None
-        self.state = None
+        self.trainer: HybridTrainer | None = None
+        self.state: SyncState | None = None
+        if self.workload is not None:
+            from simdist.numerics.hybrid import HybridTrainer
+            from simdist.strategies.sync import SyncState
+
+            batch = self.scenario.workload.batch_size
+            self.trainer = HybridTrainer(
+                self.workload, sizes, self.counts, self.M, batch, SyncState
+            )
+            self.state = self.trainer.init()
 
     # -- the plan ------------------------------------------------------------
 
@@ -328,12 +340,17 @@ class HybridStrategy(PipelineStrategy):
             ]
             yield self.env.all_of(stages)
             yield from self.reduce(step)
-            if not self.end_step(start, step + 1, None, lambda: None):
+            loss = None
+            if self.trainer is not None:
+                self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
+            if not self.end_step(start, step + 1, loss, lambda: self.final_params):
                 return
 
     @property
     def final_params(self) -> Any | None:
-        return None
+        if self.trainer is None or self.state is None:
+            return None
+        return self.workload.variables(self.trainer.params(self.state), self.state.model_state)
 
     # -- what summary.json says ----------------------------------------------
 
