@@ -13,6 +13,7 @@ from typing import Literal
 __all__ = [
     "DATASETS",
     "FULLSIZE_MODELS",
+    "GPT_DEFAULTS",
     "MODELS",
     "OPTIMIZERS",
     "RESNET_DEFAULTS",
@@ -38,6 +39,7 @@ FullsizeModelName = Literal[
     "inception_v3",
     "bert_base",
     "gpt2",
+    "gpt",
 ]
 # The zoo that trains (simdist/numerics/models.py), then the full-size models: a Literal
 # nested in a Literal is flattened into it, so pydantic checks and lists every name.
@@ -58,6 +60,16 @@ RESNET_DEFAULTS: dict[str, object] = {
     "width": 16,
     "batch_norm_momentum": 0.99,
     "sync_batch_norm": False,
+}
+# The configurable ``gpt`` when its options are left out: GPT-2 124M's sizes (Radford et al.
+# 2019, Table 2; openai/gpt-2 hparams: 12 layers, d_model 768, 12 heads, 1024 positions,
+# vocabulary 50257). ``hidden`` is the model width, ``seq_len`` its positions.
+GPT_DEFAULTS: dict[str, int] = {
+    "layers": 12,
+    "hidden": 768,
+    "heads": 12,
+    "seq_len": 1024,
+    "vocab": 50257,
 }
 # The generated ``teacher`` set (simdist/numerics/generated.py) when its options are left
 # out: MNIST's size, large enough for large-batch runs; noise 0 labels by the teacher's argmax.

@@ -204,7 +204,7 @@ def _param_shapes(spec: ModelSpec, shape: tuple[int, ...], n_outputs: int | None
     if full_size(spec):
         from simdist.numerics import fullsize
 
-        model = fullsize.build(spec.name, shape, n_outputs)
+        model = fullsize.build(spec.name, shape, n_outputs, spec.gpt_sizes())
         trees = [(f"params/{a.layer.name}/", a.params) for a in fullsize.abstract_layers(model, 1)]
     else:
         from simdist.numerics.models import make_model

@@ -16,7 +16,7 @@ zoo model costed at batch 1), so nothing here needs JAX. Refusals are
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simdist.errors import ScenarioError, SimdistError
 
@@ -233,3 +233,111 @@ def check_pipeline(
                 f"{cluster.profile_of(device).name} has {format_size(capacities[s])}; {advice}",
             )
         first = stop
+
+
+def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
+    """A hybrid layout's stages against each device: the pipeline's stage memory divided
+    as the spec's sharding says (:func:`simdist.strategies.hybrid.plan.device_memory`); an
+    ``auto`` partition is refused when no cut of the layers fits."""
+    from simdist.cluster import Cluster
+    from simdist.strategies.hybrid.plan import device_memory
+    from simdist.strategies.pipeline.plan import (
+        bounds,
+        partition_auto,
+        peak_in_flight,
+        stage_memory,
+        stage_ops,
+    )
+    from simdist.strategies.tensor_parallel.plan import layer_roles
+
+    spec, w = scenario.strategy, scenario.workload
+    S, M, names = spec.mesh.pipeline, spec.micro_batches, footprint.layer_names
+    if len(names) < S:
+        raise ScenarioError(
+            source,
+            "strategy.mesh.pipeline",
+            f"got {S}; each stage holds at least one layer and the model has {len(names)}",
+        )
+    cluster = Cluster(scenario.cluster)
+    mesh = spec.mesh_of(list(cluster.devices))
+    stage_devices = [
+        [d for d in mesh.devices if mesh.coordinate(d)["pipeline"] == s] for s in range(S)
+    ]
+    peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, M)]
+    roles = layer_roles(w.clock_model.name, names)
+    sharding = spec.sharding(scenario.cluster)
+    batch = int(w.batch_size)
+    outputs, params = footprint.outputs_at(batch), footprint.layer_param_nbytes
+    total = sum(params)
+    opt_total = _optimizer_nbytes(scenario, total)
+
+    def need(s: int, first: int, stop: int) -> StageMemory:
+        own = sum(params[first:stop])
+        inputs = footprint.example_nbytes * (batch // M) if first == 0 else outputs[first - 1] / M
+        stage = stage_memory(
+            param_nbytes=own,
+            opt_state_nbytes=round(opt_total * own / total) if total else 0,
+            input_nbytes=inputs,
+            activation_nbytes=sum(outputs[first:stop]) / M,
+            peak=peaks[s],
+            schedule=spec.schedule,
+            rematerialization=False,
+        )
+        return device_memory(stage, sharding)
+
+    def smallest(s: int) -> Device:
+        return min(stage_devices[s], key=lambda d: cluster.profile_of(d).memory_nbytes)
+
+    def fits(s: int, first: int, stop: int) -> bool:
+        pairs = roles[first] != "row" and roles[stop - 1] != "column"
+        capacity = cluster.profile_of(smallest(s)).memory_nbytes
+        return pairs and (capacity <= 0 or need(s, first, stop).total <= capacity)
+
+    if spec.partition == "auto":
+        try:
+            partition_auto(len(params), S, lambda s, first, stop: 0.0, fits)
+            return
+        except SimdistError:
+            counts = partition_auto(len(params), S, lambda s, first, stop: 0.0)
+    else:
+        counts = tuple(int(n) for n in spec.partition)
+        _check_partition(names, counts, S, source)
+    for s, (first, stop) in enumerate(bounds(counts)):
+        device = smallest(s)
+        _refuse_stage(
+            source, s, names[first], names[stop - 1], device, cluster, need(s, first, stop)
+        )
+
+
+def _refuse_stage(
+    source: str, s: int, first: str, last: str, device: Device, cluster: Any, stage: StageMemory
+) -> None:
+    """Refuse hybrid stage ``s`` (layers ``first``..``last``) if ``stage`` exceeds
+    ``device``'s memory, naming the device, the need and the capacity."""
+    from simdist.units import format_size
+
+    profile = cluster.profile_of(device)
+    capacity = profile.memory_nbytes
+    if 0 < capacity < stage.total:
+        parts = ", ".join(
+            f"{k} {format_size(v)}" for k, v in stage.as_dict().items() if k != "total" and v
+        )
+        raise ScenarioError(
+            source,
+            "strategy.mesh",
+            f"hybrid stage {s} (layers {first}..{last}) does not fit on {device.name}: each "
+            f"device of its tensor group needs {format_size(stage.total)} ({parts}) and a "
+            f"{profile.name} has {format_size(capacity)}; use more stages, a larger tensor "
+            "group, zero: 1 or 2, fewer micro-batches in flight or a smaller batch",
+        )
+
+
+def _check_partition(names: tuple[str, ...], counts: tuple[int, ...], S: int, source: str) -> None:
+    """A hybrid partition list: one count per stage, adding up to the model's layers."""
+    if len(counts) != S or sum(counts) != len(names):
+        raise ScenarioError(
+            source,
+            "strategy.partition",
+            f"got {list(counts)}; give {S} layer counts adding up to the model's "
+            f"{len(names)} layers, e.g. partition: auto",
+        )

@@ -129,7 +129,12 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
     """What a run checks as it costs its clock model: a surrogate under parameter servers,
     the profile file, the model's shapes, the pipeline's stages and every device's memory
     (:mod:`simdist.device_memory`)."""
-    from simdist.device_memory import check_device_memory, check_pipeline, clock_field
+    from simdist.device_memory import (
+        check_device_memory,
+        check_hybrid,
+        check_pipeline,
+        clock_field,
+    )
 
     w = scenario.workload
     if scenario.numerics and w.surrogate and scenario.strategy.kind == "parameter_server":
@@ -143,6 +148,8 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
     footprint = _footprint(scenario, source)
     if scenario.strategy.kind == "pipeline":
         check_pipeline(scenario, footprint, source, total_steps)
+    elif scenario.strategy.kind == "hybrid":
+        check_hybrid(scenario, footprint, source)
     else:
         check_device_memory(scenario, footprint, source)
 

@@ -31,6 +31,7 @@ NAMES = [
     "large_batch_training.ipynb",
     "explorer.ipynb",
     "pipeline_parallelism.ipynb",
+    "planning_layouts.ipynb",
 ]
 
 

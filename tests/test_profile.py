@@ -44,6 +44,7 @@ REFERENCE_PARAMS = {
     "inception_v3": 23_834_568,  # 27,161,264 with the auxiliary classifier
     "bert_base": 109_482_240,
     "gpt2": 124_439_808,
+    "gpt": 124_439_808,  # GPT-2's sizes by default
 }
 
 

@@ -21,7 +21,13 @@ from types import ModuleType
 __all__ = ["BAND_PCT", "FAMILIES", "Case", "families"]
 
 #: The modules of this package, in the order the page lists them.
-FAMILIES: tuple[str, ...] = ("single_gpu", "collectives", "allreduce", "parameter_server")
+FAMILIES: tuple[str, ...] = (
+    "single_gpu",
+    "collectives",
+    "allreduce",
+    "parameter_server",
+    "layouts",
+)
 
 #: The error band a prediction is expected to fall in; rows outside it are listed with why.
 BAND_PCT = 15.0

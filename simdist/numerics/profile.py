@@ -379,7 +379,7 @@ def _spec_fields(spec: ModelSpec | str) -> dict[str, Any]:
     if isinstance(spec, str):
         return {"name": spec}
     if spec.name in FULLSIZE_MODELS:
-        return {"name": spec.name}
+        return {"name": spec.name, **(spec.gpt_sizes() or {})}
     return spec.model_dump(mode="json")
 
 
@@ -451,7 +451,8 @@ def profile_model(
     if shape is not None and (not shape or min(shape) < 1):
         raise SimdistError(f"input shape {shape}: expected positive dimensions")
     if full:  # resolve the defaults, so that giving them explicitly hits the same cache entry
-        model = fullsize.build(name, shape, n_outputs)
+        sizes = None if isinstance(spec_or_name, str) else spec_or_name.gpt_sizes()
+        model = fullsize.build(name, shape, n_outputs, sizes)
         shape, n_outputs = model.input_shape, model.n_outputs
     else:
         shape = shape or _ZOO_INPUT_SHAPE

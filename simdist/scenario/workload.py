@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 
 from simdist.catalog import (
+    GPT_DEFAULTS,
     RESNET_DEFAULTS,
     TEACHER_DEFAULTS,
     DatasetName,
@@ -36,6 +37,11 @@ class ModelSpec(Spec):
     model behaves the same under every strategy that runs several replicas.
     The resnet options are None for the other models (a resolved scenario omits
     them) and filled with ``RESNET_DEFAULTS`` for resnet.
+
+    gpt (a GPT of any size, Megatron-LM's layout: Narayanan et al. 2021, arXiv:2104.04473,
+    Table 1): ``layers``, ``hidden`` (the model width, one number: ``hidden: 2304``),
+    ``heads`` (dividing ``hidden``), ``seq_len`` (its positions and the input length) and
+    ``vocab``; left out, ``GPT_DEFAULTS`` (GPT-2 124M's sizes).
     """
 
     name: ModelName
@@ -44,6 +50,55 @@ class ModelSpec(Spec):
     width: PositiveInt | None = Field(None, examples=[16])
     batch_norm_momentum: Float | None = Field(None, ge=0, lt=1, examples=[0.9])
     sync_batch_norm: bool | None = Field(None, examples=["true"])
+    layers: PositiveInt | None = Field(None, examples=[24])
+    heads: PositiveInt | None = Field(None, examples=[24])
+    seq_len: PositiveInt | None = Field(None, examples=[2048])
+    vocab: PositiveInt | None = Field(None, examples=[51200])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpt_width(cls, data: Any) -> Any:
+        """gpt's ``hidden`` is one width: ``hidden: 2304`` stands for ``[2304]``."""
+        if isinstance(data, dict) and data.get("name") == "gpt":
+            width = data.get("hidden")
+            if isinstance(width, int) and not isinstance(width, bool):
+                data = {**data, "hidden": [width]}
+        return data
+
+    @model_validator(mode="after")
+    def _gpt_options(self) -> ModelSpec:
+        for option, default in GPT_DEFAULTS.items():
+            if self.name != "gpt":
+                if option != "hidden" and getattr(self, option) is not None:
+                    raise fail(option, f"is an option of model gpt only, not of {self.name}")
+            elif option == "hidden":
+                if "hidden" not in self.model_fields_set:
+                    self.hidden = [int(default)]
+            elif getattr(self, option) is None:
+                setattr(self, option, default)
+        if self.name == "gpt":
+            if len(self.hidden) != 1:
+                raise fail("hidden", f"got {self.hidden}: gpt takes one width, e.g. hidden: 2304")
+            if self.hidden[0] % int(self.heads or 1):
+                raise fail(
+                    "heads",
+                    f"got {self.heads}: the heads must divide hidden {self.hidden[0]}, "
+                    "e.g. hidden: 2304, heads: 24",
+                )
+        return self
+
+    def gpt_sizes(self) -> dict[str, int] | None:
+        """gpt's sizes (``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``); None for
+        the other models."""
+        if self.name != "gpt":
+            return None
+        return {
+            "layers": int(self.layers or 0),
+            "hidden": int(self.hidden[0]),
+            "heads": int(self.heads or 0),
+            "seq_len": int(self.seq_len or 0),
+            "vocab": int(self.vocab or 0),
+        }
 
     @model_validator(mode="after")
     def _resnet_options(self) -> ModelSpec:

@@ -39,6 +39,7 @@ _CLASS_NAMES: dict[str, str] = {
     "zero": "ZeroStrategy",
     "fsdp": "FSDPStrategy",
     "tensor_parallel": "TensorParallelStrategy",
+    "hybrid": "HybridStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)

@@ -1,4 +1,4 @@
-"""Full-size models for the clock: ResNet-50/101/152, VGG-16, Inception-V3, BERT-base and GPT-2.
+"""Full-size models for the clock: ResNet-50/101/152, VGG-16, Inception-V3, BERT-base, GPT-2, gpt.
 
 These models are never trained or even allocated here. Each is a sequence of layers, every
 layer a Flax module of one array in and one array out, so that
@@ -19,11 +19,11 @@ the tests compare.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 
-from simdist.catalog import FULLSIZE_MODELS
+from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
 from simdist.numerics.fullsize.inception import inception_v3_layers
@@ -37,7 +37,7 @@ from simdist.numerics.fullsize.layered import (
 )
 from simdist.numerics.fullsize.published import PUBLISHED, Published
 from simdist.numerics.fullsize.resnet import RESNET_DEPTHS, resnet_layers
-from simdist.numerics.fullsize.transformer import bert_base_layers, gpt2_layers
+from simdist.numerics.fullsize.transformer import bert_base_layers, gpt2_layers, gpt_layers
 from simdist.numerics.fullsize.vgg import vgg16_layers
 
 # JAX's persistent compilation cache, before anything compiles (simdist.compile_cache).
@@ -68,11 +68,15 @@ _INPUTS: dict[str, tuple[tuple[int, ...], str, int | None]] = {
     "inception_v3": ((299, 299, 3), "float32", None),
     "bert_base": ((128,), "int32", 512),
     "gpt2": ((1024,), "int32", 1024),
+    "gpt": ((1024,), "int32", 1024),  # its own seq_len replaces both (GPT_DEFAULTS)
 }
 
 
 def build(
-    name: str, input_shape: Sequence[int] | None = None, n_outputs: int | None = None
+    name: str,
+    input_shape: Sequence[int] | None = None,
+    n_outputs: int | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> LayeredModel:
     """The full-size model ``name`` as a :class:`LayeredModel`.
 
@@ -81,12 +85,17 @@ def build(
     (default 1024). ``n_outputs`` is the classifier width of the image models (default 1000,
     ImageNet); for BERT it adds a classifier on the pooled output (default: none, as in the
     published 110M); GPT-2's outputs are its vocabulary, so it is ignored there.
+    ``sizes``: gpt's (``ModelSpec.gpt_sizes``: layers, hidden, heads, seq_len, vocab; default
+    ``GPT_DEFAULTS``); its input is ``seq_len`` tokens unless ``input_shape`` gives fewer.
     """
     if name not in _INPUTS:
         raise SimdistError(
             f"unknown full-size model {name!r}; expected one of {', '.join(FULLSIZE_MODELS)}"
         )
     default, dtype, max_positions = _INPUTS[name]
+    gpt = {**GPT_DEFAULTS, **(sizes or {})}
+    if name == "gpt":
+        default, max_positions = (int(gpt["seq_len"]),), int(gpt["seq_len"])
     shape = tuple(int(d) for d in (input_shape or default))
     if dtype == "float32":
         if len(shape) != 3 or shape[-1] < 1 or min(shape) < 1:
@@ -106,7 +115,7 @@ def build(
             f"{max_positions} positions, e.g. {default[0]}; got {'x'.join(map(str, shape))}"
         )
     classes = 1000 if n_outputs is None else int(n_outputs)
-    if name == "gpt2":  # its outputs are the vocabulary
+    if name in ("gpt2", "gpt"):  # its outputs are the vocabulary
         n_outputs = None
     elif name != "bert_base":
         n_outputs = classes
@@ -118,6 +127,8 @@ def build(
         layers = inception_v3_layers(classes)
     elif name == "bert_base":
         layers = bert_base_layers(n_outputs)
+    elif name == "gpt":
+        layers = gpt_layers(**{k: int(gpt[k]) for k in GPT_DEFAULTS})
     else:
         layers = gpt2_layers()
     return LayeredModel(name, tuple(layers), shape, dtype, n_outputs)

@@ -98,3 +98,7 @@ PUBLISHED: dict[str, Published] = {
         "multiply-adds, leaving out its embedding term (a lookup, not a matmul)",
     ),
 }
+# The configurable gpt with its options left out is GPT-2 124M (catalog.GPT_DEFAULTS); its
+# sizes at Megatron-LM's scale are checked against Narayanan et al. 2021's Table 1 and
+# Sec. 5.1 formulas (tests/test_gpt_model.py).
+PUBLISHED["gpt"] = PUBLISHED["gpt2"]

@@ -1,7 +1,11 @@
 """BERT-base and GPT-2 as sequences of layers.
 
 * BERT-base: Devlin et al. 2019 (L=12, H=768, A=12), post-LayerNorm, pooler included;
-* GPT-2 124M: Radford et al. 2019, pre-LayerNorm, output projection tied to the token embedding.
+* GPT-2 124M: Radford et al. 2019, pre-LayerNorm, output projection tied to the token embedding;
+* gpt: the same layout at any size, as Megatron-LM's GPT models (Narayanan et al. 2021,
+  arXiv:2104.04473, Sec. 5.1 and Table 1): learned positions, MLP of 4 × hidden, tied head.
+  Its parameters are 12·l·h² + 13·l·h + (V + s)·h, their formula, plus the final
+  LayerNorm's 2·h which the formula leaves out.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = [
     "TokenEmbeddings",
     "bert_base_layers",
     "gpt2_layers",
+    "gpt_layers",
 ]
 
 
@@ -138,9 +143,19 @@ def bert_base_layers(n_outputs: int | None) -> list[Layer]:
 def gpt2_layers() -> list[Layer]:
     """GPT-2 124M's embeddings, 12 blocks (attention and MLP each one layer) and the LM head
     tied to the token embedding."""
-    layers = [Layer("embeddings", TokenEmbeddings(50257, 1024, 768))]
-    for i in range(12):
-        attention = SelfAttention(12, causal=True, pre_layer_norm=True, epsilon=1e-5)
-        mlp = FeedForward(3072, pre_layer_norm=True, epsilon=1e-5, approximate_gelu=True)
-        layers += [Layer(f"h.{i}.attention", attention), Layer(f"h.{i}.mlp", mlp)]
-    return [*layers, Layer("lm_head", TiedLMHead(50257), tied=("wte",))]
+    return gpt_layers(layers=12, hidden=768, heads=12, seq_len=1024, vocab=50257)
+
+
+def gpt_layers(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> list[Layer]:
+    """A GPT's embeddings (``vocab`` tokens, ``seq_len`` positions), ``layers`` blocks of
+    width ``hidden`` (attention of ``heads`` heads and a 4 × ``hidden`` MLP, each one layer)
+    and the LM head tied to the token embedding.
+
+    Every block is the same module, so the profile lowers one attention and one MLP.
+    """
+    out = [Layer("embeddings", TokenEmbeddings(vocab, seq_len, hidden))]
+    attention = SelfAttention(heads, causal=True, pre_layer_norm=True, epsilon=1e-5)
+    mlp = FeedForward(4 * hidden, pre_layer_norm=True, epsilon=1e-5, approximate_gelu=True)
+    for i in range(layers):
+        out += [Layer(f"h.{i}.attention", attention), Layer(f"h.{i}.mlp", mlp)]
+    return [*out, Layer("lm_head", TiedLMHead(vocab), tied=("wte",))]

@@ -181,7 +181,24 @@ def step_ops(
     *,
     gather_whole: bool = True,
 ) -> list[Op]:
-    """One step of a tensor group: forward in layer order, backward in reverse, with the
+    """One step of a tensor group: :func:`phase_ops`'s forward then its backward."""
+    forward, backward = phase_ops(
+        layers, roles, tensor, sequence_parallel, gather_whole=gather_whole
+    )
+    return forward + backward
+
+
+def phase_ops(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sequence_parallel: bool,
+    *,
+    gather_whole: bool = True,
+    takes_data: bool = True,
+    input_activation_nbytes: int = 0,
+) -> tuple[list[Op], list[Op]]:
+    """A tensor group's forward in layer order and its backward in reverse, with the
     tensor collectives where Megatron puts them (module docstring).
 
     Backward mirrors forward: an all-gather before a layer in forward is a reduce-scatter
@@ -190,20 +207,28 @@ def step_ops(
     ``f``'s none in forward and an all-reduce of the block's input gradient in backward.
     ``gather_whole``: a whole layer after a sequence-split region needs the whole sequence
     (BERT's pooler reads the first token); False when whole layers work token by token (the
-    mlp's examples), so they run on the split rows.
+    mlp's examples), so they run on the split rows. ``takes_data``: the first layer's input
+    is the data (no gradient, whole on every device); False for a pipeline stage after the
+    first, whose input is the previous stage's activation: split like any other between
+    layers, and its gradient goes back to that stage (``input_activation_nbytes`` its bytes).
     """
     sp = sequence_parallel
     starts, ends = STARTS, ENDS
     gather_before: list[bool] = []
-    inside = False  # sequence parallel: the activation here is split by sequence
+    # sequence parallel: the activation here is split by sequence (a stage's input is)
+    inside = sp and not takes_data
     for i, role in enumerate(roles):
         whole = role == "whole" and inside and gather_whole
-        gather_before.append(sp and i > 0 and (role in starts or whole))
+        gather_before.append(sp and (i > 0 or not takes_data) and (role in starts or whole))
         inside = sp and (role in ends or (role == "whole" and inside and not gather_whole))
+
+    def input_nbytes(i: int) -> int:
+        return layers[i - 1].output_nbytes if i > 0 else input_activation_nbytes
+
     fwd = _Walk("forward")
     for i, layer in enumerate(layers):
         if gather_before[i]:
-            fwd.collective("all_gather", layers[i - 1].output_nbytes, layer.name)
+            fwd.collective("all_gather", input_nbytes(i), layer.name)
         fwd.compute(layer.name, _seconds(layer, layer.forward_s, roles[i], tensor))
         if roles[i] in ends:
             fwd.collective("reduce_scatter" if sp else "allreduce", layer.output_nbytes, layer.name)
@@ -215,11 +240,11 @@ def step_ops(
             bwd.collective("all_gather", layer.output_nbytes, layer.name)
         bwd.compute(layer.name, _seconds(layer, layer.backward_s, role, tensor))
         if gather_before[i]:
-            bwd.collective("reduce_scatter", layers[i - 1].output_nbytes, layer.name)
-        elif not sp and role in starts and i > 0:
-            bwd.collective("allreduce", layers[i - 1].output_nbytes, layer.name)
+            bwd.collective("reduce_scatter", input_nbytes(i), layer.name)
+        elif not sp and role in starts and (i > 0 or not takes_data):
+            bwd.collective("allreduce", input_nbytes(i), layer.name)
     bwd.flush()
-    return fwd.ops + bwd.ops
+    return fwd.ops, bwd.ops
 
 
 def _seconds(layer: LayerCost, seconds: float, role: str, tensor: int) -> float:

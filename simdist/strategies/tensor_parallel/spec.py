@@ -44,8 +44,8 @@ TRANSFORMER_SIZES: dict[str, TransformerSize] = {
     "bert_base": TransformerSize(heads=12, hidden=768, inner=3072),
     "gpt2": TransformerSize(heads=12, hidden=768, inner=3072),
 }
-#: Models whose layers tensor parallelism knows how to split.
-SPLITTABLE: tuple[str, ...] = ("mlp", *TRANSFORMER_SIZES)
+#: Models whose layers tensor parallelism knows how to split (gpt: its own sizes).
+SPLITTABLE: tuple[str, ...] = ("mlp", *TRANSFORMER_SIZES, "gpt")
 
 
 def split_sizes(model: ModelSpec) -> list[tuple[str, int]]:
@@ -56,12 +56,48 @@ def split_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     """
     if model.name == "mlp":
         return [(f"hidden[{i}]", int(model.hidden[i])) for i in range(0, len(model.hidden), 2)]
-    size = TRANSFORMER_SIZES[model.name]
+    gpt = model.gpt_sizes()
+    size = (
+        TRANSFORMER_SIZES[model.name]
+        if gpt is None
+        else TransformerSize(gpt["heads"], gpt["hidden"], 4 * gpt["hidden"])
+    )
     return [("attention heads", size.heads), ("MLP width", size.inner)]
 
 
 def _divisor_below(sizes: list[int], limit: int) -> int:
     return max(t for t in range(1, limit + 1) if all(s % t == 0 for s in sizes))
+
+
+def check_splittable(
+    field: str, model: ModelSpec, tensor: int, tensor_field: str = "strategy.tensor"
+) -> None:
+    """Refuse (naming ``field``) a model tensor parallelism cannot split, or one whose
+    sizes ``tensor`` does not divide (:func:`split_sizes`); ``tensor_field`` names T."""
+    if model.name not in SPLITTABLE:
+        raise fail(
+            field,
+            f"got {model.name}; tensor_parallel splits the matmuls of "
+            f"{', '.join(SPLITTABLE)} (column- then row-parallel pairs); {model.name} "
+            "cannot be split this way: use mirrored or pipeline, or model: mlp",
+        )
+    if model.name == "mlp" and not model.hidden:
+        raise fail(
+            f"{field}.hidden",
+            "got no hidden layer: a single dense layer has no column/row pair to split; "
+            "give one, e.g. hidden: [128]",
+        )
+    sizes = split_sizes(model)
+    bad = [(what, size) for what, size in sizes if size % tensor]
+    if bad:
+        have = ", ".join(f"{what} {size}" for what, size in sizes)
+        what, size = bad[0]
+        raise fail(
+            tensor_field,
+            f"got {tensor}; it must divide {model.name}'s {what} ({size}) to split "
+            f"it evenly ({field.removeprefix('workload.')} {model.name} has {have}), e.g. "
+            f"tensor: {_divisor_below([s for _, s in sizes], tensor)}",
+        )
 
 
 class Spec(StrategySpecBase):
@@ -147,30 +183,7 @@ class Spec(StrategySpecBase):
             )
 
     def _check_model(self, field: str, model: ModelSpec) -> None:
-        if model.name not in SPLITTABLE:
-            raise fail(
-                field,
-                f"got {model.name}; tensor_parallel splits the matmuls of "
-                f"{', '.join(SPLITTABLE)} (column- then row-parallel pairs); {model.name} "
-                "cannot be split this way: use mirrored or pipeline, or model: mlp",
-            )
-        if model.name == "mlp" and not model.hidden:
-            raise fail(
-                f"{field}.hidden",
-                "got no hidden layer: a single dense layer has no column/row pair to split; "
-                "give one, e.g. hidden: [128]",
-            )
-        sizes = split_sizes(model)
-        bad = [(what, size) for what, size in sizes if size % self.tensor]
-        if bad:
-            have = ", ".join(f"{what} {size}" for what, size in sizes)
-            what, size = bad[0]
-            raise fail(
-                "strategy.tensor",
-                f"got {self.tensor}; it must divide {model.name}'s {what} ({size}) to split "
-                f"it evenly ({field.removeprefix('workload.')} {model.name} has {have}), e.g. "
-                f"tensor: {_divisor_below([s for _, s in sizes], self.tensor)}",
-            )
+        check_splittable(field, model, self.tensor)
 
     def _check_inside_hosts(self, counts: list[int], T: int, D: int) -> None:
         """Each group of T consecutive devices (the mesh's tensor axis, innermost) on one host."""

@@ -1,0 +1,34 @@
+"""``hybrid``: 3D parallelism — data × pipeline × tensor on the device mesh, with ZeRO.
+
+Modules:
+
+* :mod:`.spec` — the scenario's ``strategy:`` section (``Spec``), its layout checks and
+  its sharding;
+* :mod:`.plan` — one stage's tensor-parallel micro-batch ops, its memory and its
+  data-axis reduction (pure);
+* :mod:`.strategy` — :class:`HybridStrategy`: the pipeline schedule on the clock with
+  every stage a tensor group, and the data-axis reduction after the flush.
+
+Importing this package loads neither SimPy, JAX nor pandas (scenario loading reads
+``Spec``); the strategy class is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from simdist.strategies.hybrid.spec import Spec
+
+if TYPE_CHECKING:
+    from simdist.strategies.hybrid.strategy import HybridStrategy
+
+__all__ = ["HybridStrategy", "Spec"]
+
+
+def __getattr__(name: str) -> Any:
+    """``HybridStrategy``, imported on first use — PEP 562."""
+    if name == "HybridStrategy":
+        from simdist.strategies.hybrid.strategy import HybridStrategy
+
+        return HybridStrategy
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

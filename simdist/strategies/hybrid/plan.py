@@ -1,0 +1,116 @@
+"""One hybrid stage's work, memory and data-axis reduction, from the pieces it composes.
+
+Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by hand.
+
+* A micro-batch's pass through a stage is the tensor-parallel walk of the stage's layers
+  (:func:`simdist.strategies.tensor_parallel.plan.phase_ops`) on the micro-batch's layer
+  costs (:func:`micro_layers`: each layer's work / M, its launch cost in full, as the
+  pipeline strategy prices a micro-batch): compute spans of each device's 1/T share and
+  the tensor all-reduces of each Megatron block on the critical path, forward and backward.
+* Between stages each device of a tensor group sends its peer in the next group the
+  micro-batch's boundary activation (:func:`send_nbytes`): whole without sequence
+  parallelism (every device of the group holds it after the block's all-reduce), 1/T of
+  it with (each holds its slice of the sequence).
+* After the pipeline flush each (stage, tensor rank) shard's gradient is reduced over the
+  data axis (:func:`data_collectives`): an all-reduce without ZeRO, otherwise ZeRO's step
+  plan (:func:`simdist.strategies.sharded_plan.plan_step`) over the shard, its
+  collectives run back to back after the flush (none overlaps a backward that has ended).
+* A device's memory (:func:`device_memory`): its stage's memory as the pipeline computes
+  it (:func:`simdist.strategies.pipeline.plan.stage_memory`, micro-batches in flight per
+  the schedule), each part divided as the spec's :class:`~simdist.sharding.Sharding` says
+  (T for the tensor split, D more per ZeRO stage), rounded up as
+  :func:`simdist.memory_model.model_state_nbytes` rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from simdist.sharding import Sharding
+from simdist.strategies.base import LayerCost
+from simdist.strategies.pipeline.plan import StageMemory
+from simdist.strategies.sharded_plan import Collective, ShardingPlanOptions, plan_step
+from simdist.strategies.tensor_parallel.plan import Op, phase_ops
+
+#: DeepSpeed's reduce_bucket_size and allgather_bucket_size default (5e8 elements,
+#: deepspeed/runtime/zero/config.py) as float32 bytes — simdist.strategies.zero's default.
+BUCKET_NBYTES = 500_000_000 * 4
+
+
+def micro_layers(layers: Sequence[LayerCost], micro_batches: int) -> tuple[LayerCost, ...]:
+    """``layers`` on one of M micro-batches: work and output bytes / M, launch cost whole."""
+    M = micro_batches
+
+    def micro_s(seconds: float, launch_s: float) -> float:
+        return (seconds - launch_s) / M + launch_s
+
+    return tuple(
+        replace(
+            x,
+            forward_s=micro_s(x.forward_s, x.launch_s),
+            backward_s=micro_s(x.backward_s, x.launch_s),
+            output_nbytes=round(x.output_nbytes / M),
+        )
+        for x in layers
+    )
+
+
+def stage_ops(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    first: int,
+    stop: int,
+    tensor: int,
+    sequence_parallel: bool,
+    gather_whole: bool,
+) -> tuple[list[Op], list[Op]]:
+    """A micro-batch's forward and backward through layers ``[first, stop)`` of
+    ``layers`` (micro-batch costs) on a tensor group, with its tensor collectives."""
+    return phase_ops(
+        layers[first:stop],
+        roles[first:stop],
+        tensor,
+        sequence_parallel,
+        gather_whole=gather_whole,
+        takes_data=first == 0,
+        input_activation_nbytes=layers[first - 1].output_nbytes if first else 0,
+    )
+
+
+def send_nbytes(boundary_nbytes: int, tensor: int, sequence_parallel: bool) -> int:
+    """Bytes one device sends its peer in the next stage for one micro-batch."""
+    return math.ceil(boundary_nbytes / tensor) if sequence_parallel else int(boundary_nbytes)
+
+
+def data_collectives(shard: LayerCost, zero: int, label: str) -> list[Collective]:
+    """What one (stage, tensor rank) data group moves after the flush: the all-reduce of
+    its gradient shard (zero 0) or ZeRO's collectives over it (1: all-reduce + all-gather
+    of the updated parameters; 2: reduce-scatter + all-gather; 3: the gathers of forward and
+    backward and the reduce-scatter), in bucket order, labelled with ``label``."""
+    if shard.grad_nbytes <= 0:
+        return []
+    if zero == 0:
+        return [Collective("allreduce", shard.grad_nbytes, f"data all-reduce {label}")]
+    options = ShardingPlanOptions(
+        stage=zero,
+        overlap_comm=False,
+        reduce_bucket_nbytes=BUCKET_NBYTES,
+        allgather_bucket_nbytes=BUCKET_NBYTES,
+    )
+    return [
+        c._replace(detail=f"data {c.detail} {label}")
+        for c in plan_step((shard,), options).collectives
+    ]
+
+
+def device_memory(stage: StageMemory, sharding: Sharding) -> StageMemory:
+    """One device's share of its stage: each part over the devices ``sharding`` names."""
+    return StageMemory(
+        params=math.ceil(stage.params / sharding.params),
+        gradients=math.ceil(stage.gradients / sharding.gradients),
+        optimizer=math.ceil(stage.optimizer / sharding.optimizer),
+        activations=math.ceil(stage.activations / sharding.activations),
+        weight_versions=0,
+    )

@@ -1,0 +1,209 @@
+"""The scenario's ``strategy:`` section for ``kind: hybrid`` and its layout checks.
+
+3D parallelism as Megatron-LM lays it out (Narayanan et al. 2021, "Efficient large-scale
+language model training on GPU clusters using Megatron-LM", arXiv:2104.04473, Sec. 3):
+D data-parallel copies of a pipeline of P stages, each stage's layers split over a tensor
+group of T devices, D × P × T devices on the mesh (:mod:`simdist.mesh`), tensor innermost
+so that a tensor group is inside a host. ``zero`` shards the optimizer state (1), the
+gradients too (2) or the parameters too (3) over the data axis (Rajbhandari et al. 2020).
+
+ZeRO stage 3 with pipelining is refused, as DeepSpeed's pipeline engine refuses it
+(deepspeed/runtime/pipe/engine.py, ``PipelineEngine.__init__``: ``assert
+self.zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are
+incompatible with pipeline parallelism"``): every micro-batch's forward and backward would
+all-gather its stage's parameters again. That assert refuses stage 2 too; simdist keeps
+stage 2, whose gradients are reduce-scattered once after the flush as Megatron-LM's
+distributed optimizer does with pipelining (megatron/core/optimizer/distrib_optimizer.py),
+so it moves the bytes of stage 1.
+
+Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from simdist.mesh import DEFAULT_ORDER, Mesh
+from simdist.sharding import Sharding
+from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.spec import Spec as SpecBase
+from simdist.strategies.tensor_parallel.spec import check_splittable
+
+if TYPE_CHECKING:
+    from simdist.scenario.cluster import ClusterSpec
+    from simdist.scenario.schema import Scenario
+
+Axis = Literal["data", "pipeline", "tensor"]
+
+
+class MeshSpec(SpecBase):
+    """The mesh's sizes: D data copies, P pipeline stages, T devices per tensor group."""
+
+    data: PositiveInt | None = Field(None, examples=["4"])  # None: the devices left
+    tensor: PositiveInt = Field(1, examples=["8"])
+    pipeline: PositiveInt = Field(1, examples=["2"])
+
+
+class Spec(StrategySpecBase):
+    """Data × pipeline × tensor parallelism on the device mesh, with ZeRO over data."""
+
+    kind: Literal["hybrid"]
+    mesh: MeshSpec = Field(default_factory=MeshSpec)
+    # The axes from outermost (across hosts) to innermost (inside a host).
+    placement: list[Axis] = Field(list(DEFAULT_ORDER), examples=["[data, pipeline, tensor]"])
+    zero: Literal[0, 1, 2, 3] = Field(0, examples=["1"])
+    micro_batches: PositiveInt = Field(1, examples=["8"])
+    schedule: Literal["gpipe", "1f1b"] = Field("1f1b", examples=["gpipe"])
+    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
+    sequence_parallel: bool = Field(False, strict=True, examples=["true"])
+    all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
+    cross_host: bool = Field(False, strict=True, examples=["true"])
+    # The numerics (the mlp) run each stage's tensor group on emulated JAX devices.
+    execution: Literal["devices"] = Field("devices", examples=["devices"])
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The mesh's axis sizes (``data`` filled in by :meth:`check`)."""
+        m = self.mesh
+        return {"data": m.data or 1, "pipeline": m.pipeline, "tensor": m.tensor}
+
+    def replicas(self, cluster: ClusterSpec) -> int:
+        """D data-parallel copies, each on its shard of the global batch."""
+        m = self.mesh
+        return m.data if m.data is not None else _data_left(cluster.n_devices, m)
+
+    def numeric_devices(self, cluster: ClusterSpec) -> int:
+        """D × T × P JAX devices: one per device of the mesh."""
+        return self.replicas(cluster) * self.mesh.tensor * self.mesh.pipeline
+
+    def sharding(self, cluster: ClusterSpec) -> Sharding:
+        """Parameters, gradients and optimizer state split T ways by the tensor group and,
+        per ZeRO stage, D ways more over the data axis; activations T ways with sequence
+        parallelism (the tensor_parallel spec's reading of Korthikanti et al. 2022).
+
+        One copy of the model state over the devices of one stage: the pipeline's split of
+        the layers into stages is per stage, which the strategy checks stage by stage.
+        """
+        t, d = self.mesh.tensor, self.replicas(cluster)
+        return Sharding(
+            params=t * (d if self.zero == 3 else 1),
+            gradients=t * (d if self.zero >= 2 else 1),
+            optimizer=t * (d if self.zero >= 1 else 1),
+            activations=t if self.sequence_parallel else 1,
+        )
+
+    def mesh_of(self, devices: list) -> Mesh:
+        """The mesh of ``devices`` (any hashables) in this section's placement."""
+        return Mesh.of(devices, self.sizes, self.placement)
+
+    def check(self, scenario: Scenario) -> None:
+        """D × P × T = the cluster's devices, a placement of the three axes, tensor groups
+        inside a host (unless ``cross_host``), a model T can split, no ZeRO-3 with a
+        pipeline, micro-batches dividing the batch; numerics on the mlp only."""
+        super().check(scenario)
+        c, w, m = scenario.cluster, scenario.workload, self.mesh
+        if m.data is None:
+            m.data = _data_left(c.n_devices, m)
+        D, T, P = m.data, m.tensor, m.pipeline
+        if D * T * P != c.n_devices:
+            raise fail(
+                "strategy.mesh",
+                f"data {D} x tensor {T} x pipeline {P} = {D * T * P} devices; the cluster has "
+                f"{c.n_devices} (hosts holding {c.device_counts}): the mesh must cover them, "
+                f"e.g. mesh: {{data: {max(1, c.n_devices // (T * P))}, tensor: {T}, "
+                f"pipeline: {P}}}",
+            )
+        if sorted(self.placement) != sorted(DEFAULT_ORDER):
+            raise fail(
+                "strategy.placement",
+                f"got {self.placement}; name each of {list(DEFAULT_ORDER)} once, outermost "
+                "first, e.g. placement: [data, pipeline, tensor]",
+            )
+        if self.zero == 3 and P > 1:
+            raise fail(
+                "strategy.zero",
+                f"got 3 with pipeline {P}: ZeRO-3 would gather each stage's parameters for "
+                "every micro-batch, and DeepSpeed's pipeline engine refuses it "
+                "(deepspeed/runtime/pipe/engine.py); use zero: 1 or 2, or pipeline: 1",
+            )
+        if not self.cross_host:
+            self._check_inside_hosts(c.device_counts)
+        self._check_model(scenario)
+        self._check_batch(scenario)
+        if scenario.numerics:
+            self._check_numerics(scenario)
+        for field, value in (
+            ("faults.failures", scenario.faults.failures),
+            ("checkpoint", scenario.checkpoint),
+            ("input", scenario.input),
+        ):
+            if value:
+                raise fail(field, "is not simulated for strategy: hybrid yet; remove it")
+        del w
+
+    def _check_numerics(self, scenario: Scenario) -> None:
+        """Real numerics: the zoo's mlp, on its own clock, without sequence parallelism."""
+        w = scenario.workload
+        if w.model is None or w.model.name != "mlp" or w.clock_model is not w.model:
+            raise fail(
+                "numerics",
+                "hybrid's numerics run the zoo's mlp on its own clock (model: mlp, no "
+                "timing_model); run a transformer timing-only with numerics: false, or its "
+                "parts alone: strategy tensor_parallel, pipeline or zero",
+            )
+        if self.sequence_parallel:
+            raise fail(
+                "strategy.sequence_parallel",
+                "hybrid's numerics run without sequence parallelism (the clock models it): "
+                "use numerics: false, or strategy tensor_parallel for its numerics",
+            )
+
+    def _check_inside_hosts(self, counts: list[int]) -> None:
+        """Each tensor group on one host: its all-reduces come every layer."""
+        host_of = [h for h, n in enumerate(counts) for _ in range(n)]
+        mesh = self.mesh_of(list(range(len(host_of))))
+        for g, group in enumerate(mesh.groups("tensor")):
+            hosts = sorted({host_of[i] for i in group})
+            if len(hosts) > 1:
+                raise fail(
+                    "strategy.mesh.tensor",
+                    f"got {self.mesh.tensor}; tensor group {g} (devices {list(group)}) would "
+                    f"span hosts {hosts} (hosts hold {counts} devices), and its all-reduces "
+                    "come every layer: keep it inside a host (tensor innermost in placement, "
+                    f"tensor <= {counts[0]}), or allow it with cross_host: true",
+                )
+
+    def _check_model(self, scenario: Scenario) -> None:
+        w = scenario.workload
+        if w.profile is not None:
+            raise fail(
+                "workload.profile",
+                "a profile file does not say which layers are Megatron blocks; hybrid splits "
+                "the layers of the mlp or a zoo transformer: use timing_model: gpt2",
+            )
+        clock = "workload.timing_model" if w.timing_model is not None else "workload.model"
+        check_splittable(clock, w.clock_model, self.mesh.tensor, "strategy.mesh.tensor")
+
+    def _check_batch(self, scenario: Scenario) -> None:
+        w, M = scenario.workload, self.micro_batches
+        given = w.model_fields_set
+        batch = (
+            w.global_batch_size // self.sizes["data"]
+            if "global_batch_size" in given
+            else w.batch_size
+        )
+        if batch % M:
+            good = min((d for d in range(1, batch + 1) if batch % d == 0), key=lambda d: abs(d - M))
+            raise fail(
+                "strategy.micro_batches",
+                f"got {M}; each data copy's batch of {batch} examples must split into equal "
+                f"micro-batches, e.g. micro_batches: {good}",
+            )
+
+
+def _data_left(devices: int, m: MeshSpec) -> int:
+    """D when left out: the devices the tensor and pipeline axes leave (at least 1)."""
+    return max(1, devices // math.prod((m.tensor, m.pipeline)))

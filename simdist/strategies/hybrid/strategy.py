@@ -1,0 +1,406 @@
+"""The hybrid strategy: D copies of a P-stage pipeline whose every stage is a tensor group.
+
+The devices sit on the mesh (:mod:`simdist.mesh`, in ``placement`` order, tensor innermost
+by default): device (d, p, t) is tensor rank t of stage p of data copy d. Each step runs
+the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or
+1f1b, a flush per step) with a tensor group in place of each stage's device: a
+micro-batch's forward or backward on a stage is the tensor-parallel walk of its layers
+(:func:`.plan.stage_ops`), every device of the group computing its 1/T and every tensor
+collective on the critical path, holding the group until the slowest device has joined
+(Megatron's synchronous NCCL calls). Activations go to the next stage and their gradients
+back as T point-to-point sends, rank t to rank t (:func:`.plan.send_nbytes`); a stage
+starts a micro-batch once all T have arrived. After the flush, the data groups of every
+(stage, tensor rank) reduce their gradient shard at once (:func:`.plan.data_collectives`),
+as Megatron-LM reduces after the pipeline flush (``overlap_grad_reduce`` off by default,
+megatron/core/distributed/distributed_data_parallel_config.py).
+
+The partition (``auto``) balances the stages' micro-batch time on the tensor group (their
+compute shares and their tensor collectives' closed forms), keeping the mlp's
+column/row pairs in one stage, among partitions whose every device fits its memory
+(:func:`.plan.device_memory`); a stage that does not fit stops the run before its first
+step, naming the device, its need and its capacity.
+
+Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
+tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
+batch; transformers run timing-only. The clock prices worker 0's device class on every
+device (mixed clusters are not modelled for hybrid yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from simdist.errors import SimdistError
+from simdist.mesh import Mesh
+from simdist.strategies.base import LayerCost, Strategy
+from simdist.strategies.hybrid.plan import (
+    data_collectives,
+    device_memory,
+    micro_layers,
+    send_nbytes,
+    stage_ops,
+)
+from simdist.strategies.pipeline.plan import (
+    StageMemory,
+    bounds,
+    ideal_bubble,
+    partition_auto,
+    peak_in_flight,
+)
+from simdist.strategies.pipeline.plan import stage_ops as schedule_ops
+from simdist.strategies.pipeline.strategy import PipelineStrategy
+from simdist.strategies.tensor_parallel.plan import Op, device_grad_nbytes, layer_roles
+from simdist.units import format_size
+
+#: The collectives a data group runs after the flush.
+OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
+
+if TYPE_CHECKING:
+    from simdist.cluster import Device
+    from simdist.numerics.hybrid import HybridTrainer
+    from simdist.strategies.sharded_plan import Collective
+    from simdist.strategies.sync import SyncState
+
+
+class HybridStrategy(PipelineStrategy):
+    """Data × pipeline × tensor parallelism with ZeRO over data."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        Strategy.__init__(self, *args, **kwargs)
+        spec = self.scenario.strategy
+        sizes = spec.sizes
+        self.D, self.T, self.S = sizes["data"], sizes["tensor"], sizes["pipeline"]
+        self.R, self.M = self.D, spec.micro_batches
+        self.schedule: str = spec.schedule
+        self.remat = False
+        self.zero: int = spec.zero
+        self.sp: bool = spec.sequence_parallel
+        self.sharding = spec.sharding(self.scenario.cluster)
+        layers = self.costs.layers
+        if len(layers) < self.S:
+            raise SimdistError(
+                f"{self.scenario.name}: strategy hybrid needs the model's per-layer costs and "
+                f"at least {self.S} layers for {self.S} stages; got {len(layers)}"
+            )
+        model = self.scenario.workload.clock_model.name
+        self.roles = layer_roles(model, [layer.name for layer in layers])
+        self.gather_whole = model != "mlp"
+        self.micro = micro_layers(layers, self.M)
+        m = self.mesh
+        # groups[d][p]: the tensor group of stage p of copy d, in rank order.
+        self.groups = [
+            [[m.at(data=d, pipeline=p, tensor=t) for t in range(self.T)] for p in range(self.S)]
+            for d in range(self.D)
+        ]
+        self.grid = [[row[0] for row in copy] for copy in self.groups]
+        self.capacity = float(self.cluster.profile.memory_nbytes)
+        self.capacities = [
+            min(
+                float(self.cluster.profile_of(x).memory_nbytes)
+                for copy in self.groups
+                for x in copy[s]
+            )
+            for s in range(self.S)
+        ]
+        self.steps_ops = schedule_ops(self.schedule, self.S, self.M)
+        self.peaks = [peak_in_flight(ops) for ops in self.steps_ops]
+        self.counts = self._partition(spec.partition)
+        self.bounds = bounds(self.counts)
+        self.memory = [self.stage_memory(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        self._check_memory()
+        self.stage_walks = [self.stage_walk(a, b) for a, b in self.bounds]
+        self.send_nbytes = [
+            send_nbytes(self.boundary_nbytes(b), self.T, self.sp) for _, b in self.bounds
+        ]
+        leaves = {path: nbytes for path, _, nbytes in self.costs.param_leaves}
+        self.shard_nbytes = [
+            device_grad_nbytes(layers[a:b], self.roles[a:b], self.T, leaves) for a, b in self.bounds
+        ]
+        self.reductions = [
+            data_collectives(LayerCost(f"stage {s}", 0.0, 0.0, n), self.zero, f"stage {s}")
+            if self.D > 1
+            else []
+            for s, n in enumerate(self.shard_nbytes)
+        ]
+        self.busy_s = 0.0
+        self.held = [[0] * self.S for _ in range(self.D)]
+        self.peak_held = [[0] * self.S for _ in range(self.D)]
+        self.trainer: HybridTrainer | None = None
+        self.state: SyncState | None = None
+        if self.workload is not None:
+            from simdist.numerics.hybrid import HybridTrainer
+            from simdist.strategies.sync import SyncState
+
+            batch = self.scenario.workload.batch_size
+            self.trainer = HybridTrainer(
+                self.workload, sizes, self.counts, self.M, batch, SyncState
+            )
+            self.state = self.trainer.init()
+
+    # -- the plan ------------------------------------------------------------
+
+    def stage_walk(self, first: int, stop: int) -> tuple[list[Op], list[Op]]:
+        """A micro-batch's forward and backward on the tensor group of layers [first, stop)."""
+        return stage_ops(self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole)
+
+    def _partition(self, partition: Any) -> tuple[int, ...]:
+        n = len(self.costs.layers)
+        if partition == "auto":
+            try:
+                return partition_auto(n, self.S, self.stage_cost, self.fits)
+            except SimdistError:  # nothing fits: the fastest one, refused naming a device
+                return partition_auto(n, self.S, self.stage_cost, self.keeps_pairs_of)
+        counts = tuple(int(k) for k in partition)
+        if len(counts) != self.S or sum(counts) != n:
+            raise SimdistError(
+                f"{self.scenario.name}: strategy.partition {list(counts)} must give {self.S} "
+                f"layer counts adding up to the model's {n} layers, e.g. partition: auto"
+            )
+        for s, (a, b) in enumerate(bounds(counts)):
+            if not self.keeps_pairs(a, b):
+                raise SimdistError(
+                    f"{self.scenario.name}: strategy.partition {list(counts)} cuts a "
+                    f"column/row-parallel pair at stage {s}'s edge; cut between pairs, e.g. "
+                    "partition: auto"
+                )
+        return counts
+
+    def keeps_pairs_of(self, s: int, first: int, stop: int) -> bool:
+        """:meth:`keeps_pairs` for stage ``s`` (any stage)."""
+        del s
+        return self.keeps_pairs(first, stop)
+
+    def keeps_pairs(self, first: int, stop: int) -> bool:
+        """Whether layers [first, stop) hold whole column/row pairs (the mlp's)."""
+        return self.roles[first] != "row" and self.roles[stop - 1] != "column"
+
+    def stage_cost(self, s: int, first: int, stop: int) -> float:
+        """A micro-batch's forward + backward on the tensor group (compute shares and tensor
+        collectives' closed forms) + sending its boundary activation."""
+        group = self.groups[0][s]
+        forward, backward = self.stage_walk(first, stop)
+        total = 0.0
+        for op in forward + backward:
+            if op.kind == "compute":
+                total += op.seconds
+            elif self.T > 1:
+                total += self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
+        if s < self.S - 1:
+            nbytes = send_nbytes(self.boundary_nbytes(stop), self.T, self.sp)
+            total += self.send_s(s, nbytes)
+        return total
+
+    def send_s(self, s: int, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` from stage ``s`` to ``s + 1`` (rank 0 of copy 0)."""
+        a, b = self.groups[0][s][0], self.groups[0][s + 1][0]
+        links = self.scenario.cluster.links
+        if a.host == b.host:
+            return links.intra_host.latency_s + nbytes / links.intra_host.bandwidth_Bps
+        return 2 * links.network.latency_s + nbytes / links.network.bandwidth_Bps
+
+    def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
+        """Peak bytes of one device of stage ``s``: the pipeline's stage memory, split."""
+        return device_memory(PipelineStrategy.stage_memory(self, s, first, stop), self.sharding)
+
+    def fits(self, s: int, first: int, stop: int) -> bool:
+        """Whether layers [first, stop) keep the mlp's pairs and fit stage ``s``'s devices."""
+        return self.keeps_pairs(first, stop) and super().fits(s, first, stop)
+
+    def _check_memory(self) -> None:
+        names = [layer.name for layer in self.costs.layers]
+        for s, ((a, b), need) in enumerate(zip(self.bounds, self.memory, strict=True)):
+            capacity = self.capacities[s]
+            if 0 < capacity < need.total:
+                device = min(
+                    (x for copy in self.groups for x in copy[s]),
+                    key=lambda d: self.cluster.profile_of(d).memory_nbytes,
+                )
+                parts = ", ".join(
+                    f"{k} {format_size(v)}" for k, v in need.as_dict().items() if k != "total" and v
+                )
+                raise SimdistError(
+                    f"{self.scenario.name}: hybrid stage {s} (layers {names[a]}..{names[b - 1]})"
+                    f" does not fit on {device.name}: each device of its tensor group needs "
+                    f"{format_size(need.total)} ({parts}) and a "
+                    f"{self.cluster.profile_of(device).name} has {format_size(capacity)}; use "
+                    "more stages, a larger tensor group, zero: 1 or 2, fewer micro-batches in "
+                    "flight or a smaller batch"
+                )
+
+    def _algo(self, kind: str) -> str:
+        return self.scenario.strategy.all_reduce if kind == "allreduce" else "ring"
+
+    # -- the clock -----------------------------------------------------------
+
+    def build_mesh(self) -> Mesh[Device]:
+        """D × P × T devices in the spec's placement (tensor innermost by default)."""
+        return self.scenario.strategy.mesh_of(list(self.cluster.devices))
+
+    @cached_property
+    def training_devices(self) -> list[Device]:
+        """Every device of the mesh computes."""
+        return list(self.mesh.devices)
+
+    def _stage(  # type: ignore[override]
+        self, r: int, s: int, ops: Sequence[tuple[str, int]], arrivals: dict, step: int
+    ) -> Generator[Any, Any, None]:
+        """Stage ``s`` of copy ``r`` runs its schedule: wait for all T inputs, walk the
+        tensor group's ops, send on rank to rank."""
+        group = self.groups[r][s]
+        forward, backward = self.stage_walks[s]
+        last = s == self.S - 1
+        for kind, m in ops:
+            if (kind == "F" and s > 0) or (kind == "B" and not last):
+                inputs = arrivals.setdefault((r, s, kind, m), self._events())
+                yield self.env.all_of(inputs)
+            yield from self.walk(group, forward if kind == "F" else backward, step, f"{kind}{m}")
+            self._hold(r, s, +1 if kind == "F" else -1)
+            if kind == "F" and not last:
+                self._send_group(r, s, s + 1, "F", m, step, f"A{m}", arrivals)
+            elif kind == "B" and s > 0:
+                self._send_group(r, s, s - 1, "B", m, step, f"G{m}", arrivals)
+
+    def _events(self) -> list[Any]:
+        return [self.env.event() for _ in range(self.T)]
+
+    def _send_group(
+        self, r: int, s: int, to: int, kind: str, m: int, step: int, detail: str, arrivals: dict
+    ) -> None:
+        """Rank t of stage ``s`` sends rank t of stage ``to`` micro-batch ``m``'s activation
+        (or its gradient), every rank at once."""
+        ready = arrivals.setdefault((r, to, kind, m), self._events())
+        nbytes = self.send_nbytes[min(s, to)]
+        for t, (src, dst) in enumerate(zip(self.groups[r][s], self.groups[r][to], strict=True)):
+            self.net.send(src, dst, nbytes, step=step, detail=detail, done=ready[t])
+
+    def walk(
+        self, group: list[Device], ops: Sequence[Op], step: int, label: str
+    ) -> Generator[Any, Any, None]:
+        """One micro-batch's pass on a tensor group: compute shares, collectives between."""
+        for op in ops:
+            if op.kind == "compute":
+                yield from self.span(group, op.seconds, step, f"{label} {op.detail}")
+            elif self.T > 1:
+                start = getattr(self.net, op.kind)
+                yield start(group, op.nbytes, self._algo(op.kind), step=step, detail=op.detail)
+
+    def span(
+        self, group: list[Device], seconds: float, step: int, detail: str
+    ) -> Generator[Any, Any, None]:
+        """The group computes ``seconds`` each (× pace and straggler factor); the next
+        collective waits for the slowest device."""
+        if seconds <= 0:
+            return
+        start = self.env.now
+        scaled = [(d, self.pace(d, step), self.slowdown(d, step)) for d in group]
+        longest = max(seconds * (pace * factor) for _, pace, factor in scaled)
+        yield self.env.timeout(longest)
+        for d, pace, factor in scaled:
+            done = self.record_scaled(d, start, seconds, factor, step, detail, pace)
+            self.busy_s += seconds * (pace * factor)
+            if done < start + longest:
+                self.recorder.event(
+                    done, start + longest, d.host, d.name, "idle", 0, step, "barrier"
+                )
+
+    def reduce(self, step: int) -> Generator[Any, Any, None]:
+        """Every (stage, tensor rank) data group runs its stage's collectives in order; all
+        the groups at once."""
+        if self.D == 1:
+            return
+        runs = [
+            self.env.process(self._reduce_group([copy[s][t] for copy in self.groups], s, step))
+            for s in range(self.S)
+            for t in range(self.T)
+            if self.reductions[s]
+        ]
+        yield self.env.all_of(runs)
+
+    def _reduce_group(self, group: list[Device], s: int, step: int) -> Generator[Any, Any, None]:
+        algo = self.scenario.strategy.all_reduce
+        for c in self.reductions[s]:
+            yield self._collective(c, group, algo, step)
+
+    def _collective(self, c: Collective, group: list[Device], algo: str, step: int) -> Any:
+        start = getattr(self.net, c.op)
+        return start(
+            group, c.nbytes, algo if c.op == "allreduce" else "ring", step=step, detail=c.detail
+        )
+
+    def process(self) -> Generator[Any, Any, None]:
+        for step in range(self.total_steps):
+            start = self.env.now
+            arrivals: dict[tuple, Any] = {}
+            stages = [
+                self.env.process(self._stage(r, s, self.steps_ops[s], arrivals, step))
+                for r in range(self.D)
+                for s in range(self.S)
+            ]
+            yield self.env.all_of(stages)
+            yield from self.reduce(step)
+            loss = None
+            if self.trainer is not None:
+                self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
+            if not self.end_step(start, step + 1, loss, lambda: self.final_params):
+                return
+
+    @property
+    def final_params(self) -> Any | None:
+        if self.trainer is None or self.state is None:
+            return None
+        return self.workload.variables(self.trainer.params(self.state), self.state.model_state)
+
+    # -- what summary.json says ----------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """The layout, the bubble, the tensor, pipeline and data traffic, the memory."""
+        now = self.env.now
+        total = len(self.training_devices) * now
+        names = [layer.name for layer in self.costs.layers]
+        group = self.groups[0][0]
+        tensor = [op for f, b in self.stage_walks for op in f + b if op.kind != "compute"]
+        tensor = tensor if self.T > 1 else []
+        spec = self.scenario.strategy
+        return {
+            "hybrid": {
+                "mesh": dict(self.mesh.shape),
+                "zero": self.zero,
+                "schedule": self.schedule,
+                "micro_batches": self.M,
+                "sequence_parallel": self.sp,
+                "partition": list(self.counts),
+                "stage_layers": [names[a:b] for a, b in self.bounds],
+                "stage_devices": [
+                    [x.name for copy in self.groups for x in copy[s]] for s in range(self.S)
+                ],
+                "placement": list(spec.placement),
+            },
+            "bubble_fraction": (total - self.busy_s) / total if total > 0 else None,
+            "bubble_fraction_ideal": ideal_bubble(self.S, self.M),
+            "peak_in_flight_per_stage": list(self.peak_held[0]),
+            "tensor_collectives_per_micro_batch": len(tensor),
+            "tensor_comm_s_per_micro_batch": sum(
+                self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
+                for op in tensor
+            ),
+            "stage_send_nbytes_per_micro_batch": self.send_nbytes[: self.S - 1],
+            "data_nbytes_per_device_per_step": [
+                {op: sum(c.nbytes for c in reductions if c.op == op) for op in OPS}
+                for reductions in self.reductions
+            ],
+            "device_memory_bytes": self.capacity,
+            "memory_per_device": {
+                x.name: self.memory[s].as_dict()
+                for copy in self.groups
+                for s in range(self.S)
+                for x in copy[s]
+            },
+            "peak_memory_bytes": {
+                x.name: self.memory[s].total
+                for copy in self.groups
+                for s in range(self.S)
+                for x in copy[s]
+            },
+        }
