@@ -149,8 +149,9 @@ class LocalSGDStrategy(Strategy):
         clocks = np.full(len(devices), float(self.env.now))
         for step in range(self.total_steps):
             start = self.env.now
-            yield from self.input_wait(devices, pipeline, step)
-            clocks = np.maximum(clocks, self.env.now)
+            if pipeline is not None:  # the batch is there for all when the slowest takes it
+                yield from self.input_wait(devices, pipeline, step)
+                clocks = np.maximum(clocks, self.env.now)
             for i, device in enumerate(devices):
                 seconds = self.compute_s(device, step)
                 self.record_compute(device, float(clocks[i]), seconds, step)
