@@ -213,3 +213,22 @@ def test_failures_and_checkpoints_are_refused():
                 **{"checkpoint": {"every_steps": 2, "storage_bandwidth": "1GB/s"}},
             )
         )
+
+
+# ------------------------------------------------------------------ memory
+
+
+@pytest.mark.parametrize(
+    "outer, copies", [({}, 1), ({"outer_optimizer": DILOCO}, 2)], ids=["average", "nesterov"]
+)
+def test_memory_counts_the_anchor_and_the_outer_momentum(outer, copies):
+    """adam's two moments (2 × 4Ψ) + the anchor (4Ψ) + the outer momentum when there is one."""
+    data = local(
+        {"kind": "local_sgd", **outer},
+        hosts=1,
+        devices=1,
+        **{"numerics": False, "workload.optimizer": ADAM, "workload.steps": 1},
+    )
+    memory = run(scenario_from_dict(data)).summary["memory_per_device"]["worker0/gpu0"]
+    assert memory["params"] == memory["gradients"] == PARAM_NBYTES
+    assert memory["optimizer"] == (2 + copies) * PARAM_NBYTES

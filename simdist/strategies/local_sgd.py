@@ -83,6 +83,12 @@ class Spec(StrategySpecBase):
         """One replica per device of every worker host."""
         return cluster.n_devices
 
+    def extra_state_copies(self) -> int:
+        """Every device keeps the parameters of the last sync (the anchor the deltas are
+        taken from) and the outer momentum, when there is one: it applies the outer step
+        itself after the all-reduce, as every DiLoCo worker does."""
+        return 1 + self.outer_optimizer.state_copies
+
     def check(self, scenario: Scenario) -> None:
         """Nesterov needs momentum; failures and checkpoints are not modelled."""
         super().check(scenario)
