@@ -232,3 +232,43 @@ def test_memory_counts_the_anchor_and_the_outer_momentum(outer, copies):
     memory = run(scenario_from_dict(data)).summary["memory_per_device"]["worker0/gpu0"]
     assert memory["params"] == memory["gradients"] == PARAM_NBYTES
     assert memory["optimizer"] == (2 + copies) * PARAM_NBYTES
+
+
+# ------------------------------------------------------------------ topologies
+
+SITES = {
+    "leaf_spine": {
+        "cluster.hosts": 2,
+        "cluster.network": {
+            "topology": "leaf_spine",
+            "hosts_per_leaf": 1,  # one site behind each leaf, joined by a slow spine
+            "oversubscription": "8:1",
+            "hop_latency": "1us",
+        },
+    },
+    "hosts_list": {
+        "cluster.hosts": [{"name": "site-a", "devices": 2}, {"name": "site-b", "devices": 2}],
+        "cluster.devices_per_host": None,
+    },
+}
+
+
+@pytest.mark.parametrize("cluster", list(SITES))
+def test_a_sync_costs_what_the_synchronous_all_reduce_costs_on_any_topology(cluster):
+    """The sync's all-reduce is priced by the network as multi_worker_mirrored's is (ring,
+    no overlap, the same bytes): H steps = H × 1 ms + one such all-reduce."""
+
+    def seconds(strategy: dict, steps: int) -> float:
+        data = local(
+            strategy,
+            **{"workload.steps": steps, "workload.eval_every": 0, "numerics": False},
+            **SITES[cluster],
+        )
+        data["cluster"] = {k: v for k, v in data["cluster"].items() if v is not None}
+        return run(scenario_from_dict(data)).summary["simulated_time_s"]
+
+    sync = {"kind": "multi_worker_mirrored", "communication": "ring", "overlap": False}
+    allreduce_s = seconds(sync, 1) - 1e-3
+    assert allreduce_s > 0
+    local_s = seconds({"kind": "local_sgd", "sync_every": 5}, 5)
+    assert local_s == pytest.approx(5e-3 + allreduce_s, rel=1e-12)
