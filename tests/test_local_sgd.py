@@ -272,3 +272,38 @@ def test_a_sync_costs_what_the_synchronous_all_reduce_costs_on_any_topology(clus
     assert allreduce_s > 0
     local_s = seconds({"kind": "local_sgd", "sync_every": 5}, 5)
     assert local_s == pytest.approx(5e-3 + allreduce_s, rel=1e-12)
+
+
+# ------------------------------------------------------------------ tradeoff
+
+
+def test_tradeoff_can_add_local_sgd_variants_trained_like_sync():
+    from simdist.api import tradeoff
+    from simdist.tradeoff import STRATEGIES, tradeoff_runs
+
+    runs = tradeoff_runs([0], workers=[4], severities=[1.0], learning_rate=0.1, local_sgd=[8])
+    assert [r.strategy for r in runs] == [*STRATEGIES, "local SGD H=8"]
+    sync, local_run = runs[0], runs[-1]
+    assert local_run.overrides[-3:] == (
+        "strategy={kind: local_sgd, sync_every: 8}",
+        "cluster.device.compute_time=1ms",
+        "workload.optimizer.learning_rate=0.4",  # N × the rate, as sync
+    )
+    assert sync.overrides[:5] == local_run.overrides[:5]  # same hosts, steps, evaluations
+    found = tradeoff(
+        workers=[2],
+        severities=[1.0],
+        seeds=1,
+        parallel=False,
+        local_sgd=[1],
+        sync_steps=6,
+        async_steps=6,
+        target=0.2,
+    )
+    per_seed = found.per_seed.set_index("strategy")
+    assert per_seed.loc["local SGD H=1", "gradients_per_update"] == 2
+    # H = 1 is sync on the same hosts: the same updates to the target (the clocks differ:
+    # parameter servers against an all-reduce)
+    assert per_seed.loc["local SGD H=1", "updates_to_target"] == pytest.approx(
+        per_seed.loc["sync", "updates_to_target"], rel=1e-6
+    )
