@@ -307,3 +307,22 @@ def test_tradeoff_can_add_local_sgd_variants_trained_like_sync():
     assert per_seed.loc["local SGD H=1", "updates_to_target"] == pytest.approx(
         per_seed.loc["sync", "updates_to_target"], rel=1e-6
     )
+
+
+@pytest.mark.parametrize("outer", [{}, {"outer_optimizer": DILOCO}], ids=["average", "diloco"])
+def test_devices_equal_batched(outer):
+    """One replica per emulated JAX device, the sync a real pmean across them, against
+    the vmap: within 1e-6 (the mean taken as a psum / k instead of over an axis)."""
+    results = {
+        execution: run(
+            scenario_from_dict(
+                local(
+                    {"kind": "local_sgd", "sync_every": 3, "execution": execution, **outer},
+                    **{"workload.optimizer": ADAM, "workload.steps": 6},
+                )
+            )
+        )
+        for execution in ("batched", "devices")
+    }
+    assert results["devices"].summary["execution"] == "devices"
+    assert_trees_close(results["devices"].params, results["batched"].params, atol=1e-6)

@@ -443,6 +443,7 @@ def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
         "fsdp",
         "tensor_parallel",
         "hybrid",
+        "local_sgd",
     ]
     text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
     runs = {

@@ -11,7 +11,8 @@ et al. 2020, "Don't use large mini-batches, use local SGD", Algorithm 1).
 
 Each replica keeps its own inner optimizer state across outer steps (DiLoCo, Algorithm 1:
 the inner optimizer is never reset); the outer optimizer's state is kept once. The replicas
-run as one ``vmap`` over stacked parameters and states ("batched").
+run as one ``vmap`` over stacked parameters and states ("batched"), or one per JAX device
+with a real all-reduce at each sync ("devices").
 
 Model state (BatchNormalization's moving statistics) is kept once and updated with the
 replicas' mean batch moments each step, as the synchronous trainer does
@@ -21,11 +22,16 @@ linear, it equals the mean of per-replica copies.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from simdist.errors import SimdistError
+from simdist.numerics.device_allreduce import REPLICA_AXIS, device_shortfall
 
 if TYPE_CHECKING:
     from simdist.numerics.executor import Workload
@@ -61,7 +67,11 @@ def stack(tree: Any, k: int) -> Any:
 
 class LocalSGD:
     """k replicas of ``workload`` each on ``per_replica_batch`` examples of a global batch,
-    averaging their parameter deltas every ``sync_every`` steps through ``outer``."""
+    averaging their parameter deltas every ``sync_every`` steps through ``outer``.
+
+    ``execution``: ``batched`` (the replicas as one ``vmap``, the mean over its axis) or
+    ``devices`` (replica i on JAX device i under ``shard_map``, no communication in a
+    local step, the sync's mean a real ``pmean`` all-reduce across the devices)."""
 
     def __init__(
         self,
@@ -69,43 +79,121 @@ class LocalSGD:
         replicas: int,
         per_replica_batch: int,
         outer: optax.GradientTransformation,
+        execution: str = "batched",
     ) -> None:
         self.workload = workload
         self.k = replicas
         self.per_replica_batch = per_replica_batch
         self.global_batch = replicas * per_replica_batch
         self.outer = outer
-        inner = workload.optimizer
+        self.execution = execution
+        self._mesh: Any = None
+        if execution == "devices":
+            self._local_step, self._sync = self._on_devices()
+        else:
+            self._local_step = jax.jit(partial(self._local_body, mean=_axis_mean))
+            self._sync = jax.jit(partial(self._sync_body, mean=_axis_mean))
+
+    def _local_body(self, params: Any, states: Any, xs: Any, ys: Any, mean: Callable) -> tuple:
+        """One inner step of a stack of replicas; the loss and moments averaged by ``mean``."""
         # Each replica's loss is its own batch's mean: the gradient a lone worker steps with.
-        grads = workload.stacked_vmap(per_replica_batch)
+        grads = self.workload.stacked_vmap(self.per_replica_batch)
+        losses, g, moments = grads(params, xs, ys)
+        updates, states = jax.vmap(self.workload.optimizer.update)(g, states, params)
+        params = jax.vmap(optax.apply_updates)(params, updates)
+        return params, states, mean(losses), jax.tree.map(mean, moments)
 
-        def local_step(params: Any, states: Any, xs: jax.Array, ys: jax.Array) -> tuple:
-            losses, g, moments = grads(params, xs, ys)
-            updates, states = jax.vmap(inner.update)(g, states, params)
-            params = jax.vmap(optax.apply_updates)(params, updates)
-            return params, states, losses.mean(), jax.tree.map(lambda a: a.mean(0), moments)
+    def _sync_body(self, params: Any, anchor: Any, outer_state: Any, mean: Callable) -> tuple:
+        """DiLoCo's outer gradient, the mean over replicas of θ − θ_i, applied to θ."""
+        delta = jax.tree.map(lambda a, p: mean(a[None] - p), anchor, params)
+        updates, outer_state = self.outer.update(delta, outer_state, anchor)
+        anchor = optax.apply_updates(anchor, updates)
+        count = jax.tree.leaves(params)[0].shape[0]
+        return stack(anchor, count), anchor, outer_state
 
-        def sync(params: Any, anchor: Any, outer_state: Any) -> tuple:
-            # DiLoCo's outer gradient: the mean over replicas of θ − θ_i.
-            delta = jax.tree.map(lambda a, p: (a[None] - p).mean(0), anchor, params)
-            updates, outer_state = self.outer.update(delta, outer_state, anchor)
-            anchor = optax.apply_updates(anchor, updates)
-            return stack(anchor, self.k), anchor, outer_state
+    def _on_devices(self) -> tuple[Callable, Callable]:
+        """The local step and the sync under ``shard_map``, one replica per device."""
+        from jax.sharding import PartitionSpec as P
 
-        self._local_step = jax.jit(local_step)
-        self._sync = jax.jit(sync)
+        mesh = self.mesh()
+
+        def mean(a: Any) -> Any:
+            return jax.lax.pmean(a.mean(0), REPLICA_AXIS)
+
+        r = P(REPLICA_AXIS)
+        local = jax.jit(
+            jax.shard_map(
+                partial(self._local_body, mean=mean),
+                mesh=mesh,
+                in_specs=(r, r, r, r),
+                out_specs=(r, r, P(), P()),
+                check_vma=False,
+            )
+        )
+        sync = jax.jit(
+            jax.shard_map(
+                partial(self._sync_body, mean=mean),
+                mesh=mesh,
+                in_specs=(r, P(), P()),
+                out_specs=(r, P(), P()),
+                check_vma=False,
+            )
+        )
+
+        def local_step(params: Any, states: Any, xs: Any, ys: Any) -> tuple:
+            # Blocked, as device_allreduce does (emulated devices may deadlock with several
+            # collective programs in flight); loss and moments back on the default device.
+            params, states, loss, moments = jax.block_until_ready(local(params, states, xs, ys))
+            return params, states, *jax.tree.map(lambda a: a.addressable_data(0), (loss, moments))
+
+        def sync_step(params: Any, anchor: Any, outer_state: Any) -> tuple:
+            return jax.block_until_ready(sync(params, anchor, outer_state))
+
+        return local_step, sync_step
+
+    def mesh(self) -> Any:
+        """The JAX mesh of the k devices (refused, with the fix, when too few exist)."""
+        if self._mesh is None:
+            import numpy as np
+            from jax.sharding import Mesh
+
+            devices = jax.devices()
+            shortfall = device_shortfall(jax.default_backend(), len(devices), self.k)
+            if shortfall is not None:
+                raise SimdistError(shortfall)
+            self._mesh = Mesh(np.array(devices[: self.k]), (REPLICA_AXIS,))
+        return self._mesh
 
     def init(self) -> LocalState:
-        """Every replica at the workload's initial parameters, fresh optimizer states."""
+        """Every replica at the workload's initial parameters, fresh optimizer states;
+        with ``devices``, replica i's on device i and the outer state on every device."""
         params = self.workload.params
         inner = self.workload.init_opt_state(params)
-        return LocalState(
+        state = LocalState(
             stack(params, self.k),
             stack(inner, self.k),
             params,
             self.outer.init(params),
             self.workload.model_state,
         )
+        if self.execution != "devices":
+            return state
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        split, rep = NamedSharding(self.mesh(), P(REPLICA_AXIS)), NamedSharding(self.mesh(), P())
+        return state._replace(
+            replicas=jax.device_put(state.replicas, split),
+            inner_state=jax.device_put(state.inner_state, split),
+            anchor=jax.device_put(state.anchor, rep),
+            outer_state=jax.device_put(state.outer_state, rep),
+        )
+
+    def anchor(self, state: LocalState) -> Any:
+        """The shared parameters on the default device (where evaluation runs)."""
+        if self.execution != "devices":
+            return state.anchor
+        return jax.tree.map(lambda a: a.addressable_data(0), state.anchor)
 
     def batch(self, step: int) -> tuple[Any, Any]:
         """Global batch ``step`` of the data order (replica i takes its i-th shard)."""
@@ -128,3 +216,8 @@ class LocalSGD:
         outer optimizer, restart every replica from it."""
         replicas, anchor, outer_state = self._sync(state.replicas, state.anchor, state.outer_state)
         return state._replace(replicas=replicas, anchor=anchor, outer_state=outer_state)
+
+
+def _axis_mean(a: Any) -> Any:
+    """The mean over the replicas' stacked axis (``batched``)."""
+    return a.mean(0)

@@ -38,7 +38,7 @@ from pydantic import Field
 from simdist.spec import Spec as SpecModel
 from simdist.spec import StrategySpecBase, fail
 from simdist.strategies.base import Strategy
-from simdist.strategies.zero import algorithm_field, check_algorithm
+from simdist.strategies.zero import ShardedExecution, algorithm_field, check_algorithm
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
@@ -78,6 +78,9 @@ class Spec(StrategySpecBase):
         examples=["{name: nesterov, learning_rate: 0.7, momentum: 0.9}"],
     )
     algorithm: Literal["ring", "hierarchical"] = algorithm_field()
+    # batched by default: the replicas share no collective between syncs, so one vmap
+    # computes the same thing without a program per device.
+    execution: ShardedExecution = Field("batched", examples=["devices"])
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
@@ -133,6 +136,7 @@ class LocalSGDStrategy(Strategy):
                 self.scenario.replicas,
                 self.scenario.workload.batch_size,
                 outer_optimizer(outer.learning_rate, outer.momentum, outer.uses_nesterov),
+                spec.execution,
             )
             self.state = self.trainer.init()
 
@@ -141,7 +145,7 @@ class LocalSGDStrategy(Strategy):
         """The shared parameters of the last sync (a sync follows the last step)."""
         if self.state is None:
             return None
-        return self.workload.variables(self.state.anchor, self.state.model_state)
+        return self.workload.variables(self.trainer.anchor(self.state), self.state.model_state)
 
     def sync_due(self, done: int) -> bool:
         """Whether the replicas sync after (1-based) step ``done``."""
