@@ -17,8 +17,9 @@ stragglers), so the replicas drift apart between syncs; the sync's all-reduce of
 parameter bytes starts when the last replica has finished its H-th step, the others wait
 (``idle: barrier``), and the network prices it as for the synchronous strategies
 (``algorithm``: ``ring`` or ``hierarchical``). A step's stamp (its ``examples_per_s`` and
-loss) is when its slowest replica finished it. A sync also follows the last step, so the
-final parameters are the replicas' average.
+loss, the replicas' mean) is when its slowest replica finished it. A sync also follows the
+last step, so the final parameters are the replicas' average; an evaluation between syncs
+reads the shared parameters of the last one (DiLoCo evaluates its global model).
 
 With ``sync_every: 1`` and the default outer optimizer it is synchronous data parallelism
 for the workload's sgd and momentum, whose updates are linear in the gradient (the mean of
