@@ -47,6 +47,15 @@ from simdist.preflight import preflight
 from simdist.runs import ScenarioLike, run_many, seed_list, source_name
 from simdist.scenario.load import resolve_scenario
 from simdist.scenario.overrides import override_strings
+from simdist.tradeoff_variants import (
+    ALLREDUCE,
+    LOCAL_SGD,
+    STRATEGIES,
+    backups_for,
+    compressed_strategy,
+    gradients_per_update,
+    strategy_overrides,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -67,8 +76,6 @@ __all__ = [
     "tradeoff_summary",
 ]
 
-#: The strategies compared, in plotting order.
-STRATEGIES = ("sync", "sync + backups", "SSP", "async")
 #: Defaults: the full grid of 3 worker counts × 2 severities, i.e. 6 cells × 4 strategies
 #: × 3 seeds = 72 runs of the digits MLP (about 50 s on 2 cores), wide enough to show
 #: the trend.
@@ -107,30 +114,6 @@ FIGURES = (
 )
 
 
-def backups_for(workers: int) -> int:
-    """Backup workers for ``workers``: one in eight, at least one (Chen et al. 2016 used
-    4 of 100, and found a few percent enough; a small cluster needs one to gain at all)."""
-    return max(1, workers // 8)
-
-
-def gradients_per_update(strategy: str, workers: int) -> int:
-    """Worker gradients one update of ``strategy`` applies with ``workers`` workers.
-
-    A synchronous step applies the N − b gradients it waited for (b = 0 for plain sync,
-    :func:`backups_for` for sync + backups; the late b are dropped); an asynchronous or
-    SSP update applies one worker's gradient. Updates are then comparable as work.
-    """
-    if strategy == "sync":
-        return workers
-    if strategy == "sync + backups":
-        return workers - backups_for(workers)
-    if strategy in ("SSP", "async"):
-        return 1
-    if strategy.startswith((ALLREDUCE, LOCAL_SGD)):
-        return workers
-    raise ValueError(f"strategy: got {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-
-
 @dataclass(frozen=True)
 class TradeoffRun:
     """One run of the study: its labels and the ``--set`` overrides that make it."""
@@ -140,55 +123,6 @@ class TradeoffRun:
     severity: float
     seed: int
     overrides: tuple[str, ...]
-
-
-#: The label of a compressed variant: ``all-reduce + <method>`` (``--compression``).
-ALLREDUCE = "all-reduce + "
-#: The label of a local SGD variant: ``local SGD H=<sync_every>`` (``--local-sgd``), run as
-#: ``local_sgd`` on the same hosts and trained like sync (at H = 1 it is sync).
-LOCAL_SGD = "local SGD H="
-
-
-def compressed_strategy(variant: str) -> tuple[str, str]:
-    """A compressed variant's label and its ``strategy.compression`` (YAML flow).
-
-    ``variant``: a method, optionally with its size and ``noef`` (no error feedback):
-    ``fp16``, ``bf16``, ``sign``, ``topk:0.01``, ``powersgd:2``, ``topk:0.01:noef``.
-    """
-    method, *rest = variant.split(":")
-    fields = [f"method: {method}"]
-    for part in rest:
-        if part == "noef":
-            fields.append("error_feedback: false")
-        elif method == "topk":
-            fields.append(f"ratio: {part}")
-        elif method == "powersgd":
-            fields.append(f"rank: {part}")
-        else:
-            raise ValueError(
-                f"compression: got {variant!r}; only topk takes a ratio and powersgd a rank, "
-                "e.g. topk:0.01, powersgd:2, sign:noef"
-            )
-    return ALLREDUCE + variant, "{" + ", ".join(fields) + "}"
-
-
-def _strategy_overrides(strategy: str, workers: int, staleness_bound: int) -> list[str]:
-    if strategy.startswith(LOCAL_SGD):
-        every = strategy.removeprefix(LOCAL_SGD)
-        return ["cluster.ps=0", f"strategy={{kind: local_sgd, sync_every: {every}}}"]
-    if strategy.startswith(ALLREDUCE):  # the same hosts as one all-reduce ring, no PS tasks
-        _, spec = compressed_strategy(strategy.removeprefix(ALLREDUCE))
-        kind = "kind: multi_worker_mirrored, communication: ring"
-        return ["cluster.ps=0", f"strategy={{{kind}, compression: {spec}}}"]
-    if strategy == "sync":
-        return ["strategy.mode=sync", "strategy.backup_workers=0"]
-    if strategy == "sync + backups":
-        return ["strategy.mode=sync", f"strategy.backup_workers={backups_for(workers)}"]
-    if strategy == "SSP":
-        return ["strategy.mode=async", f"strategy.staleness_bound={staleness_bound}"]
-    if strategy == "async":
-        return ["strategy.mode=async", "strategy.staleness_bound=null"]
-    raise ValueError(f"strategy: got {strategy!r}; expected one of {', '.join(STRATEGIES)}")
 
 
 def grid_points(workers: Sequence[int], severities: Sequence[float]) -> list[tuple[int, float]]:
@@ -260,7 +194,7 @@ def tradeoff_runs(
                     f"workload.steps={steps}",
                     f"workload.eval_every={every}",
                     f"seed={seed}",
-                    *_strategy_overrides(strategy, n, staleness_bound),
+                    *strategy_overrides(strategy, n, staleness_bound),
                 ]
                 if compute_time is not None:
                     overrides.append(f"cluster.device.compute_time={compute_time}")
