@@ -145,6 +145,10 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
             "parameter_server, whose servers hold the trained model's variables; run it "
             "timing-only with numerics: false",
         )
+    if scenario.runs_on_devices:  # the footprint may start JAX: with the run's devices
+        from simdist.numerics.executor import ensure_devices
+
+        ensure_devices(scenario.numeric_devices)
     footprint = _footprint(scenario, source)
     if scenario.strategy.kind == "pipeline":
         check_pipeline(scenario, footprint, source, total_steps)

@@ -226,3 +226,20 @@ def test_numerics_equal_one_device_with_the_global_batch(hidden, data, tensor, p
     assert split.summary["final_train_loss"] == pytest.approx(
         one.summary["final_train_loss"], abs=1e-5
     )
+
+
+def test_sequence_parallel_sends_each_rank_its_slice_of_the_sequence():
+    plain = simulate(scenario_from_dict(hybrid()), megatron_layer_costs())
+    sp = simulate(
+        scenario_from_dict(hybrid(**{"strategy.sequence_parallel": True})),
+        megatron_layer_costs(),
+    )
+    assert sp.summary["stage_send_nbytes_per_micro_batch"] == [X // 4]  # X/2 over 2 ranks
+    kinds = sp.events[sp.events["detail"].str.startswith("tensor ")]["detail"].str.split().str[1]
+    assert set(kinds) == {"reduce-scatter", "all-gather"}
+    # stage 1's input is split by sequence: it all-gathers it before the MLP, and the
+    # gradient goes back reduce-scattered
+    assert (
+        sp.summary["tensor_collectives_per_micro_batch"]
+        > plain.summary["tensor_collectives_per_micro_batch"]
+    )
