@@ -23,7 +23,9 @@ pads its flat buffers (each device holds ⌈Ψ / N⌉ elements): ZeRO stage 1 (o
 4Ψ + KΨ/N in mixed precision, stage 2 (gradients and optimizer N) 2Ψ + (2 + K)Ψ/N, stage 3
 (all three N) (4 + K)Ψ/N. Strategies whose optimizer runs elsewhere (parameter servers,
 central storage's host CPU) hold no optimizer state on their devices; what those hold is
-:func:`off_device_memory`.
+:func:`off_device_memory`. A strategy that keeps more parameter-sized float32 buffers per
+device (``StrategySpecBase.extra_state_copies``: local_sgd's anchor and outer momentum, 4Ψ
+each) has them counted with the optimizer state.
 
 Activations: what the backward pass needs of one step on the per-replica batch, the batch's
 input and every layer's output (each layer's saved activations are its output, the only
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simdist.numerics.memory import OPTIMIZER_COPIES
@@ -208,7 +210,7 @@ def scenario_memory(scenario: Scenario, layers: ReplicaLayers, precision: str) -
     """:func:`device_memory` with the scenario's optimizer, its strategy's sharding and
     recomputation, and where its optimizer state lives."""
     spec = scenario.strategy
-    return device_memory(
+    held = device_memory(
         layers,
         precision=precision,
         optimizer=scenario.workload.optimizer.name,
@@ -216,6 +218,11 @@ def scenario_memory(scenario: Scenario, layers: ReplicaLayers, precision: str) -
         optimizer_on_device=spec.kind not in OPTIMIZER_ELSEWHERE,
         recompute=bool(getattr(spec, "rematerialization", False)),
     )
+    extra = spec.extra_state_copies()
+    if not extra:
+        return held
+    psi = math.ceil(layers.param_nbytes / FLOAT32_NBYTES)
+    return replace(held, optimizer=held.optimizer + extra * FLOAT32_NBYTES * psi)
 
 
 def memory_per_device(

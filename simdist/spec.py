@@ -191,6 +191,12 @@ class StrategySpecBase(Spec):
         """How one replica's model state is split over devices (default: replicated)."""
         return Sharding()
 
+    def extra_state_copies(self) -> int:
+        """Float32 copies of the parameters each device keeps besides its model state and
+        the workload optimizer's (local_sgd's anchor and outer momentum); counted with the
+        optimizer state by the memory model. None by default."""
+        return 0
+
     def check(self, scenario: Any) -> None:
         """Cross-check this strategy against the rest of a ``Scenario``; raise :func:`fail`.
 

@@ -126,7 +126,7 @@ def gradients_per_update(strategy: str, workers: int) -> int:
         return workers - backups_for(workers)
     if strategy in ("SSP", "async"):
         return 1
-    if strategy.startswith(ALLREDUCE):
+    if strategy.startswith((ALLREDUCE, LOCAL_SGD)):
         return workers
     raise ValueError(f"strategy: got {strategy!r}; expected one of {', '.join(STRATEGIES)}")
 
@@ -144,6 +144,9 @@ class TradeoffRun:
 
 #: The label of a compressed variant: ``all-reduce + <method>`` (``--compression``).
 ALLREDUCE = "all-reduce + "
+#: The label of a local SGD variant: ``local SGD H=<sync_every>`` (``--local-sgd``), run as
+#: ``local_sgd`` on the same hosts and trained like sync (at H = 1 it is sync).
+LOCAL_SGD = "local SGD H="
 
 
 def compressed_strategy(variant: str) -> tuple[str, str]:
@@ -170,6 +173,9 @@ def compressed_strategy(variant: str) -> tuple[str, str]:
 
 
 def _strategy_overrides(strategy: str, workers: int, staleness_bound: int) -> list[str]:
+    if strategy.startswith(LOCAL_SGD):
+        every = strategy.removeprefix(LOCAL_SGD)
+        return ["cluster.ps=0", f"strategy={{kind: local_sgd, sync_every: {every}}}"]
     if strategy.startswith(ALLREDUCE):  # the same hosts as one all-reduce ring, no PS tasks
         _, spec = compressed_strategy(strategy.removeprefix(ALLREDUCE))
         kind = "kind: multi_worker_mirrored, communication: ring"
@@ -207,6 +213,7 @@ def tradeoff_runs(
     learning_rate: float | None = None,
     strategies: Sequence[str] = STRATEGIES,
     compression: Sequence[str] = (),
+    local_sgd: Sequence[int] = (),
 ) -> list[TradeoffRun]:
     """Every run of the study: each strategy in each cell of the full grid
     (:func:`grid_points`) for each seed, so cells × strategies × seeds runs. Ordered by
@@ -221,9 +228,11 @@ def tradeoff_runs(
     use it, synchronous ones N times it (linear scaling for their N-fold batch; None:
     the scenario's rate for all). ``compression`` adds, per entry, a synchronous variant
     run as ``multi_worker_mirrored`` on the same hosts (one ring all-reduce, no PS tasks)
-    with that gradient compression (:func:`compressed_strategy`), trained like sync.
+    with that gradient compression (:func:`compressed_strategy`), trained like sync;
+    ``local_sgd``, per entry H, a ``local_sgd`` variant syncing every H steps.
     """
     strategies = [*strategies, *(compressed_strategy(v)[0] for v in compression)]
+    strategies += [f"{LOCAL_SGD}{h}" for h in local_sgd]
     if not workers or not severities:
         raise ValueError("tradeoff: give at least one worker count and one severity")
     if any(n < 2 for n in workers):
@@ -241,7 +250,7 @@ def tradeoff_runs(
                 else f"faults.stragglers=[{{probability: {probability}, slowdown: {severity}}}]"
             )
             for strategy in strategies:
-                sync = strategy.startswith(("sync", ALLREDUCE))
+                sync = strategy.startswith(("sync", ALLREDUCE, LOCAL_SGD))
                 steps = sync_steps if sync else async_steps
                 every = SYNC_EVAL_EVERY if sync else ASYNC_EVAL_EVERY
                 overrides = [
@@ -404,6 +413,7 @@ def tradeoff(
     compute_time: str | None = "1ms",
     scale_sync_lr: bool = True,
     compression: Sequence[str] = (),
+    local_sgd: Sequence[int] = (),
     overrides: Mapping[str, Any] | Sequence[str] = (),
     out: str | Path | None = None,
     parallel: bool | None = None,
@@ -428,7 +438,8 @@ def tradeoff(
     learning rate (linear scaling for their N-fold batch; ``scale_sync_lr=False`` keeps
     it), asynchronous ones ``async_steps`` updates (default 700). ``compression`` (e.g.
     ``["fp16", "powersgd:2", "topk:0.01"]``) adds compressed all-reduce variants
-    (:func:`compressed_strategy`; none by default). ``overrides`` apply to
+    (:func:`compressed_strategy`; none by default); ``local_sgd`` (e.g. ``[4, 16]``)
+    local SGD variants syncing every H steps (none by default). ``overrides`` apply to
     every run. See :mod:`simdist.tradeoff` for the decomposition, :func:`band_separations`
     for which strategies the seeds can tell apart, and :func:`run_many` for ``parallel``,
     ``processes`` and ``scheduler``. With ``out``, writes tradeoff.csv, per_seed.csv,
@@ -444,6 +455,7 @@ def tradeoff(
         "sync_steps": sync_steps,
         "async_steps": async_steps,
         "compression": tuple(compression) or None,
+        "local_sgd": tuple(local_sgd) or None,
     }
     given = {key: value for key, value in options.items() if value is not None}
     strings = override_strings(overrides)

@@ -320,3 +320,50 @@ def test_zero_holds_what_data_parallelism_cannot(
         assert f"does not fit: {need}" in errors[0]
     else:
         assert (code, errors) == (0, [])
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_the_zero_strategy_is_refused_or_admitted_by_its_own_stage(
+    stage: int, tmp_path: Path
+) -> None:
+    """The same 32 GB replica as above under ``strategy: {kind: zero}`` itself: its stage's
+    sharding decides, stage 1 is refused before running (exit 2), stages 2 and 3 fit."""
+    path = big_scenario(tmp_path, 4_000_000_000)
+    data = yaml.safe_load(path.read_text())
+    data["strategy"] = {"kind": "zero", "stage": stage}
+    path.write_text(yaml.safe_dump(data))
+    code, errors = _errors(f"validate {path}")
+    if stage == 1:
+        assert _errors(f"run -q {path} --out {tmp_path / 'out'}") == (code, errors)
+        assert code == 2 and len(errors) == 1 and not (tmp_path / "out").exists()
+        assert "does not fit: worker0/gpu0 needs 20 GB and a v100 has 16 GB" in errors[0]
+    else:
+        assert (code, errors) == (0, [])
+
+
+def test_a_tensor_parallel_layout_that_does_not_fit_exits_2_before_running(
+    tmp_path: Path,
+) -> None:
+    """A 48-layer GPT of hidden 8192 (about 39e9 parameters) with Adam in float32 split over
+    T = 4 V100s still needs ~16 bytes × 39e9 / 4 ≈ 155 GB a device: refused by validate and
+    run alike, with nothing written."""
+    data = {
+        "name": "tp_too_big",
+        "numerics": False,
+        "cluster": {"devices_per_host": 4, "device": {"profile": "v100"}},
+        "strategy": {"kind": "tensor_parallel", "tensor": 4},
+        "workload": {
+            "model": {"name": "gpt", "layers": 48, "hidden": 8192, "heads": 64},
+            "batch_size": 1,
+            "optimizer": {"name": "adam", "learning_rate": 0.001},
+            "steps": 1,
+        },
+    }
+    path, out = tmp_path / "tp.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(data))
+    for command in ("validate", "run -q"):
+        code, errors = _errors(f"{command} {path} --out {out}")
+        assert code == 2 and len(errors) == 1, errors
+        assert "does not fit: worker0/gpu0 needs" in errors[0], errors[0]
+        assert "and a v100 has 16 GB" in errors[0], errors[0]
+    assert not out.exists()

@@ -410,6 +410,7 @@ def test_strategy_union_is_built_from_the_registry():
         "fsdp",
         "tensor_parallel",
         "hybrid",
+        "local_sgd",
     )
 
 
@@ -442,6 +443,7 @@ def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
         "fsdp",
         "tensor_parallel",
         "hybrid",
+        "local_sgd",
     ]
     text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
     runs = {
@@ -474,7 +476,7 @@ def test_unknown_kind_lists_every_registered_kind():
 def test_the_registry_imports_no_strategy_module():
     code = (
         "import sys, simdist.strategies as s\n"
-        "assert len(s.MODULES) == 11\n"
+        "assert len(s.MODULES) == 12\n"
         "heavy = ('simpy', 'jax', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
         "or m.split('.')[0] in heavy))\n"

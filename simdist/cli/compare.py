@@ -221,6 +221,13 @@ def tradeoff(
             "hosts), e.g. fp16,powersgd:2,topk:0.01,topk:0.01:noef (default: none)."
         ),
     ] = None,
+    local_sgd: Annotated[
+        str | None,
+        typer.Option(
+            help="Add local SGD variants (local_sgd on the same hosts) syncing every H "
+            "steps, e.g. 4,16 (default: none)."
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="Output folder.")] = Path("reports/tradeoff"),
     set_: SetOption = None,
     processes: ProcessesOption = None,
@@ -253,6 +260,7 @@ def tradeoff(
             sync_steps=sync_steps,
             async_steps=async_steps,
             compression=tuple(compression.split(",")) if compression else (),
+            local_sgd=_numbers(local_sgd, "--local-sgd", int) or (),
             overrides=set_ or (),
             out=out,
             processes=processes,

@@ -40,6 +40,7 @@ _CLASS_NAMES: dict[str, str] = {
     "fsdp": "FSDPStrategy",
     "tensor_parallel": "TensorParallelStrategy",
     "hybrid": "HybridStrategy",
+    "local_sgd": "LocalSGDStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)
