@@ -32,6 +32,7 @@ NAMES = [
     "explorer.ipynb",
     "pipeline_parallelism.ipynb",
     "planning_layouts.ipynb",
+    "communication_efficient.ipynb",
 ]
 
 
