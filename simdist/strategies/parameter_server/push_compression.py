@@ -10,9 +10,10 @@ residual, carried across its pushes in push order, and the PS decompresses and a
 * ``topk``: the worker sends the k values (4 bytes) and int32 indices (4 bytes) of the
   piece; the PS scatters them into zeros;
 * ``sign``: ⌈d/8⌉ bytes of signs and one 4-byte scale; the PS rebuilds ``scale·sign``;
-* ``powersgd``: PowerSGD's factors need an all-reduce to aggregate (Vogels, Karimireddy &
-  Jaggi 2019, arXiv:1905.13727, §3: the compressor is linear so that P and Q can be summed
-  by an all-reduce over workers). A PS sums nothing before it applies, so each worker runs
+* ``powersgd``: PowerSGD is linear so that the workers' P and Q can be summed by an
+  all-reduce (Vogels, Karimireddy & Jaggi 2019, arXiv:1905.13727: the abstract's
+  "efficiently aggregate the compressed gradients using all-reduce", and Algorithm 1,
+  whose P and Q are all-reduced). A PS sums nothing before it applies, so each worker runs
   the power iteration on its own matrix alone — ``P = M Q``, ``P̂ = orthogonalise(P)``,
   ``Q = Mᵀ P̂`` with its own warm-started Q — and sends its P̂ and Q (``4·(m + n)·r``
   bytes); the PS applies ``P̂ Qᵀ``. Pieces PowerSGD does not factor go whole.
