@@ -7,6 +7,7 @@ from __future__ import annotations
 import filecmp
 
 import jax
+import jax.numpy as jnp
 import pytest
 from helpers import assert_trees_close, ps
 
@@ -67,18 +68,32 @@ def test_the_worker_computes_its_compressor_before_it_pushes():
     assert result.summary["compressor_s"] == seconds
 
 
-def hand_rolled(data: dict, method: str, steps: int, **kw) -> object:
-    """One worker's SGD: its gradient compressed with its own residual, applied in full."""
+def whole(g):
+    return [a[None] for a in jax.tree.leaves(g)]
+
+
+def halves(g):
+    """min_size's pieces (below): the first kernel in two row shards of 32 rows."""
+    b0, k0, b1, k1 = jax.tree.leaves(g)
+    return [a[None] for a in (b0, k0[:32], k0[32:], b1, k1)]
+
+
+def hand_rolled(data: dict, method: str, steps: int, cut=whole, **kw) -> object:
+    """One worker's SGD: its gradient cut into the pieces the PS tasks hold, compressed with
+    its own residual, decompressed and applied."""
     wl = build_workload(scenario_from_dict(data))
     params, opt = wl.params, wl.init_opt_state(wl.params)
     comp = compression(method, **kw)
-    state = comp.init(params, 1, None)
+    treedef = jax.tree.structure(params)
+    state = comp.init([a[0] for a in cut(params)], 1, None)
     batch = data["workload"]["batch_size"]
     for i in range(steps):
         x, y = wl.batches.batch(i, batch)
         _, g = wl.loss_and_grads(params, x, y, batch)
-        sent, state = comp.update(jax.tree.map(lambda a: a[None], g), state)
-        params, opt = wl.apply(params, opt, sent)
+        sent, state = comp.update(cut(g), state)
+        if cut is halves:
+            sent = [sent[0], jnp.concatenate(sent[1:3]), sent[3], sent[4]]
+        params, opt = wl.apply(params, opt, jax.tree.unflatten(treedef, sent))
     return params
 
 
@@ -88,6 +103,29 @@ def test_one_worker_topk_with_error_feedback_equals_a_hand_rolled_loop(mode):
     data = ps(workers=1, servers=1, steps=12, mode=mode, compression=comp)
     result = run(scenario_from_dict(data))
     assert_trees_close(result.params, hand_rolled(data, "topk", 12, ratio=0.1), atol=1e-6)
+
+
+MIN_SIZE = {"partitioner": "min_size", "min_shard_bytes": 1024}
+
+
+def test_min_size_shards_are_compressed_each_on_its_own():
+    # min_size with 1 KiB shards cuts only the 64×16 kernel (4 KiB), into 2 × 32 rows; the
+    # shards are dealt round-robin: bias16 → ps0, rows 0-31 → ps1, rows 32-63 → ps0,
+    # bias10 → ps1, kernel 16×10 → ps0. Top-k 5 %: k = 1, 25, 25, 1, 8.
+    comp = {"method": "topk", "ratio": 0.05}
+    data = ps(workers=2, servers=2, steps=2, mode="sync", compression=comp, **MIN_SIZE)
+    data["numerics"] = False
+    result = run(scenario_from_dict(data))
+    assert pushed(result, 0) == [(1 + 25 + 8) * 8] * 4
+    assert pushed(result, 1) == [(25 + 1) * 8] * 4
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_one_worker_sign_on_row_shards_equals_a_hand_rolled_loop(mode):
+    comp = {"method": "sign"}
+    data = ps(workers=1, servers=2, steps=10, mode=mode, compression=comp, **MIN_SIZE)
+    result = run(scenario_from_dict(data))
+    assert_trees_close(result.params, hand_rolled(data, "sign", 10, halves), atol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
