@@ -166,3 +166,18 @@ def test_unsupported_combinations_are_refused(strategy, field):
     data = ps(workers=2, servers=1, steps=4, compression="topk", **strategy)
     with pytest.raises(ScenarioError, match=rf"strategy\.{field}: .*compression: topk"):
         scenario_from_dict(data)
+
+
+def test_failures_with_compressed_pushes_are_refused():
+    data = ps(workers=2, servers=1, steps=4, compression="topk")
+    data["faults"] = {"failures": [{"target": "worker 1", "at": "1ms", "restart_after": "1ms"}]}
+    with pytest.raises(ScenarioError, match=r"faults\.failures\[0\]: .*compression: topk"):
+        scenario_from_dict(data)
+
+
+def test_powersgd_pushes_train_and_are_deterministic():
+    data = ps(workers=2, servers=2, steps=30, compression={"method": "powersgd", "rank": 2})
+    a, b = run(scenario_from_dict(data)), run(scenario_from_dict(data))
+    assert_trees_close(a.params, b.params, atol=0)
+    loss = a.metrics.query("metric == 'train_loss'")["value"].to_numpy()
+    assert loss[-5:].mean() < loss[:5].mean()
