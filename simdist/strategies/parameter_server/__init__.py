@@ -37,7 +37,9 @@ Modules:
 * :mod:`.dataflow` — what an asynchronous run computes, recorded by the SimPy pass;
 * :mod:`.replay` — the numerics of that dataflow, replayed on the device afterwards;
 * :mod:`.sync_backup` — ``mode: sync`` with backup workers;
-* :mod:`.recovery` — checkpoints, worker and PS failures, the restore.
+* :mod:`.recovery` — checkpoints, worker and PS failures, the restore;
+* :mod:`.push_compression` — compressed pushes' bytes and compressor seconds;
+* :mod:`.worker_compressors` — each worker's compressor state (the numerics).
 
 Importing this package loads neither SimPy, JAX nor pandas (scenario loading
 reads ``Spec``); the strategy class and its loops are imported on first use.

@@ -88,6 +88,7 @@ class Replay:
         global_batch: int,
         replicas: int = 1,
         workers: int = 1,
+        compressors: Any = None,
     ) -> None:
         assert servers.values is not None and servers.opt_states is not None
         assert servers.states is not None
@@ -97,6 +98,9 @@ class Replay:
         self.replicas = int(replicas)
         self.n_ps = servers.n_ps
         self.n_leaves = servers.treedef.num_leaves
+        self.workers = int(workers)
+        #: Each worker's push compressor (:mod:`.worker_compressors`), or None.
+        self.compressors = compressors
         self.calls = 0  # gradient calls, for benchmarks
         self.chains = 0  # update chains (or single updates), for benchmarks
         self.plan = Plan(self.n_ps)
@@ -161,6 +165,7 @@ class Replay:
                     step.targets,
                 )
                 self._waves.append((step.tickets, loss))
+                self._compress(step, flow, banks)
                 self.calls += 1
             elif isinstance(step, Chain):
                 programs.chain(banks, step, scratch[step.ps])
@@ -169,6 +174,16 @@ class Replay:
                 variables = programs.gather(banks["values"], banks["models"], step.slots)
                 self._evaluations.append(self.workload.evaluate_async(variables))
         return programs
+
+    def _compress(self, wave: Wave, flow: Dataflow, banks: dict[str, Any]) -> None:
+        """Each gradient of ``wave`` as its worker pushed it: compressed with the worker's
+        residual, in ticket order (a worker's tickets are its pushes in order)."""
+        if self.compressors is None:
+            return
+        lanes = sorted(zip(wave.tickets, wave.targets, strict=False))
+        for ticket, slot in lanes:
+            w = flow.tickets[ticket].batch % self.workers
+            banks["grads"] = self.compressors.compress_slot(w, ticket, banks["grads"], int(slot))
 
     def _programs(self) -> _Programs:
         """The jitted programs for this structure of shards, kept on the workload: a run

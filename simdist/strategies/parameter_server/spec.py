@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field
 
 from simdist.spec import Bytes, Int, StrategySpecBase, fail
+from simdist.strategies.compression import CompressionSpec, compression_field
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
@@ -48,6 +49,8 @@ class Spec(StrategySpecBase):
     # tf_cnn_benchmarks' parameter_server), or as soon as every worker's gradient for it has
     # arrived (on_update: distributed_replicated's per-variable barrier, BytePS).
     pull: Literal["step_start", "on_update"] | None = Field(None, examples=["on_update"])
+    # Each worker compresses its own push (push_compression.py); absent or none: as is.
+    compression: CompressionSpec | None = compression_field()
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False
@@ -136,10 +139,44 @@ class Spec(StrategySpecBase):
                 "here are the hosts' CPUs (profile cpu); remove host_staging or give "
                 "accelerators, e.g. device: {profile: p100}",
             )
+        self._check_compression(scenario)
         if self.mode == "sync" and scenario.faults.failures:
             raise fail(
                 "faults.failures[0]",
                 "failures are simulated for parameter_server in mode: async only (sync mode "
                 "with failures is not modelled yet); use mode: async, or a synchronous "
                 "strategy such as multi_worker_mirrored",
+            )
+
+    def _check_compression(self, scenario: Scenario) -> None:
+        """Compressed pushes are simulated for one reduced push per worker, without overlap,
+        backup workers or failures (each would need the residual of a push cut halfway)."""
+        comp = self.compression
+        if comp is not None and not comp.active:
+            self.compression = None  # method: none resolves as the scenario without it
+        if comp is None or not comp.active:
+            return
+        refused = [
+            (key, value, why)
+            for key, value, why in (
+                ("push", self.push == "per_device", "every device would push its own gradient"),
+                ("overlap", self.overlap, "per-variable pushes would compress layer by layer"),
+                ("backup_workers", self.backup_workers > 0, "a dropped push would be cut"),
+            )
+            if value
+        ]
+        if refused:
+            key, _, why = refused[0]
+            raise fail(
+                f"strategy.{key}",
+                f"is set with compression: {comp.method}; compressed pushes are simulated "
+                f"for one reduced push per worker after backward ({why}); remove {key} or "
+                "compression, e.g. strategy: {kind: parameter_server, compression: fp16}",
+            )
+        if scenario.faults.failures:
+            raise fail(
+                "faults.failures[0]",
+                f"failures are not simulated with compression: {comp.method} on "
+                "parameter_server pushes (a failed worker's residual is not modelled); remove "
+                "failures or compression",
             )

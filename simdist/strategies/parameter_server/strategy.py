@@ -45,7 +45,12 @@ class ParameterServerStrategy(ParameterServerWorkers):
             initial = ParameterServers(self.shards, self.n_ps, self.workload)
             replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
             self._replay = Replay(
-                initial, self.workload, self.worker_batch, replicas, self.n_workers
+                initial,
+                self.workload,
+                self.worker_batch,
+                replicas,
+                self.n_workers,
+                compressors=self.compressors,
             )
             # Without failures every gradient is applied on every PS and no state comes back
             # (a restore would), so the replay can run while the simulation goes on.
@@ -122,4 +127,9 @@ class ParameterServerStrategy(ParameterServerWorkers):
             "applied_updates_per_s": progress.applied / now if now > 0 else None,
             "dropped_gradients": progress.dropped,
             "lost_gradients": progress.lost_gradients,
+            **(
+                {}
+                if self.compressed is None
+                else self.compressed.summary(self.costs.grad_nbytes, self.cluster.profile)
+            ),
         }

@@ -120,6 +120,11 @@ class SyncWithBackups:
 
             tickets = [arrival.ticket for arrival in accepted]
             results = [s.gradient(ticket) for ticket in tickets if ticket is not None]
+            if s.compressors is not None:  # what each worker pushed, decompressed by the PS
+                results = [
+                    (loss, s.compressors.compress(arrival.worker, grads), moments)
+                    for arrival, (loss, grads, moments) in zip(accepted, results, strict=True)
+                ]
             n = len(results)
             loss = sum(r[0] for r in results) / n
             mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))

@@ -38,6 +38,7 @@ from simdist.strategies.parameter_server.partition import (
     partition,
 )
 from simdist.strategies.parameter_server.progress import Progress
+from simdist.strategies.parameter_server.push_compression import PushCompression
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.staging import Chain, WorkerMoves
 
@@ -72,6 +73,17 @@ class ParameterServerWorkers(Strategy):
             options.max_shards,
         )
         self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
+        comp = options.compression
+        #: Compressed pushes (push_compression.py), None without compression.
+        self.compressed = (
+            PushCompression(comp, self.shards, self.costs.param_leaves, self.n_ps)
+            if comp is not None and comp.active
+            else None
+        )
+        #: Bytes each worker pushes to each PS (compressed, or the shards as they are).
+        self.push_ps_nbytes = (
+            self.ps_nbytes if self.compressed is None else self.compressed.ps_nbytes
+        )
         # What the loops record metrics and rows into: the recorder, or a journal whose
         # values the dataflow replay fills in (asynchronous runs with numerics).
         self.log: Any = self.recorder
@@ -92,6 +104,18 @@ class ParameterServerWorkers(Strategy):
             replicas = self.scenario.cluster.devices_per_host if self.workload.stateful else 1
             self.deferred = DeferredGradients(
                 self.workload, self.worker_batch, replicas=replicas, with_moments=True
+            )
+        #: Each worker's compressor state (numerics with compression only).
+        self.compressors: Any = None
+        if self.compressed is not None and self.workload is not None:
+            from simdist.strategies.parameter_server.worker_compressors import WorkerCompressors
+
+            self.compressors = WorkerCompressors(
+                self.compressed.spec,
+                self.shards,
+                self.workload.params,
+                self.n_workers,
+                self.scenario.seed,
             )
         self.progress = Progress()  # what the loops have done: applied, dropped, lost
         # What each worker has on the wire (transfers, a local all-reduce): a failure cuts it.
@@ -374,21 +398,32 @@ class ParameterServerWorkers(Strategy):
     def push(
         self, w: int, step: int, then: Callable[[int], None] | None = None
     ) -> Generator[Any, Any, None]:
-        """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives."""
+        """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives.
+
+        With compression the worker first computes its compressor (``compute: compress``)
+        and each PS receives its shards' compressed bytes."""
         host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
+        nbytes = self.costs.grad_nbytes * self.moves.pushes_per_worker
+        if self.compressed is not None:
+            nbytes = self.compressed.nbytes
+            profile = self.cluster.profiles.get(host.devices[0].profile, self.cluster.profile)
+            seconds = self.compressed.seconds(profile)
+            if seconds > 0:
+                start = self.env.now
+                yield self.env.timeout(seconds)
+                self.record_devices(host.devices, start, self.env.now, "compute", step, "compress")
         moves = [
             move
-            for ps, nbytes in enumerate(self.ps_nbytes)
+            for ps, ps_nbytes in enumerate(self.push_ps_nbytes)
             for move in self.moves.push(
                 host,
                 ps_hosts[ps],
-                nbytes,
+                ps_nbytes,
                 step=step,
                 detail=f"push ps{ps}",
                 then=None if then is None else partial(then, ps),
             )
         ]
-        nbytes = self.costs.grad_nbytes * self.moves.pushes_per_worker
         yield from self._wait(w, moves, step, "push", nbytes)
 
     def _wait(
