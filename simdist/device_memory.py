@@ -63,13 +63,19 @@ _SPLITTERS = {
 }
 
 
-def _split_advice() -> str:
+def _split_advice(kind: str) -> str:
     """``split the replica over devices (strategy kind zero (stage 1, 2 or 3), ... or
-    pipeline)``: the registered strategies that split a replica's state or activations."""
+    pipeline)``: the registered strategies that split a replica's state or activations. A
+    strategy that already splits (``kind``) is told to split further, and of the others."""
     from simdist.strategies import STRATEGIES
 
-    kinds = [words for kind, words in _SPLITTERS.items() if kind in STRATEGIES]
+    kinds = [words for name, words in _SPLITTERS.items() if name in STRATEGIES and name != kind]
     listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+    if kind in _SPLITTERS:
+        return (
+            f"split it further (more devices in the {kind} layout), or with another "
+            f"strategy (kind {listed})"
+        )
     return f"split the replica over devices (strategy kind {listed})"
 
 
@@ -109,14 +115,15 @@ def _check_device(
     while over - fits > 1:
         mid = (fits + over) // 2
         fits, over = (mid, over) if need(mid).total <= capacity else (fits, mid)
+    split = _split_advice(scenario.strategy.kind)
     if fits >= 1:
         field = "workload.batch_size"
-        advice = f"{_split_advice()} or use a smaller batch, e.g. batch_size: {fits:,}"
+        advice = f"{split} or use a smaller batch, e.g. batch_size: {fits:,}"
     elif w.input_shape and need(0).total < capacity:
         field, advice = "workload.input_shape", "one example alone does not fit: smaller inputs"
     else:
         field = clock_field(scenario)
-        advice = f"{_split_advice()} or use a smaller model"
+        advice = f"{split} or use a smaller model"
     gb = 1e9
     raise ScenarioError(
         source,
