@@ -112,6 +112,27 @@ def check_model(
         check_params_file(init_from, abstract)
 
 
+_INIT_PROGRAMS: dict[tuple[Any, tuple[int, ...]], Callable[[Any], Any]] = {}
+
+
+def init_program(model: Any, input_shape: tuple[int, ...]) -> Callable[[Any], Any]:
+    """The jitted ``key_data -> variables`` initialisation of ``model``, one per model and shape.
+
+    The 32-bit key data is an argument, not a constant closed over, so a second seed
+    reuses the compiled program instead of tracing and compiling a new one.
+    """
+    cache_key = (model, input_shape)
+    fn = _INIT_PROGRAMS.get(cache_key)
+    if fn is None:
+        shape = (1, *input_shape)
+
+        def init(key_data: Any) -> Any:
+            return model.init(jax.random.PRNGKey(key_data), jnp.zeros(shape, jnp.float32))
+
+        fn = _INIT_PROGRAMS[cache_key] = jax.jit(init)
+    return fn
+
+
 class Workload:
     """Model, dataset, optimizer and initial parameters of one scenario, all seeded.
 
@@ -141,18 +162,14 @@ class Workload:
         self.optimizer: optax.GradientTransformation = make_optimizer(optimizer_spec, total_steps)
         # Whether runs of updates may be fused in one lax.scan bit for bit (numerics/chains.py).
         self.scan_updates = scan_exact(optimizer_spec)
-        key_data = jax_key_data(self.seed, "init")
-        shape = (1, *self.dataset.input_shape)
-
-        def init() -> Any:
-            key = jax.random.PRNGKey(key_data)
-            return self.model.init(key, jnp.zeros(shape, jnp.float32))
-
-        check_fits_memory(jax.eval_shape(init), model_spec)
+        key_data = np.uint32(jax_key_data(self.seed, "init"))
+        init = init_program(self.model, tuple(self.dataset.input_shape))
+        check_fits_memory(jax.eval_shape(init, key_data), model_spec)
         # One XLA program for the key, the example and the whole initialisation (run
         # eagerly, each initialiser and op was a program of its own: 23 for an mlp, each
         # compiled by every run); the values are bit-identical (tests/test_numerics.py).
-        params = jax.jit(init)()
+        # The seed is its argument, so every seed shares it (tests/test_compile_sharing.py).
+        params = init(key_data)
         if init_from is not None:
             params = load_params(init_from, params)
         self.params, self.model_state = split_state(params)
