@@ -1,5 +1,6 @@
 """Seeds share compiled programs: the PRNG key data is an argument of the jitted
-initialisation, not a constant closed over, so a second seed compiles no new init.
+initialisation, not a constant closed over, so a second seed compiles no new init;
+Workloads differing only in seed share every other jitted program too.
 
 Compilations are counted from JAX's own log (``jax_log_compiles``), which names
 every jitted function it traces and compiles.
@@ -10,13 +11,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
 import jax
 import numpy as np
+import pytest
+import yaml
 
+from simdist.engine import run
 from simdist.numerics import Workload
+from simdist.scenario import scenario_from_dict
 from simdist.scenario.workload import ModelSpec
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
 DIGITS = SimpleNamespace(name="digits", path=None, test_fraction=0.2)
 SGD = SimpleNamespace(name="sgd", learning_rate=0.1, momentum=0.9, schedule=None)
@@ -66,3 +74,18 @@ def test_second_seed_compiles_no_new_init() -> None:
     kernels1 = [np.asarray(x) for x in jax.tree_util.tree_leaves(w1.params) if x.ndim == 2]
     assert [k.shape for k in kernels0] == [k.shape for k in kernels1] == [(64, 23), (23, 10)]
     assert all(a.tobytes() != b.tobytes() for a, b in zip(kernels0, kernels1, strict=True))
+
+
+@pytest.mark.parametrize("name", ["mirrored_4dev", "ps_4w2s"])
+def test_second_seed_of_a_run_compiles_nothing(name: str) -> None:
+    """A whole run with seed 1 after seed 0 (model, steps, batches all equal) compiles
+    nothing: init, gradients, updates, evaluation and the PS replay's programs are shared."""
+    scenario = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
+    scenario["workload"].update(steps=12, eval_every=6)
+    compiled = []
+    for seed in (0, 1):
+        scenario["seed"] = seed
+        with counting_compiles() as compiles:
+            run(scenario_from_dict(scenario))
+        compiled.append(compiles.names)
+    assert compiled[1] == []

@@ -112,6 +112,7 @@ def check_model(
         check_params_file(init_from, abstract)
 
 
+_PROGRAMS: dict[tuple[Any, ...], dict[str, Any]] = {}
 _INIT_PROGRAMS: dict[tuple[Any, tuple[int, ...]], Callable[[Any], Any]] = {}
 
 
@@ -184,24 +185,43 @@ class Workload:
         self.param_bytes = sum(n for _, n in self.param_leaves)
         self._x_test = jnp.asarray(self.dataset.x_test)
         self._y_test = jnp.asarray(self.dataset.y_test)
-        self._loss_and_grad_fns: dict[int, Callable] = {}
-        self._batched: dict[int, Callable] = {}
-        self._devices: dict[tuple[int, int], Callable] = {}
-        self._stacked: dict[tuple[int, int], Callable] = {}
-        self._lr_scales: dict[float, jax.Array] = {}
-        self._apply = jax.jit(self._apply_impl)
-        self._evaluate = jax.jit(self._evaluate_impl)
-        momentum = getattr(self.model, "batch_norm_momentum", None)
-        self._update_state = (
-            jax.jit(lambda state, moments: update_moving_stats(state, moments, momentum))
-            if self.stateful
-            else None
+        # The jitted programs depend on the model, task and optimizer, never on the seed:
+        # Workloads that differ only in seed share them (tests/test_compile_sharing.py).
+        programs_key = (
+            self.model,
+            self.task,
+            repr(optimizer_spec),
+            total_steps,
+            self.sync_batch_norm,
+        )
+        self.__dict__.update(
+            _PROGRAMS.get(programs_key) or _PROGRAMS.setdefault(programs_key, self._programs())
         )
 
     @property
     def stateful(self) -> bool:
         """Whether the model keeps state besides its parameters (BatchNormalization)."""
         return bool(self.model_state)
+
+    def _programs(self) -> dict[str, Any]:
+        """This Workload's jitted entry points and their caches, keyed by attribute name."""
+        momentum = getattr(self.model, "batch_norm_momentum", None)
+        return {
+            "_loss_and_grad_fns": {},
+            "_batched": {},
+            "_devices": {},
+            "_stacked": {},
+            "_lr_scales": {},
+            # strategies/parameter_server/replay.py's programs, keyed by shards and batch.
+            "_replay_programs": {},
+            "_apply": jax.jit(self._apply_impl),
+            "_evaluate": jax.jit(self._evaluate_impl),
+            "_update_state": (
+                jax.jit(lambda state, moments: update_moving_stats(state, moments, momentum))
+                if self.stateful
+                else None
+            ),
+        }
 
     def variables(self, params: Any, model_state: Any) -> Any:
         """Parameters and model state as one tree: what :meth:`evaluate` and ``params.npz`` take."""
