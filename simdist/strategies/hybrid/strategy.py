@@ -52,7 +52,6 @@ from simdist.strategies.pipeline.plan import (
 from simdist.strategies.pipeline.plan import stage_ops as schedule_ops
 from simdist.strategies.pipeline.strategy import PipelineStrategy
 from simdist.strategies.tensor_parallel.plan import Op, device_grad_nbytes, layer_roles
-from simdist.units import format_size
 
 #: The collectives a data group runs after the flush.
 OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
@@ -208,26 +207,16 @@ class HybridStrategy(PipelineStrategy):
         """Whether layers [first, stop) keep the mlp's pairs and fit stage ``s``'s devices."""
         return self.keeps_pairs(first, stop) and super().fits(s, first, stop)
 
-    def _check_memory(self) -> None:
-        names = [layer.name for layer in self.costs.layers]
-        for s, ((a, b), need) in enumerate(zip(self.bounds, self.memory, strict=True)):
-            capacity = self.capacities[s]
-            if 0 < capacity < need.total:
-                device = min(
-                    (x for copy in self.groups for x in copy[s]),
-                    key=lambda d: self.cluster.profile_of(d).memory_nbytes,
-                )
-                parts = ", ".join(
-                    f"{k} {format_size(v)}" for k, v in need.as_dict().items() if k != "total" and v
-                )
-                raise SimdistError(
-                    f"{self.scenario.name}: hybrid stage {s} (layers {names[a]}..{names[b - 1]})"
-                    f" does not fit on {device.name}: each device of its tensor group needs "
-                    f"{format_size(need.total)} ({parts}) and a "
-                    f"{self.cluster.profile_of(device).name} has {format_size(capacity)}; use "
-                    "more stages, a larger tensor group, zero: 1 or 2, fewer micro-batches in "
-                    "flight or a smaller batch"
-                )
+    _stage_label = "hybrid"
+    _stage_holder = "each device of its tensor group"
+    _memory_advice = (
+        "more stages, a larger tensor group, zero: 1 or 2, fewer micro-batches in flight or "
+        "a smaller batch"
+    )
+
+    def _stage_devices(self, s: int) -> list[Device]:
+        """Every device of stage ``s``: its tensor group in every data-parallel copy."""
+        return [x for copy in self.groups for x in copy[s]]
 
     def _algo(self, kind: str) -> str:
         return self.scenario.strategy.all_reduce if kind == "allreduce" else "ring"

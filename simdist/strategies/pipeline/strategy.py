@@ -208,24 +208,36 @@ class PipelineStrategy(Strategy):
         return capacity <= 0 or self.stage_memory(s, first, stop).total <= capacity
 
     def _check_memory(self) -> None:
+        """Refuse the first stage whose need exceeds its smallest device's capacity."""
         names = [layer.name for layer in self.costs.layers]
         for s, ((a, b), need) in enumerate(zip(self.bounds, self.memory, strict=True)):
             capacity = self.capacities[s]
             if 0 < capacity < need.total:
                 device = min(
-                    (row[s] for row in self.grid),
-                    key=lambda d: self.cluster.profile_of(d).memory_nbytes,
+                    self._stage_devices(s), key=lambda d: self.cluster.profile_of(d).memory_nbytes
                 )
                 parts = ", ".join(
                     f"{k} {format_size(v)}" for k, v in need.as_dict().items() if k != "total" and v
                 )
                 raise SimdistError(
-                    f"{self.scenario.name}: pipeline stage {s} (layers {names[a]}..{names[b - 1]})"
-                    f" does not fit on {device.name}: it needs {format_size(need.total)}"
-                    f" ({parts}) and a {self.cluster.profile_of(device).name} has "
-                    f"{format_size(capacity)}; use more stages, fewer micro-batches in "
-                    "flight, rematerialization: true or a smaller batch"
+                    f"{self.scenario.name}: {self._stage_label} stage {s} (layers "
+                    f"{names[a]}..{names[b - 1]}) does not fit on {device.name}: "
+                    f"{self._stage_holder} needs {format_size(need.total)} ({parts}) and a "
+                    f"{self.cluster.profile_of(device).name} has {format_size(capacity)}; "
+                    f"use {self._memory_advice}"
                 )
+
+    #: How :meth:`_check_memory` words a refusal (a subclass running stages otherwise
+    #: changes them).
+    _stage_label = "pipeline"
+    _stage_holder = "it"
+    _memory_advice = (
+        "more stages, fewer micro-batches in flight, rematerialization: true or a smaller batch"
+    )
+
+    def _stage_devices(self, s: int) -> list[Device]:
+        """The devices that hold stage ``s`` (one per data-parallel copy)."""
+        return [row[s] for row in self.grid]
 
     # -- numerics ------------------------------------------------------------
 
