@@ -17,7 +17,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,7 @@ from simdist.network.telemetry import link_frames, network_links
 from simdist.recorder import Recorder
 from simdist.scenario import Scenario, load_scenario
 from simdist.strategies import strategy_class
-from simdist.strategies.base import Costs
+from simdist.strategies.base import Costs, Replayed
 from simdist.strategies.sync import resolve_execution
 from simdist.summary import build_summary
 
@@ -175,6 +174,58 @@ def run(
         scenario = load_scenario(scenario, overrides)
     elif overrides:
         raise TypeError("overrides apply to scenario files; change the Scenario object instead")
+    scenario = _checked(scenario)
+    workload, costs = _prepared(scenario)
+    progress = (lambda step: on_step(step, costs.total_steps)) if on_step else None
+    result = simulate(
+        scenario, costs, workload if scenario.numerics else None, on_step=progress, on_time=on_time
+    )
+    return _noted(scenario, result)
+
+
+def run_batch(
+    scenarios: Sequence[Scenario], on_run: Callable[[int], None] | None = None
+) -> list[Result]:
+    """:func:`run` of each scenario, computing together the numerics of runs that share
+    programs (:mod:`simdist.batched_runs`): the seeds of one scenario, chiefly.
+
+    Each run is simulated in turn; a strategy that :meth:`~Strategy.defers` leaves its
+    numerics for later, and the runs whose :class:`~simdist.batched_runs.DeferredRun` share a
+    key are computed in one go. Every Result equals :func:`run`'s for that scenario,
+    byte for byte (tests/test_batched_runs.py); a run found to diverge is simulated again
+    alone, stopping there, as :func:`run` does. ``on_run(k)`` is called as run ``k``'s
+    simulation starts.
+    """
+    batch = [_checked(scenario) for scenario in scenarios]
+    with gc_paused():
+        passes = []
+        for k, scenario in enumerate(batch):
+            if on_run is not None:
+                on_run(k)
+            workload, costs = _prepared(scenario)
+            numeric = workload if scenario.numerics else None
+            defer = len(batch) > 1 and numeric is not None
+            passes.append(simulate_pass(scenario, costs, numeric, defer=defer))
+        groups: dict[tuple[type, Any], list[Any]] = {}
+        for sim in passes:
+            deferred = sim.strategy.deferred_run
+            if deferred is not None:
+                groups.setdefault((type(deferred), deferred.key), []).append(deferred)
+        for (kind, _), members in groups.items():
+            kind.execute(members)
+        results = []
+        for sim in passes:
+            if sim.strategy.rerun_with is not None:
+                result = simulate(sim.scenario, sim.costs, sim.strategy.rerun_with)
+            else:
+                result = finish(sim)
+            results.append(_noted(sim.scenario, result))
+    return results
+
+
+def _checked(scenario: Scenario) -> Scenario:
+    """``scenario`` if the engine can run it (not ``jobs:``, no PS surrogate); devices
+    asked of JAX before its backend starts."""
     if scenario.jobs is not None:
         raise SimdistError(
             f"{scenario.name}: a scenario with jobs: (several jobs on one cluster) runs with "
@@ -182,7 +233,6 @@ def run(
         )
     if scenario.numerics:
         prepare_devices(scenario)
-
     if scenario.numerics and scenario.workload.surrogate and scenario.strategy.kind in _PS:
         # Parameter servers hold the trained model's variables, partitioned by the clock
         # model's: the two cannot both be right.
@@ -191,12 +241,17 @@ def run(
             "numerics on) cannot run under parameter_server, whose servers hold the trained "
             "model's variables; run it timing-only with numerics: false"
         )
+    return scenario
+
+
+def _prepared(scenario: Scenario) -> tuple[Workload | None, Costs]:
+    """The run's Workload (None when it needs none) and its per-step costs."""
     workload = cached_workload(scenario) if needs_workload(scenario) else None
-    costs = measure_costs(scenario, workload)
-    progress = (lambda step: on_step(step, costs.total_steps)) if on_step else None
-    result = simulate(
-        scenario, costs, workload if scenario.numerics else None, on_step=progress, on_time=on_time
-    )
+    return workload, measure_costs(scenario, workload)
+
+
+def _noted(scenario: Scenario, result: Result) -> Result:
+    """``result`` with the surrogate sentence first in its summary, when there is one."""
     note = surrogate_note(scenario)
     if note:
         result.summary = {"_surrogate": note, **result.summary}
@@ -215,10 +270,24 @@ def surrogate_note(scenario: Scenario) -> str | None:
     )
 
 
+@dataclass
+class Simulated:
+    """A run whose SimPy pass is over: what :func:`finish` turns into its :class:`Result`
+    (after its deferred numerics, if any, were computed: :func:`run_batch`)."""
+
+    scenario: Scenario
+    costs: Costs
+    workload: Workload | None
+    strategy: Strategy
+    recorder: Recorder
+    network: Network
+    end_s: float
+
+
 def simulate(
     scenario: Scenario,
     costs: Costs,
-    workload: Workload | None = None,
+    workload: Workload | Replayed | None = None,
     *,
     on_step: Callable[[int], None] | None = None,
     on_time: Callable[[float], None] | None = None,
@@ -229,7 +298,28 @@ def simulate(
     alone, as in timing-only runs and in tests that pin step times from
     hand-made :class:`Costs`.
     """
-    again = partial(simulate, scenario, costs, on_step=on_step, on_time=on_time)
+    with gc_paused():
+        sim = simulate_pass(scenario, costs, workload, on_step=on_step, on_time=on_time)
+        if sim.strategy.rerun_with is not None:
+            # A divergence found after the fact (parameter_server's dataflow replay, a
+            # synchronous step's loss read one step late): simulate again, stopping there.
+            again = sim.strategy.rerun_with
+            return simulate(scenario, costs, again, on_step=on_step, on_time=on_time)
+        return finish(sim)
+
+
+def simulate_pass(
+    scenario: Scenario,
+    costs: Costs,
+    workload: Workload | Replayed | None = None,
+    *,
+    on_step: Callable[[int], None] | None = None,
+    on_time: Callable[[float], None] | None = None,
+    defer: bool = False,
+) -> Simulated:
+    """The SimPy pass of :func:`simulate`, up to the end of training. With ``defer`` a
+    strategy that :meth:`~Strategy.defers` leaves its numerics in ``strategy.deferred_run``
+    (:func:`run_batch` computes them). Call it with the cyclic collector paused."""
     env = simpy.Environment()
     recorder = Recorder()
     cls = strategy_class(scenario.strategy.kind)
@@ -245,19 +335,25 @@ def simulate(
                 step_done(step)
 
     strategy = cls(scenario, env, cluster, network, recorder, workload, costs, on_step=on_step)
+    if defer and strategy.defers():
+        strategy.defer = True
     main = env.process(strategy.process())
     # Until training ends: background processes (failure renewals, a checkpoint
     # being written) must not move the clock past the last step.
-    with gc_paused():
-        env.run(until=main)
-        if strategy.rerun_with is not None:
-            # A divergence found after the fact (parameter_server's dataflow replay, a
-            # synchronous step's loss read one step late): simulate again, stopping there.
-            return again(strategy.rerun_with)
-        links = network_links(network)
-        result = run_result(scenario, costs, workload, strategy, recorder, links, float(env.now))
-        for link in links:
-            link.rates = []  # in the tables now; see Recorder.clear
+    env.run(until=main)
+    plain = workload.workload if isinstance(workload, Replayed) else workload
+    return Simulated(scenario, costs, plain, strategy, recorder, network, float(env.now))
+
+
+def finish(sim: Simulated) -> Result:
+    """The :class:`Result` of a finished pass (its numerics computed). Call it with the
+    cyclic collector paused (:func:`gc_paused`)."""
+    links = network_links(sim.network)
+    result = run_result(
+        sim.scenario, sim.costs, sim.workload, sim.strategy, sim.recorder, links, sim.end_s
+    )
+    for link in links:
+        link.rates = []  # in the tables now; see Recorder.clear
     return result
 
 

@@ -28,12 +28,31 @@ if TYPE_CHECKING:
     from simdist.engine import Result
     from simdist.jobs import JobsResult
 
-__all__ = ["DASK_MIN_RUNS", "run", "run_many", "run_seeds", "seed_list", "source_name"]
+__all__ = [
+    "BATCH_RUNS",
+    "DASK_MIN_CORES",
+    "DASK_MIN_RUNS",
+    "run",
+    "run_batch",
+    "run_many",
+    "run_seeds",
+    "seed_list",
+    "source_name",
+]
 
 #: From this many runs on, :func:`run_many` runs them as Dask tasks (when ``parallel`` is
-#: None and the machine has more than one core): below it, starting worker processes and
-#: compiling the model in each costs more than it saves for the small teaching scenarios.
+#: None and the machine has :data:`DASK_MIN_CORES` cores): below it, starting worker
+#: processes and compiling the model in each costs more than it saves for the small
+#: teaching scenarios.
 DASK_MIN_RUNS = 8
+#: Cores from which many runs go to Dask by default. On two, the runs' numerics computed
+#: together in this process (:func:`run_batch`) beat two worker processes that each
+#: import JAX, load the programs and share the cores with the other's XLA threads
+#: (docs/PERFORMANCE.md, "Seeds").
+DASK_MIN_CORES = 4
+#: Runs simulated in this process before their deferred numerics are computed together
+#: (:func:`run_batch`): each keeps its recorded rows until then, so memory bounds it.
+BATCH_RUNS = 16
 
 #: What :func:`run` and friends take as a scenario: a file, a validated Scenario or a dict.
 ScenarioLike = str | Path | Scenario | Mapping[str, Any]
@@ -162,6 +181,37 @@ def seed_list(seeds: int | Sequence[int]) -> list[int]:
     return [int(v) for v in values]
 
 
+def run_batch(
+    scenarios: Sequence[Scenario], on_run: Callable[[int], None] | None = None
+) -> list[Result]:
+    """:func:`run` of each validated scenario (no report written), in this process, the
+    numerics of runs that share programs computed together
+    (:func:`simdist.engine.run_batch`): each Result is the one :func:`run` gives.
+    ``on_run(k)`` is called as run ``k`` starts."""
+    from simdist.engine import run_batch as run_engine_batch
+    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+
+    scenarios = list(scenarios)
+    if len(scenarios) == 1 or any(s.jobs is not None for s in scenarios):
+        results = []
+        for k, scenario in enumerate(scenarios):
+            if on_run is not None:
+                on_run(k)
+            results.append(run(scenario))
+        return results
+    for scenario in scenarios:
+        preflight(scenario)
+    try:
+        results = run_engine_batch(scenarios, on_run=on_run)
+    except DataError:
+        # Which run's data is bad? One by one, each error names its scenario.
+        return [run(scenario) for scenario in scenarios]
+    for result in results:
+        result.events = conform(result.events, EVENT_DTYPES)
+        result.metrics = conform(result.metrics, METRIC_DTYPES)
+    return results
+
+
 def _run_task(scenario: Scenario, devices: int) -> Result:
     """One run as a Dask task (a module-level function, so worker processes can import it)."""
     if devices > 1 and scenario.numerics:
@@ -182,10 +232,12 @@ def run_many(
 ) -> list[Result]:
     """Run validated scenarios and return their Results, in order.
 
-    Independent runs, so with ``parallel`` (default: from :data:`DASK_MIN_RUNS` runs on,
-    or when a ``scheduler`` is given) they are Dask tasks on
-    :func:`simdist.sweep.dask_client` (a local cluster of ``processes`` workers, default
-    the cores, or the scheduler at ``scheduler``); else one after another in this process.
+    Independent runs, so with ``parallel`` (default: when a ``scheduler`` or ``processes``
+    > 1 is given, or from :data:`DASK_MIN_RUNS` runs on a machine of
+    :data:`DASK_MIN_CORES` cores) they are Dask tasks on :func:`simdist.sweep.dask_client`
+    (a local cluster of ``processes`` workers, default the cores, or the scheduler at
+    ``scheduler``); else they run in this process, :data:`BATCH_RUNS` at a time, their
+    numerics computed together where they share programs (:func:`run_batch`).
     Either way the same scenario gives the same Result (docs/ARCHITECTURE.md, "Rules the
     design keeps"). The first run that fails raises its error. ``on_run(name)`` is called
     as each run starts (in order when run here; as each is submitted on Dask) with a
@@ -197,15 +249,17 @@ def run_many(
     scenarios = list(scenarios)
     cores = processes or os.cpu_count() or 1
     if parallel is None:
-        parallel = scheduler is not None or (len(scenarios) >= DASK_MIN_RUNS and cores > 1)
+        many = len(scenarios) >= DASK_MIN_RUNS and cores >= DASK_MIN_CORES
+        parallel = scheduler is not None or (processes is not None and processes > 1) or many
     notify = on_run or (lambda name: None)
     named = list(labels) if labels is not None else [f"{s.name}, seed {s.seed}" for s in scenarios]
     named = [f"{label} (run {k} of {len(named)})" for k, label in enumerate(named, start=1)]
     if not parallel or (len(scenarios) <= 1 and scheduler is None):
         results = []
-        for scenario, label in zip(scenarios, named, strict=True):
-            notify(label)
-            results.append(run(scenario))
+        for start in range(0, len(scenarios), BATCH_RUNS):
+            chunk = scenarios[start : start + BATCH_RUNS]
+            labels_ = named[start : start + BATCH_RUNS]
+            results.extend(run_batch(chunk, on_run=lambda k, labels_=labels_: notify(labels_[k])))
         return results
     from simdist.sweep.runner import dask_client
 

@@ -28,6 +28,7 @@ from simdist.variability import Variability
 if TYPE_CHECKING:
     import simpy
 
+    from simdist.batched_runs import DeferredRun
     from simdist.cluster import Cluster, Device
     from simdist.network import Network
     from simdist.numerics.executor import Workload
@@ -179,6 +180,11 @@ class Strategy(DeviceSpans, ABC):
             self.stop_at, workload = workload.cut, workload.workload
         self.workload = workload
         self.rerun_with: Replayed | None = None  # set when a divergence is found late
+        #: Set by the engine before the run when this run's numerics are to be computed
+        #: with other runs' (:func:`simdist.engine.run_batch`; see :meth:`defers`).
+        self.defer = False
+        #: What a deferring run leaves for its numerics (:class:`simdist.batched_runs.DeferredRun`).
+        self.deferred_run: DeferredRun | None = None
         self._pending_loss: tuple[int, int, Any] | None = None  # (metric row, step, loss)
         self.costs = costs
         self.on_step = on_step or (lambda step: None)
@@ -211,6 +217,11 @@ class Strategy(DeviceSpans, ABC):
     @abstractmethod
     def process(self) -> Generator[Any, Any, None]:
         """The SimPy process that runs the whole training."""
+
+    def defers(self) -> bool:
+        """Whether this run can leave its numerics for later (``self.defer``), to be
+        computed with other runs' (:mod:`simdist.batched_runs`). None can by default."""
+        return False
 
     @property
     @abstractmethod

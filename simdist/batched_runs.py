@@ -1,0 +1,42 @@
+"""Batched runs: the values of several runs computed together, each as it would be alone.
+
+A run's clock does not depend on its values (a synchronous step's length, an
+asynchronous worker's pull and push, are set by costs, links and seeded draws), so
+several runs — typically the seeds of one scenario in ``simdist compare --seeds`` or a
+trade-off study — can be *simulated* one after another with their numerics deferred,
+and then *computed* together (:func:`simdist.engine.run_batch`). A strategy that
+supports it (:meth:`simdist.strategies.base.Strategy.defers`) records during the
+simulation what it would compute and leaves a :class:`DeferredRun`; runs whose DeferredRuns
+have equal :attr:`~DeferredRun.key` (the same compiled programs) are computed in one
+:meth:`~DeferredRun.execute`, which fills in each run's values (metrics, final parameters)
+or, for a run whose loss turns out not to be finite, asks for a second pass
+(``Strategy.rerun_with``), exactly as that run alone would.
+
+Byte-identity is the rule: each run's report equals the report of that run alone
+(tests/test_batched_runs.py). A batched program therefore keeps the widths whose lanes
+are known to equal the one-run programs' bit for bit (the parameter server's 8-wide
+gradient waves: :data:`simdist.strategies.parameter_server.plan.BUCKET`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
+
+__all__ = ["DeferredRun"]
+
+
+class DeferredRun(ABC):
+    """What a run whose numerics were deferred leaves at the end of its simulation."""
+
+    @property
+    @abstractmethod
+    def key(self) -> Hashable:
+        """DeferredRuns of the same class with equal keys may be computed in one
+        :meth:`execute` (they share compiled programs)."""
+
+    @classmethod
+    @abstractmethod
+    def execute(cls, members: Sequence[DeferredRun]) -> None:
+        """Compute every member's numerics together, then let each finish its run: write
+        the values it waited for, or set its strategy's ``rerun_with`` (a divergence)."""
