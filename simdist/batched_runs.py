@@ -21,7 +21,7 @@ gradient waves: :data:`simdist.strategies.parameter_server.plan.BUCKET`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 __all__ = ["DeferredRun"]
 
@@ -40,3 +40,12 @@ class DeferredRun(ABC):
     def execute(cls, members: Sequence[DeferredRun]) -> None:
         """Compute every member's numerics together, then let each finish its run: write
         the values it waited for, or set its strategy's ``rerun_with`` (a divergence)."""
+
+    @classmethod
+    def dispatch(cls, members: Sequence[DeferredRun]) -> Callable[[], None]:
+        """:meth:`execute` in two halves: start the computation and return what waits for
+        it and finishes the runs. JAX dispatches asynchronously, so a class that can
+        start without waiting (the parameter server's replay) lets the device compute
+        while the next runs are simulated. By default everything happens here."""
+        cls.execute(members)
+        return lambda: None

@@ -131,6 +131,10 @@ def cached_workload(scenario: Scenario) -> Workload:
 
 
 _PS = ("parameter_server",)
+#: Deferred runs computed in one group (:func:`run_batch`): enough to fill the programs'
+#: lanes (two 4-worker runs fill a parameter-server wave; chains run 8 runs wide), few
+#: enough that a group computes while the next runs are simulated.
+GROUP_RUNS = 4
 
 
 def prepare_devices(scenario: Scenario) -> None:
@@ -199,20 +203,29 @@ def run_batch(
     batch = [_checked(scenario) for scenario in scenarios]
     with gc_paused():
         passes = []
+        groups: dict[tuple[type, Any], list[Any]] = {}
+        finishing: list[Callable[[], None]] = []
         for k, scenario in enumerate(batch):
             if on_run is not None:
                 on_run(k)
             workload, costs = _prepared(scenario)
             numeric = workload if scenario.numerics else None
             defer = len(batch) > 1 and numeric is not None
-            passes.append(simulate_pass(scenario, costs, numeric, defer=defer))
-        groups: dict[tuple[type, Any], list[Any]] = {}
-        for sim in passes:
+            sim = simulate_pass(scenario, costs, numeric, defer=defer)
+            passes.append(sim)
             deferred = sim.strategy.deferred_run
-            if deferred is not None:
-                groups.setdefault((type(deferred), deferred.key), []).append(deferred)
+            if deferred is None:
+                continue
+            group = groups.setdefault((type(deferred), deferred.key), [])
+            group.append(deferred)
+            if len(group) == GROUP_RUNS:  # computed while the next runs are simulated
+                finishing.append(type(deferred).dispatch(group))
+                group.clear()
         for (kind, _), members in groups.items():
-            kind.execute(members)
+            if members:
+                finishing.append(kind.dispatch(members))
+        for done in finishing:
+            done()
         results = []
         for sim in passes:
             if sim.strategy.rerun_with is not None:

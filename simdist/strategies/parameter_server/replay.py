@@ -39,7 +39,7 @@ call per update (tests/test_ps_dataflow.py; 20 report folders byte-identical).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -69,6 +69,24 @@ class Outcome(NamedTuple):
     evaluations: list[dict[str, float]]
     final: Any
     cut: int | None
+
+
+def outcome_of(
+    flow: Dataflow,
+    losses: dict[int, float],
+    evaluations: list[dict[str, float]],
+    final: Callable[[], Any],
+) -> Outcome:
+    """The :class:`Outcome` of a replay that computed ``losses`` (by ticket) and
+    ``evaluations``: cut at the first applied shard whose loss is not finite, else with
+    the final parameters (``final()``)."""
+    applied = 0
+    for op in flow.ops:
+        if isinstance(op, Apply):
+            if not np.isfinite(losses[op.ticket]):
+                return Outcome(losses, evaluations, None, applied)
+            applied += 1
+    return Outcome(losses, evaluations, final(), None)
 
 
 class Replay:
@@ -130,31 +148,30 @@ class Replay:
             values = np.asarray(loss)
             for lane, t in enumerate(tickets):
                 losses[t] = float(values[lane])
-        applied = 0
-        for op in flow.ops:
-            if isinstance(op, Apply):
-                if not np.isfinite(losses[op.ticket]):
-                    return Outcome(losses, evaluations, None, applied)
-                applied += 1
-        final = programs.gather(banks["values"], banks["models"], self.plan.final)
-        return Outcome(losses, evaluations, final, None)
+        final = self.plan.final
+        return outcome_of(
+            flow,
+            losses,
+            evaluations,
+            lambda: programs.gather(banks["values"], banks["models"], final),
+        )
 
     def _dispatch(self, flow: Dataflow) -> _Programs:
         """Execute the steps planned since the last call on the banks (first enlarged if
         the plan uses more slots than they have)."""
         plan = self.plan
         steps = plan.take()
-        programs = self._programs()
+        programs = self.programs()
         capacities = [slots.capacity for slots in plan.states]
         self._gradient_slots = max(self._gradient_slots, plan.gradients.capacity)
         if self._banks is None:
-            self._banks = programs.banks(self.servers, capacities, self._gradient_slots)
+            self._banks = programs.banks([(self.servers, None)], capacities, self._gradient_slots)
         else:
             programs.grow(self._banks, capacities, self._gradient_slots)
         banks, scratch = self._banks, plan.scratch
         for step in steps:
             if isinstance(step, Wave):
-                xs, ys = self._batches(step, flow)
+                xs, ys = self.batches(step.tickets, flow)
                 loss, banks["grads"], banks["moments"] = programs.wave(
                     banks["values"],
                     banks["grads"],
@@ -185,7 +202,7 @@ class Replay:
             w = flow.tickets[ticket].batch % self.workers
             banks["grads"] = self.compressors.compress_slot(w, ticket, banks["grads"], int(slot))
 
-    def _programs(self) -> _Programs:
+    def programs(self) -> _Programs:
         """The jitted programs for this structure of shards, kept on the workload: a run
         with the same model, batch and shards reuses them (and their traces)."""
         s = self.servers
@@ -202,15 +219,18 @@ class Replay:
             cache[key] = _Programs(s, self.workload, self.global_batch, self.replicas)
         return cache[key]
 
-    def _batches(self, wave: Wave, flow: Dataflow) -> tuple[np.ndarray, np.ndarray]:
-        """The lanes' batches in one gather: BatchStream.batch's rows, all at once."""
+    def batches(
+        self, tickets: Sequence[int], flow: Dataflow, lanes: int = BUCKET
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The batches of ``tickets``, padded to ``lanes`` with the last, in one gather:
+        BatchStream.batch's rows, all at once."""
         stream = self.workload.batches
-        padded = wave.tickets + [wave.tickets[-1]] * (BUCKET - len(wave.tickets))
+        padded = list(tickets) + [tickets[-1]] * (lanes - len(tickets))
         size = self.global_batch
         rows = np.concatenate([stream.indices(flow.tickets[t].batch, size) for t in padded])
         data = stream.dataset
-        xs = data.x_train[rows].reshape(BUCKET, size, *data.x_train.shape[1:])
-        ys = data.y_train[rows].reshape(BUCKET, size, *data.y_train.shape[1:])
+        xs = data.x_train[rows].reshape(lanes, size, *data.x_train.shape[1:])
+        ys = data.y_train[rows].reshape(lanes, size, *data.y_train.shape[1:])
         return xs, ys
 
 
@@ -271,29 +291,49 @@ class _Programs:
         self._value_keys = {(ps, key) for ps in range(s.n_ps) for key, *_ in s.ps_slices[ps]}
         self._gather = jax.jit(gather)
         self._chains: dict[int, Any] = {}
+        #: Programs other modules build for this structure, by name (:mod:`.seed_replay`).
+        self.extra: dict[Any, Any] = {}
 
     def gather(self, values, models, slots) -> Any:
         return self._gather(values, models, np.asarray(slots, np.int32))
 
     def banks(
-        self, servers: ParameterServers, state_slots: Sequence[int], gradient_slots: int
+        self,
+        runs: Sequence[tuple[ParameterServers, Sequence[int] | None]],
+        state_slots: Sequence[int],
+        gradient_slots: int,
     ) -> dict[str, Any]:
-        """Every bank: ``state_slots[ps]`` states of each PS (slot 0 holds its initial
-        state, as ``servers`` holds it) and ``gradient_slots`` gradients."""
-        s, wl = servers, self.workload
+        """Every bank: ``state_slots[ps]`` states of each PS and ``gradient_slots``
+        gradients. ``runs``: the initial state of each run (as its ``servers`` hold it)
+        and the slot of each PS's bank it goes in (None: slot 0). Several runs share the
+        banks when their replays run together (:mod:`.seed_replay`)."""
+        wl = self.workload
 
-        def bank(first: Any, slots: int) -> Any:
-            first = np.asarray(first)
+        def bank(ps: int, firsts: Sequence[Any], slots: int) -> Any:
+            """A bank of ``slots`` with each run's ``firsts`` (one leaf per run) in its slot."""
+            first = np.asarray(firsts[0])
             out = np.zeros((slots, *first.shape), first.dtype)
-            out[0] = first
+            for (_, bases), leaf in zip(runs, firsts, strict=True):
+                out[0 if bases is None else bases[ps]] = np.asarray(leaf)
             return jnp.asarray(out)
 
+        s = runs[0][0]
+        every = [servers for servers, _ in runs]
         values, opts, models = [], [], []
         for ps in range(s.n_ps):
             size = state_slots[ps]
-            values.append({k: bank(v, size) for k, v in s.values[ps].items()})
-            opts.append(jax.tree.map(lambda a, size=size: bank(a, size), s.opt_states[ps]))
-            models.append({k: bank(v, size) for k, v in s.states[ps].items()})
+            values.append(
+                {k: bank(ps, [r.values[ps][k] for r in every], size) for k in s.values[ps]}
+            )
+            opts.append(
+                jax.tree.map(
+                    lambda *leaves, ps=ps, size=size: bank(ps, leaves, size),
+                    *[r.opt_states[ps] for r in every],
+                )
+            )
+            models.append(
+                {k: bank(ps, [r.states[ps][k] for r in every], size) for k in s.states[ps]}
+            )
         size = gradient_slots
         leaves = jax.tree_util.tree_leaves(wl.params)
         state_leaves = jax.tree_util.tree_leaves(wl.model_state)
