@@ -1,0 +1,179 @@
+"""Seeds for the price of one (issue 32): a 10-seed compare and the default trade-off study
+against one warm run, whole processes, and where the 10-seed compare's time goes.
+
+    python benchmarks/bench_seeds.py                      # prints JSON
+    python benchmarks/bench_seeds.py --before /work/wt/baseline --repeat 3
+
+*Whole process*, warm (an untimed run of each command first fills the per-user caches),
+best of ``repeat``, the commands alternated so that background load touches all alike:
+
+* ``simdist run scenarios/ps_4w2s.yaml -q --out DIR`` — the unit;
+* ``simdist compare scenarios/ps_4w2s.yaml --seeds 10 -q --out DIR`` — target ≤ 2 units;
+* ``simdist tradeoff -q --out DIR`` (72 runs: 6 cells × 4 strategies × 3 seeds) — ≤ 4 units.
+
+With ``--before TREE`` the same commands of another checkout (the code before this work)
+run in the same alternation, from ``TREE`` (``PYTHONPATH=TREE``), so the two versions'
+ratios come from one session.
+
+*Breakdown* (one warm 10-seed compare inside an interpreter, ``--processes 1`` so that
+every run is in it, timers around the phases):
+imports, the runs' SimPy passes, their numerics (the parameter server's dataflow replay:
+planning, dispatching and waiting for XLA; deferred or not), the rest of the runs (tables,
+summaries, workloads, costs) and the comparison report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = "scenarios/ps_4w2s.yaml"
+COMMANDS = {
+    "single": ["run", SCENARIO, "-q"],
+    "compare10": ["compare", SCENARIO, "--seeds", "10", "-q"],
+    "tradeoff": ["tradeoff", SCENARIO, "-q"],
+}
+TARGETS = {"compare10": 2.0, "tradeoff": 4.0}
+
+_BREAKDOWN = r"""
+import json, sys, time
+from collections import Counter
+spent = Counter()
+t0 = time.perf_counter()
+import simdist.cli, simdist.engine, simdist.runs, simdist.numerics.executor
+import simdist.report.compare, simdist.report.plots
+from simdist.strategies.parameter_server import replay, strategy
+spent["imports"] = time.perf_counter() - t0
+
+def timed(owner, name, part):
+    inner = getattr(owner, name, None)
+    if inner is None:
+        return
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[part] += time.perf_counter() - start
+    setattr(owner, name, wrapper)
+
+# numerics: the replay (planned and dispatched during the simulation, or deferred), the
+# wait for its values; runs: everything engine.run(s) does; the report: the rest.
+timed(replay.Replay, "advance", "numerics")
+timed(replay.Replay, "run", "numerics")
+try:
+    from simdist.strategies.parameter_server import seed_replay
+    timed(seed_replay.DeferredReplay, "dispatch", "numerics")
+    timed(seed_replay.SharedBanks, "_outcomes", "numerics")
+except ImportError:
+    pass
+timed(simdist.runs, "run", "runs")
+timed(simdist.runs, "run_batch", "runs")
+from simdist.cli import app
+t1 = time.perf_counter()
+try:
+    app(sys.argv[1:], standalone_mode=False)
+finally:
+    total = time.perf_counter() - t1
+    runs = spent.pop("runs", 0.0)
+    print(json.dumps({"imports": spent["imports"], "numerics": spent["numerics"],
+                      "runs_other": runs - spent["numerics"], "report": total - runs}))
+"""
+
+
+def _command(args: list[str], out: Path) -> list[str]:
+    return [sys.executable, "-m", "simdist.cli", *args, "--out", str(out)]
+
+
+def _time(tree: Path, args: list[str], scratch: Path) -> float:
+    out = scratch / "out"
+    shutil.rmtree(out, ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    start = time.perf_counter()
+    subprocess.run(_command(args, out), cwd=tree, env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def whole(trees: dict[str, Path], repeat: int, names: list[str]) -> dict[str, dict[str, float]]:
+    """Best of ``repeat`` for every (tree, command), all alternated, after a warm-up each."""
+    best: dict[str, dict[str, float]] = {side: {} for side in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for tree in trees.values():
+            for name in names:
+                _time(tree, COMMANDS[name], scratch)  # warm: caches filled
+        for _ in range(repeat):
+            for name in names:
+                for side, tree in trees.items():
+                    wall = _time(tree, COMMANDS[name], scratch)
+                    best[side][name] = min(best[side].get(name, float("inf")), wall)
+    return best
+
+
+def breakdown(tree: Path, repeat: int) -> dict[str, float]:
+    """Phases of a warm 10-seed compare in ``tree``: the best total's split."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    best: dict[str, float] | None = None
+    with tempfile.TemporaryDirectory() as tmp:
+        # In this process in both versions (before, 10 runs went to Dask by default).
+        args = [*COMMANDS["compare10"], "--processes", "1", "--out", str(Path(tmp) / "out")]
+        for _ in range(repeat + 1):
+            done = subprocess.run(
+                [sys.executable, "-c", _BREAKDOWN, *args],
+                cwd=tree,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            parts = json.loads(done.stdout.strip().splitlines()[-1])
+            if best is None or sum(parts.values()) < sum(best.values()):
+                best = parts
+    assert best is not None
+    return best
+
+
+def run(
+    repeat: int = 3, before: Path | None = None, names: list[str] | None = None
+) -> dict[str, Any]:
+    """Whole-process times and ratios (this tree, and ``before`` if given), breakdowns."""
+    names = names or list(COMMANDS)
+    trees = {"after": ROOT, **({"before": before} if before is not None else {})}
+    times = whole(trees, repeat, names)
+    ratios = {
+        side: {name: t[name] / t["single"] for name in names if name != "single"}
+        for side, t in times.items()
+    }
+    return {
+        "repeat": repeat,
+        "load": os.getloadavg()[0],
+        "times_s": times,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "breakdown": {side: breakdown(tree, repeat) for side, tree in trees.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", type=Path, help="another checkout, timed alike")
+    parser.add_argument("--only", nargs="*", choices=list(COMMANDS), help="these commands")
+    args = parser.parse_args()
+    names = args.only or list(COMMANDS)
+    if "single" not in names:
+        names = ["single", *names]
+    print(json.dumps(run(args.repeat, args.before, names), indent=1))
+
+
+if __name__ == "__main__":
+    main()
