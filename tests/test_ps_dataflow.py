@@ -224,13 +224,13 @@ def test_a_chain_of_updates_equals_one_call_per_update(optimizer, schedule, fuse
     servers = ParameterServers(shards, 2, wl)
     assert any(rows is not None for _, _, rows in servers.ps_slices[1])  # a row shard
     replay = replay_module.Replay(servers, wl, 8)
-    programs = replay._programs()
+    programs = replay.programs()
     rng = np.random.default_rng(1)
     leaves = jax.tree_util.tree_leaves(wl.params)
     grads = [[rng.normal(size=a.shape).astype(a.dtype) for a in leaves] for _ in range(CHAIN)]
     scales = [1.0, 0.5, 1 / 3, 1.0, 0.25, 1 / 7, 1.0]  # 7 updates: one padded step
     flow_ops = [replay_module.Apply(1, t, scale, t, t + 1) for t, scale in enumerate(scales)]
-    banks = programs.banks(servers, [16, 16], 16)  # slots per PS, gradient slots
+    banks = programs.banks([(servers, None)], [16, 16], 16)  # slots per PS, gradient slots
     banks["grads"] = [
         b.at[jnp.arange(CHAIN)].set(np.stack([g[i] for g in grads]))
         for i, b in enumerate(banks["grads"])

@@ -195,7 +195,7 @@ class Plan:
                     break  # a partial wave waits for more gradients
                 self._wave(chunk, tickets)
                 done.update(chunk)
-            self.waiting = [t for t in self.waiting if t not in done]
+            self.waiting = _without(self.waiting, done)
 
     def _wave(self, chunk: list[int], tickets: Sequence[Any]) -> None:
         padded = chunk + [chunk[-1]] * (BUCKET - len(chunk))
@@ -275,3 +275,16 @@ def _ready(
         out.append(blocked)
         out.sort()
     return out
+
+
+def _without(waiting: list[int], done: set[int]) -> list[int]:
+    """``waiting`` less the tickets in ``done``. A wave takes a prefix of the waiting list
+    (and at most the blocked ticket beyond it), so the list is sliced, not filtered, in the
+    usual case: a dataflow planned in one go waits on every ticket of the run."""
+    k = 0
+    while k < len(waiting) and waiting[k] in done:
+        k += 1
+    rest = waiting[k:]
+    if len(done) > k:
+        rest = [t for t in rest if t not in done]
+    return rest
