@@ -177,3 +177,67 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+_PARTS = {
+    "imports": "imports (simdist, JAX, pandas, matplotlib)",
+    "numerics": "numerics: the dataflow replays (plan, dispatch, wait for XLA)",
+    "runs_other": "the runs' SimPy passes and the rest of each run",
+    "report": "the comparison report (tables, plot)",
+}
+
+
+def targets(seeds: dict[str, Any]) -> list[list[str]]:
+    """docs/PERFORMANCE.md's target rows: each ratio against its target, before and after."""
+    rows = []
+    labels = {
+        "compare10": "6. `compare ps_4w2s --seeds 10` / one warm `run` (whole processes)",
+        "tradeoff": "6. default `tradeoff` (72 runs) / one warm `run` (whole processes)",
+    }
+    for name, target in seeds["targets"].items():
+        after = seeds["ratios"]["after"].get(name)
+        if after is None:
+            continue
+        before = seeds["ratios"].get("before", {}).get(name)
+        was = f" (before: {before:.2f})" if before is not None else ""
+        ok = "met" if after <= target else "**missed**"
+        rows.append([labels[name], f"≤ {target:g} (issue 32)", f"{after:.2f}{was}", ok])
+    return rows
+
+
+def render(seeds: dict[str, Any]) -> str:
+    """docs/PERFORMANCE.md's section on seeds for the price of one."""
+    sides = list(seeds["times_s"])
+    lines = [
+        "## 6. Seeds for the price of one\n",
+        "`benchmarks/bench_seeds.py`: whole `simdist` processes, warm, each the best of "
+        f"{seeds['repeat']}, all commands alternated (load average {seeds['load']:.1f} at the "
+        "end). *before* is the code of commit 45e4d89 (the start of this work; 10 runs went "
+        "to two Dask worker processes by default), run from its own checkout in the same "
+        "alternation.\n",
+        "| command | "
+        + " | ".join(f"{side} (s)" for side in sides)
+        + " | "
+        + " | ".join(f"{side} / run" for side in sides)
+        + " |",
+        "| --- |" + " --- |" * (2 * len(sides)),
+    ]
+    for name in seeds["times_s"][sides[0]]:
+        times = " | ".join(f"{seeds['times_s'][side][name]:.2f}" for side in sides)
+        ratios = " | ".join(
+            "1" if name == "single" else f"{seeds['ratios'][side][name]:.2f}" for side in sides
+        )
+        lines.append(f"| `{' '.join(COMMANDS[name])}` | {times} | {ratios} |")
+    lines += [
+        "",
+        "Where the time of a warm 10-seed compare goes (one process, `--processes 1` for both "
+        "versions; timers around the phases, the best total of the repeats):\n",
+        "| part | " + " | ".join(f"{side} (s)" for side in sides) + " |",
+        "| --- |" + " --- |" * len(sides),
+    ]
+    for part, label in _PARTS.items():
+        cells = " | ".join(f"{seeds['breakdown'][side][part]:.2f}" for side in sides)
+        lines.append(f"| {label} | {cells} |")
+    totals = " | ".join(f"{sum(seeds['breakdown'][side].values()):.2f}" for side in sides)
+    lines.append(f"| total | {totals} |")
+    return "\n".join(lines) + "\n"

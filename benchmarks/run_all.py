@@ -27,6 +27,7 @@ import bench_budgets
 import bench_floor
 import bench_machine
 import bench_overhead
+import bench_seeds
 import bench_sharing
 import bench_time_to_report
 import bench_timing_only
@@ -292,6 +293,7 @@ def render(
     sharing: list[dict[str, Any]] | None = None,
     scale: list[dict[str, Any]] | None = None,
     budgets: dict[str, Any] | None = None,
+    seeds: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/PERFORMANCE.md."""
     meta_loop_s = meta.get("python_loop_s", math.nan)
@@ -400,6 +402,7 @@ def render(
                 ],
                 *_report_targets(report),
                 *_sharing_targets(sharing),
+                *(bench_seeds.targets(seeds) if seeds else []),
             ],
         )
         + "\n"
@@ -804,6 +807,8 @@ def render(
         _render_sharing(add, sharing)
     if budgets:
         add(bench_budgets.render(budgets))
+    if seeds:
+        add(bench_seeds.render(seeds))
 
     add("## What was optimised\n")
     add(
@@ -1304,6 +1309,17 @@ def main() -> None:
         help="only rewrite the page from the raw results of an earlier run",
     )
     parser.add_argument(
+        "--seeds-before",
+        type=Path,
+        metavar="TREE",
+        help="a checkout of the code before issue 32, timed beside this one (benchmark 6)",
+    )
+    parser.add_argument(
+        "--only-seeds",
+        action="store_true",
+        help="with --render: rerun only the seeds benchmark (6), keep the other results",
+    )
+    parser.add_argument(
         "--only-report",
         action="store_true",
         help="with --render: rerun only the time-to-report benchmark, keep the other results",
@@ -1315,6 +1331,10 @@ def main() -> None:
         if args.only_report:
             print("time to report …", flush=True)
             data["report"] = bench_time_to_report.run(5)
+            raw.write_text(json.dumps(data, indent=1))
+        if args.only_seeds:
+            print("seeds for the price of one …", flush=True)
+            data["seeds"] = bench_seeds.run(args.repeat, args.seeds_before)
             raw.write_text(json.dumps(data, indent=1))
         args.out.write_text(render(**data))
         print(f"wrote {args.out}")
@@ -1331,20 +1351,22 @@ def main() -> None:
         "repeat": args.repeat,
         "quick": args.quick,
     }
-    print("1/6 full run vs bare loop …", flush=True)
+    print("1/7 full run vs bare loop …", flush=True)
     overhead = bench_overhead.run(args.repeat, args.quick)
     parts = bench_overhead.breakdown(gradients=256 if args.quick else 1024, repeat=args.repeat)
-    print("2/6 timing-only events per second …", flush=True)
+    print("2/7 timing-only events per second …", flush=True)
     events = bench_timing_only.run(args.repeat, args.quick)
     scale = bench_timing_only.scale(2, args.quick)
-    print("3/6 cost per applied update …", flush=True)
+    print("3/7 cost per applied update …", flush=True)
     updates = bench_update_cost.run(args.repeat, args.quick)
-    print("4/6 time to report (whole processes) …", flush=True)
+    print("4/7 time to report (whole processes) …", flush=True)
     report = bench_time_to_report.run(2 if args.quick else 5, phases=not args.quick)
-    print("5/6 network models: fair sharing, full duplex …", flush=True)
+    print("5/7 network models: fair sharing, full duplex …", flush=True)
     sharing = bench_sharing.run(args.repeat, args.quick)
-    print("6/6 wall-clock budgets (ResNet-50 timing-only, the notebooks) …", flush=True)
+    print("6/7 wall-clock budgets (ResNet-50 timing-only, the notebooks) …", flush=True)
     budgets = bench_budgets.run(args.repeat, args.quick)
+    print("7/7 seeds for the price of one (whole processes) …", flush=True)
+    seeds = bench_seeds.run(args.repeat, args.seeds_before)
     meta["minutes"] = (time.perf_counter() - start) / 60
     data = {
         "overhead": overhead,
@@ -1356,6 +1378,7 @@ def main() -> None:
         "sharing": sharing,
         "scale": scale,
         "budgets": budgets,
+        "seeds": seeds,
     }
     raw.write_text(json.dumps(data, indent=1))
     args.out.parent.mkdir(parents=True, exist_ok=True)
