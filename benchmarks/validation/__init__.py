@@ -1,8 +1,9 @@
 """The validation table: simdist's predictions against published measurements.
 
 Each module of this package holds the cases of one family (single-GPU throughput,
-all-reduce scaling, parameter servers, collectives) as a list ``CASES`` of :class:`Case`,
-a ``TITLE`` and a ``TEXT`` (markdown: what the family shows and why rows miss).
+all-reduce scaling, parameter servers, collectives, layouts of large transformers, ZeRO) as
+a list ``CASES`` of :class:`Case`, a ``TITLE`` and a ``TEXT`` (markdown: what the family
+shows and why rows miss).
 ``benchmarks/validate.py`` runs them and writes docs/VALIDATION.md; a quick subset runs in CI
 (tests/test_validation_table.py).
 
@@ -27,6 +28,7 @@ FAMILIES: tuple[str, ...] = (
     "allreduce",
     "parameter_server",
     "layouts",
+    "zero",
 )
 
 #: The error band a prediction is expected to fall in; rows outside it are listed with why.

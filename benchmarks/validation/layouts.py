@@ -30,11 +30,19 @@ IB = ("200GB/s", "5us")
 STEPS = 2
 
 
-def gpt_flops(batch: int, layers: int, hidden: int, recompute: bool = True) -> float:
+def gpt_flops(
+    batch: int,
+    layers: int,
+    hidden: int,
+    recompute: bool = True,
+    seq: int = SEQ_LEN,
+    vocab: int = VOCAB,
+) -> float:
     """FLOPs of one iteration of a GPT over ``batch`` sequences, Narayanan et al. 2021 Sec. 5.1:
     96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) with activation recomputation (one more forward of
-    every block), 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without."""
-    b, s, n, h, v = batch, SEQ_LEN, layers, hidden, VOCAB
+    every block), 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) without (``seq`` s and ``vocab`` V
+    the paper's unless given)."""
+    b, s, n, h, v = batch, seq, layers, hidden, vocab
     if recompute:
         return 96 * b * s * n * h * h * (1 + s / (6 * h) + v / (16 * n * h))
     return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
@@ -149,6 +157,5 @@ the peak on a real A100 — the paper's rows rise from 44 % to 52 % of peak with
 The recomputed forward Megatron runs is added from the paper's formulas
 (simdist's data- and tensor-parallel strategies do not schedule it). ZeRO's published
 throughput (Rajbhandari et al. 2020: 15 PFLOP/s, 38 TFLOP/s per V100, for a 100B model on
-400 GPUs) combines ZeRO stage 2 with 16-way Megatron model parallelism, a hybrid layout
-left for ``kind: hybrid``.
+400 GPUs), ZeRO stage 2 with 16-way Megatron model parallelism, is the next family.
 """
