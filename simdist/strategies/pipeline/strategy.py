@@ -38,7 +38,8 @@ summary.json's ``staleness_per_stage``; summary.json's ``memory_per_device`` is 
 ``memory.png``.
 
 Numerics: :mod:`simdist.numerics.stages` (gpipe and 1f1b ≡ one_device on the global batch;
-pipedream with weight stashing and per-stage weight versions).
+pipedream with weight stashing and per-stage weight versions); gpipe and 1f1b seeds computed
+together, bit for bit, by :mod:`.batched`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from simdist.errors import SimdistError
 from simdist.mesh import Mesh
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.layer_step import span_seconds
+from simdist.strategies.pipeline.batched import DeferredPipeline
 from simdist.strategies.pipeline.plan import (
     StageMemory,
     bounds,
@@ -260,6 +262,13 @@ class PipelineStrategy(Strategy):
                 f"layers but its cost profile {len(self.costs.layers)}"
             )
 
+    def defers(self) -> bool:
+        """gpipe and 1f1b runs leave their numerics to be computed with other runs'
+        (:mod:`.batched`)."""
+        from simdist.strategies.pipeline.batched import can_defer
+
+        return can_defer(self)
+
     @property
     def final_params(self) -> Any | None:
         if self.trainer is None:
@@ -379,6 +388,7 @@ class PipelineStrategy(Strategy):
         if self.schedule == "pipedream":
             yield from self._pipedream()
             return
+        deferred = self.deferred_run = DeferredPipeline(self) if self.defer else None
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: dict[tuple, Any] = {}
@@ -404,6 +414,9 @@ class PipelineStrategy(Strategy):
                 ]
                 yield self.env.all_of(reduces)
             loss = None
+            if deferred is not None:
+                deferred.end_step(start, step + 1)
+                continue
             if self.trainer is not None:
                 self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
             if not self.end_step(start, step + 1, loss, lambda: self.final_params):
