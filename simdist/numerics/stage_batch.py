@@ -21,6 +21,7 @@ micro-batch gradients (element-wise additions in the same order: exact) are shar
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from functools import reduce
 from typing import Any
@@ -28,23 +29,21 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from simdist.costs import remember
 from simdist.numerics.models import STATE
 from simdist.numerics.stages import StagedModel
 
 __all__ = ["StageBatch", "losses_of", "stage_batch"]
 
-#: Programs per runs' key: a second batch of the same scenario compiles nothing (a
-#: program is compiled once per number of runs side by side).
-_BATCHES: dict[Hashable, StageBatch] = {}
+#: Programs per runs' key, the most recently used few: a second batch of the same
+#: scenario compiles nothing (a program is compiled once per number of runs side by side).
+_BATCHES: OrderedDict[str, StageBatch] = OrderedDict()
 
 
 def stage_batch(key: Hashable, staged: StagedModel) -> StageBatch:
     """The :class:`StageBatch` of runs whose stage programs are ``staged``'s (all runs of
     equal ``key`` have equal stage programs); built once per key."""
-    found = _BATCHES.get(key)
-    if found is None:
-        found = _BATCHES[key] = StageBatch(staged)
-    return found
+    return remember(_BATCHES, repr(key), lambda: StageBatch(staged))
 
 
 def _side_by_side(fn: Callable) -> Callable:
