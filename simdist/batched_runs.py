@@ -22,12 +22,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Sequence
+from typing import ClassVar
 
 __all__ = ["DeferredRun"]
 
 
 class DeferredRun(ABC):
     """What a run whose numerics were deferred leaves at the end of its simulation."""
+
+    #: Runs computed in one group: enough to fill the class's programs, few enough that
+    #: (where :meth:`dispatch` does not wait) a group computes while the next runs are
+    #: simulated.
+    group_runs: ClassVar[int] = 4
 
     @property
     @abstractmethod

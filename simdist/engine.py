@@ -131,10 +131,6 @@ def cached_workload(scenario: Scenario) -> Workload:
 
 
 _PS = ("parameter_server",)
-#: Deferred runs computed in one group (:func:`run_batch`): enough to fill the programs'
-#: lanes (two 4-worker runs fill a parameter-server wave; chains run 8 runs wide), few
-#: enough that a group computes while the next runs are simulated.
-GROUP_RUNS = 4
 
 
 def prepare_devices(scenario: Scenario) -> None:
@@ -218,7 +214,7 @@ def run_batch(
                 continue
             group = groups.setdefault((type(deferred), deferred.key), [])
             group.append(deferred)
-            if len(group) == GROUP_RUNS:  # computed while the next runs are simulated
+            if len(group) == deferred.group_runs:  # may compute while the next are simulated
                 finishing.append(type(deferred).dispatch(group))
                 group.clear()
         for (kind, _), members in groups.items():

@@ -53,6 +53,9 @@ def can_defer(strategy: PipelineStrategy) -> bool:
 class DeferredPipeline(DeferredRun):
     """One gpipe / 1f1b run's reserved metric rows, filled by :meth:`execute`."""
 
+    #: A group fills one program's copies (nothing computes while the next runs are simulated).
+    group_runs = WIDTH
+
     def __init__(self, strategy: PipelineStrategy) -> None:
         self.strategy = strategy
         self.loss_rows: list[int] = []  # step k's train_loss row at index k - 1
