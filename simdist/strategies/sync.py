@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.faults import FailureSchedule
-from simdist.strategies.base import Strategy
+from simdist.strategies.base import DEFERRED, Strategy
 from simdist.strategies.bucketing import Bucket, gradient_buckets
 from simdist.strategies.compression import CompressedWire
 from simdist.strategies.layer_step import (
@@ -306,13 +306,27 @@ class SynchronousStrategy(Strategy):
                 step = saved.step
                 continue
             loss = None
-            if self.trainer is not None and self.state is not None:
+            if self.defer:  # computed with other runs' after the simulation (sync_batch)
+                loss = DEFERRED
+            elif self.trainer is not None and self.state is not None:
                 self.state, loss = self.trainer.dispatch(self.state, self.trainer.batch(step))
             if not self.end_step(start, done, loss, lambda: self.final_params):
                 return
             if checkpoint:
                 saved = Checkpoint(done, self.state, self.env.now, written=True)
             step = done
+        if self.defer:
+            from simdist.strategies.sync_batch import SyncSeedRun
+
+            self.deferred_run = SyncSeedRun(self)
+
+    def defers(self) -> bool:
+        """Whether this run's steps can be computed with other runs' (``simdist compare
+        --seeds``): plain data-parallel steps (:class:`SyncTrainer`, ``batched``, without
+        compression) of at least two replicas... see :func:`~.sync_batch.can_defer`."""
+        from simdist.strategies.sync_batch import can_defer
+
+        return can_defer(self)
 
 
 class AllReduceStrategy(SynchronousStrategy):
