@@ -119,3 +119,35 @@ def test_runs_that_cannot_defer_run_as_before(monkeypatch):
     ]
     scenarios = seeds_of("scenarios/mirrored_4dev.yaml", overrides, n=2)
     assert assert_batched_equals_alone(scenarios, monkeypatch) == []
+
+
+PS_SYNC = ["strategy.mode=sync", "workload.steps=10", "workload.eval_every=4"]
+
+
+@pytest.mark.parametrize("backups", [0, 1])
+def test_parameter_server_sync_seeds_batched_equal_alone(backups, monkeypatch):
+    from simdist.strategies.parameter_server.sync_seeds import PsSyncSeedRun
+
+    made = []
+    init = PsSyncSeedRun.__init__
+
+    def spy(self, strategy):
+        init(self, strategy)
+        made.append(self)
+
+    monkeypatch.setattr(PsSyncSeedRun, "__init__", spy)
+    overrides = [*PS_SYNC, f"strategy.backup_workers={backups}"]
+    scenarios = seeds_of("scenarios/ps_4w2s.yaml", overrides)
+    assert_batched_equals_alone(scenarios, monkeypatch)
+    assert len(made) == 3
+    updates = run(scenarios[1]).tables["updates"]
+    assert len(updates) == 10 * (4 - backups)
+
+
+def test_parameter_server_sync_diverging_seeds_batched_equal_alone(monkeypatch):
+    overrides = [*PS_SYNC, "workload.optimizer.learning_rate=1e12", "workload.steps=30"]
+    scenarios = seeds_of("scenarios/ps_4w2s.yaml", overrides, n=2)
+    assert_batched_equals_alone(scenarios, monkeypatch)
+    summary = run(scenarios[0]).summary
+    assert summary["diverged"]
+    assert summary["diverged_at_step"] < 30
