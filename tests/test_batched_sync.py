@@ -82,12 +82,19 @@ def test_multi_worker_mirrored_seeds_batched_equal_alone(monkeypatch):
     assert len(assert_batched_equals_alone(scenarios, monkeypatch)) == 3
 
 
+@pytest.mark.parametrize("path", ["scenarios/central_storage_4dev.yaml", "scenarios/tpu_2x2.yaml"])
+def test_other_synchronous_strategies_batched_equal_alone(path, monkeypatch):
+    scenarios = seeds_of(path, ["workload.steps=6", "workload.eval_every=3"], n=2)
+    assert len(assert_batched_equals_alone(scenarios, monkeypatch)) == 2
+
+
 def test_one_device_adam_schedule_batched_equal_alone(monkeypatch):
     overrides = [
         "workload.steps=9",
         "workload.eval_every=0",
         "workload.optimizer.name=adam",
         "workload.optimizer.learning_rate=0.01",
+        "workload.optimizer.schedule.kind=cosine",
     ]
     scenarios = seeds_of("scenarios/one_device_digits.yaml", overrides, n=2)
     assert len(assert_batched_equals_alone(scenarios, monkeypatch)) == 2

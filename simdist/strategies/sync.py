@@ -322,8 +322,7 @@ class SynchronousStrategy(Strategy):
 
     def defers(self) -> bool:
         """Whether this run's steps can be computed with other runs' (``simdist compare
-        --seeds``): plain data-parallel steps (:class:`SyncTrainer`, ``batched``, without
-        compression) of at least two replicas... see :func:`~.sync_batch.can_defer`."""
+        --seeds``): :func:`simdist.strategies.sync_batch.can_defer`."""
         from simdist.strategies.sync_batch import can_defer
 
         return can_defer(self)
