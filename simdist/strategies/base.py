@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
 from simdist.mesh import Mesh
+from simdist.strategies.reserved_rows import ReservedStep, reserve_step
 from simdist.strategies.spans import DeviceSpans
 from simdist.variability import Variability
 
@@ -137,19 +138,6 @@ class Replayed(NamedTuple):
     cut: int
 
 
-#: The loss a deferring run gives :meth:`Strategy.end_step`: its value comes later.
-DEFERRED = "deferred"
-
-
-class ReservedStep(NamedTuple):
-    """The metric rows a deferring run reserved at the end of step ``step``
-    (:meth:`Strategy.reserve_step`): its loss's, and each evaluation metric's by name."""
-
-    step: int
-    loss_row: int
-    eval_rows: tuple[tuple[str, int], ...]
-
-
 def _first_devices(counts: Sequence[int]) -> list[int]:
     """The global index of each host's first device, for hosts holding ``counts`` devices."""
     firsts, total = [], 0
@@ -198,7 +186,7 @@ class Strategy(DeviceSpans, ABC):
         self.defer = False
         #: What a deferring run leaves for its numerics (:class:`simdist.batched_runs.DeferredRun`).
         self.deferred_run: DeferredRun | None = None
-        #: A deferring run's metric rows left for its values, step by step (:meth:`reserve_step`).
+        #: A deferring run's metric rows left for its values, step by step (reserved_rows.py).
         self.reserved_steps: list[ReservedStep] = []
         self._pending_loss: tuple[int, int, Any] | None = None  # (metric row, step, loss)
         self.costs = costs
@@ -444,7 +432,7 @@ class Strategy(DeviceSpans, ABC):
         self.steps_done = done
         if loss is not None:
             if self.defer:  # its values come later, computed with other runs' (run_batch)
-                self.reserved_steps.append(self.reserve_step(now, done))
+                self.reserved_steps.append(reserve_step(self, now, done))
                 self.on_step(done)
                 return True
             if (
@@ -469,23 +457,6 @@ class Strategy(DeviceSpans, ABC):
                 self.evaluate(done, params(), delay_s=0.0)
         self.on_step(done)
         return True
-
-    def reserve_step(self, now: float, done: int) -> ReservedStep:
-        """The metric rows :meth:`end_step` would write for step ``done`` (its loss, the
-        evaluation when one is due), reserved in the same order with the same stamps; a
-        deferring run fills them in once its values are computed."""
-        loss_row = self.recorder.metric_later(now, done, "train_loss")
-        if self.eval_due(done):
-            stamp = now + self.eval_delay_s
-        elif done == self.total_steps and self.scenario.workload.eval_every == 0:
-            stamp = now
-        else:
-            return ReservedStep(done, loss_row, ())
-        from simdist.numerics.seed_batch import metric_names
-
-        names = metric_names(self.workload)
-        rows = tuple((name, self.recorder.metric_later(stamp, done, name)) for name in names)
-        return ReservedStep(done, loss_row, rows)
 
     def settle_loss(self) -> bool:
         """Wait for the loss :meth:`end_step` left pending and record it; False when it is

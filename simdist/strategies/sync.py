@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from simdist.faults import FailureSchedule
-from simdist.strategies.base import DEFERRED, Strategy
+from simdist.strategies.base import Strategy
 from simdist.strategies.bucketing import Bucket, gradient_buckets
 from simdist.strategies.compression import CompressedWire
 from simdist.strategies.layer_step import (
@@ -26,6 +26,7 @@ from simdist.strategies.layer_step import (
     hand_over_when_ready,
     span_seconds,
 )
+from simdist.strategies.reserved_rows import DEFERRED
 from simdist.strategies.sync_trainer import Checkpoint, SyncState, SyncTrainer, resolve_execution
 from simdist.strategies.tensor_fusion import TensorFusion
 

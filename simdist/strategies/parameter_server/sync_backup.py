@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from simdist.seeds import rng
-from simdist.strategies.base import DEFERRED
+from simdist.strategies.reserved_rows import DEFERRED
 
 if TYPE_CHECKING:
     from simdist.strategies.parameter_server.servers import ParameterServers
