@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from simdist.faults import InputPipeline, Stragglers
 from simdist.mesh import Mesh
+from simdist.strategies.reserved_rows import ReservedStep, reserve_step
 from simdist.strategies.spans import DeviceSpans
 from simdist.variability import Variability
 
@@ -185,6 +186,8 @@ class Strategy(DeviceSpans, ABC):
         self.defer = False
         #: What a deferring run leaves for its numerics (:class:`simdist.batched_runs.DeferredRun`).
         self.deferred_run: DeferredRun | None = None
+        #: A deferring run's metric rows left for its values, step by step (reserved_rows.py).
+        self.reserved_steps: list[ReservedStep] = []
         self._pending_loss: tuple[int, int, Any] | None = None  # (metric row, step, loss)
         self.costs = costs
         self.on_step = on_step or (lambda step: None)
@@ -428,6 +431,10 @@ class Strategy(DeviceSpans, ABC):
         self.recorder.metric(now, done, "examples_per_s", rate)
         self.steps_done = done
         if loss is not None:
+            if self.defer:  # its values come later, computed with other runs' (run_batch)
+                self.reserved_steps.append(reserve_step(self, now, done))
+                self.on_step(done)
+                return True
             if (
                 self.may_rerun
                 and self.stop_at is None

@@ -26,6 +26,7 @@ from simdist.strategies.layer_step import (
     hand_over_when_ready,
     span_seconds,
 )
+from simdist.strategies.reserved_rows import DEFERRED
 from simdist.strategies.sync_trainer import Checkpoint, SyncState, SyncTrainer, resolve_execution
 from simdist.strategies.tensor_fusion import TensorFusion
 
@@ -306,13 +307,26 @@ class SynchronousStrategy(Strategy):
                 step = saved.step
                 continue
             loss = None
-            if self.trainer is not None and self.state is not None:
+            if self.defer:  # computed with other runs' after the simulation (sync_batch)
+                loss = DEFERRED
+            elif self.trainer is not None and self.state is not None:
                 self.state, loss = self.trainer.dispatch(self.state, self.trainer.batch(step))
             if not self.end_step(start, done, loss, lambda: self.final_params):
                 return
             if checkpoint:
                 saved = Checkpoint(done, self.state, self.env.now, written=True)
             step = done
+        if self.defer:
+            from simdist.strategies.sync_batch import SyncSeedRun
+
+            self.deferred_run = SyncSeedRun(self)
+
+    def defers(self) -> bool:
+        """Whether this run's steps can be computed with other runs' (``simdist compare
+        --seeds``): :func:`simdist.strategies.sync_batch.can_defer`."""
+        from simdist.strategies.sync_batch import can_defer
+
+        return can_defer(self)
 
 
 class AllReduceStrategy(SynchronousStrategy):

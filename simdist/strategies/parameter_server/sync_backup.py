@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from simdist.seeds import rng
+from simdist.strategies.reserved_rows import DEFERRED
 
 if TYPE_CHECKING:
+    from simdist.strategies.parameter_server.servers import ParameterServers
+    from simdist.strategies.parameter_server.sync_seeds import PsSyncSeedRun
     from simdist.strategies.parameter_server.workers import ParameterServerWorkers
 
 
@@ -52,6 +55,12 @@ class SyncWithBackups:
         self.strategy = strategy
         self.env = strategy.env
         self.needed = strategy.n_workers - strategy.options.backup_workers
+        #: A deferring run's record of what to compute (:mod:`.sync_seeds`), else None.
+        self.seeds: PsSyncSeedRun | None = None
+        if strategy.defer:
+            from simdist.strategies.parameter_server.sync_seeds import PsSyncSeedRun
+
+            self.seeds = PsSyncSeedRun(strategy)
 
     def run(self) -> Generator[Any, Any, None]:
         """Every step: all workers pull, compute and push; apply the mean of the first N−b."""
@@ -78,6 +87,8 @@ class SyncWithBackups:
             s.progress.applied = step + 1
             if not s.end_step(start, s.progress.applied, loss, lambda: s.final_params):
                 return
+        if self.seeds is not None:
+            s.deferred_run = self.seeds
 
     def worker_step(
         self, w: int, step: int, arrivals: list[Arrival], enough: simpy.Event
@@ -110,45 +121,61 @@ class SyncWithBackups:
         s.progress.dropped += 1
         s.recorder.row("dropped", time_s=self.env.now, worker=w, step=step)
 
-    def apply(self, step: int, accepted: list[Arrival]) -> float | None:
-        """Every PS applies its shard of the mean accepted gradient; return the mean loss."""
+    def apply(self, step: int, accepted: list[Arrival]) -> Any:
+        """Every PS applies its shard of the mean accepted gradient; return the mean loss
+        (None timing-only; :data:`DEFERRED` when computed later with other runs')."""
         s = self.strategy
-        loss = None
-        mean = moments = None
-        if s.numeric:
-            import jax
-
-            tickets = [arrival.ticket for arrival in accepted]
-            results = [s.gradient(ticket) for ticket in tickets if ticket is not None]
+        loss = mean = moments = None
+        if self.seeds is not None:  # the same, later (sync_seeds); the versions move now
+            self.seeds.accepted.append([arrival.worker for arrival in accepted])
+            loss = DEFERRED
+        elif s.numeric:
+            results = [s.gradient(a.ticket) for a in accepted if a.ticket is not None]
             if s.compressors is not None:  # what each worker pushed, decompressed by the PS
                 results = [
                     (loss, s.compressors.compress(arrival.worker, grads), moments)
                     for arrival, (loss, grads, moments) in zip(accepted, results, strict=True)
                 ]
-            n = len(results)
-            loss = sum(r[0] for r in results) / n
-            mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))
-            # The moving statistics follow the accepted workers' mean batch moments, as
-            # mirrored's follow its replicas': with b = 0 and one worker, one_device's.
-            moments = jax.tree.map(lambda *m: sum(m) / n, *(r[2] for r in results))
-        for ps in range(s.n_ps):
-            if mean is None:
-                s.servers.apply(ps, None)
-            else:
-                shard = s.servers.split(mean, ps)
-                s.servers.apply(ps, shard, moments=s.servers.split_moments(moments, ps))
+            loss, mean, moments = mean_gradient(results)
+        apply_mean(s.servers, mean, moments)
         version = s.servers.versions[0]
         for arrival in accepted:
             s.progress.staleness.append(0)
-            s.recorder.row(
-                "updates",
-                time_s=self.env.now,
-                worker=arrival.worker,
-                ps=-1,
-                iteration=step,
-                version=version,
-                staleness=0,
-                ssp_staleness=0,
-                loss=math.nan if loss is None else loss,
-            )
+            row = {
+                "time_s": self.env.now,
+                "worker": arrival.worker,
+                "ps": -1,
+                "iteration": step,
+                "version": version,
+                "staleness": 0,
+                "ssp_staleness": 0,
+            }
+            if self.seeds is not None:  # written with its loss once computed
+                self.seeds.rows.append(row)
+            else:
+                s.recorder.row("updates", **row, loss=math.nan if loss is None else loss)
         return loss
+
+
+def mean_gradient(results: list[tuple[float, Any, Any]]) -> tuple[float, Any, Any]:
+    """The mean loss, gradient and batch moments of a step's accepted ``results``.
+
+    The moving statistics follow the accepted workers' mean batch moments, as mirrored's
+    follow its replicas': with b = 0 and one worker, one_device's."""
+    import jax
+
+    n = len(results)
+    loss = sum(r[0] for r in results) / n
+    mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))
+    moments = jax.tree.map(lambda *m: sum(m) / n, *(r[2] for r in results))
+    return loss, mean, moments
+
+
+def apply_mean(servers: ParameterServers, mean: Any, moments: Any) -> None:
+    """Every PS applies its shard of ``mean`` (None: only the versions move)."""
+    for ps in range(servers.n_ps):
+        if mean is None:
+            servers.apply(ps, None)
+        else:
+            shard = servers.split(mean, ps)
+            servers.apply(ps, shard, moments=servers.split_moments(moments, ps))

@@ -141,6 +141,12 @@ class ParameterServerWorkers(Strategy):
             else None
         )
 
+    def defers(self) -> bool:
+        """``mode: sync`` runs can compute with other runs' (:mod:`.sync_seeds`)."""
+        from simdist.strategies.parameter_server.sync_seeds import can_defer
+
+        return can_defer(self)
+
     @property
     def numeric(self) -> bool:
         """Whether gradients are computed for real (False in timing-only runs)."""

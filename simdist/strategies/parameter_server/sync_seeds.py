@@ -1,0 +1,132 @@
+"""``mode: sync`` runs computed together: their workers' gradients in shared waves.
+
+Which workers' gradients a synchronous parameter-server step applies, and in which order,
+is decided by the clock alone (the first N−b arrivals, ties drawn from the seed), and
+every worker of step k computes at version k. So under
+:func:`simdist.engine.run_batch` a ``mode: sync`` run simulates with timing-only
+parameter servers, noting each step's accepted workers, and leaves a
+:class:`PsSyncSeedRun`. The runs are then computed step by step together: every run's
+accepted gradients of step k go into the same 8-wide
+:class:`~simdist.numerics.deferred.DeferredGradients` program a run alone uses (a gradient's
+lane does not depend on its neighbours or its place: checked), then each run averages and
+applies them on its own parameter servers exactly as
+:meth:`.sync_backup.SyncWithBackups.apply` does (:func:`.sync_backup.mean_gradient`,
+:func:`.sync_backup.apply_mean`). tests/test_batched_sync.py checks the reports byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from simdist.batched_runs import DeferredRun
+from simdist.strategies.base import Replayed
+from simdist.strategies.parameter_server.servers import ParameterServers
+from simdist.strategies.parameter_server.sync_backup import apply_mean, mean_gradient
+
+if TYPE_CHECKING:
+    from simdist.strategies.parameter_server.workers import ParameterServerWorkers
+
+
+def can_defer(strategy: ParameterServerWorkers) -> bool:
+    """Whether a parameter-server run can leave its numerics to :class:`PsSyncSeedRun`:
+    ``mode: sync`` with numerics and no compression (``mode: sync`` has neither failures
+    nor checkpoints)."""
+    return (
+        strategy.options.mode == "sync"
+        and strategy.numeric
+        and strategy.deferred is not None
+        and strategy.compressors is None
+        and strategy.stop_at is None
+        and strategy.may_rerun
+    )
+
+
+class PsSyncSeedRun(DeferredRun):
+    """A ``mode: sync`` run simulated without its numerics: its parameter servers as they
+    start, each step's accepted workers in the order they are averaged, and the ``updates``
+    rows waiting for their loss.
+
+    Made as the run starts, it keeps the run's numeric servers and gives the simulation
+    timing-only ones (versions only); the numeric ones come back once computed."""
+
+    def __init__(self, strategy: ParameterServerWorkers) -> None:
+        self.strategy = strategy
+        self.servers = strategy.servers
+        strategy.servers = ParameterServers(strategy.shards, strategy.n_ps)
+        self.accepted: list[list[int]] = []
+        self.rows: list[dict[str, Any]] = []
+        # Worker w's iteration-th batch is global batch iteration·W + w (ParameterServerWorkers).
+        self.batches = strategy.workload.batches  # type: ignore[union-attr]
+        self.losses: list[float] = []
+        self.evaluations: dict[int, dict[str, float]] = {}
+
+    @property
+    def replicas(self) -> int:
+        """The replicas a worker's batch is computed as (its devices, for BatchNormalization)."""
+        workload = self.strategy.workload
+        return self.strategy.scenario.cluster.devices_per_host if workload.stateful else 1  # type: ignore[union-attr]
+
+    @property
+    def key(self) -> Hashable:
+        """Runs whose workers' gradients share one program."""
+        s = self.strategy
+        return (s.workload.stacked_fn(s.worker_batch, self.replicas), s.worker_batch)  # type: ignore[union-attr]
+
+    @classmethod
+    def execute(cls, members: Sequence[DeferredRun]) -> None:
+        """Every run's steps, the gradients of each step of all runs in shared waves."""
+        from simdist.numerics.deferred import DeferredGradients
+
+        runs = [m for m in members if isinstance(m, PsSyncSeedRun)]
+        first = runs[0].strategy
+        waves = DeferredGradients(
+            first.workload, first.worker_batch, replicas=runs[0].replicas, with_moments=True
+        )
+        going = list(runs)
+        k = 0
+        while going:
+            going = [run for run in going if k < len(run.accepted)]
+            tickets = [run.submit(waves, k) for run in going]
+            for run, mine in zip(going, tickets, strict=True):
+                run.apply(k, [waves.result(t) for t in mine])
+            going = [run for run in going if math.isfinite(run.losses[-1])] if going else []
+            k += 1
+        for run in runs:
+            run.finish()
+
+    def submit(self, waves: Any, k: int) -> list[int]:
+        """Queue the gradients of step ``k``'s accepted workers, at version k."""
+        s = self.strategy
+        params = self.servers.assemble(self.servers.values)  # type: ignore[arg-type]
+        n, size = s.n_workers, s.worker_batch
+        return [
+            waves.submit(params, *self.batches.batch(k * n + w, size)) for w in self.accepted[k]
+        ]
+
+    def apply(self, k: int, results: list[tuple]) -> None:
+        """Average and apply step ``k``'s gradients; evaluate when step ``k`` reserved it."""
+        loss, mean, moments = mean_gradient([(float(r[0]), r[1], r[2]) for r in results])
+        apply_mean(self.servers, mean, moments)
+        self.losses.append(loss)
+        if math.isfinite(loss) and self.strategy.reserved_steps[k].eval_rows:
+            workload = self.strategy.workload
+            self.evaluations[k] = workload.evaluate(self.servers.current())  # type: ignore[union-attr]
+
+    def finish(self) -> None:
+        """Write the values the run waited for, or ask for a second pass stopping at the
+        step whose loss was not finite (a run alone stops there)."""
+        s = self.strategy
+        if not math.isfinite(self.losses[-1]):
+            s.rerun_with = Replayed(s.workload, len(self.losses))  # type: ignore[arg-type]
+            return
+        recorder = s.recorder
+        rows = iter(self.rows)
+        for k, (reserved, loss) in enumerate(zip(s.reserved_steps, self.losses, strict=True)):
+            recorder.fill_metric(reserved.loss_row, loss)
+            for name, row in reserved.eval_rows:
+                recorder.fill_metric(row, self.evaluations[k][name])
+            for _ in self.accepted[k]:
+                recorder.row("updates", **next(rows), loss=loss)
+        s.servers = self.servers
