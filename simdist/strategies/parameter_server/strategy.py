@@ -81,10 +81,12 @@ class ParameterServerStrategy(ParameterServerWorkers):
     def defers(self) -> bool:
         """An asynchronous run with numerics can leave its dataflow to be replayed with
         other runs' (:mod:`.seed_replay`), unless its pushes are compressed (each
-        worker's compressor state follows its pushes in order) or it has failures."""
+        worker's compressor state follows its pushes in order) or it has failures; a
+        synchronous one as :mod:`.sync_seeds` says."""
+        if self.options.mode == "sync":
+            return super().defers()
         return (
             self.dataflow is not None
-            and self.options.mode != "sync"
             and self.compressors is None
             and not self.scenario.faults.failures
         )
