@@ -32,7 +32,7 @@ NOTEBOOKS = ROOT / "notebooks"
 #: Seconds a timing-only ResNet-50 run on 64 devices may take (best of ``repeat``).
 RESNET50_BUDGET_S = 30.0
 #: Seconds all notebooks together may take with ``SIMDIST_NOTEBOOK_SMALL=1``.
-NOTEBOOKS_BUDGET_S = 180.0
+NOTEBOOKS_BUDGET_S = 60.0
 
 RESNET50_64: dict[str, Any] = {
     "name": "resnet50_64",
