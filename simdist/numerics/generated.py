@@ -26,6 +26,7 @@ gives bit-identical arrays, and a different seed a different teacher.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -126,12 +127,16 @@ def _draw(
     return x.astype(np.float32), y.astype(np.int32), top
 
 
+@lru_cache(maxsize=4)
 def teacher_arrays(
     n_train: int, n_test: int, n_features: int, n_classes: int, noise: float, seed: int
 ) -> TeacherData:
     """The teacher set of ``seed``: ``n_train`` + ``n_test`` examples of ``n_features``
     Gaussian inputs in ``n_classes`` exactly balanced classes, labels at temperature
-    ``noise`` (module docstring)."""
+    ``noise`` (module docstring).
+
+    The last few sets are kept (read-only): runs that differ in anything but the data — a
+    learning-rate or batch-size study — draw and calibrate the teacher once."""
     if n_classes < 2 or n_features < 1 or n_train < 1 or n_test < 1 or noise < 0:
         raise ValueError(
             f"teacher set: n_train {n_train}, n_test {n_test}, n_features {n_features}, "
@@ -141,4 +146,6 @@ def teacher_arrays(
     train, test = (rng(seed, "teacher_examples", key) for key in (0, 1))
     x_tr, y_tr, _ = _draw(teacher, class_quotas(n_train, n_classes), n_features, noise, train)
     x_te, y_te, top = _draw(teacher, class_quotas(n_test, n_classes), n_features, noise, test)
+    for array in (x_tr, y_tr, x_te, y_te):
+        array.flags.writeable = False
     return TeacherData(x_tr, y_tr, x_te, y_te, float(top.mean()))
