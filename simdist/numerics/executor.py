@@ -214,7 +214,7 @@ class Workload:
             "_lr_scales": {},
             # strategies/parameter_server/replay.py's programs, keyed by shards and batch.
             "_replay_programs": {},
-            "_strategy_programs": {},  # shared_program's
+            "_strategy_programs": {},  # the strategies' own, by shared_program
             "_apply": jax.jit(self._apply_impl),
             "_evaluate": jax.jit(self._evaluate_impl),
             "_update_state": (

@@ -22,9 +22,8 @@ linear, it equals the mean of per-replica copies.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -50,7 +49,7 @@ class LocalState(NamedTuple):
     model_state: Any
 
 
-@functools.cache
+@cache
 def outer_optimizer(
     learning_rate: float, momentum: float = 0.0, nesterov: bool = False
 ) -> optax.GradientTransformation:
