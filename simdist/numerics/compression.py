@@ -36,6 +36,7 @@ scale of P.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -132,10 +133,12 @@ def _powersgd(
     return m_hat.reshape(g.shape[1:]), residual.reshape(g.shape), q_sum
 
 
+@functools.cache
 def compression(
     method: str, *, ratio: float = 0.01, rank: int = 1, error_feedback: bool = True
 ) -> Compression:
-    """The reduction of ``method`` (one of :data:`METHODS`) with its parameters."""
+    """The reduction of ``method`` (one of :data:`METHODS`) with its parameters; one object
+    per set of parameters, so the programs built on it are shared (it holds no state)."""
     if method not in METHODS:
         raise ValueError(f"compression method {method!r}: expected one of {METHODS}")
 
@@ -188,15 +191,20 @@ def compressed_replica_step(workload: Any, global_batch: int, method: Compressio
     :meth:`~simdist.numerics.executor.Workload.replica_grads` does uncompressed)."""
     from simdist.numerics.device_allreduce import REPLICA_AXIS
 
-    one = workload.replica_loss_and_grad(global_batch)
-    axis = REPLICA_AXIS if workload.sync_batch_norm else None
+    def build() -> Callable:
+        one = workload.replica_loss_and_grad(global_batch)
+        axis = REPLICA_AXIS if workload.sync_batch_norm else None
 
-    def step(params: Any, state: CompressionState, xs: Any, ys: Any) -> tuple:
-        loss, grads, moments = jax.vmap(one, (None, 0, 0), axis_name=axis)(params, xs, ys)
-        summed, state = method.update(grads, state)
-        return loss.sum(0), summed, jax.tree.map(lambda a: a.mean(0), moments), state
+        def step(params: Any, state: CompressionState, xs: Any, ys: Any) -> tuple:
+            loss, grads, moments = jax.vmap(one, (None, 0, 0), axis_name=axis)(params, xs, ys)
+            summed, state = method.update(grads, state)
+            return loss.sum(0), summed, jax.tree.map(lambda a: a.mean(0), moments), state
 
-    return jax.jit(step)
+        return jax.jit(step)
+
+    # The seed enters only the state (PowerSGD's first Q), an argument: Workloads differing
+    # only in seed share the program (tests/test_compile_sharing.py).
+    return workload.shared_program(("compressed", int(global_batch), method), build)
 
 
 def compression_of(spec: CompressionSpec | None, replicas: int) -> Compression | None:

@@ -214,6 +214,7 @@ class Workload:
             "_lr_scales": {},
             # strategies/parameter_server/replay.py's programs, keyed by shards and batch.
             "_replay_programs": {},
+            "_strategy_programs": {},  # the strategies' own, by shared_program
             "_apply": jax.jit(self._apply_impl),
             "_evaluate": jax.jit(self._evaluate_impl),
             "_update_state": (
@@ -222,6 +223,16 @@ class Workload:
                 else None
             ),
         }
+
+    def shared_program(self, key: Any, build: Callable[[], Any]) -> Any:
+        """What ``build()`` returns for ``key``, built once for every Workload differing only
+        in seed: a strategy's own jitted programs (pipeline stages, ZeRO's step, ...), keyed
+        by the structure they depend on besides this Workload's model, task and optimizer.
+        What ``build`` closes over must not depend on the seed (tests/test_compile_sharing.py)."""
+        programs = self._strategy_programs
+        if key not in programs:
+            programs[key] = build()
+        return programs[key]
 
     def variables(self, params: Any, model_state: Any) -> Any:
         """Parameters and model state as one tree: what :meth:`evaluate` and ``params.npz`` take."""

@@ -54,8 +54,12 @@ def stage_meshes(data: int, tensor: int, stages: int) -> list[Mesh]:
 def stage_function(
     layers: Sequence[int], roles: Sequence[str], n_dense: int, mesh: Mesh
 ) -> tuple[dict, Callable[[Any, jax.Array], jax.Array]]:
-    """Stage ``layers`` (dense-layer indices) as ``(specs, fn(params, x))`` under
-    ``shard_map`` on ``mesh``: rows split over ``data``, the output whole on the group."""
+    """Stage ``layers`` (dense-layer indices) as ``(specs, fn(params, x))``, jitted, under
+    ``shard_map`` on ``mesh``: rows split over ``data``, the output whole on the group.
+
+    Jitted, so each stage is one cached program: run eagerly, ``shard_map`` compiled every
+    operation of the body again on every call (280 programs a step for 2 stages of 2 dense
+    layers and 2 micro-batches)."""
     specs = {f"Dense_{i}": dense_specs(roles[i]) for i in layers}
 
     def local(params: Any, x: jax.Array) -> jax.Array:
@@ -66,8 +70,24 @@ def stage_function(
                 x = nn.relu(x)
         return x
 
-    fn = jax.shard_map(local, mesh=mesh, in_specs=(specs, P(DATA)), out_specs=P(DATA))
+    fn = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(specs, P(DATA)), out_specs=P(DATA)))
     return specs, fn
+
+
+def stage_functions(
+    data: int, tensor: int, counts: Sequence[int]
+) -> tuple[list[Mesh], list[tuple[dict, Callable[[Any, jax.Array], jax.Array]]]]:
+    """The stages' meshes and :func:`stage_function` s of an mlp of ``sum(counts)`` dense
+    layers cut into stages of ``counts`` layers."""
+    n_dense = sum(counts)
+    roles = mlp_roles(n_dense)
+    meshes = stage_meshes(data, tensor, len(counts))
+    starts = np.cumsum([0, *counts])
+    stages = [
+        stage_function(range(starts[s], starts[s + 1]), roles, n_dense, meshes[s])
+        for s in range(len(counts))
+    ]
+    return meshes, stages
 
 
 class HybridTrainer:
@@ -96,13 +116,10 @@ class HybridTrainer:
                 f"strategy hybrid: the partition {list(counts)} covers {sum(counts)} layers; "
                 f"the mlp has {n_dense} dense layers"
             )
-        roles = mlp_roles(n_dense)
-        self.meshes = stage_meshes(self.D, T, S)
-        starts = np.cumsum([0, *counts])
-        self.stages = [
-            stage_function(range(starts[s], starts[s + 1]), roles, n_dense, self.meshes[s])
-            for s in range(S)
-        ]
+        # Shared by the Workloads differing only in seed (tests/test_compile_sharing.py).
+        self.meshes, self.stages = workload.shared_program(
+            ("hybrid", self.D, T, S, tuple(counts)), lambda: stage_functions(self.D, T, counts)
+        )
         self._grads = jax.value_and_grad(self._loss)
 
     def _rows(self, a: Any, m: int) -> Any:

@@ -23,7 +23,7 @@ linear, it equals the mean of per-replica copies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -49,6 +49,7 @@ class LocalState(NamedTuple):
     model_state: Any
 
 
+@cache
 def outer_optimizer(
     learning_rate: float, momentum: float = 0.0, nesterov: bool = False
 ) -> optax.GradientTransformation:
@@ -56,7 +57,8 @@ def outer_optimizer(
     optimizer (arXiv:2311.08105, Sec. 3: Nesterov momentum, rate 0.7, momentum 0.9).
 
     optax's trace (``m ← g + μ m``; Nesterov's update ``g + μ m``) is PyTorch's
-    ``torch.optim.SGD`` formula, which DiLoCo used."""
+    ``torch.optim.SGD`` formula, which DiLoCo used. One object per setting, so the
+    programs built on it are shared (:class:`LocalSGD`)."""
     return optax.sgd(learning_rate, momentum=momentum or None, nesterov=nesterov)
 
 
@@ -88,11 +90,17 @@ class LocalSGD:
         self.outer = outer
         self.execution = execution
         self._mesh: Any = None
-        if execution == "devices":
-            self._local_step, self._sync = self._on_devices()
-        else:
-            self._local_step = jax.jit(partial(self._local_body, mean=_axis_mean))
-            self._sync = jax.jit(partial(self._sync_body, mean=_axis_mean))
+        # Shared by the Workloads differing only in seed (tests/test_compile_sharing.py).
+        self._local_step, self._sync = workload.shared_program(
+            ("local_sgd", replicas, per_replica_batch, outer, execution), self._programs
+        )
+
+    def _programs(self) -> tuple[Callable, Callable]:
+        """The jitted local step and sync."""
+        if self.execution == "devices":
+            return self._on_devices()
+        local = jax.jit(partial(self._local_body, mean=_axis_mean))
+        return local, jax.jit(partial(self._sync_body, mean=_axis_mean))
 
     def _local_body(self, params: Any, states: Any, xs: Any, ys: Any, mean: Callable) -> tuple:
         """One inner step of a stack of replicas; the loss and moments averaged by ``mean``."""

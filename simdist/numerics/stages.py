@@ -152,7 +152,9 @@ class StagedModel:
         self.bounds = bounds(counts)
         self.stages = len(counts)
         self.names = [self.sequence.names[a:b] for a, b in self.bounds]
-        self._fns: dict[tuple, Callable] = {}
+        # The stage programs depend on the model and the cut, never on the seed: Workloads
+        # differing only in seed share them (tests/test_compile_sharing.py).
+        self._fns: dict[tuple, Callable] = workload.shared_program(("stages", counts), dict)
 
     # -- parameters ----------------------------------------------------------
 

@@ -262,8 +262,10 @@ class TensorParallelTrainer:
         self.mesh = tensor_mesh(data, tensor)
         n_dense = len(workload.params["params"])
         self.model = mlp_model(n_dense, sequence_parallel)
-        self._grads = sharded_value_and_grad(
-            self.model, self.mesh, workload.task, self.global_batch
+        # Shared by the Workloads differing only in seed (tests/test_compile_sharing.py).
+        self._grads = workload.shared_program(
+            ("tensor_parallel", data, tensor, bool(sequence_parallel), self.global_batch),
+            lambda: sharded_value_and_grad(self.model, self.mesh, workload.task, self.global_batch),
         )
 
     def init(self) -> Any:

@@ -147,12 +147,16 @@ class ZeroTrainer:
         self.replicas = replicas
         self.global_batch = replicas * per_replica_batch
         self.shards = FlatShards.of(workload.params, replicas)
-        self.step = ShardedStep(
-            workload.replica_loss_and_grad(self.global_batch),
-            workload.optimizer,
-            self.shards,
-            stage,
-            execution,
+        # Shared by the Workloads differing only in seed (tests/test_compile_sharing.py).
+        self.step = workload.shared_program(
+            ("zero", replicas, self.global_batch, stage, execution),
+            lambda: ShardedStep(
+                workload.replica_loss_and_grad(self.global_batch),
+                workload.optimizer,
+                self.shards,
+                stage,
+                execution,
+            ),
         )
 
     def init(self) -> SyncState:
