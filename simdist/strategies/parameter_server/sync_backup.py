@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from simdist.seeds import rng
+from simdist.strategies.parameter_server.sync_mean import apply_mean, mean_gradient
 from simdist.strategies.reserved_rows import DEFERRED
 
 if TYPE_CHECKING:
-    from simdist.strategies.parameter_server.servers import ParameterServers
     from simdist.strategies.parameter_server.sync_seeds import PsSyncSeedRun
     from simdist.strategies.parameter_server.workers import ParameterServerWorkers
 
@@ -155,27 +155,3 @@ class SyncWithBackups:
             else:
                 s.recorder.row("updates", **row, loss=math.nan if loss is None else loss)
         return loss
-
-
-def mean_gradient(results: list[tuple[float, Any, Any]]) -> tuple[float, Any, Any]:
-    """The mean loss, gradient and batch moments of a step's accepted ``results``.
-
-    The moving statistics follow the accepted workers' mean batch moments, as mirrored's
-    follow its replicas': with b = 0 and one worker, one_device's."""
-    import jax
-
-    n = len(results)
-    loss = sum(r[0] for r in results) / n
-    mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))
-    moments = jax.tree.map(lambda *m: sum(m) / n, *(r[2] for r in results))
-    return loss, mean, moments
-
-
-def apply_mean(servers: ParameterServers, mean: Any, moments: Any) -> None:
-    """Every PS applies its shard of ``mean`` (None: only the versions move)."""
-    for ps in range(servers.n_ps):
-        if mean is None:
-            servers.apply(ps, None)
-        else:
-            shard = servers.split(mean, ps)
-            servers.apply(ps, shard, moments=servers.split_moments(moments, ps))

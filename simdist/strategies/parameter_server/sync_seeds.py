@@ -10,8 +10,8 @@ accepted gradients of step k go into the same 8-wide
 :class:`~simdist.numerics.deferred.DeferredGradients` program a run alone uses (a gradient's
 lane does not depend on its neighbours or its place: checked), then each run averages and
 applies them on its own parameter servers exactly as
-:meth:`.sync_backup.SyncWithBackups.apply` does (:func:`.sync_backup.mean_gradient`,
-:func:`.sync_backup.apply_mean`). tests/test_batched_sync.py checks the reports byte for byte.
+:meth:`.sync_backup.SyncWithBackups.apply` does (:func:`.sync_mean.mean_gradient`,
+:func:`.sync_mean.apply_mean`). tests/test_batched_sync.py checks the reports byte for byte.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from simdist.batched_runs import DeferredRun
 from simdist.strategies.base import Replayed
 from simdist.strategies.parameter_server.servers import ParameterServers
-from simdist.strategies.parameter_server.sync_backup import apply_mean, mean_gradient
+from simdist.strategies.parameter_server.sync_mean import apply_mean, mean_gradient
 
 if TYPE_CHECKING:
     from simdist.strategies.parameter_server.workers import ParameterServerWorkers

@@ -1,0 +1,38 @@
+"""A synchronous parameter-server step's update: the mean of the accepted gradients, applied.
+
+Shared by the step-by-step loop (:mod:`.sync_backup`) and the runs computed together
+(:mod:`.sync_seeds`), so both apply the same arithmetic in the same order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simdist.strategies.parameter_server.servers import ParameterServers
+
+__all__ = ["apply_mean", "mean_gradient"]
+
+
+def mean_gradient(results: list[tuple[float, Any, Any]]) -> tuple[float, Any, Any]:
+    """The mean loss, gradient and batch moments of a step's accepted ``results``.
+
+    The moving statistics follow the accepted workers' mean batch moments, as mirrored's
+    follow its replicas': with b = 0 and one worker, one_device's."""
+    import jax
+
+    n = len(results)
+    loss = sum(r[0] for r in results) / n
+    mean = jax.tree.map(lambda *g: sum(g) / n, *(r[1] for r in results))
+    moments = jax.tree.map(lambda *m: sum(m) / n, *(r[2] for r in results))
+    return loss, mean, moments
+
+
+def apply_mean(servers: ParameterServers, mean: Any, moments: Any) -> None:
+    """Every PS applies its shard of ``mean`` (None: only the versions move)."""
+    for ps in range(servers.n_ps):
+        if mean is None:
+            servers.apply(ps, None)
+        else:
+            shard = servers.split(mean, ps)
+            servers.apply(ps, shard, moments=servers.split_moments(moments, ps))
