@@ -146,3 +146,29 @@ class TimeoutBatch:
             if i < last and queue and queue[0][1] < NORMAL and queue[0][0] == now:
                 TimeoutBatch(env, 0.0, calls[i + 1 :], self.eid)
                 return
+
+
+class Call(Event):
+    """``callback(event)`` ``delay`` from now: what ``env.timeout(delay)`` with that one
+    callback schedules (same time, priority and place among simultaneous events), for less.
+
+    Triggered from the start (class attributes, as :func:`triggered` sets them), and
+    scheduled through :meth:`simpy.Environment.schedule`, so :mod:`simdist.ties` still
+    reorders it. :meth:`again` schedules the same object once more after it was processed:
+    a caller that asks for one call at a time (a settling step) builds no event per call.
+    """
+
+    _ok = True
+    _value = None
+
+    def __init__(
+        self, env: simpy.Environment, callback: Callable[[Event], None], delay: float = 0.0
+    ) -> None:
+        self.env = env
+        self.callbacks = [callback]  # type: ignore[assignment]
+        env.schedule(self, NORMAL, delay)
+
+    def again(self, callbacks: list[Callable[[Event], None]]) -> None:
+        """Schedule this processed event again, now, calling ``callbacks`` (never changed)."""
+        self.callbacks = callbacks  # type: ignore[assignment]
+        self.env.schedule(self)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from simdist.sim import TimeoutBatch
+from simdist.sim import Call, TimeoutBatch
 
 if TYPE_CHECKING:
     import simpy
@@ -121,10 +121,13 @@ class FairShare:
         self.env = env
         self._seq = 0
         self._heap: list[tuple[float, int, int, Flow]] = []
-        self._timer_token = 0
+        self._timer: Call | None = None  # the one timer that may fire: earlier ones are stale
         self._timer_at: float | None = None
+        self._fire_call = self._fire  # bound once: every timer calls it
         self._dirty: dict[SharedLink, None] = {}
         self._settling = False
+        self._settler: Call | None = None  # the settling event, scheduled again each instant
+        self._settle_calls = [self._settle]
         # (id(links), collective?) → (links, ref, weights, bps, key): see _shape
         self._shapes: dict[tuple[int, bool], tuple[Any, ...]] = {}
         self._key_ids: dict[tuple[Any, ...], int] = {}
@@ -223,27 +226,41 @@ class FairShare:
 
     def _touch(self, links: Sequence[SharedLink]) -> None:
         """Mark ``links`` for reallocation at the end of this instant."""
+        dirty = self._dirty
         for link in links:
-            self._dirty[link] = None
+            dirty[link] = None
         if not self._settling:
             self._settling = True
-            settle = self.env.event()
-            settle.callbacks.append(self._settle)
-            settle.succeed()
+            # An event processed calls nobody again: one serves every instant in turn.
+            if self._settler is None:
+                self._settler = Call(self.env, self._settle)
+            else:
+                self._settler.again(self._settle_calls)
 
     def _settle(self, _: simpy.Event) -> None:
-        """Reallocate the rates of every component a change touched this instant."""
+        """Reallocate the rates of every component a change touched this instant.
+
+        The timer is armed once, at the earliest new finish, after every component: within
+        this step nothing else is scheduled, so a timer armed on the way to it (stale as
+        soon as the next is armed) would only have cost a SimPy step that calls nothing.
+        """
         self._settling = False
         dirty, self._dirty = self._dirty, {}
+        now = self.env.now
         seen: set[SharedLink] = set()
+        earliest = None
         for link in dirty:
             if link in seen or not link.flows:
                 continue
             links, flows = _component(link, seen)
-            self._reallocate(links, flows)
+            finish = self._reallocate(links, flows, now)
+            if finish is not None and (earliest is None or finish < earliest):
+                earliest = finish
+        if earliest is not None and (self._timer_at is None or earliest < self._timer_at):
+            self._arm(earliest)
 
-    def _reallocate(self, links: list[SharedLink], flows: list[Flow]) -> None:
-        now = self.env.now
+    def _reallocate(self, links: list[SharedLink], flows: list[Flow], now: float) -> float | None:
+        """New speeds for one component at ``now``; the earliest finish rescheduled, if any."""
         for flow in flows:
             if flow.last_s != now:
                 flow.remaining_s -= flow.speed * (now - flow.last_s)
@@ -268,19 +285,30 @@ class FairShare:
         # the first time a layout comes, then taken as they were: the same floats.
         known = None if found is None else found[1]
         rates = None if known is not None else dict.fromkeys(links, 0.0)
+        earliest = None
+        heap = self._heap
         for flow, speed in zip(flows, speeds, strict=True):
             if rates is not None:
                 for link, bps in zip(flow.links, flow.bps, strict=True):
                     rates[link] += speed * bps
             if speed != flow.speed:
                 flow.speed = speed
-                self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
+                finish = flow.finish_s = now + max(flow.remaining_s, 0.0) / speed
+                flow.gen += 1
+                heapq.heappush(heap, (finish, flow.seq, flow.gen, flow))
+                if earliest is None or finish < earliest:
+                    earliest = finish
         if rates is not None:
             known = [rates[link] for link in links]
             if found is not None:
                 found[1] = known
         for link, rate in zip(links, known, strict=True):  # type: ignore[arg-type]
-            link.set_rate(now, rate)
+            rates = link.rates  # Link.set_rate, inlined
+            if rates and rates[-1][0] == now:
+                rates.pop()
+            if not rates or rates[-1][1] != rate:
+                rates.append((now, rate))
+        return earliest
 
     def _schedule(self, flow: Flow, finish_s: float) -> None:
         flow.gen += 1
@@ -290,30 +318,33 @@ class FairShare:
             self._arm(finish_s)
 
     def _arm(self, at_s: float) -> None:
-        self._timer_token += 1
         self._timer_at = at_s
-        token = self._timer_token
-        timer = self.env.timeout(max(at_s - self.env.now, 0.0))
-        timer.callbacks.append(lambda _: self._fire(token))
+        env = self.env
+        self._timer = Call(env, self._fire_call, max(at_s - env.now, 0.0))
 
-    def _fire(self, token: int) -> None:
-        if token != self._timer_token:
-            return
+    def _fire(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
+            return  # stale: a timer for an earlier finish was armed since
         self._timer_at = None
         now = self.env.now
         heap = self._heap
+        heappop = heapq.heappop
         done = []
-        while heap and (heap[0][2] != heap[0][3].gen or not heap[0][3].active):
-            heapq.heappop(heap)  # stale: rescheduled or withdrawn since
-        while heap and heap[0][0] <= now:
-            _, _, gen, flow = heapq.heappop(heap)
-            if gen == flow.gen and flow.active:
-                done.append(flow)
+        # An entry is stale once its flow was rescheduled or withdrawn (both bump ``gen``).
+        while heap:
+            entry = heap[0]
+            if entry[2] != entry[3].gen:
+                heappop(heap)
+            elif entry[0] <= now:
+                heappop(heap)
+                done.append(entry[3])
+            else:
+                break
         for flow in done:
             flow.remaining_s = 0.0
             self._remove(flow)
-        while heap and (heap[0][2] != heap[0][3].gen or not heap[0][3].active):
-            heapq.heappop(heap)
+        while heap and heap[0][2] != heap[0][3].gen:
+            heappop(heap)
         if heap:
             self._arm(heap[0][0])
         self._firing = True
