@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from simdist.sim import Call, TimeoutBatch
+from simdist.sim import Call, TimeoutBatch, take_next
 
 if TYPE_CHECKING:
     import simpy
@@ -261,6 +261,8 @@ class FairShare:
 
     def _reallocate(self, links: list[SharedLink], flows: list[Flow], now: float) -> float | None:
         """New speeds for one component at ``now``; the earliest finish rescheduled, if any."""
+        if len(flows) == 1 and len(flows[0].links) == len(links):
+            return self._alone(flows[0], now)
         for flow in flows:
             if flow.last_s != now:
                 flow.remaining_s -= flow.speed * (now - flow.last_s)
@@ -310,6 +312,26 @@ class FairShare:
                 rates.append((now, rate))
         return earliest
 
+    def _alone(self, flow: Flow, now: float) -> float | None:
+        """:meth:`_reallocate` of a component of one flow: at full speed, each of its
+        links carrying its bytes/s (``0.0 + 1.0 · bps``, the same float)."""
+        if flow.last_s != now:
+            flow.remaining_s -= flow.speed * (now - flow.last_s)
+            flow.last_s = now
+        finish = None
+        if flow.speed != 1.0:
+            flow.speed = 1.0
+            finish = flow.finish_s = now + max(flow.remaining_s, 0.0)
+            flow.gen += 1
+            heapq.heappush(self._heap, (finish, flow.seq, flow.gen, flow))
+        for link, rate in zip(flow.links, flow.bps, strict=True):
+            rates = link.rates  # Link.set_rate, inlined
+            if rates and rates[-1][0] == now:
+                rates.pop()
+            if not rates or rates[-1][1] != rate:
+                rates.append((now, rate))
+        return finish
+
     def _schedule(self, flow: Flow, finish_s: float) -> None:
         flow.gen += 1
         flow.finish_s = finish_s
@@ -354,6 +376,9 @@ class FairShare:
                 callback()
         finally:
             self._firing, self._batch = False, None
+        # The flows' ends settle next with nothing due before: settled in this step.
+        if self._settling and take_next(self.env, self._settler):  # type: ignore[arg-type]
+            self._settle(self._settler)  # type: ignore[arg-type]
 
     def later(self, delay_s: float, call: Callable[[Any], None]) -> None:
         """``call(None)`` ``delay_s`` from now: ``env.timeout(delay_s).callbacks.append(call)``.
@@ -397,20 +422,17 @@ def _done() -> None:
 
 def _component(start: SharedLink, seen: set[SharedLink]) -> tuple[list[SharedLink], list[Flow]]:
     """The links and flows connected to ``start`` through shared flows, in a stable order."""
-    links: list[SharedLink] = []
+    links = [start]
     flows: dict[Flow, None] = {}
-    stack = [start]
     seen.add(start)
-    while stack:
-        link = stack.pop()
-        links.append(link)
+    for link in links:  # grows as links are found: each link is visited once
         for flow in link.flows:
             if flow not in flows:
                 flows[flow] = None
                 for other in flow.links:
                     if other not in seen:
                         seen.add(other)
-                        stack.append(other)
+                        links.append(other)
     links.sort(key=_NAME)
     return links, sorted(flows, key=_SEQ)
 
