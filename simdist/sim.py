@@ -173,11 +173,18 @@ class Call(Event):
     _value = None
 
     def __init__(
-        self, env: simpy.Environment, callback: Callable[[Event], None], delay: float = 0.0
+        self,
+        env: simpy.Environment,
+        callback: Callable[[Event], None],
+        delay: float = 0.0,
+        key: int | None = None,
     ) -> None:
         self.env = env
         self.callbacks = [callback]  # type: ignore[assignment]
-        env.schedule(self, NORMAL, delay)
+        if key is None:
+            env.schedule(self, NORMAL, delay)
+        else:  # in the place of an event scheduled when ``key`` was reserved (reserve_key)
+            heapq.heappush(env._queue, (env._now + delay, NORMAL, key, self))  # type: ignore[attr-defined]
 
     def again(self, callbacks: list[Callable[[Event], None]]) -> None:
         """Schedule this processed event again, now, calling ``callbacks`` (never changed)."""
@@ -195,3 +202,19 @@ def take_next(env: simpy.Environment, event: Event) -> bool:
     heapq.heappop(queue)
     event.callbacks = None  # type: ignore[assignment]
     return True
+
+
+_SCHEDULE = simpy.Environment.schedule
+
+
+def reserve_key(env: simpy.Environment) -> int | None:
+    """The id an event scheduled now would get, for a :class:`Call` made later with it
+    (``key``): it runs where it would have run had it been scheduled now. A caller that
+    may find the event unneeded before its step ends saves a step that would call nothing.
+
+    None while :meth:`simpy.Environment.schedule` is replaced (:mod:`simdist.ties` draws
+    keys of its own): the caller schedules at once then.
+    """
+    if simpy.Environment.schedule is not _SCHEDULE:
+        return None
+    return next(env._eid)  # type: ignore[attr-defined]

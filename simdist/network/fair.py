@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from simdist.sim import Call, TimeoutBatch, take_next
+from simdist.sim import Call, TimeoutBatch, reserve_key, take_next
 
 if TYPE_CHECKING:
     import simpy
@@ -123,6 +123,7 @@ class FairShare:
         self._heap: list[tuple[float, int, int, Flow]] = []
         self._timer: Call | None = None  # the one timer that may fire: earlier ones are stale
         self._timer_at: float | None = None
+        self._pending: tuple[float, int] | None = None  # a timer not scheduled yet: see _fire
         self._fire_call = self._fire  # bound once: every timer calls it
         self._dirty: dict[SharedLink, None] = {}
         self._settling = False
@@ -341,6 +342,7 @@ class FairShare:
 
     def _arm(self, at_s: float) -> None:
         self._timer_at = at_s
+        self._pending = None
         env = self.env
         self._timer = Call(env, self._fire_call, max(at_s - env.now, 0.0))
 
@@ -368,7 +370,14 @@ class FairShare:
         while heap and heap[0][2] != heap[0][3].gen:
             heappop(heap)
         if heap:
-            self._arm(heap[0][0])
+            # Armed now (its key drawn), scheduled at the end of this step unless a timer
+            # for an earlier finish is armed first (the settle below): no stale timer then.
+            at = heap[0][0]
+            key = reserve_key(self.env)
+            if key is None:
+                self._arm(at)
+            else:
+                self._timer_at, self._pending = at, (at, key)
         self._firing = True
         try:
             for flow in done:
@@ -379,6 +388,10 @@ class FairShare:
         # The flows' ends settle next with nothing due before: settled in this step.
         if self._settling and take_next(self.env, self._settler):  # type: ignore[arg-type]
             self._settle(self._settler)  # type: ignore[arg-type]
+        if self._pending is not None:
+            (at, key), self._pending = self._pending, None
+            env = self.env
+            self._timer = Call(env, self._fire_call, max(at - env.now, 0.0), key)
 
     def later(self, delay_s: float, call: Callable[[Any], None]) -> None:
         """``call(None)`` ``delay_s`` from now: ``env.timeout(delay_s).callbacks.append(call)``.
