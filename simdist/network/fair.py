@@ -262,35 +262,35 @@ class FairShare:
 
     def _reallocate(self, links: list[SharedLink], flows: list[Flow], now: float) -> float | None:
         """New speeds for one component at ``now``; the earliest finish rescheduled, if any."""
-        if len(flows) == 1 and len(flows[0].links) == len(links):
-            return self._alone(flows[0], now)
-        for flow in flows:
-            if flow.last_s != now:
-                flow.remaining_s -= flow.speed * (now - flow.last_s)
-                flow.last_s = now
-        found: list[Any] | None = None  # the layout's [speeds, links' rates] once known
+        keep = not self._custom
         if len(flows) == 1:
-            speeds = [1.0]
+            if len(flows[0].links) == len(links):
+                return self._alone(flows[0], now)
+            found: list[Any] | None = [[1.0], None]
+            keep = False
         else:
             layout = (tuple(links), tuple([flow.key for flow in flows]))
-            found = self._speeds.get(layout)
-            if found is None:
-                levels = max_min_levels(links, flows)
-                # rounding can leave a link a hair short of a flow's share: keep speeds > 0
-                speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
-                if len(self._speeds) >= 4096:
-                    self._speeds.clear()
-                found = self._speeds[layout] = [speeds, None]
-            speeds = found[0]
-            if self._custom:  # a flow's bytes/s may not be its key's: rates summed below
-                found = None
+            found = self._speeds.get(layout)  # the layout's [speeds, links' rates] once known
+        if found is None:
+            levels = max_min_levels(links, flows)
+            # rounding can leave a link a hair short of a flow's share: keep speeds > 0
+            speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
+            if len(self._speeds) >= 4096:
+                self._speeds.clear()
+            found = self._speeds[layout] = [speeds, None]
+        speeds = found[0]
         # The links' rates are summed in this order, from these speeds and the keys' bytes/s,
-        # the first time a layout comes, then taken as they were: the same floats.
-        known = None if found is None else found[1]
+        # the first time a layout comes, then taken as they were: the same floats (unless a
+        # flow's bytes/s may not be its key's: summed each time then).
+        known = found[1] if keep else None
         rates = None if known is not None else dict.fromkeys(links, 0.0)
         earliest = None
         heap = self._heap
         for flow, speed in zip(flows, speeds, strict=True):
+            last = flow.last_s
+            if last != now:
+                flow.remaining_s -= flow.speed * (now - last)
+                flow.last_s = now
             if rates is not None:
                 for link, bps in zip(flow.links, flow.bps, strict=True):
                     rates[link] += speed * bps
@@ -303,7 +303,7 @@ class FairShare:
                     earliest = finish
         if rates is not None:
             known = [rates[link] for link in links]
-            if found is not None:
+            if keep:
                 found[1] = known
         for link, rate in zip(links, known, strict=True):  # type: ignore[arg-type]
             rates = link.rates  # Link.set_rate, inlined
