@@ -96,20 +96,22 @@ def queued(env: simpy.Environment) -> int:
     return len(env._queue)  # type: ignore[attr-defined]
 
 
-class TimeoutBatch:
+class TimeoutBatch(Event):
     """Calls due at one instant, as one SimPy event in the place of their timeouts.
 
     ``env.timeout(delay_s).callbacks.append(call)`` for each call, scheduled back to back,
     would give timeouts of one time and priority that SimPy processes back to back in that
-    order: the batch runs the calls in that order at that place, for one event. It is
-    scheduled as :meth:`simpy.Environment.schedule` does, keeping its id (``eid``): should
+    order: the batch runs the calls in that order at that place, for one event (the batch
+    is that event, triggered from the start). It is scheduled as
+    :meth:`simpy.Environment.schedule` does, keeping its id (``eid``): should
     a call schedule an urgent event for this instant (a process started, an interrupt),
     SimPy would have processed that before the next call's timeout, so the calls left
     are scheduled again with the same id, behind the urgent event and before every
     event scheduled after the batch, where their timeouts were.
     """
 
-    __slots__ = ("calls", "delay_s", "eid", "env", "queued")
+    _ok = True
+    _value = None
 
     def __init__(
         self,
@@ -121,9 +123,11 @@ class TimeoutBatch:
         self.env = env
         self.delay_s = delay_s
         self.calls = calls
-        self.eid = next_event_id(env) if eid is None else eid
-        schedule_keyed(env, triggered(env, self.run), delay_s, self.eid)
-        self.queued = queued(env)
+        self.callbacks = _RUN  # type: ignore[assignment]
+        self.eid = next(env._eid) if eid is None else eid  # type: ignore[attr-defined]
+        queue = env._queue  # type: ignore[attr-defined]
+        heapq.heappush(queue, (env._now + delay_s, NORMAL, self.eid, self))  # type: ignore[attr-defined]
+        self.queued = len(queue)
 
     def join(self, delay_s: float, call: Callable[[Any], None]) -> bool:
         """Add ``call`` if its timeout would run right after the batch's last call.
@@ -132,17 +136,85 @@ class TimeoutBatch:
         last call: within one SimPy step nothing leaves the queue, so an unchanged length
         means that nothing was.
         """
-        if self.delay_s != delay_s or self.queued != queued(self.env):
+        if self.delay_s != delay_s or self.queued != len(self.env._queue):  # type: ignore[attr-defined]
             return False
         self.calls.append(call)
         return True
 
-    def run(self, _: Event) -> None:
+    def run(self, _: Event | None = None) -> None:
         """The batch's event is processed: each call, as its timeout would have been."""
         env, calls = self.env, self.calls
+        if len(calls) == 1:
+            calls[0](None)
+            return
         queue, now, last = env._queue, env._now, len(calls) - 1  # type: ignore[attr-defined]
         for i, call in enumerate(calls):
             call(None)
             if i < last and queue and queue[0][1] < NORMAL and queue[0][0] == now:
                 TimeoutBatch(env, 0.0, calls[i + 1 :], self.eid)
                 return
+
+
+#: A batch's one callback, shared: SimPy calls it with the batch, never changes the list.
+_RUN: list[Callable[[Event], None]] = [TimeoutBatch.run]
+
+
+class Call(Event):
+    """``callback(event)`` ``delay`` from now: what ``env.timeout(delay)`` with that one
+    callback schedules (same time, priority and place among simultaneous events), for less.
+
+    Triggered from the start (class attributes, as :func:`triggered` sets them), and
+    scheduled through :meth:`simpy.Environment.schedule`, so :mod:`simdist.ties` still
+    reorders it. :meth:`again` schedules the same object once more after it was processed:
+    a caller that asks for one call at a time (a settling step) builds no event per call.
+    """
+
+    _ok = True
+    _value = None
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        callback: Callable[[Event], None],
+        delay: float = 0.0,
+        key: int | None = None,
+    ) -> None:
+        self.env = env
+        self.callbacks = [callback]  # type: ignore[assignment]
+        if key is None:
+            env.schedule(self, NORMAL, delay)
+        else:  # in the place of an event scheduled when ``key`` was reserved (reserve_key)
+            heapq.heappush(env._queue, (env._now + delay, NORMAL, key, self))  # type: ignore[attr-defined]
+
+    def again(self, callbacks: list[Callable[[Event], None]]) -> None:
+        """Schedule this processed event again, now, calling ``callbacks`` (never changed)."""
+        self.callbacks = callbacks  # type: ignore[assignment]
+        self.env.schedule(self)
+
+
+def take_next(env: simpy.Environment, event: Event) -> bool:
+    """Whether ``event`` is the one SimPy would process next; if so it is taken off the
+    queue, processed but not called: the caller runs its callbacks at once, where SimPy
+    would have, with nothing in between."""
+    queue = env._queue  # type: ignore[attr-defined]
+    if not queue or queue[0][3] is not event:
+        return False
+    heapq.heappop(queue)
+    event.callbacks = None  # type: ignore[assignment]
+    return True
+
+
+_SCHEDULE = simpy.Environment.schedule
+
+
+def reserve_key(env: simpy.Environment) -> int | None:
+    """The id an event scheduled now would get, for a :class:`Call` made later with it
+    (``key``): it runs where it would have run had it been scheduled now. A caller that
+    may find the event unneeded before its step ends saves a step that would call nothing.
+
+    None while :meth:`simpy.Environment.schedule` is replaced (:mod:`simdist.ties` draws
+    keys of its own): the caller schedules at once then.
+    """
+    if simpy.Environment.schedule is not _SCHEDULE:
+        return None
+    return next(env._eid)  # type: ignore[attr-defined]

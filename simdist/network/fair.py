@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from simdist.sim import TimeoutBatch
+from simdist.sim import Call, TimeoutBatch, reserve_key, take_next
 
 if TYPE_CHECKING:
     import simpy
@@ -121,10 +121,14 @@ class FairShare:
         self.env = env
         self._seq = 0
         self._heap: list[tuple[float, int, int, Flow]] = []
-        self._timer_token = 0
+        self._timer: Call | None = None  # the one timer that may fire: earlier ones are stale
         self._timer_at: float | None = None
+        self._pending: tuple[float, int] | None = None  # a timer not scheduled yet: see _fire
+        self._fire_call = self._fire  # bound once: every timer calls it
         self._dirty: dict[SharedLink, None] = {}
         self._settling = False
+        self._settler: Call | None = None  # the settling event, scheduled again each instant
+        self._settle_calls = [self._settle]
         # (id(links), collective?) → (links, ref, weights, bps, key): see _shape
         self._shapes: dict[tuple[int, bool], tuple[Any, ...]] = {}
         self._key_ids: dict[tuple[Any, ...], int] = {}
@@ -223,64 +227,111 @@ class FairShare:
 
     def _touch(self, links: Sequence[SharedLink]) -> None:
         """Mark ``links`` for reallocation at the end of this instant."""
+        dirty = self._dirty
         for link in links:
-            self._dirty[link] = None
+            dirty[link] = None
         if not self._settling:
             self._settling = True
-            settle = self.env.event()
-            settle.callbacks.append(self._settle)
-            settle.succeed()
+            # An event processed calls nobody again: one serves every instant in turn.
+            if self._settler is None:
+                self._settler = Call(self.env, self._settle)
+            else:
+                self._settler.again(self._settle_calls)
 
     def _settle(self, _: simpy.Event) -> None:
-        """Reallocate the rates of every component a change touched this instant."""
+        """Reallocate the rates of every component a change touched this instant.
+
+        The timer is armed once, at the earliest new finish, after every component: within
+        this step nothing else is scheduled, so a timer armed on the way to it (stale as
+        soon as the next is armed) would only have cost a SimPy step that calls nothing.
+        """
         self._settling = False
         dirty, self._dirty = self._dirty, {}
+        now = self.env.now
         seen: set[SharedLink] = set()
+        earliest = None
         for link in dirty:
             if link in seen or not link.flows:
                 continue
             links, flows = _component(link, seen)
-            self._reallocate(links, flows)
+            finish = self._reallocate(links, flows, now)
+            if finish is not None and (earliest is None or finish < earliest):
+                earliest = finish
+        if earliest is not None and (self._timer_at is None or earliest < self._timer_at):
+            self._arm(earliest)
 
-    def _reallocate(self, links: list[SharedLink], flows: list[Flow]) -> None:
-        now = self.env.now
-        for flow in flows:
-            if flow.last_s != now:
-                flow.remaining_s -= flow.speed * (now - flow.last_s)
-                flow.last_s = now
-        found: list[Any] | None = None  # the layout's [speeds, links' rates] once known
+    def _reallocate(self, links: list[SharedLink], flows: list[Flow], now: float) -> float | None:
+        """New speeds for one component at ``now``; the earliest finish rescheduled, if any."""
+        keep = not self._custom
         if len(flows) == 1:
-            speeds = [1.0]
+            if len(flows[0].links) == len(links):
+                return self._alone(flows[0], now)
+            found: list[Any] | None = [[1.0], None]
+            keep = False
         else:
             layout = (tuple(links), tuple([flow.key for flow in flows]))
-            found = self._speeds.get(layout)
-            if found is None:
-                levels = max_min_levels(links, flows)
-                # rounding can leave a link a hair short of a flow's share: keep speeds > 0
-                speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
-                if len(self._speeds) >= 4096:
-                    self._speeds.clear()
-                found = self._speeds[layout] = [speeds, None]
-            speeds = found[0]
-            if self._custom:  # a flow's bytes/s may not be its key's: rates summed below
-                found = None
+            found = self._speeds.get(layout)  # the layout's [speeds, links' rates] once known
+        if found is None:
+            levels = max_min_levels(links, flows)
+            # rounding can leave a link a hair short of a flow's share: keep speeds > 0
+            speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
+            if len(self._speeds) >= 4096:
+                self._speeds.clear()
+            found = self._speeds[layout] = [speeds, None]
+        speeds = found[0]
         # The links' rates are summed in this order, from these speeds and the keys' bytes/s,
-        # the first time a layout comes, then taken as they were: the same floats.
-        known = None if found is None else found[1]
+        # the first time a layout comes, then taken as they were: the same floats (unless a
+        # flow's bytes/s may not be its key's: summed each time then).
+        known = found[1] if keep else None
         rates = None if known is not None else dict.fromkeys(links, 0.0)
+        earliest = None
+        heap = self._heap
         for flow, speed in zip(flows, speeds, strict=True):
+            last = flow.last_s
+            if last != now:
+                flow.remaining_s -= flow.speed * (now - last)
+                flow.last_s = now
             if rates is not None:
                 for link, bps in zip(flow.links, flow.bps, strict=True):
                     rates[link] += speed * bps
             if speed != flow.speed:
                 flow.speed = speed
-                self._schedule(flow, now + max(flow.remaining_s, 0.0) / speed)
+                finish = flow.finish_s = now + max(flow.remaining_s, 0.0) / speed
+                flow.gen += 1
+                heapq.heappush(heap, (finish, flow.seq, flow.gen, flow))
+                if earliest is None or finish < earliest:
+                    earliest = finish
         if rates is not None:
             known = [rates[link] for link in links]
-            if found is not None:
+            if keep:
                 found[1] = known
         for link, rate in zip(links, known, strict=True):  # type: ignore[arg-type]
-            link.set_rate(now, rate)
+            rates = link.rates  # Link.set_rate, inlined
+            if rates and rates[-1][0] == now:
+                rates.pop()
+            if not rates or rates[-1][1] != rate:
+                rates.append((now, rate))
+        return earliest
+
+    def _alone(self, flow: Flow, now: float) -> float | None:
+        """:meth:`_reallocate` of a component of one flow: at full speed, each of its
+        links carrying its bytes/s (``0.0 + 1.0 · bps``, the same float)."""
+        if flow.last_s != now:
+            flow.remaining_s -= flow.speed * (now - flow.last_s)
+            flow.last_s = now
+        finish = None
+        if flow.speed != 1.0:
+            flow.speed = 1.0
+            finish = flow.finish_s = now + max(flow.remaining_s, 0.0)
+            flow.gen += 1
+            heapq.heappush(self._heap, (finish, flow.seq, flow.gen, flow))
+        for link, rate in zip(flow.links, flow.bps, strict=True):
+            rates = link.rates  # Link.set_rate, inlined
+            if rates and rates[-1][0] == now:
+                rates.pop()
+            if not rates or rates[-1][1] != rate:
+                rates.append((now, rate))
+        return finish
 
     def _schedule(self, flow: Flow, finish_s: float) -> None:
         flow.gen += 1
@@ -290,32 +341,43 @@ class FairShare:
             self._arm(finish_s)
 
     def _arm(self, at_s: float) -> None:
-        self._timer_token += 1
         self._timer_at = at_s
-        token = self._timer_token
-        timer = self.env.timeout(max(at_s - self.env.now, 0.0))
-        timer.callbacks.append(lambda _: self._fire(token))
+        self._pending = None
+        env = self.env
+        self._timer = Call(env, self._fire_call, max(at_s - env.now, 0.0))
 
-    def _fire(self, token: int) -> None:
-        if token != self._timer_token:
-            return
+    def _fire(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
+            return  # stale: a timer for an earlier finish was armed since
         self._timer_at = None
         now = self.env.now
         heap = self._heap
+        heappop = heapq.heappop
         done = []
-        while heap and (heap[0][2] != heap[0][3].gen or not heap[0][3].active):
-            heapq.heappop(heap)  # stale: rescheduled or withdrawn since
-        while heap and heap[0][0] <= now:
-            _, _, gen, flow = heapq.heappop(heap)
-            if gen == flow.gen and flow.active:
-                done.append(flow)
+        # An entry is stale once its flow was rescheduled or withdrawn (both bump ``gen``).
+        while heap:
+            entry = heap[0]
+            if entry[2] != entry[3].gen:
+                heappop(heap)
+            elif entry[0] <= now:
+                heappop(heap)
+                done.append(entry[3])
+            else:
+                break
         for flow in done:
             flow.remaining_s = 0.0
             self._remove(flow)
-        while heap and (heap[0][2] != heap[0][3].gen or not heap[0][3].active):
-            heapq.heappop(heap)
+        while heap and heap[0][2] != heap[0][3].gen:
+            heappop(heap)
         if heap:
-            self._arm(heap[0][0])
+            # Armed now (its key drawn), scheduled at the end of this step unless a timer
+            # for an earlier finish is armed first (the settle below): no stale timer then.
+            at = heap[0][0]
+            key = reserve_key(self.env)
+            if key is None:
+                self._arm(at)
+            else:
+                self._timer_at, self._pending = at, (at, key)
         self._firing = True
         try:
             for flow in done:
@@ -323,6 +385,13 @@ class FairShare:
                 callback()
         finally:
             self._firing, self._batch = False, None
+        # The flows' ends settle next with nothing due before: settled in this step.
+        if self._settling and take_next(self.env, self._settler):  # type: ignore[arg-type]
+            self._settle(self._settler)  # type: ignore[arg-type]
+        if self._pending is not None:
+            (at, key), self._pending = self._pending, None
+            env = self.env
+            self._timer = Call(env, self._fire_call, max(at - env.now, 0.0), key)
 
     def later(self, delay_s: float, call: Callable[[Any], None]) -> None:
         """``call(None)`` ``delay_s`` from now: ``env.timeout(delay_s).callbacks.append(call)``.
@@ -366,20 +435,17 @@ def _done() -> None:
 
 def _component(start: SharedLink, seen: set[SharedLink]) -> tuple[list[SharedLink], list[Flow]]:
     """The links and flows connected to ``start`` through shared flows, in a stable order."""
-    links: list[SharedLink] = []
+    links = [start]
     flows: dict[Flow, None] = {}
-    stack = [start]
     seen.add(start)
-    while stack:
-        link = stack.pop()
-        links.append(link)
+    for link in links:  # grows as links are found: each link is visited once
         for flow in link.flows:
             if flow not in flows:
                 flows[flow] = None
                 for other in flow.links:
                     if other not in seen:
                         seen.add(other)
-                        stack.append(other)
+                        links.append(other)
     links.sort(key=_NAME)
     return links, sorted(flows, key=_SEQ)
 
