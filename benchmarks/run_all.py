@@ -1315,6 +1315,11 @@ def main() -> None:
         help="a checkout of the code before issue 32, timed beside this one (benchmark 6)",
     )
     parser.add_argument(
+        "--only-budgets",
+        action="store_true",
+        help="with --render: rerun only the wall-clock budgets, keep the other results",
+    )
+    parser.add_argument(
         "--only-seeds",
         action="store_true",
         help="with --render: rerun only the seeds benchmark (6), keep the other results",
@@ -1331,6 +1336,10 @@ def main() -> None:
         if args.only_report:
             print("time to report …", flush=True)
             data["report"] = bench_time_to_report.run(5)
+            raw.write_text(json.dumps(data, indent=1))
+        if args.only_budgets:
+            print("wall-clock budgets …", flush=True)
+            data["budgets"] = bench_budgets.run(args.repeat)
             raw.write_text(json.dumps(data, indent=1))
         if args.only_seeds:
             print("seeds for the price of one …", flush=True)
