@@ -271,6 +271,8 @@ class _Programs:
             ]
             return loss, grads, moments
 
+        #: The wave program before jit: seed_replay puts copies of it in one program.
+        self.wave_body = wave
         self.wave = jax.jit(wave, donate_argnums=(1, 2))
 
         def gather(values, models, slots):

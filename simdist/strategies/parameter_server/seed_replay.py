@@ -12,8 +12,10 @@ batch, optimizer and shards; seeds differ) are replayed together here:
 * the gradient **waves** of several runs share one 8-wide call: a run with 4 workers
   fills about half of a wave, so two runs fill one. A lane's bits depend neither on the
   other lanes nor on its position (tests/test_ps_dataflow.py), so every gradient is the
-  one its run alone computes;
-* each run's update chains and evaluations are its own calls, in its own order.
+  one its run alone computes; :data:`COPIES` such calls run as one program
+  (:class:`WaveCopies`);
+* the update chains of the runs on one PS run :data:`WIDE` runs at a time in one program
+  (:class:`WideChains`); evaluations are each run's own calls, in its own order.
 
 Each run's report equals its report alone, byte for byte (tests/test_batched_runs.py).
 """
@@ -45,6 +47,9 @@ def _bank_size(n: int) -> int:
 
 class DeferredReplay(DeferredRun):
     """An asynchronous parameter-server run whose dataflow replay waits for the others'."""
+
+    #: Runs replayed together: one update program holds the chains of :data:`WIDE` runs.
+    group_runs = 8
 
     def __init__(self, strategy: ParameterServerStrategy) -> None:
         self.strategy = strategy
@@ -115,8 +120,9 @@ class SharedBanks:
             ready = [
                 k for k, s in enumerate(steps) if at[k] < len(s) and isinstance(s[at[k]], Wave)
             ]
-            for group in _packed([(k, steps[k][at[k]]) for k in ready]):
-                waves.append(self._wave(group, banks))
+            calls = [self._lanes(g) for g in _packed([(k, steps[k][at[k]]) for k in ready])]
+            for start in range(0, len(calls), COPIES):
+                waves.extend(self._waves(calls[start : start + COPIES], banks))
             for k in ready:
                 at[k] += 1
             self._updates(steps, at, banks, evaluations)
@@ -210,9 +216,10 @@ class SharedBanks:
                 out.append(Check(tuple(int(s) for s in np.asarray(step.slots) + base)))
         return out
 
-    def _wave(self, group: list[tuple[int, Wave]], banks: dict[str, Any]) -> tuple[list, Any]:
-        """One 8-wide gradient call for the waves of ``group`` (run, wave): their lanes in
-        order, padded with the last lane aimed at its run's scratch gradient slot."""
+    def _lanes(self, group: list[tuple[int, Wave]]) -> tuple[list, tuple[np.ndarray, ...]]:
+        """One 8-wide gradient call's lanes for the waves of ``group`` (run, wave), in
+        order, padded with the last lane aimed at its run's scratch gradient slot: the
+        (run, ticket) of each lane and the call's slots, inputs, labels and targets."""
         slots, targets, xs, ys, lanes = [], [], [], [], []
         for k, wave in group:
             n = len(wave.tickets)
@@ -233,16 +240,23 @@ class SharedBanks:
         target_rows = np.concatenate([*targets, np.full(pad, scratch, np.int32)])
         x_rows = np.concatenate([*xs, np.repeat(xs[-1][-1:], pad, axis=0)])
         y_rows = np.concatenate([*ys, np.repeat(ys[-1][-1:], pad, axis=0)])
-        loss, banks["grads"], banks["moments"] = self.programs.wave(
-            banks["values"],
-            banks["grads"],
-            banks["moments"],
-            slot_rows.astype(np.int32),
-            x_rows,
-            y_rows,
-            target_rows.astype(np.int32),
+        return lanes, (slot_rows.astype(np.int32), x_rows, y_rows, target_rows.astype(np.int32))
+
+    def _waves(self, calls: list[tuple[list, tuple]], banks: dict[str, Any]) -> list[tuple]:
+        """Up to :data:`COPIES` 8-wide gradient calls as one program (:class:`WaveCopies`);
+        missing copies repeat the first call, aimed at its run's scratch slot."""
+        program = self.programs.extra.get("waves")
+        if program is None:
+            program = self.programs.extra["waves"] = WaveCopies(self.programs.wave_body)
+        inputs = [args for _, args in calls]
+        slots, xs, ys, _ = inputs[0]
+        k = calls[0][0][-1][0]
+        scratch = self.gbases[k] + self.runs[k].replay.plan.gradients.capacity - 1
+        inputs += [(slots, xs, ys, np.full(BUCKET, scratch, np.int32))] * (COPIES - len(calls))
+        losses, banks["grads"], banks["moments"] = program(
+            banks["values"], banks["grads"], banks["moments"], *zip(*inputs, strict=True)
         )
-        return lanes, loss
+        return [(lanes, losses[c]) for c, (lanes, _) in enumerate(calls)]
 
 
 def _is_wave(step: Wave | Chain | Check) -> bool:
@@ -261,6 +275,34 @@ def _packed(waves: list[tuple[int, Wave]]) -> list[list[tuple[int, Wave]]]:
         groups[-1].append((k, wave))
         lanes += n
     return groups
+
+
+#: 8-wide gradient calls in one program (:class:`WaveCopies`).
+COPIES = 4
+
+
+class WaveCopies:
+    """:data:`COPIES` of the replay's 8-wide gradient program side by side in one program.
+
+    Each copy is the one-run program on its own slots, inputs and targets, in order,
+    writing the gradient bank in turn, so each lane's bits are those of a call alone (a
+    wider ``vmap`` would not be: XLA:CPU picks kernels by shape). One dispatch then
+    computes the gradients of up to 32 lanes of several runs."""
+
+    def __init__(self, wave: Callable[..., Any]) -> None:
+        def waves(values, grads, moments, slots, xs, ys, targets):
+            losses = []
+            for c in range(COPIES):
+                loss, grads, moments = wave(
+                    values, grads, moments, slots[c], xs[c], ys[c], targets[c]
+                )
+                losses.append(loss)
+            return losses, grads, moments
+
+        self.fn = jax.jit(waves, donate_argnums=(1, 2))
+
+    def __call__(self, values, grads, moments, slots, xs, ys, targets) -> Any:
+        return self.fn(values, grads, moments, slots, xs, ys, targets)
 
 
 #: Runs whose update chains on one PS run as one program (a vmap over runs inside the
