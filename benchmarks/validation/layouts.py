@@ -48,25 +48,31 @@ def gpt_flops(
     return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
 
 
-def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int) -> Any:
-    """Timing-only ``gpt`` on ``gpus`` A100s: tensor groups of ``t`` inside a node (plain data
-    parallelism when ``t`` is 1), × ``gpus / t`` data-parallel copies."""
-    if t == 1:
-        strategy: dict[str, Any] = {"kind": "multi_worker_mirrored", "communication": "nccl"}
-    else:
-        strategy = {"kind": "tensor_parallel", "tensor": t, "data": gpus // t}
+def gpt_scenario(
+    name: str,
+    shape: tuple[int, int, int, int, int],
+    cluster: tuple[int, int, str, tuple[str, str], tuple[str, str]],
+    global_batch: int,
+    strategy: dict[str, Any],
+) -> Any:
+    """A timing-only ``gpt`` run of :data:`STEPS` Adam steps at fp16, without variability:
+    ``shape`` (layers, hidden, heads, sequence, vocabulary) on ``cluster`` (GPUs, GPUs per
+    node, device profile, the node's (bandwidth, latency), InfiniBand's), as the layout
+    families (this one and :mod:`validation.zero`) run their published configurations."""
+    layers, hidden, heads, seq, vocab = shape
+    gpus, per_host, profile, intra, network = cluster
     return scenario_from_dict(
         {
-            "name": f"validate_gpt_{layers}x{hidden}_t{t}_n{gpus}",
+            "name": name,
             "seed": 0,
             "numerics": False,
             "cluster": {
-                "hosts": gpus // 8,
-                "devices_per_host": 8,
-                "device": {"profile": "a100", "precision": "fp16", "variability": 0},
+                "hosts": gpus // per_host,
+                "devices_per_host": per_host,
+                "device": {"profile": profile, "precision": "fp16", "variability": 0},
                 "links": {
-                    "intra_host": {"bandwidth": NVLINK[0], "latency": NVLINK[1]},
-                    "network": {"bandwidth": IB[0], "latency": IB[1]},
+                    "intra_host": {"bandwidth": intra[0], "latency": intra[1]},
+                    "network": {"bandwidth": network[0], "latency": network[1]},
                 },
                 "network": {"protocol": "nccl-ib", "intra_host": "nvlink"},
             },
@@ -76,10 +82,10 @@ def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int
                     "layers": layers,
                     "hidden": hidden,
                     "heads": heads,
-                    "seq_len": SEQ_LEN,
-                    "vocab": VOCAB,
+                    "seq_len": seq,
+                    "vocab": vocab,
                 },
-                "global_batch_size": batch,
+                "global_batch_size": global_batch,
                 "optimizer": {"name": "adam", "learning_rate": 1e-4},
                 "steps": STEPS,
             },
@@ -88,22 +94,48 @@ def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int
     )
 
 
+def recomputed_step_s(
+    summary: dict[str, Any], split: int, batch: int, shape: tuple[int, int, int, int, int]
+) -> float:
+    """A simulated iteration with the recomputed forward that Megatron and ZeRO-R run and
+    simdist's strategies do not schedule: one device's compute time (a copy's, split
+    ``split`` ways) × (96-formula − 72-formula) / 72-formula of :func:`gpt_flops` for
+    ``batch`` sequences of ``shape`` — the extra forward at the rate of the rest of the
+    compute, from Narayanan et al.'s own formulas, the same for every row."""
+    layers, hidden, _, seq, vocab = shape
+    full = gpt_flops(batch, layers, hidden, True, seq, vocab)
+    extra = full / gpt_flops(batch, layers, hidden, False, seq, vocab) - 1
+    step_s = summary["simulated_time_s"] / summary["steps"]
+    return step_s + summary["compute_s_per_replica_step"] / split * extra
+
+
+def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int) -> Any:
+    """Timing-only ``gpt`` on ``gpus`` A100s: tensor groups of ``t`` inside a node (plain data
+    parallelism when ``t`` is 1), × ``gpus / t`` data-parallel copies."""
+    if t == 1:
+        strategy: dict[str, Any] = {"kind": "multi_worker_mirrored", "communication": "nccl"}
+    else:
+        strategy = {"kind": "tensor_parallel", "tensor": t, "data": gpus // t}
+    return gpt_scenario(
+        f"validate_gpt_{layers}x{hidden}_t{t}_n{gpus}",
+        (layers, hidden, heads, SEQ_LEN, VOCAB),
+        (gpus, 8, "a100", NVLINK, IB),
+        batch,
+        strategy,
+    )
+
+
 @cache
 def megatron_tflops(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int) -> float:
     """Achieved TFLOP/s per GPU as Table 1 counts it: the recomputation formula's FLOPs of an
     iteration / (iteration time × GPUs).
 
-    simdist's data-parallel and tensor-parallel strategies do not schedule the recomputed
-    forward that Megatron runs; it is added to the simulated iteration as one device's
-    compute time (the replica's, split ``t`` ways) × (96-formula − 72-formula) / 72-formula:
-    the extra forward at the rate of the rest of the compute, from the paper's own
-    formulas, the same for every row.
+    The recomputed forward that Megatron runs is added to the simulated iteration
+    (:func:`recomputed_step_s`, the replica's compute split ``t`` ways).
     """
     summary = run(scenario(layers, hidden, heads, t, gpus, batch)).summary
-    step_s = summary["simulated_time_s"] / summary["steps"]
-    per_copy = batch // (gpus // t)
-    extra = gpt_flops(per_copy, layers, hidden) / gpt_flops(per_copy, layers, hidden, False) - 1
-    step_s += summary["compute_s_per_replica_step"] / t * extra
+    shape = (layers, hidden, heads, SEQ_LEN, VOCAB)
+    step_s = recomputed_step_s(summary, t, batch // (gpus // t), shape)
     return gpt_flops(batch, layers, hidden) / step_s / gpus / 1e12
 
 

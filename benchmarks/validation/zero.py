@@ -22,9 +22,8 @@ from functools import cache
 from typing import Any
 
 from simdist.engine import run
-from simdist.scenario import scenario_from_dict
 from validation import BAND_PCT, Case
-from validation.layouts import gpt_flops
+from validation.layouts import gpt_scenario, recomputed_step_s
 
 TITLE = "ZeRO-100B on 400 V100s (ZeRO paper)"
 
@@ -38,7 +37,6 @@ VOCAB = 50257
 GPUS_PER_NODE = 16
 NVSWITCH = ("150GB/s", "5us")
 IB = ("100GB/s", "5us")
-STEPS = 2
 
 
 def gpt_params(layers: int, hidden: int) -> int:
@@ -67,36 +65,12 @@ def scenario(layers: int, hidden: int, heads: int, mp: int, gpus: int, batch: in
         strategy: dict[str, Any] = {"kind": "zero", "stage": 2}
     else:
         strategy = {"kind": "tensor_parallel", "tensor": mp, "data": copies}
-    return scenario_from_dict(
-        {
-            "name": f"validate_zero_{layers}x{hidden}_mp{mp}_n{gpus}",
-            "seed": 0,
-            "numerics": False,
-            "cluster": {
-                "hosts": gpus // GPUS_PER_NODE,
-                "devices_per_host": GPUS_PER_NODE,
-                "device": {"profile": "v100", "precision": "fp16", "variability": 0},
-                "links": {
-                    "intra_host": {"bandwidth": NVSWITCH[0], "latency": NVSWITCH[1]},
-                    "network": {"bandwidth": IB[0], "latency": IB[1]},
-                },
-                "network": {"protocol": "nccl-ib", "intra_host": "nvlink"},
-            },
-            "workload": {
-                "model": {
-                    "name": "gpt",
-                    "layers": layers,
-                    "hidden": hidden,
-                    "heads": heads,
-                    "seq_len": SEQ_LEN,
-                    "vocab": VOCAB,
-                },
-                "global_batch_size": batch * copies,
-                "optimizer": {"name": "adam", "learning_rate": 1e-4},
-                "steps": STEPS,
-            },
-            "strategy": strategy,
-        }
+    return gpt_scenario(
+        f"validate_zero_{layers}x{hidden}_mp{mp}_n{gpus}",
+        (layers, hidden, heads, SEQ_LEN, VOCAB),
+        (gpus, GPUS_PER_NODE, "v100", NVSWITCH, IB),
+        batch * copies,
+        strategy,
     )
 
 
@@ -112,10 +86,7 @@ def zero_tflops(layers: int, hidden: int, heads: int, mp: int, gpus: int, batch:
     2021, at this sequence length and vocabulary.
     """
     summary = run(scenario(layers, hidden, heads, mp, gpus, batch)).summary
-    step_s = summary["simulated_time_s"] / summary["steps"]
-    full = gpt_flops(batch, layers, hidden, True, SEQ_LEN, VOCAB)
-    extra = full / gpt_flops(batch, layers, hidden, False, SEQ_LEN, VOCAB) - 1
-    step_s += summary["compute_s_per_replica_step"] / mp * extra
+    step_s = recomputed_step_s(summary, mp, batch, (layers, hidden, heads, SEQ_LEN, VOCAB))
     return deepspeed_flops(layers, hidden, batch) / step_s / mp / 1e12
 
 
