@@ -19,7 +19,8 @@ from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
 from simdist.engine import run, simulate
 from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
-from simdist.network.fair import FairShare, Flow, max_min_levels
+from simdist.network.fair import FairShare, Flow
+from simdist.network.maxmin import max_min_levels
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
 
@@ -215,7 +216,7 @@ def test_progressive_filling_is_max_min_fair(capacities, routes):
     for seq, route in enumerate(routes):
         on = sorted({links[i % len(links)] for i in route}, key=lambda link: link.name)
         ref = min(link.bandwidth_Bps for link in on)
-        flows.append(Flow(on, 1.0, [1.0] * len(on), [ref] * len(on), ref, lambda: None, seq, 0.0))
+        flows.append(Flow(on, 1.0, [1.0] * len(on), [ref] * len(on), ref, lambda: None, seq))
     levels = max_min_levels(links, flows)
     load = {link.name: 0.0 for link in links}
     for flow, level in zip(flows, levels, strict=True):
@@ -379,69 +380,93 @@ def test_batched_arrivals_leave_every_table_as_it_was(kind, size, straggle, fail
     assert batched.summary == reference.summary
 
 
-class _Forgetful(dict):
-    """A layout cache that never finds anything: every reallocation computed afresh."""
+def test_three_flows_on_one_link_one_joins_and_one_leaves():
+    """Processor sharing by hand (12 B/s link, no latency): a (12 B), b (24 B), c (36 B)
+    start at 0 at 4 B/s each; d (8 B) joins at 1 s; b is cut at 2 s.
 
-    def get(self, key, default=None):
-        return default
+    0–1 s: a, b, c at 4 B/s: a 8 left, b 20, c 32. 1–2 s: four at 3 B/s: a 5, b 17, c 29,
+    d 5. 2 s: b leaves; three at 4 B/s: a and d end at 2 + 5/4 = 3.25 s, c (29 − 5 = 24
+    left) alone at 12 B/s ends at 3.25 + 2 = 5.25 s.
+    """
+    env = simpy.Environment()
+    (link,) = fair_links(env, ("l", 12.0))
+    model = FairShare.of(env)
+    ends = {}
 
+    def start(name, nbytes):
+        return model.start([link], nbytes / 12.0, lambda: ends.setdefault(name, env.now))
 
-@pytest.mark.parametrize("devices_per_host", [1, 2])
-def test_rates_remembered_per_layout_are_the_rates_computed_afresh(devices_per_host):
-    """The links' rates a repeated layout takes from the cache (FairShare._speeds) are the
-    floats summed afresh: every table, link telemetry included, is the same with a cache
-    that never hits — with PS messages alone, and mixed with local all-reduces whose
-    bytes per link are their own (``link_bytes``: not cached)."""
-    cluster = {
-        "hosts": 8,
-        "ps": 2,
-        "devices_per_host": devices_per_host,
-        "device": {"profile": "cpu"},
-    }
-    stragglers = {"stragglers": [{"probability": 0.2, "slowdown": {"kind": "pareto"}}]}
-    data = timing_only(cluster, {"kind": "parameter_server"}, stragglers, steps=200, seed=1)
-    remembered = run(scenario_from_dict(data))
-    original = FairShare.__init__
+    start("a", 12)
+    b = start("b", 24)
+    start("c", 36)
 
-    def forgetful(self, env):
-        original(self, env)
-        self._speeds = _Forgetful()
+    def later():
+        yield env.timeout(1.0)
+        start("d", 8)
+        yield env.timeout(1.0)
+        model.stop(b)
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(FairShare, "__init__", forgetful)
-        afresh = run(scenario_from_dict(data))
-    assert set(remembered.tables) >= {"links", "link_load", "link_buckets"}
-    for name, table in remembered.tables.items():
-        pd.testing.assert_frame_equal(table, afresh.tables[name])
-    pd.testing.assert_frame_equal(remembered.events, afresh.events)
-    assert remembered.summary == afresh.summary
+    env.process(later())
+    env.run()
+    assert ends == {"a": 3.25, "d": 3.25, "c": 5.25}
+    assert link.rates == [(0.0, 12.0), (5.25, 0.0)]
 
 
-def test_a_collective_with_bytes_of_its_own_gets_its_own_rates_in_a_known_layout():
-    """Two rounds of one layout (a message beside a collective on the same links) whose
-    collectives put different bytes on the links: the second round's link rates are its
-    own, as computed afresh, not the first round's."""
+def _speed_of_full_solve(links, flows):
+    levels = max_min_levels(links, flows)
+    return [min(1.0, max(level / f.ref_Bps, 1e-12)) for f, level in zip(flows, levels, strict=True)]
 
-    def rounds(fresh):
-        env = simpy.Environment()
-        a = Link(env, "a", 0.0, 4.0, sharing="fair")
-        b = Link(env, "b", 0.0, 8.0, sharing="fair")
-        if fresh:
-            a.arbiter._speeds = _Forgetful()
 
-        def both(carried):
-            Transfer(env, [a], 4)
-            yield env.process(hold_links(env, [a, b], 2.0, carried))
+@settings(max_examples=200, deadline=None)
+@given(
+    capacities=st.lists(st.sampled_from([1.0, 2.0, 3.0, 5.0, 8.0]), min_size=2, max_size=7),
+    plan=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 6), min_size=1, max_size=3),  # the route
+            st.integers(0, 12),  # start, in quarter seconds
+            st.sampled_from([0.5, 1.0, 2.0, 3.0, 7.0]),  # work, seconds at full speed
+            st.booleans(),  # a collective (weights capacity / ref)?
+            st.one_of(st.none(), st.integers(1, 12)),  # cut after this many quarters
+        ),
+        min_size=1,
+        max_size=14,
+    ),
+)
+def test_incremental_fair_sharing_equals_the_full_solve_at_every_instant(capacities, plan):
+    """Flows start, end and are cut in a random order; after every change the rates kept
+    incrementally (groups, virtual clocks, local solves) are the progressive filling's
+    over every flow in flight, to 1e-12 relative."""
+    env = simpy.Environment()
+    links = [Link(env, f"l{i}", 0.0, c, sharing="fair") for i, c in enumerate(capacities)]
+    model = FairShare.of(env)
+    running = []
 
-        def run_rounds():
-            yield env.process(both([8.0, 16.0]))
-            yield env.timeout(10.0)
-            yield env.process(both([2.0, 4.0]))
+    def launch(route, at, work, collective, cut):
+        yield env.timeout(at / 4)
+        on = sorted({links[i % len(links)] for i in route}, key=lambda link: link.name)
+        flow = model.start(on, work, lambda: None, collective=collective)
+        running.append(flow)
+        if cut is not None:
+            yield env.timeout(cut / 4)
+            model.stop(flow)
 
-        env.process(run_rounds())
-        env.run()
-        return a.rates, b.rates
+    for item in plan:
+        env.process(launch(*item))
+    checked = [0]
 
-    remembered, afresh = rounds(False), rounds(True)
-    assert remembered == afresh
-    assert afresh[1][-2][1] != afresh[1][1][1]  # the rounds' rates on b differ
+    def check():
+        while True:
+            yield env.timeout(0.0917)  # never an instant where a change happens
+            live = [flow for flow in running if flow.active]
+            if not live:
+                if env.peek() == float("inf"):
+                    return
+                continue
+            expected = _speed_of_full_solve(links, live)
+            for flow, want in zip(live, expected, strict=True):
+                assert model.speed(flow) == pytest.approx(want, rel=1e-12, abs=0.0)
+            checked[0] += 1
+
+    env.process(check())
+    env.run(until=60.0)
+    assert checked[0] > 0

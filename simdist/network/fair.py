@@ -1,31 +1,50 @@
-"""Max-min fair sharing of link bandwidth between concurrent flows.
+"""Max-min fair sharing of link bandwidth between concurrent flows, kept up to date
+incrementally.
 
 The flow-level model SimGrid validates against packet-level simulation
 (Velho, Schnorr, Casanova & Legrand 2013, "On the validity of flow-level TCP
 network models for grid and cloud simulations", ACM TOMACS 23(4)): every
-active flow gets a rate, the rates are max-min fair under the links'
-capacities, and they are recomputed whenever a flow starts or ends. Computed
-by progressive filling (Bertsekas & Gallager, *Data Networks*, 2nd ed., §6.5.2):
-raise every unfixed flow's level together until some link is full, fix the
-flows crossing it, repeat.
+active flow gets a rate, the rates are max-min fair under the links' capacities
+(:mod:`simdist.network.maxmin`), and they change whenever a flow starts or ends.
 
-A flow's *work* is measured in seconds at full speed (``work_s``), and its
-level is converted to a *speed* in [0, 1]: a message of ``nbytes`` on a route
-whose slowest link carries ``ref`` bytes/s has work ``nbytes / ref`` and
-consumes ``speed · ref`` bytes/s on every link of its route (weight 1). A
-collective (a closed-form duration ``T`` over several links) is one flow of
-work ``T`` that at full speed uses every link it holds at that link's capacity
-(weight ``capacity / ref``), so two identical collectives on the same links
-each run at half speed. A flow alone on its links runs at speed exactly 1 and
-ends exactly ``work_s`` after it starts: single messages and collectives keep
-their closed-form times.
+A flow's *work* is measured in seconds at full speed (``work_s``), and its level is
+converted to a *speed* in [0, 1]: a message of ``nbytes`` on a route whose slowest link
+carries ``ref`` bytes/s has work ``nbytes / ref`` and consumes ``speed · ref`` bytes/s on
+every link of its route (weight 1). A collective (a closed-form duration ``T`` over
+several links) is one flow of work ``T`` that at full speed uses every link it holds at
+that link's capacity (weight ``capacity / ref``), so two identical collectives on the
+same links each run at half speed. A flow alone on its links runs at speed exactly 1 and
+ends exactly ``work_s`` after it starts: single messages and collectives keep their
+closed-form times.
 
-Flows whose links no other flow touches are independent: a change recomputes
-only the connected component (links ↔ flows) it touches, once per simulated
-instant (changes at one instant are batched). One SimPy timer serves the
-earliest finish among all flows; finishes are kept in a heap. Messages whose
-flows finish together and arrive after the same latency arrive in one SimPy
-event, in the order their timeouts would have had (:meth:`FairShare.later`).
+**Incremental.** The max-min allocation partitions the flows by bottleneck: the flows
+fixed at one link share one level. Each such set is a :class:`Group`, and a group is
+processor sharing: its members progress at one speed, so one *virtual clock* per group
+(the work a member has done since the group's clock started) gives every member's
+finish as a fixed tag, kept in a heap (Demers, Keshav & Shenker 1989, "Analysis and
+simulation of a fair queueing algorithm", virtual time; Parekh & Gallager 1993 for
+generalised processor sharing). A flow joining or leaving a group changes the group's
+level and clock in O(log n), not every member's finish.
+
+The allocation stays max-min as long as every group's bottleneck is full and carries
+its members only (no flow fixed elsewhere crosses it: ``strangers``), no member crosses
+another group's bottleneck (``crossings``), and every other link its members cross has
+room: a link M crossed by flows of total weight W_M is never over capacity while every
+group on it has a level ≤ C_M / W_M (the group's ``theta``, kept as a count per value).
+Those conditions make every flow's bottleneck a full link on which no flow gets more,
+the definition of max-min fairness (Bertsekas & Gallager, *Data Networks*, §6.5.2), so
+the levels are the progressive filling's. Where a change breaks one (a new bottleneck, a
+flow crossing two), the connected component it touches is solved again in full, as
+SimGrid's selective update does for every change (simgrid/simgrid @12a63c7,
+``src/kernel/lmm/System.cpp``, ``update_modified_cnst_set_rec``: the constraints reached
+from the modified variable; Casanova et al. 2014, "Versatile, scalable, and accurate
+simulation of distributed applications and platforms", JPDC 74(10)).
+
+Changes at one simulated instant take effect together, at the end of the instant (one
+settling step). One SimPy timer serves the earliest finish among all groups. Messages
+whose flows finish together and arrive after the same latency arrive in one SimPy
+event, in the order their timeouts would have had (:meth:`FairShare.later`). Each
+link's load over time is rebuilt after the run (:mod:`simdist.network.load_steps`).
 """
 
 from __future__ import annotations
@@ -36,10 +55,21 @@ from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from simdist.network.maxmin import progressive_filling
 from simdist.sim import Call, TimeoutBatch, reserve_key, take_next
 
 if TYPE_CHECKING:
     import simpy
+
+#: The slowest speed a flow is given: rounding can leave a link a hair short of a share.
+MIN_SPEED = 1e-12
+#: Levels this close (relative) count as equal in the max-min conditions: rounding.
+TOLERANCE = 1e-12
+#: Rounds of levelling and local solves in one settle before the components the changes
+#: touch are solved in full (changes that keep moving each other).
+MAX_ROUNDS = 32
+#: Times a local solve may take in more groups before its components are solved in full.
+MAX_GROW = 8
 
 
 class SharedLink(Protocol):
@@ -48,29 +78,25 @@ class SharedLink(Protocol):
     name: str
     bandwidth_Bps: float
     flows: dict[Any, None]  # the flows crossing it, in arrival order
-    rates: list[tuple[float, float]]  # (time_s, bytes/s carried from then on)
-
-    def set_rate(self, now_s: float, rate_Bps: float) -> None:
-        """Record that from ``now_s`` on the link carries ``rate_Bps``."""
+    share: Any  # its LinkShare, made by FairShare on first use
+    load_log: list[Any]  # see simdist.network.load_steps
 
 
 class Flow:
-    """One flow: its links, its remaining work (seconds at full speed) and current speed."""
+    """One flow: its links, its work, its group and its finish tag in the group's clock."""
 
     __slots__ = (
         "active",
         "bps",
         "callback",
-        "custom",
-        "finish_s",
         "gen",
-        "key",
-        "last_s",
+        "group",
         "links",
         "ref_Bps",
         "remaining_s",
+        "scale",
         "seq",
-        "speed",
+        "tag",
         "weights",
     )
 
@@ -78,28 +104,131 @@ class Flow:
         self,
         links: Sequence[SharedLink],
         work_s: float,
-        weights: list[float],
-        bps: list[float],
+        weights: Sequence[float],
+        bps: Sequence[float],
         ref_Bps: float,
         callback: Callable[[], None],
         seq: int,
-        now: float,
-        key: Any = (),
     ) -> None:
         self.links = links
-        self.key = key  # names what its share depends on: links, reference rate, weights
         self.weights = weights  # capacity units consumed per unit of level, per link
         self.bps = bps  # bytes/s put on each link at full speed (telemetry)
         self.ref_Bps = ref_Bps  # level at which the flow runs at full speed
-        self.remaining_s = work_s
-        self.speed = 0.0
-        self.last_s = now
-        self.finish_s = now
-        self.gen = 0
+        self.remaining_s = work_s  # while in no group; then kept as ``tag``
         self.seq = seq
         self.callback = callback
         self.active = True
-        self.custom = False  # bytes/s per link given by the caller, not by its key
+        self.group: Group | None = None
+        self.tag = 0.0  # the group's clock reading at which the flow is done
+        self.scale = 1.0  # ref_Bps / the group's ref_Bps: work in the group's seconds
+        self.gen = 0  # bumped when its entry in its group's heap goes stale
+
+
+class Group:
+    """The flows fixed at one bottleneck link: one level, one speed, one virtual clock.
+
+    ``clock_s`` is the work (seconds at full speed, for a member whose ``ref_Bps`` is the
+    group's) every member has done since the group started, read at ``since_s``; a member
+    is done when the clock reaches its ``tag``. ``times``/``speeds``/``clocks`` is the
+    speed's history and the clock at each change, for the links' telemetry.
+    """
+
+    __slots__ = (
+        "alive",
+        "clock_s",
+        "clocks",
+        "crossed",
+        "extra",
+        "extras",
+        "gen",
+        "guarded",
+        "heap",
+        "level",
+        "link",
+        "ref_Bps",
+        "since_s",
+        "size",
+        "speed",
+        "speeds",
+        "theta",
+        "times",
+        "units",
+    )
+
+    def __init__(self, link: SharedLink, ref_Bps: float, level: float, speed: float, now: float):
+        self.link = link
+        self.ref_Bps = ref_Bps
+        self.level = level
+        self.speed = speed
+        self.clock_s = 0.0
+        self.since_s = now
+        self.heap: list[tuple[float, int, int, Flow]] = []
+        self.size = 0
+        self.units = 0  # members of weight 1 on the bottleneck (counted exactly)
+        self.extra = 0.0  # the other members' weights on it
+        self.extras = 0
+        self.crossed: dict[Any, int] = {}  # other groups' bottlenecks its members cross
+        self.theta: dict[float, int] = {}  # C_M / W_M of every other link a member crosses
+        self.guarded = False  # its component held a group over a theta: no level rises
+        self.alive = True
+        self.gen = 0
+        self.times = [now]
+        self.speeds = [speed]
+        self.clocks = [0.0]  # the clock at each of ``times``
+
+    def weight(self) -> float:
+        """The members' total weight on the bottleneck."""
+        return self.units + self.extra if self.extras else float(self.units)
+
+    def advance(self, now: float) -> None:
+        """Read the clock at ``now``."""
+        if self.since_s != now:
+            self.clock_s += self.speed * (now - self.since_s)
+            self.since_s = now
+
+    def finish_of(self, tag: float) -> float:
+        """When a member with ``tag`` is done, at the current speed."""
+        return self.since_s + max(tag - self.clock_s, 0.0) / self.speed
+
+
+class LinkShare:
+    """Fair sharing's book of one link: the weight crossing it, the groups on it (with
+    their bytes/s at speed 1, members, members not at their bottleneck, and weight), and
+    its own group if it is a bottleneck."""
+
+    __slots__ = ("extra", "extras", "group", "members", "strangers", "units")
+
+    def __init__(self) -> None:
+        self.units = 0
+        self.extra = 0.0
+        self.extras = 0
+        # group → [bytes/s at speed 1, members, members not at their bottleneck, weight]
+        self.members: dict[Group, list[Any]] = {}
+        self.group: Group | None = None
+        self.strangers = 0  # flows crossing it fixed at another bottleneck
+
+    def weight(self) -> float:
+        return self.units + self.extra if self.extras else float(self.units)
+
+
+def _share(link: SharedLink) -> LinkShare:
+    share = link.share
+    if share is None:
+        share = link.share = LinkShare()
+    return share
+
+
+def _clamp(speed: float) -> float:
+    """A speed from level / ref: at least MIN_SPEED, and 1 where rounding put it a hair
+    above. A group's speed may exceed 1 for real: it is measured in the ref of the member
+    that made it, which may have left a faster one behind."""
+    if speed > 1.0:
+        return 1.0 if speed < 1.0 + 1e-9 else speed
+    return max(speed, MIN_SPEED)
+
+
+def _theta_min(group: Group) -> float:
+    return min(group.theta) if group.theta else float("inf")
 
 
 class FairShare:
@@ -119,24 +248,23 @@ class FairShare:
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
+        self.version = 0  # bumped by every change: links' telemetry is rebuilt after one
+        self.solves = 0  # components solved in full (a measure, for benchmarks and tests)
         self._seq = 0
-        self._heap: list[tuple[float, int, int, Flow]] = []
+        self._serial = 0
+        self._heap: list[tuple[float, int, int, Group]] = []  # each group's next finish
         self._timer: Call | None = None  # the one timer that may fire: earlier ones are stale
         self._timer_at: float | None = None
         self._pending: tuple[float, int] | None = None  # a timer not scheduled yet: see _fire
         self._fire_call = self._fire  # bound once: every timer calls it
-        self._dirty: dict[SharedLink, None] = {}
+        self._loose: dict[Flow, None] = {}  # flows started this instant in no group yet
+        self._relevel: dict[Group, None] = {}  # groups whose members or bottleneck changed
+        self._check: dict[Group, None] = {}  # groups to check against their theta
         self._settling = False
         self._settler: Call | None = None  # the settling event, scheduled again each instant
         self._settle_calls = [self._settle]
-        # (id(links), collective?) → (links, ref, weights, bps, key): see _shape
+        # id(links), collective? → (links, ref, weights, bps): see _shape
         self._shapes: dict[tuple[int, bool], tuple[Any, ...]] = {}
-        self._key_ids: dict[tuple[Any, ...], int] = {}
-        # Each flow's speed for one component's layout (its links, its flows' keys in
-        # order): the max-min levels depend on nothing else, and a run repeats few layouts.
-        # Beside them, each link's rate, while no flow's bytes/s differ from its key's.
-        self._speeds: dict[tuple[Any, ...], list[Any]] = {}
-        self._custom = 0  # active flows whose bytes/s per link the caller gave (link_bytes)
         # While finished flows call back (_fire): the batch later calls of one delay join.
         self._batch: TimeoutBatch | None = None
         self._firing = False
@@ -162,39 +290,29 @@ class FairShare:
         ``ref_Bps``, the route's slowest bandwidth, when the caller has it already.
         """
         now = self.env.now
+        self.version += 1
         # A route or a collective's link set carries flow after flow: its shape once per set.
         shape = self._shapes.get((id(links), collective))
         if shape is None or shape[0] is not links:
             if len(self._shapes) >= 16384:  # callers with a new list each time
                 self._shapes.clear()
-            shape = _shape(links, collective, ref_Bps)
-            # The key as a small int (equal keys, equal ints): layouts hash faster.
-            key = self._key_ids.setdefault(shape[4], len(self._key_ids))
-            shape = self._shapes[(id(links), collective)] = (*shape[:4], key)
-        _, ref, weights, bps, key = shape
+            shape = self._shapes[(id(links), collective)] = _shape(links, collective, ref_Bps)
+        _, ref, weights, bps = shape
         if link_bytes is not None:
             bps = [b / work_s for b in link_bytes] if work_s > 0 else [0.0] * len(link_bytes)
         self._seq += 1
-        flow = Flow(links, work_s, weights, bps, ref, callback, self._seq, now, key)
-        if link_bytes is not None:
-            flow.custom = True
-            self._custom += 1
+        flow = Flow(links, work_s, weights, bps, ref, callback, self._seq)
         alone = True
         for link in links:
             if link.flows:
                 alone = False
             link.flows[flow] = None
         if alone:
-            flow.speed = 1.0
-            for link, rate in zip(links, bps, strict=True):
-                rates = link.rates  # Link.set_rate, inlined: a collective holds many links
-                if rates and rates[-1][0] == now:
-                    rates.pop()
-                if not rates or rates[-1][1] != rate:
-                    rates.append((now, rate))
-            self._schedule(flow, now + work_s)
+            self._schedule(self._start_alone(flow, now))
         else:
-            self._touch(links)
+            if not self._join(flow, now):
+                self._loose[flow] = None
+            self._wake()
         return flow
 
     def stop(self, flow: Flow) -> None:
@@ -202,34 +320,185 @@ class FairShare:
         if flow.active:
             self._remove(flow)
 
-    # -- internals ---------------------------------------------------------
+    def speed(self, flow: Flow) -> float:
+        """``flow``'s current speed (fraction of its full rate), as of the last settled
+        instant."""
+        group = flow.group
+        if group is None:
+            raise ValueError("the flow is not running (done, stopped, or not yet settled)")
+        return group.speed if flow.scale == 1.0 else min(1.0, group.speed / flow.scale)
+
+    # -- joining and leaving ---------------------------------------------------
+
+    def _start_alone(self, flow: Flow, now: float) -> Group:
+        """A flow on links nobody else uses: its own group, at full speed, done in ``work_s``.
+
+        Its bottleneck is its tightest link (the first by order among equals), as
+        progressive filling would fix it.
+        """
+        best, best_level = 0, 0.0
+        for i, (link, w) in enumerate(zip(flow.links, flow.weights, strict=True)):
+            level = link.bandwidth_Bps / w if w > 0 else float("inf")
+            if i == 0 or level < best_level:
+                best, best_level = i, level
+        link = flow.links[best]
+        group = Group(link, flow.ref_Bps, best_level, 1.0, now)
+        _share(link).group = group
+        self._add(group, flow, now)
+        return group
+
+    def _join(self, flow: Flow, now: float) -> bool:
+        """Add ``flow`` to the group of the lowest level among the bottlenecks it crosses
+        (a stranger on the others); False when it crosses none. The settle checks it."""
+        best = None
+        for link in flow.links:
+            group = _share(link).group
+            if group is not None and (best is None or group.level < best.level):
+                best = group
+        if best is None:
+            return False
+        self._add(best, flow, now)
+        return True
+
+    def _add(self, group: Group, flow: Flow, now: float) -> None:
+        """Make ``flow`` a member of ``group`` and enter it in its links' books; the groups
+        whose level or theta this changes are marked for the settle."""
+        self.version += 1
+        flow.group = group
+        scale = 1.0 if flow.ref_Bps == group.ref_Bps else flow.ref_Bps / group.ref_Bps
+        flow.scale = scale
+        group.advance(now)
+        flow.tag = group.clock_s + (flow.remaining_s if scale == 1.0 else flow.remaining_s * scale)
+        flow.gen += 1
+        heapq.heappush(group.heap, (flow.tag, flow.seq, flow.gen, flow))
+        group.size += 1
+        bottleneck = group.link
+        check, relevel = self._check, self._relevel
+        relevel[group] = None
+        check[group] = None
+        for link, w, bps in zip(flow.links, flow.weights, flow.bps, strict=True):
+            share = _share(link)
+            old = link.bandwidth_Bps / share.weight() if share.units or share.extras else 0.0
+            if w == 1.0:
+                share.units += 1
+            else:
+                share.extra += w
+                share.extras += 1
+            new = link.bandwidth_Bps / share.weight()
+            members = share.members
+            if old:
+                for other, entry in members.items():
+                    if entry[2]:
+                        _move(other.theta, old, new, entry[2])
+                    check[other] = None
+            entry = members.get(group)
+            if entry is None:
+                entry = members[group] = [0.0, 0, 0, 0.0]
+            entry[0] += bps if scale == 1.0 else bps / scale
+            entry[1] += 1
+            entry[3] += w
+            if link is bottleneck:
+                if w == 1.0:
+                    group.units += 1
+                else:
+                    group.extra += w
+                    group.extras += 1
+            else:
+                entry[2] += 1
+                group.theta[new] = group.theta.get(new, 0) + 1
+                owner = share.group
+                if owner is not None:
+                    share.strangers += 1
+                    group.crossed[link] = group.crossed.get(link, 0) + 1
+                    relevel[owner] = None
+            _log(link, share, now)
+
+    def _drop(self, group: Group, flow: Flow, now: float) -> None:
+        """Take ``flow`` out of ``group`` and its links' books (its links' flows already
+        lost it); the groups whose level may change are marked for the settle."""
+        self.version += 1
+        group.advance(now)
+        flow.remaining_s = max(flow.tag - group.clock_s, 0.0) / flow.scale
+        flow.group = None
+        flow.gen += 1
+        group.size -= 1
+        bottleneck = group.link
+        relevel = self._relevel
+        relevel[group] = None
+        scale = flow.scale
+        for link, w, bps in zip(flow.links, flow.weights, flow.bps, strict=True):
+            share = link.share
+            old = link.bandwidth_Bps / share.weight()
+            if w == 1.0:
+                share.units -= 1
+            else:
+                share.extras -= 1
+                share.extra = share.extra - w if share.extras else 0.0
+            members = share.members
+            entry = members[group]
+            entry[1] -= 1
+            if entry[1]:
+                entry[0] -= bps if scale == 1.0 else bps / scale
+                entry[3] -= w
+            if link is bottleneck:
+                if w == 1.0:
+                    group.units -= 1
+                else:
+                    group.extras -= 1
+                    group.extra = group.extra - w if group.extras else 0.0
+            else:
+                entry[2] -= 1
+                _move(group.theta, old, None, 1)
+                owner = share.group
+                if owner is not None:
+                    share.strangers -= 1
+                    _move(group.crossed, link, None, 1)
+                    relevel[owner] = None
+            if not entry[1]:
+                del members[group]
+            if share.units or share.extras:
+                new = link.bandwidth_Bps / share.weight()
+                for other, other_entry in members.items():
+                    if other_entry[2]:
+                        _move(other.theta, old, new, other_entry[2])
+            _log(link, share, now)
 
     def _remove(self, flow: Flow) -> None:
         """Take ``flow`` off its links; links left with other flows are reallocated."""
         flow.active = False
-        flow.gen += 1
-        if flow.custom:
-            self._custom -= 1
-        now = self.env.now
-        shared = []
+        self.version += 1
+        shared = False
         for link in flow.links:
             del link.flows[flow]
             if link.flows:
-                shared.append(link)
-            else:
-                rates = link.rates  # Link.set_rate(now, 0.0), inlined
-                if rates and rates[-1][0] == now:
-                    rates.pop()
-                if not rates or rates[-1][1] != 0.0:
-                    rates.append((now, 0.0))
-        if shared:
-            self._touch(shared)
+                shared = True
+        group = flow.group
+        if group is None:  # started this instant, not placed yet: nothing to undo
+            self._loose.pop(flow, None)
+            return
+        self._drop(group, flow, self.env.now)
+        if shared or group.size:
+            self._wake()
+        else:  # alone on its links (so the last of its group): nobody else to reallocate
+            self._dissolve(group)
 
-    def _touch(self, links: Sequence[SharedLink]) -> None:
-        """Mark ``links`` for reallocation at the end of this instant."""
-        dirty = self._dirty
-        for link in links:
-            dirty[link] = None
+    def _dissolve(self, group: Group) -> None:
+        """``group`` is gone (no members, or regrouped): its link is no bottleneck now."""
+        group.alive = False
+        group.gen += 1
+        share = group.link.share
+        if share.group is group:
+            share.group = None
+            share.strangers = 0
+            link = group.link
+            for other, entry in share.members.items():
+                if other is not group and entry[2]:
+                    _move(other.crossed, link, None, entry[2])
+
+    # -- settling ---------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """Settle the changes of this instant at its end."""
         if not self._settling:
             self._settling = True
             # An event processed calls nobody again: one serves every instant in turn.
@@ -239,106 +508,269 @@ class FairShare:
                 self._settler.again(self._settle_calls)
 
     def _settle(self, _: simpy.Event) -> None:
-        """Reallocate the rates of every component a change touched this instant.
+        """Bring the levels up to date with this instant's changes.
 
-        The timer is armed once, at the earliest new finish, after every component: within
-        this step nothing else is scheduled, so a timer armed on the way to it (stale as
-        soon as the next is armed) would only have cost a SimPy step that calls nothing.
+        Until nothing is left: groups whose members or bottleneck changed get their new
+        level, ``(C − what strangers take) / W``, and pass the change on to the groups
+        whose bottleneck their members cross; groups whose level rose or whose links got
+        busier are checked against their theta. A group that fails a condition, and a
+        flow not placed yet, is solved again with progressive filling, alone with what
+        it touches (:meth:`_regroup`). The timer is armed once, at the earliest new
+        finish, after everything: within this step nothing else is scheduled.
         """
         self._settling = False
-        dirty, self._dirty = self._dirty, {}
         now = self.env.now
-        seen: set[SharedLink] = set()
+        changed: dict[Group, None] = {}
+        made: set[Group] = set()  # groups made by a solve in this settle: exact as made
+        for _ in range(MAX_ROUNDS):
+            suspects: dict[Group, None] = {}
+            while self._relevel:
+                relevel, self._relevel = self._relevel, {}
+                for group in relevel:
+                    self._level(group, now, changed, suspects)
+            check, self._check = self._check, {}
+            for group in check:
+                if (
+                    group.alive
+                    and group not in made
+                    and group.level > _theta_min(group) * (1 + TOLERANCE)
+                ):
+                    suspects[group] = None
+            if not suspects and not self._loose:
+                break
+            self._regroup(suspects, now, changed, made)
+        else:  # the changes keep moving each other: solve what they touch in full
+            self._solve_all(now, changed, made)
         earliest = None
-        for link in dirty:
-            if link in seen or not link.flows:
-                continue
-            links, flows = _component(link, seen)
-            finish = self._reallocate(links, flows, now)
-            if finish is not None and (earliest is None or finish < earliest):
-                earliest = finish
+        for group in changed:
+            if group.alive and group.size:
+                finish = self._push(group)
+                if earliest is None or finish < earliest:
+                    earliest = finish
         if earliest is not None and (self._timer_at is None or earliest < self._timer_at):
             self._arm(earliest)
 
-    def _reallocate(self, links: list[SharedLink], flows: list[Flow], now: float) -> float | None:
-        """New speeds for one component at ``now``; the earliest finish rescheduled, if any."""
-        keep = not self._custom
-        if len(flows) == 1:
-            if len(flows[0].links) == len(links):
-                return self._alone(flows[0], now)
-            found: list[Any] | None = [[1.0], None]
-            keep = False
-        else:
-            layout = (tuple(links), tuple([flow.key for flow in flows]))
-            found = self._speeds.get(layout)  # the layout's [speeds, links' rates] once known
-        if found is None:
-            levels = max_min_levels(links, flows)
-            # rounding can leave a link a hair short of a flow's share: keep speeds > 0
-            speeds = [min(1.0, max(levels[i] / f.ref_Bps, 1e-12)) for i, f in enumerate(flows)]
-            if len(self._speeds) >= 4096:
-                self._speeds.clear()
-            found = self._speeds[layout] = [speeds, None]
-        speeds = found[0]
-        # The links' rates are summed in this order, from these speeds and the keys' bytes/s,
-        # the first time a layout comes, then taken as they were: the same floats (unless a
-        # flow's bytes/s may not be its key's: summed each time then).
-        known = found[1] if keep else None
-        rates = None if known is not None else dict.fromkeys(links, 0.0)
-        earliest = None
-        heap = self._heap
-        for flow, speed in zip(flows, speeds, strict=True):
-            last = flow.last_s
-            if last != now:
-                flow.remaining_s -= flow.speed * (now - last)
-                flow.last_s = now
-            if rates is not None:
-                for link, bps in zip(flow.links, flow.bps, strict=True):
-                    rates[link] += speed * bps
-            if speed != flow.speed:
-                flow.speed = speed
-                finish = flow.finish_s = now + max(flow.remaining_s, 0.0) / speed
-                flow.gen += 1
-                heapq.heappush(heap, (finish, flow.seq, flow.gen, flow))
-                if earliest is None or finish < earliest:
-                    earliest = finish
-        if rates is not None:
-            known = [rates[link] for link in links]
-            if keep:
-                found[1] = known
-        for link, rate in zip(links, known, strict=True):  # type: ignore[arg-type]
-            rates = link.rates  # Link.set_rate, inlined
-            if rates and rates[-1][0] == now:
-                rates.pop()
-            if not rates or rates[-1][1] != rate:
-                rates.append((now, rate))
-        return earliest
+    def _level(
+        self,
+        group: Group,
+        now: float,
+        changed: dict[Group, None],
+        suspects: dict[Group, None],
+    ) -> None:
+        """Give ``group`` the level its bottleneck leaves it, if that keeps it max-min."""
+        if not group.alive:
+            return
+        if not group.size:
+            self._dissolve(group)
+            return
+        share = group.link.share
+        avail = group.link.bandwidth_Bps
+        for other, entry in share.members.items():
+            if other is not group:
+                avail -= other.level * entry[3]
+        level = max(avail, 0.0) / group.weight()
+        for other in share.members:
+            if other is not group and other.level > level * (1 + TOLERANCE):
+                suspects[group] = suspects[other] = None  # a stranger would get more here
+                return
+        if level == group.level:
+            return
+        if level > group.level and group.guarded:
+            suspects[group] = None
+            return
+        self._set_level(group, level, now)
+        changed[group] = None
+        self._check[group] = None
+        for link in group.crossed:
+            owner = link.share.group
+            if owner is not None:
+                self._relevel[owner] = None
 
-    def _alone(self, flow: Flow, now: float) -> float | None:
-        """:meth:`_reallocate` of a component of one flow: at full speed, each of its
-        links carrying its bytes/s (``0.0 + 1.0 · bps``, the same float)."""
-        if flow.last_s != now:
-            flow.remaining_s -= flow.speed * (now - flow.last_s)
-            flow.last_s = now
-        finish = None
-        if flow.speed != 1.0:
-            flow.speed = 1.0
-            finish = flow.finish_s = now + max(flow.remaining_s, 0.0)
-            flow.gen += 1
-            heapq.heappush(self._heap, (finish, flow.seq, flow.gen, flow))
-        for link, rate in zip(flow.links, flow.bps, strict=True):
-            rates = link.rates  # Link.set_rate, inlined
-            if rates and rates[-1][0] == now:
-                rates.pop()
-            if not rates or rates[-1][1] != rate:
-                rates.append((now, rate))
+    def _set_level(self, group: Group, level: float, now: float) -> None:
+        group.level = level
+        speed = _clamp(level / group.ref_Bps)
+        if speed != group.speed:
+            group.advance(now)
+            group.speed = speed
+            times = group.times
+            if times[-1] == now:
+                group.speeds[-1] = speed
+            else:
+                times.append(now)
+                group.speeds.append(speed)
+                group.clocks.append(group.clock_s)
+            self.version += 1
+
+    def _regroup(
+        self,
+        suspects: dict[Group, None],
+        now: float,
+        changed: dict[Group, None],
+        made: set[Group],
+    ) -> None:
+        """Solve the suspect groups' members and the flows not placed yet by progressive
+        filling, with every other flow held at its level, and regroup them by bottleneck.
+
+        The held flows' groups join the solve when that cannot be right: when a solved
+        flow would be fixed at a held group's bottleneck, or a held flow crossing a new
+        bottleneck would get more there than its flows. Past :data:`MAX_GROW` rounds the
+        connected components are solved in full.
+        """
+        region: dict[Group, None] = {g: None for g in suspects if g.alive}
+        loose = [flow for flow in self._loose if flow.active and flow.group is None]
+        self._loose = {}
+        for _ in range(MAX_GROW):
+            flows = sorted(
+                [*loose, *(f for g in region for f in _members(g))], key=_SEQ
+            )
+            seen: dict[int, SharedLink] = {}
+            for flow in flows:
+                for link in flow.links:
+                    seen.setdefault(id(link), link)
+            links = sorted(seen.values(), key=_NAME)
+            capacity = []
+            for link in links:
+                left = link.bandwidth_Bps
+                share = _share(link)
+                for other, entry in share.members.items():
+                    if other not in region:
+                        left -= other.level * entry[3]
+                capacity.append(left)
+            levels, fixed_at = progressive_filling(links, flows, capacity)
+            grow: dict[Group, None] = {}
+            level_at: dict[int, float] = {}
+            for j, i in enumerate(fixed_at):
+                level_at[i] = levels[j]
+            for i, level in level_at.items():
+                share = links[i].share
+                owner = share.group
+                if owner is not None and owner not in region:
+                    grow[owner] = None
+                for other in share.members:
+                    if other not in region and other.level > level * (1 + TOLERANCE):
+                        grow[other] = None
+            if not grow:
+                break
+            region.update(grow)
+        else:
+            self._solve_components(flows, now, changed, made)
+            return
+        self.solves += 1
+        for group in region:
+            for flow in _members(group):
+                self._drop(group, flow, now)
+            self._dissolve(group)
+        groups: dict[int, Group] = {}
+        for j, flow in enumerate(flows):
+            i = fixed_at[j]
+            if i not in groups:
+                level = levels[j]
+                group = groups[i] = Group(
+                    links[i], flow.ref_Bps, level, _clamp(level / flow.ref_Bps), now
+                )
+                links[i].share.group = group
+                # flows held elsewhere that cross the new bottleneck are its strangers
+                share = links[i].share
+                for other, entry in share.members.items():
+                    if entry[2]:
+                        share.strangers += entry[1]
+                        other.crossed[links[i]] = other.crossed.get(links[i], 0) + entry[1]
+        for j, flow in enumerate(flows):
+            self._add(groups[fixed_at[j]], flow, now)
+        self._settled(list(groups.values()), changed, made)
+
+    def _settled(
+        self, groups: list[Group], changed: dict[Group, None], made: set[Group]
+    ) -> None:
+        """Groups just made by a solve: exact as made; those over their theta (and the
+        groups beside them) may not rise without a new solve."""
+        for group in groups:
+            made.add(group)
+            changed[group] = None
+            self._relevel.pop(group, None)
+        for group in groups:
+            if group.level > _theta_min(group) * (1 + TOLERANCE):
+                group.guarded = True
+                for flow in _members(group):
+                    for link in flow.links:
+                        for other in link.share.members:
+                            other.guarded = True
+
+    def _solve_components(
+        self,
+        flows: list[Flow],
+        now: float,
+        changed: dict[Group, None],
+        made: set[Group],
+    ) -> None:
+        """Solve in full every connected component ``flows`` touch."""
+        seen: set[int] = set()
+        for flow in flows:
+            for link in flow.links:
+                if id(link) not in seen and link.flows:
+                    self._solve(*_component(link, seen), now, changed, made)
+
+    def _solve_all(self, now: float, changed: dict[Group, None], made: set[Group]) -> None:
+        """Solve in full every component with a change still pending."""
+        pending = [*self._loose]
+        for group in (*self._relevel, *self._check):
+            if group.alive:
+                pending.extend(_members(group))
+        self._relevel, self._check, self._loose = {}, {}, {}
+        self._solve_components(pending, now, changed, made)
+
+    def _solve(
+        self,
+        links: list[SharedLink],
+        flows: list[Flow],
+        now: float,
+        changed: dict[Group, None],
+        made: set[Group],
+    ) -> None:
+        """Solve one connected component in full and regroup its flows by bottleneck."""
+        self.solves += 1
+        for flow in flows:
+            group = flow.group
+            if group is not None:
+                self._drop(group, flow, now)
+                if group.alive and not group.size:
+                    self._dissolve(group)
+            self._loose.pop(flow, None)
+        if len(flows) == 1:
+            group = self._start_alone(flows[0], now)
+            self._settled([group], changed, made)
+            return
+        levels, fixed_at = progressive_filling(links, flows)
+        groups: dict[int, Group] = {}
+        for j, flow in enumerate(flows):
+            i = fixed_at[j]
+            if i not in groups:
+                groups[i] = Group(
+                    links[i], flow.ref_Bps, levels[j], _clamp(levels[j] / flow.ref_Bps), now
+                )
+                _share(links[i]).group = groups[i]
+        for j, flow in enumerate(flows):
+            self._add(groups[fixed_at[j]], flow, now)
+        self._settled(list(groups.values()), changed, made)
+
+    # -- the timer --------------------------------------------------------------
+
+    def _push(self, group: Group) -> float:
+        """Enter ``group``'s next finish in the heap (its older entries go stale)."""
+        heap = group.heap
+        while heap[0][2] != heap[0][3].gen:
+            heapq.heappop(heap)
+        tag, seq, _, _ = heap[0]
+        finish = group.finish_of(tag)
+        self._serial += 1  # unique: entries never compare groups
+        group.gen = self._serial
+        heapq.heappush(self._heap, (finish, seq, group.gen, group))
         return finish
 
-    def _schedule(self, flow: Flow, finish_s: float) -> None:
-        flow.gen += 1
-        flow.finish_s = finish_s
-        heapq.heappush(self._heap, (finish_s, flow.seq, flow.gen, flow))
-        if self._timer_at is None or finish_s < self._timer_at:
-            self._arm(finish_s)
+    def _schedule(self, group: Group) -> None:
+        finish = self._push(group)
+        if self._timer_at is None or finish < self._timer_at:
+            self._arm(finish)
 
     def _arm(self, at_s: float) -> None:
         self._timer_at = at_s
@@ -353,20 +785,37 @@ class FairShare:
         now = self.env.now
         heap = self._heap
         heappop = heapq.heappop
-        done = []
-        # An entry is stale once its flow was rescheduled or withdrawn (both bump ``gen``).
+        due: list[Group] = []
+        # An entry is stale once its group was rescheduled or dissolved (both bump ``gen``).
         while heap:
             entry = heap[0]
             if entry[2] != entry[3].gen:
                 heappop(heap)
             elif entry[0] <= now:
                 heappop(heap)
-                done.append(entry[3])
+                due.append(entry[3])
             else:
                 break
-        for flow in done:
-            flow.remaining_s = 0.0
+        done: list[tuple[float, int, Flow]] = []
+        for group in due:
+            members = group.heap
+            while members:
+                tag, seq, gen, flow = members[0]
+                if gen != flow.gen:
+                    heappop(members)
+                    continue
+                finish = group.finish_of(tag)
+                if finish > now:
+                    break
+                heappop(members)
+                done.append((finish, seq, flow))
+        if len(done) > 1:
+            done.sort(key=_FINISH_SEQ)
+        for _, _, flow in done:
             self._remove(flow)
+        for group in due:
+            if group.alive and group.size:
+                self._push(group)
         while heap and heap[0][2] != heap[0][3].gen:
             heappop(heap)
         if heap:
@@ -380,7 +829,7 @@ class FairShare:
                 self._timer_at, self._pending = at, (at, key)
         self._firing = True
         try:
-            for flow in done:
+            for _, _, flow in done:
                 callback, flow.callback = flow.callback, _done
                 callback()
         finally:
@@ -409,42 +858,61 @@ class FairShare:
             self._batch = batch
 
 
+def _move(counts: dict[Any, int], old: Any, new: Any, count: int) -> None:
+    """Move ``count`` of ``old``'s count to ``new`` (None: drop them)."""
+    left = counts[old] - count
+    if left:
+        counts[old] = left
+    else:
+        del counts[old]
+    if new is not None:
+        counts[new] = counts.get(new, 0) + count
+
+
+def _members(group: Group) -> list[Flow]:
+    """``group``'s members (its heap's entries that are not stale)."""
+    return [entry[3] for entry in group.heap if entry[2] == entry[3].gen]
+
+
+def _log(link: SharedLink, share: LinkShare, now: float) -> None:
+    """Note in ``link``'s load log what crosses it from ``now`` on (load_steps)."""
+    log = link.load_log
+    carried = tuple([(group, entry[0]) for group, entry in share.members.items()])
+    if log and log[-1][0] == now:
+        log[-1] = (now, carried)
+    else:
+        log.append((now, carried))
+
+
 def _shape(
     links: Sequence[SharedLink], collective: bool, ref_Bps: float | None
-) -> tuple[Sequence[SharedLink], float, list[float], list[float], tuple[Any, ...]]:
+) -> tuple[Sequence[SharedLink], float, list[float], list[float]]:
     """What every flow over ``links`` shares: the links, the reference rate (the slowest
-    link's bandwidth), the weights and bytes/s per link at full speed, and the key that
-    with the links decides its share (see :class:`FairShare`)."""
+    link's bandwidth), and the weights and bytes/s per link at full speed."""
     if collective:
         ref = min(link.bandwidth_Bps for link in links)
         weights = [link.bandwidth_Bps / ref for link in links]
-        return (
-            links,
-            ref,
-            weights,
-            [link.bandwidth_Bps for link in links],
-            (tuple(links), ref, tuple(weights)),
-        )
+        return links, ref, weights, [link.bandwidth_Bps for link in links]
     ref = ref_Bps if ref_Bps is not None else min(link.bandwidth_Bps for link in links)
-    return links, ref, [1.0] * len(links), [ref] * len(links), (tuple(links), ref, None)
+    return links, ref, [1.0] * len(links), [ref] * len(links)
 
 
 def _done() -> None:
     """A finished flow's callback: the real one is dropped once called (no reference cycles)."""
 
 
-def _component(start: SharedLink, seen: set[SharedLink]) -> tuple[list[SharedLink], list[Flow]]:
+def _component(start: SharedLink, seen: set[int]) -> tuple[list[SharedLink], list[Flow]]:
     """The links and flows connected to ``start`` through shared flows, in a stable order."""
     links = [start]
     flows: dict[Flow, None] = {}
-    seen.add(start)
+    seen.add(id(start))
     for link in links:  # grows as links are found: each link is visited once
         for flow in link.flows:
             if flow not in flows:
                 flows[flow] = None
                 for other in flow.links:
-                    if other not in seen:
-                        seen.add(other)
+                    if id(other) not in seen:
+                        seen.add(id(other))
                         links.append(other)
     links.sort(key=_NAME)
     return links, sorted(flows, key=_SEQ)
@@ -453,44 +921,8 @@ def _component(start: SharedLink, seen: set[SharedLink]) -> tuple[list[SharedLin
 _NAME, _SEQ = attrgetter("name"), attrgetter("seq")  # sort keys called in C
 
 
-def max_min_levels(links: list[SharedLink], flows: list[Flow]) -> list[float]:
-    """Progressive filling: every flow's level, max-min fair under the links' capacities.
+def _finish_seq(item: tuple[float, int, Flow]) -> tuple[float, int]:
+    return item[0], item[1]
 
-    A flow at level λ consumes ``λ · weight`` of each of its links. The bottleneck
-    (least remaining capacity per unit of unfixed weight; ties to the first link by
-    name) fixes its flows at its level, which is subtracted from their other links.
-    """
-    index = {link: i for i, link in enumerate(links)}
-    remaining = [link.bandwidth_Bps for link in links]
-    weight = [0.0] * len(links)
-    count = [0] * len(links)
-    members: list[list[int]] = [[] for _ in links]
-    for j, flow in enumerate(flows):
-        for link, w in zip(flow.links, flow.weights, strict=True):
-            i = index[link]
-            weight[i] += w
-            count[i] += 1
-            members[i].append(j)
-    levels = [0.0] * len(flows)
-    fixed = [False] * len(flows)
-    left = len(flows)
-    while left:
-        best, best_level = -1, 0.0
-        for i in range(len(links)):
-            if count[i]:
-                level = max(remaining[i], 0.0) / weight[i]
-                if best < 0 or level < best_level:
-                    best, best_level = i, level
-        for j in members[best]:
-            if fixed[j]:
-                continue
-            fixed[j] = True
-            left -= 1
-            levels[j] = best_level
-            flow = flows[j]
-            for link, w in zip(flow.links, flow.weights, strict=True):
-                i = index[link]
-                remaining[i] -= best_level * w
-                weight[i] -= w
-                count[i] -= 1
-    return levels
+
+_FINISH_SEQ = _finish_seq

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from simdist.network.arbiter import LinkArbiter
 from simdist.network.fair import FairShare
+from simdist.network.load_steps import load_steps
 
 if TYPE_CHECKING:
     import simpy
@@ -75,12 +76,31 @@ class Link:
         )
         self.busy = False  # fifo: held by a granted claim
         self.flows: dict[Any, None] = {}  # fair: the flows crossing it, in arrival order
-        # (time_s, bytes/s carried from then on): the link's load over time, for telemetry.
-        self.rates: list[tuple[float, float]] = []
+        self.share: Any = None  # fair: its book in FairShare (a LinkShare)
+        self.load_log: list[Any] = []  # fair: what crossed it, when (load_steps)
+        # fifo: (time_s, bytes/s carried from then on), for telemetry; fair: rebuilt
+        # from ``load_log`` when read, and kept while nothing changed (``_rates_at``).
+        self._rates: list[tuple[float, float]] = []
+        self._rates_at = -1
+
+    @property
+    def rates(self) -> list[tuple[float, float]]:
+        """The link's load over time: ``[(time_s, bytes/s carried from then on), …]``."""
+        if self.load_log:
+            version = self.arbiter.version  # type: ignore[union-attr]
+            if self._rates_at != version:
+                self._rates, self._rates_at = load_steps(self.load_log), version
+        return self._rates
+
+    @rates.setter
+    def rates(self, value: list[tuple[float, float]]) -> None:
+        """Replace the load (``[]`` frees a finished run's record, fair sharing's log too)."""
+        self._rates, self._rates_at = value, -1
+        self.load_log = []
 
     def set_rate(self, now_s: float, rate_Bps: float) -> None:
-        """Record that from ``now_s`` on the link carries ``rate_Bps`` (telemetry)."""
-        rates = self.rates
+        """Record that from ``now_s`` on the link carries ``rate_Bps`` (fifo telemetry)."""
+        rates = self._rates
         if rates and rates[-1][0] == now_s:
             rates.pop()
         if not rates or rates[-1][1] != rate_Bps:

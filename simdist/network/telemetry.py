@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simdist.network.load_steps import binned_steps, point_count
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
 
 #: At most this many time buckets in ``link_buckets.csv`` and the heatmap.
 MAX_BUCKETS = 60
+#: At most this many changes of load kept exactly, over all links (see link_steps).
+MAX_LOAD_POINTS = 500_000
 
 LINK_COLUMNS = (
     "link",
@@ -139,9 +143,10 @@ class _Loads:
 
     def __init__(self, links: Sequence[Link], end_s: float) -> None:
         n = len(links)
-        counts = np.fromiter((len(link.rates) for link in links), np.int64, n)
+        steps = link_steps(links, end_s)
+        counts = np.fromiter((len(rates) for rates in steps), np.int64, n)
         flat = np.fromiter(
-            chain.from_iterable(chain.from_iterable(link.rates for link in links)),
+            chain.from_iterable(chain.from_iterable(steps)),
             np.float64,
             2 * int(counts.sum()),
         ).reshape(-1, 2)
@@ -161,6 +166,30 @@ class _Loads:
         self.busy_s = np.bincount(self.link, weights=self.durations * (self.rates > 0), minlength=n)
         self.peak = np.zeros(n)
         np.maximum.at(self.peak, self.link, self.rates)
+
+
+def link_steps(links: Sequence[Link], end_s: float) -> list[list[tuple[float, float]]]:
+    """Every link's load as a step function: exact (``Link.rates``) while all of them
+    together change at most :data:`MAX_LOAD_POINTS` times, else binned.
+
+    Under fair sharing the exact load can change O(flows in flight) times per event (a
+    bottleneck shared by n flows changes the rate of every link those flows cross), so
+    a run of many workers has O(events × workers) changes. Above the budget, each
+    fair-shared link's load is its mean rate in each of at most ``MAX_LOAD_POINTS /
+    links`` equal bins (:func:`~simdist.network.load_steps.binned_steps`): bytes stay
+    exact, while peaks and idle gaps inside a bin are averaged away.
+    """
+    fair = [link for link in links if link.load_log]
+    total = sum(len(link.rates) for link in links if not link.load_log)
+    for link in fair:
+        total += point_count(link.load_log, MAX_LOAD_POINTS - total)
+        if total > MAX_LOAD_POINTS:
+            break
+    if total <= MAX_LOAD_POINTS or not end_s > 0:
+        return [link.rates for link in links]
+    width = bucket_width_s(end_s, max(MAX_BUCKETS, MAX_LOAD_POINTS // max(len(fair), 1)))
+    edges = bucket_edges(end_s, width).tolist()
+    return [binned_steps(link.load_log, edges) if link.load_log else link.rates for link in links]
 
 
 def link_rows(links: Sequence[Link], end_s: float) -> list[dict[str, Any]]:
