@@ -114,8 +114,83 @@ def scale(repeat: int = 2, quick: bool = False) -> list[dict[str, Any]]:
     return rows
 
 
+#: The PS scaling rows (issue 39): workers, 30 gradients each, variability on and off.
+PS_WORKERS = (16, 64, 256, 1024)
+GRADIENTS_PER_WORKER = 30
+
+
+def ps_scenario(workers: int, variability: bool) -> Any:
+    """``common.ps_scenario``'s layout, timing-only, 30 gradients per worker; with
+    ``variability`` False the steps are exact (``cluster.device.variability: 0``)."""
+    from common import WORKLOAD
+
+    from simdist.scenario import scenario_from_dict
+
+    device: dict[str, Any] = {"profile": "cpu"}
+    if not variability:
+        device["variability"] = 0
+    return scenario_from_dict(
+        {
+            "name": f"bench_ps_{workers}w",
+            "numerics": False,
+            "cluster": {"hosts": workers, "ps": 2, "device": device},
+            "workload": {**WORKLOAD, "steps": GRADIENTS_PER_WORKER * workers},
+            "strategy": {"kind": "parameter_server"},
+        }
+    )
+
+
+def ps_scaling(repeat: int = 2, quick: bool = False) -> dict[str, Any]:
+    """Wall time per gradient of asynchronous parameter_server runs, timing-only, from 16
+    to 1,024 workers, variability on (the default) and off, and the two guards: per
+    gradient at 256 workers over 16 (target ≤ 1.5) and on over off at 256 (target ≤ 2).
+
+    Fair sharing's cost per event must not grow with the flows in flight: variability
+    makes every message start and end alone, so each one changes the shares of all
+    flows on its PS link (quadratic before issue 39)."""
+    sizes = PS_WORKERS[:3] if quick else PS_WORKERS
+    rows = []
+    for workers in sizes:
+        sides = {
+            name: (lambda v=on, w=workers: engine.run(ps_scenario(w, v)))
+            for name, on in (("on", True), ("off", False))
+        }
+        engine.run(ps_scenario(min(workers, 16), True))  # warm: imports, caches
+        best = best_interleaved(sides, 1 if workers >= 1024 else repeat)
+        gradients = GRADIENTS_PER_WORKER * workers
+        on_s, off_s = best["on"][0], best["off"][0]
+        rows.append(
+            {
+                "workers": workers,
+                "gradients": gradients,
+                "on_s": on_s,
+                "off_s": off_s,
+                "on_ms_per_gradient": 1e3 * on_s / gradients,
+                "off_ms_per_gradient": 1e3 * off_s / gradients,
+                "on_over_off": on_s / off_s,
+            }
+        )
+    by = {r["workers"]: r for r in rows}
+    return {
+        "rows": rows,
+        "per_gradient_256_over_16": by[256]["on_ms_per_gradient"] / by[16]["on_ms_per_gradient"],
+        "on_over_off_256": by[256]["on_over_off"],
+    }
+
+
 def main() -> None:
     args = parse_args(__doc__)
+    scaling = ps_scaling(args.repeat, args.quick)
+    for r in scaling["rows"]:
+        print(
+            f"parameter_server {r['workers']:>5} workers: {r['on_s']:7.2f} s on, "
+            f"{r['off_s']:6.2f} s off; {r['on_ms_per_gradient']:.3f} ms / gradient on, "
+            f"{r['off_ms_per_gradient']:.3f} off; on/off {r['on_over_off']:.2f}"
+        )
+    print(
+        f"per gradient 256 / 16 workers: {scaling['per_gradient_256_over_16']:.2f} (target ≤ 1.5); "
+        f"on / off at 256: {scaling['on_over_off_256']:.2f} (target ≤ 2)"
+    )
     for row in run(args.repeat, args.quick):
         print(
             f"{row['strategy']:>22} {row['devices']:>5}: {row['events']:>8} events "

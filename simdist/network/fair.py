@@ -620,9 +620,7 @@ class FairShare:
         loose = [flow for flow in self._loose if flow.active and flow.group is None]
         self._loose = {}
         for _ in range(MAX_GROW):
-            flows = sorted(
-                [*loose, *(f for g in region for f in _members(g))], key=_SEQ
-            )
+            flows = sorted([*loose, *(f for g in region for f in _members(g))], key=_SEQ)
             seen: dict[int, SharedLink] = {}
             for flow in flows:
                 for link in flow.links:
@@ -679,9 +677,7 @@ class FairShare:
             self._add(groups[fixed_at[j]], flow, now)
         self._settled(list(groups.values()), changed, made)
 
-    def _settled(
-        self, groups: list[Group], changed: dict[Group, None], made: set[Group]
-    ) -> None:
+    def _settled(self, groups: list[Group], changed: dict[Group, None], made: set[Group]) -> None:
         """Groups just made by a solve: exact as made; those over their theta (and the
         groups beside them) may not rise without a new solve."""
         for group in groups:

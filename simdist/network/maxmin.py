@@ -46,9 +46,7 @@ def progressive_filling(
     links' bandwidths: what flows fixed elsewhere leave of them.
     """
     index = {id(link): i for i, link in enumerate(links)}
-    remaining = (
-        [link.bandwidth_Bps for link in links] if capacity is None else list(capacity)
-    )
+    remaining = [link.bandwidth_Bps for link in links] if capacity is None else list(capacity)
     weight = [0.0] * len(links)
     count = [0] * len(links)
     members: list[list[int]] = [[] for _ in links]
