@@ -178,6 +178,44 @@ def ps_scaling(repeat: int = 2, quick: bool = False) -> dict[str, Any]:
     }
 
 
+_BEFORE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from bench_timing_only import ps_scenario
+from simdist import engine
+engine.run(ps_scenario(16, True))
+out = {}
+for workers in json.loads(sys.argv[2]):
+    for on in (True, False):
+        start = time.perf_counter()
+        engine.run(ps_scenario(workers, on))
+        out[f"{workers} {'on' if on else 'off'}"] = time.perf_counter() - start
+print(json.dumps(out))
+"""
+
+
+def ps_scaling_before(tree: str, workers: tuple[int, ...] = (16, 64, 128)) -> dict[str, float]:
+    """:func:`ps_scaling`'s runs (once each) with the code of another checkout ``tree``
+    (``PYTHONPATH=tree``), in a process of its own: the before side of an A/B."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent)
+    env = {**os.environ, "PYTHONPATH": tree}
+    done = subprocess.run(
+        [sys.executable, "-c", _BEFORE, here, json.dumps(list(workers))],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     args = parse_args(__doc__)
     scaling = ps_scaling(args.repeat, args.quick)

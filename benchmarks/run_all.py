@@ -294,6 +294,7 @@ def render(
     scale: list[dict[str, Any]] | None = None,
     budgets: dict[str, Any] | None = None,
     seeds: dict[str, Any] | None = None,
+    ps_scaling: dict[str, Any] | None = None,
 ) -> str:
     """The whole of docs/PERFORMANCE.md."""
     meta_loop_s = meta.get("python_loop_s", math.nan)
@@ -762,6 +763,8 @@ def render(
             "processes, the best of two A/B runs of two rounds of three:\n"
         )
         add(_ab_timing_table(AB_BATCH, 3))
+    if ps_scaling:
+        _render_ps_scaling(add, ps_scaling)
     if scale:
         _render_scale(add, scale)
 
@@ -1018,6 +1021,54 @@ def _report_targets(report: dict[str, Any] | None) -> list[list[str]]:
             ratio = f"{cold / warm:.2f} × warm"
             rows.append([f"4. {name}, cold run", "≤ 2 × warm", ratio, _ok(cold <= 2 * warm)])
     return rows
+
+
+#: Issue 39's measurement before incremental fair sharing (2-core machine, one process,
+#: back to back; 30 gradients per worker): workers → (variability on s, off s).
+PS_SCALING_ISSUE = {16: (0.7, 0.19), 64: (10.4, 0.86), 256: (186.0, 2.8)}
+
+
+def _render_ps_scaling(add: Any, data: dict[str, Any]) -> None:
+    """Issue 39's table: parameter_server from 16 to 1,024 workers, variability on/off."""
+    add(
+        "### Fair sharing at scale: parameter_server, 16 to 1,024 workers\n\n"
+        "`bench_timing_only.ps_scaling`: timing-only asynchronous parameter_server "
+        "(`benchmarks/common.py`'s layout: MLP 64-128-10, batch 32, 2 PS tasks, 10 Gbit/s), "
+        "30 gradients per worker, variability on (the default) and off "
+        "(`cluster.device.variability: 0`), the two alternated, best of 2 (1 at 1,024). "
+        "Before (issue 39) every message re-solved max-min over every flow in flight, so "
+        "a gradient cost O(workers); now a start or end changes its bottleneck group's "
+        "level and virtual clock (O(log n)) and the link telemetry is rebuilt after the run "
+        "(`simdist/network/fair.py`, `load_steps.py`).\n"
+    )
+    before = data.get("before") or {}
+    rows = []
+    for r in data["rows"]:
+        w = r["workers"]
+        b_on, b_off = before.get(f"{w} on"), before.get(f"{w} off")
+        issue = PS_SCALING_ISSUE.get(w)
+        rows.append(
+            [
+                str(w),
+                f"{r['gradients']:,}",
+                f"{r['on_s']:.2f}",
+                f"{r['off_s']:.2f}",
+                f"{r['on_ms_per_gradient']:.3f}",
+                f"{r['on_over_off']:.2f}",
+                "—" if b_on is None else f"{b_on:.2f} / {b_off:.2f}",
+                "—" if issue is None else f"{issue[0]:g} / {issue[1]:g}",
+            ]
+        )
+    header = ["workers", "gradients", "on (s)", "off (s)", "ms / gradient (on)", "on / off"]
+    extra = ["before, this run: on / off (s)", "before, issue 39: on / off (s)"]
+    add(_table([*header, *extra], rows) + "\n")
+    per, onoff = data["per_gradient_256_over_16"], data["on_over_off_256"]
+    add(
+        f"Per gradient, 256 workers over 16: **{per:.2f}** (target ≤ 1.5, {_ok(per <= 1.5)}); "
+        f"variability on over off at 256 workers: **{onoff:.2f}** (target ≤ 2, "
+        f"{_ok(onoff <= 2.0)}). The before columns ran the code before this change "
+        "(`--ps-before TREE`) in a process of its own, once each.\n"
+    )
 
 
 def _render_scale(add: Any, rows: list[dict[str, Any]]) -> None:
@@ -1297,6 +1348,14 @@ def _render_time_to_report(add: Any, report: dict[str, Any]) -> None:
         add(_pairs_table("scenario", "s", REPORT_AB_BIG))
 
 
+def _ps_scaling(repeat: int, quick: bool, before: Path | None) -> dict[str, Any]:
+    """Benchmark 2's parameter_server scaling, with the before side when given a tree."""
+    data = bench_timing_only.ps_scaling(repeat, quick)
+    if before is not None:
+        data["before"] = bench_timing_only.ps_scaling_before(str(before))
+    return data
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
@@ -1313,6 +1372,17 @@ def main() -> None:
         type=Path,
         metavar="TREE",
         help="a checkout of the code before issue 32, timed beside this one (benchmark 6)",
+    )
+    parser.add_argument(
+        "--ps-before",
+        type=Path,
+        metavar="TREE",
+        help="a checkout before incremental fair sharing, timed beside this one (benchmark 2)",
+    )
+    parser.add_argument(
+        "--only-ps-scaling",
+        action="store_true",
+        help="with --render: rerun only benchmark 2's parameter_server scaling table",
     )
     parser.add_argument(
         "--only-budgets",
@@ -1336,6 +1406,10 @@ def main() -> None:
         if args.only_report:
             print("time to report …", flush=True)
             data["report"] = bench_time_to_report.run(5)
+            raw.write_text(json.dumps(data, indent=1))
+        if args.only_ps_scaling:
+            print("parameter_server scaling …", flush=True)
+            data["ps_scaling"] = _ps_scaling(args.repeat, args.quick, args.ps_before)
             raw.write_text(json.dumps(data, indent=1))
         if args.only_budgets:
             print("wall-clock budgets …", flush=True)
@@ -1366,6 +1440,7 @@ def main() -> None:
     print("2/7 timing-only events per second …", flush=True)
     events = bench_timing_only.run(args.repeat, args.quick)
     scale = bench_timing_only.scale(2, args.quick)
+    ps_scaling = _ps_scaling(2, args.quick, args.ps_before)
     print("3/7 cost per applied update …", flush=True)
     updates = bench_update_cost.run(args.repeat, args.quick)
     print("4/7 time to report (whole processes) …", flush=True)
@@ -1386,6 +1461,7 @@ def main() -> None:
         "report": report,
         "sharing": sharing,
         "scale": scale,
+        "ps_scaling": ps_scaling,
         "budgets": budgets,
         "seeds": seeds,
     }

@@ -417,6 +417,32 @@ def _speed_of_full_solve(links, flows):
     return [min(1.0, max(level / f.ref_Bps, 1e-12)) for f, level in zip(flows, levels, strict=True)]
 
 
+def _fluid_finishes(links, plan, flows_by_item):
+    """The reference: every flow's finish (or cut) time from a plain fluid simulation that
+    solves max-min in full between consecutive events."""
+    remaining = {i: work for i, (_, _, work, _, _) in enumerate(plan)}
+    starts = {i: at / 4 for i, (_, at, _, _, _) in enumerate(plan)}
+    cuts = {i: at / 4 + cut / 4 for i, (_, at, _, _, cut) in enumerate(plan) if cut is not None}
+    active, done, now = [], {}, 0.0
+    while len(done) < len(plan):
+        flows = [flows_by_item[i] for i in active]
+        speeds = _speed_of_full_solve(links, flows) if flows else []
+        events = [t for i, t in starts.items() if i not in active and i not in done]
+        events += [t for i, t in cuts.items() if i in active]
+        finish = {i: now + remaining[i] / s for i, s in zip(active, speeds, strict=True)}
+        nxt = min([*events, *finish.values()])
+        for i, s in zip(active, speeds, strict=True):
+            remaining[i] -= s * (nxt - now)
+        now = nxt
+        for i in [i for i in active if finish[i] <= now or cuts.get(i) == now]:
+            active.remove(i)
+            done[i] = now
+        for i, t in starts.items():
+            if t == now and i not in active and i not in done:
+                active.append(i)
+    return done
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     capacities=st.lists(st.sampled_from([1.0, 2.0, 3.0, 5.0, 8.0]), min_size=2, max_size=7),
@@ -435,23 +461,27 @@ def _speed_of_full_solve(links, flows):
 def test_incremental_fair_sharing_equals_the_full_solve_at_every_instant(capacities, plan):
     """Flows start, end and are cut in a random order; after every change the rates kept
     incrementally (groups, virtual clocks, local solves) are the progressive filling's
-    over every flow in flight, to 1e-12 relative."""
+    over every flow in flight, to 1e-12 relative, and every flow ends when a fluid
+    simulation solving in full between events says (to 1e-9: its sums differ)."""
     env = simpy.Environment()
     links = [Link(env, f"l{i}", 0.0, c, sharing="fair") for i, c in enumerate(capacities)]
     model = FairShare.of(env)
-    running = []
+    running, by_item, ended = [], {}, {}
 
-    def launch(route, at, work, collective, cut):
+    def launch(item, route, at, work, collective, cut):
         yield env.timeout(at / 4)
         on = sorted({links[i % len(links)] for i in route}, key=lambda link: link.name)
-        flow = model.start(on, work, lambda: None, collective=collective)
+        flow = model.start(on, work, lambda: ended.setdefault(item, env.now), collective=collective)
         running.append(flow)
+        by_item[item] = flow
         if cut is not None:
             yield env.timeout(cut / 4)
-            model.stop(flow)
+            if flow.active:
+                model.stop(flow)
+                ended.setdefault(item, env.now)
 
-    for item in plan:
-        env.process(launch(*item))
+    for item, spec in enumerate(plan):
+        env.process(launch(item, *spec))
     checked = [0]
 
     def check():
@@ -468,5 +498,33 @@ def test_incremental_fair_sharing_equals_the_full_solve_at_every_instant(capacit
             checked[0] += 1
 
     env.process(check())
-    env.run(until=60.0)
+    env.run(until=200.0)
     assert checked[0] > 0
+    reference = _fluid_finishes(links, plan, by_item)
+    assert set(ended) == set(reference)
+    for item, at in reference.items():
+        assert ended[item] == pytest.approx(at, rel=1e-9, abs=1e-12), item
+
+
+def test_a_busy_run_past_the_load_budget_keeps_its_bytes_and_bins_its_load(monkeypatch):
+    """16 asynchronous workers (every message changes the rate of every link its PS's flows
+    cross): with the budget of exact load changes forced below the run's, each fair link's
+    load is binned — as many rows as bins at most — and its bytes are the exact ones."""
+    from simdist.network import telemetry
+
+    cluster = {"hosts": 16, "ps": 2, "device": {"profile": "cpu"}}
+    data = timing_only(cluster, {"kind": "parameter_server"}, {}, steps=300, seed=3)
+    exact = run(scenario_from_dict(data))
+    changes = len(exact.tables["link_load"])
+    monkeypatch.setattr(telemetry, "MAX_LOAD_POINTS", changes // 4)
+    binned = run(scenario_from_dict(data))
+    pd.testing.assert_frame_equal(exact.events, binned.events)
+    links, binned_links = exact.tables["links"], binned.tables["links"]
+    assert binned_links["bytes"].to_numpy() == pytest.approx(links["bytes"].to_numpy(), rel=1e-9)
+    buckets = binned.tables["link_buckets"].groupby("link", sort=False)["bytes"].sum()
+    assert buckets.to_numpy() == pytest.approx(
+        links.set_index("link").loc[buckets.index, "bytes"].to_numpy(), rel=1e-9
+    )
+    assert len(binned.tables["link_load"]) <= changes // 4 + len(links)
+    busiest = links["peak_utilisation"].max()
+    assert 0 < binned_links["peak_utilisation"].max() <= busiest * (1 + 1e-9)

@@ -141,7 +141,6 @@ class Group:
         "extra",
         "extras",
         "gen",
-        "guarded",
         "heap",
         "level",
         "link",
@@ -150,8 +149,10 @@ class Group:
         "size",
         "speed",
         "speeds",
+        "taint",
         "theta",
         "times",
+        "uncertified",
         "units",
     )
 
@@ -169,7 +170,10 @@ class Group:
         self.extras = 0
         self.crossed: dict[Any, int] = {}  # other groups' bottlenecks its members cross
         self.theta: dict[float, int] = {}  # C_M / W_M of every other link a member crosses
-        self.guarded = False  # its component held a group over a theta: no level rises
+        # Over its theta when a solve made it (feasible, but not by theta): it and every
+        # group whose members share a link with it (``taint`` > 0) rise only by a solve.
+        self.uncertified = False
+        self.taint = 0  # Σ over (member, link besides the bottleneck) of link.tainted
         self.alive = True
         self.gen = 0
         self.times = [now]
@@ -196,7 +200,7 @@ class LinkShare:
     their bytes/s at speed 1, members, members not at their bottleneck, and weight), and
     its own group if it is a bottleneck."""
 
-    __slots__ = ("extra", "extras", "group", "members", "strangers", "units")
+    __slots__ = ("extra", "extras", "group", "members", "strangers", "tainted", "units")
 
     def __init__(self) -> None:
         self.units = 0
@@ -206,6 +210,7 @@ class LinkShare:
         self.members: dict[Group, list[Any]] = {}
         self.group: Group | None = None
         self.strangers = 0  # flows crossing it fixed at another bottleneck
+        self.tainted = 0  # members of uncertified groups crossing it besides their bottleneck
 
     def weight(self) -> float:
         return self.units + self.extra if self.extras else float(self.units)
@@ -260,6 +265,9 @@ class FairShare:
         self._loose: dict[Flow, None] = {}  # flows started this instant in no group yet
         self._relevel: dict[Group, None] = {}  # groups whose members or bottleneck changed
         self._check: dict[Group, None] = {}  # groups to check against their theta
+        # Groups a solve made in this settle, exact as made (not checked against their
+        # theta: a group over it is marked uncertified instead); changing one takes it out.
+        self._made: set[Group] = set()
         self._settling = False
         self._settler: Call | None = None  # the settling event, scheduled again each instant
         self._settle_calls = [self._settle]
@@ -364,6 +372,7 @@ class FairShare:
         """Make ``flow`` a member of ``group`` and enter it in its links' books; the groups
         whose level or theta this changes are marked for the settle."""
         self.version += 1
+        self._made.discard(group)
         flow.group = group
         scale = 1.0 if flow.ref_Bps == group.ref_Bps else flow.ref_Bps / group.ref_Bps
         flow.scale = scale
@@ -404,7 +413,12 @@ class FairShare:
                     group.extra += w
                     group.extras += 1
             else:
+                if group.uncertified:
+                    share.tainted += 1
+                    for other, other_entry in members.items():
+                        other.taint += other_entry[2]
                 entry[2] += 1
+                group.taint += share.tainted
                 group.theta[new] = group.theta.get(new, 0) + 1
                 owner = share.group
                 if owner is not None:
@@ -417,6 +431,7 @@ class FairShare:
         """Take ``flow`` out of ``group`` and its links' books (its links' flows already
         lost it); the groups whose level may change are marked for the settle."""
         self.version += 1
+        self._made.discard(group)
         group.advance(now)
         flow.remaining_s = max(flow.tag - group.clock_s, 0.0) / flow.scale
         flow.group = None
@@ -448,6 +463,11 @@ class FairShare:
                     group.extra = group.extra - w if group.extras else 0.0
             else:
                 entry[2] -= 1
+                group.taint -= share.tainted
+                if group.uncertified:
+                    share.tainted -= 1
+                    for other, other_entry in members.items():
+                        other.taint -= other_entry[2]
                 _move(group.theta, old, None, 1)
                 owner = share.group
                 if owner is not None:
@@ -521,7 +541,8 @@ class FairShare:
         self._settling = False
         now = self.env.now
         changed: dict[Group, None] = {}
-        made: set[Group] = set()  # groups made by a solve in this settle: exact as made
+        made = self._made
+        made.clear()
         for _ in range(MAX_ROUNDS):
             suspects: dict[Group, None] = {}
             while self._relevel:
@@ -573,9 +594,10 @@ class FairShare:
             if other is not group and other.level > level * (1 + TOLERANCE):
                 suspects[group] = suspects[other] = None  # a stranger would get more here
                 return
+        changed[group] = None  # its members changed, or what its bottleneck leaves it
         if level == group.level:
             return
-        if level > group.level and group.guarded:
+        if level > group.level and (group.uncertified or group.taint):
             suspects[group] = None
             return
         self._set_level(group, level, now)
@@ -617,8 +639,24 @@ class FairShare:
         connected components are solved in full.
         """
         region: dict[Group, None] = {g: None for g in suspects if g.alive}
-        loose = [flow for flow in self._loose if flow.active and flow.group is None]
+        loose = list(self._loose)
         self._loose = {}
+        if len(region) == 1 and not loose:
+            (single,) = region
+            if single.size == 1:  # one flow: held against the rest, as a new one is
+                (flow,) = _members(single)
+                self._drop(single, flow, now)
+                self._dissolve(single)
+                region, loose = {}, [flow]
+        if not region:
+            kept = []
+            for flow in loose:
+                if flow.active and flow.group is None and not self._place(flow, now, changed, made):
+                    kept.append(flow)
+            loose = kept
+            if not loose:
+                return
+        loose = [flow for flow in loose if flow.active and flow.group is None]
         for _ in range(MAX_GROW):
             flows = sorted([*loose, *(f for g in region for f in _members(g))], key=_SEQ)
             seen: dict[int, SharedLink] = {}
@@ -677,20 +715,65 @@ class FairShare:
             self._add(groups[fixed_at[j]], flow, now)
         self._settled(list(groups.values()), changed, made)
 
+    def _place(self, flow: Flow, now: float, changed: dict[Group, None], made: set[Group]) -> bool:
+        """Progressive filling for one new flow with every other flow held: its level is
+        the least its links leave it, at the first such link; there it joins the group,
+        or starts one if no held flow crossing the link gets more. False to solve with
+        the general case (:meth:`_regroup`)."""
+        best, best_level = None, 0.0
+        for link, w in zip(flow.links, flow.weights, strict=True):
+            left = link.bandwidth_Bps
+            for other, entry in _share(link).members.items():
+                left -= other.level * entry[3]
+            level = max(left, 0.0) / w
+            if best is None or level < best_level:
+                best, best_level = link, level
+        assert best is not None
+        share = best.share
+        if share.group is not None:
+            self._add(share.group, flow, now)
+            return True
+        limit = best_level * (1 + TOLERANCE)
+        for other in share.members:
+            if other.level > limit:
+                return False
+        self.solves += 1
+        group = Group(best, flow.ref_Bps, best_level, _clamp(best_level / flow.ref_Bps), now)
+        share.group = group
+        for other, entry in share.members.items():
+            if entry[2]:
+                share.strangers += entry[2]
+                other.crossed[best] = other.crossed.get(best, 0) + entry[2]
+        self._add(group, flow, now)
+        made.add(group)
+        changed[group] = None
+        self._relevel.pop(group, None)
+        self._certify(group)
+        return True
+
     def _settled(self, groups: list[Group], changed: dict[Group, None], made: set[Group]) -> None:
-        """Groups just made by a solve: exact as made; those over their theta (and the
-        groups beside them) may not rise without a new solve."""
+        """Groups just made by a solve: exact as made, and certified (:meth:`_certify`)."""
         for group in groups:
             made.add(group)
             changed[group] = None
             self._relevel.pop(group, None)
         for group in groups:
-            if group.level > _theta_min(group) * (1 + TOLERANCE):
-                group.guarded = True
-                for flow in _members(group):
-                    for link in flow.links:
-                        for other in link.share.members:
-                            other.guarded = True
+            self._certify(group)
+
+    def _certify(self, group: Group) -> None:
+        """Mark ``group`` uncertified if a solve left it over its theta, and taint the
+        links its members cross besides its bottleneck."""
+        if group.level <= _theta_min(group) * (1 + TOLERANCE):
+            return
+        group.uncertified = True
+        bottleneck = group.link
+        for flow in _members(group):
+            for link in flow.links:
+                if link is not bottleneck:
+                    share = link.share
+                    share.tainted += 1
+                    for other, entry in share.members.items():
+                        other.taint += entry[2]
 
     def _solve_components(
         self,

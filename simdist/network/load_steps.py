@@ -94,24 +94,6 @@ def _merged(
         _put(out, t, rate)
 
 
-def point_count(log: Sequence[LogEntry], limit: float = float("inf")) -> int:
-    """How many changes :func:`load_steps` can give for ``log`` (an upper bound, counted
-    without building them): the entries, and every speed change of a group crossing the
-    link while it does. Counting stops once past ``limit``."""
-    count = 0
-    last = len(log) - 1
-    for i, (start, carried) in enumerate(log):
-        end = log[i + 1][0] if i < last else float("inf")
-        count += 1
-        for group, _ in carried:
-            times = group.times
-            if times[-1] > start:
-                count += bisect_right(times, end) - bisect_right(times, start)
-        if count > limit:
-            break
-    return count
-
-
 def binned_steps(log: Sequence[LogEntry], edges: Sequence[float]) -> list[tuple[float, float]]:
     """The link's mean rate in each bin ``[edges[b], edges[b + 1])``, as a step function.
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simdist.network.load_steps import binned_steps, point_count
+from simdist.network.load_steps import binned_steps
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -179,15 +179,18 @@ def link_steps(links: Sequence[Link], end_s: float) -> list[list[tuple[float, fl
     links`` equal bins (:func:`~simdist.network.load_steps.binned_steps`): bytes stay
     exact, while peaks and idle gaps inside a bin are averaged away.
     """
-    fair = [link for link in links if link.load_log]
-    total = sum(len(link.rates) for link in links if not link.load_log)
-    for link in fair:
-        total += point_count(link.load_log, MAX_LOAD_POINTS - total)
+    steps = []
+    total = 0
+    for link in links:
+        rates = link.rates  # fair links: rebuilt from their logs, counted as they come
+        total += len(rates)
         if total > MAX_LOAD_POINTS:
             break
+        steps.append(rates)
     if total <= MAX_LOAD_POINTS or not end_s > 0:
-        return [link.rates for link in links]
-    width = bucket_width_s(end_s, max(MAX_BUCKETS, MAX_LOAD_POINTS // max(len(fair), 1)))
+        return steps
+    fair = sum(1 for link in links if link.load_log)
+    width = bucket_width_s(end_s, max(MAX_BUCKETS, MAX_LOAD_POINTS // max(fair, 1)))
     edges = bucket_edges(end_s, width).tolist()
     return [binned_steps(link.load_log, edges) if link.load_log else link.rates for link in links]
 
