@@ -26,6 +26,12 @@ HUGE_RUN_S = 3600.0
 #: numerics (one jitted gradient and update); measured on a 2-core CPU for digits/mlp.
 WALL_S_PER_TASK_STEP = 30e-6
 WALL_S_PER_NUMERIC_STEP = 1e-3
+#: Costing the clock model before the first step (its layers lowered on shapes, the
+#: optimizer state sized), per layer of the model: measured on a 2-core CPU with a gpt of
+#: 20,000 blocks (40,002 layers: 220 s, 2.1 GB at its peak), rounded up. Only models of
+#: thousands of layers make these matter, and the gpt caps them at 200,002.
+WALL_S_PER_MODEL_LAYER = 6e-3
+HOST_BYTES_PER_MODEL_LAYER = 50e3
 #: A final train loss this many times its first is reported as a likely divergence.
 BLOW_UP_FACTOR = 10.0
 #: Least memory one simulated step of one task takes: a run keeps its events and metrics
@@ -125,10 +131,10 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
         raise ScenarioError(source, field or clock_field(scenario), str(exc)) from None
 
 
-def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
+def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
     """What a run checks as it costs its clock model: a surrogate under parameter servers,
     the profile file, the model's shapes, the pipeline's stages and every device's memory
-    (:mod:`simdist.device_memory`)."""
+    (:mod:`simdist.device_memory`). Returns the clock model's layer count."""
     from simdist.device_memory import (
         check_device_memory,
         check_hybrid,
@@ -156,6 +162,7 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
         check_hybrid(scenario, footprint, source)
     else:
         check_device_memory(scenario, footprint, source)
+    return len(footprint.layer_names)
 
 
 def preflight(
@@ -216,13 +223,14 @@ def preflight(
     if total is None and n_train is not None:
         total = w.total_steps(n_train)
     try:
-        _check_clock(scenario, source, min(total or 1, 10**9))
+        layers = _check_clock(scenario, source, min(total or 1, 10**9))
     except DataError as exc:
         raise exc.in_scenario(source) from None
+    _check_costing_memory(scenario, source, layers)
     tasks = max(1, scenario.replicas + scenario.cluster.ps)
     per_step = WALL_S_PER_TASK_STEP * tasks + (WALL_S_PER_NUMERIC_STEP if scenario.numerics else 0)
     steps = float(min(total or 0, 10**300))
-    wall = per_step * steps
+    wall = per_step * steps + WALL_S_PER_MODEL_LAYER * layers
     warnings = []
     if wall > HUGE_RUN_S:
         from simdist.numerics.memory import physical_memory_nbytes
@@ -244,6 +252,27 @@ def preflight(
             )
         warnings.append(f"{source}: {field}: {huge}; Ctrl-C stops a run")
     return Preflight(total, n_train, wall, tuple(warnings))
+
+
+def _check_costing_memory(scenario: Scenario, source: str, layers: int) -> None:
+    """Refuse a clock model whose costing would need more of this machine's memory than it
+    has (:data:`HOST_BYTES_PER_MODEL_LAYER` a layer): a gpt of 10^5 blocks fits a cluster
+    of many devices, but costing it takes about 10 GB here, before the first step."""
+    from simdist.numerics.memory import physical_memory_nbytes
+
+    need, ram = HOST_BYTES_PER_MODEL_LAYER * layers, physical_memory_nbytes()
+    if ram is None or need <= ram:
+        return
+    from simdist.device_memory import clock_field
+
+    raise ScenarioError(
+        source,
+        clock_field(scenario),
+        f"has {layers:,} layers; costing them before the first step takes about "
+        f"{need / 1e9:.3g} GB of this machine's memory (measured about "
+        f"{HOST_BYTES_PER_MODEL_LAYER / 1e3:.0f} KB a layer), more than its {ram / 1e9:.3g} GB; "
+        "use a model of fewer layers",
+    )
 
 
 def _preflight_jobs(
