@@ -19,6 +19,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "MAX_PS_TASKS",
     "MAX_RUNS",
+    "MAX_SEED",
     "shorthand",
 ]
 
@@ -33,6 +34,9 @@ MAX_PS_TASKS = 4_096
 #: is a whole simulation, so 10⁶ would run for weeks; refused before any work, so that a
 #: mistyped count is an error at once instead of a silent hang.
 MAX_RUNS = 10_000
+#: The largest seed: the reports' tables (pandas) keep seeds as 64-bit signed integers, so
+#: 2^64 (which numpy's SeedSequence would take) could not be written into them.
+MAX_SEED = 2**63 - 1
 MAX_GENERATED_EXAMPLES = 10_000_000
 MAX_GENERATED_VALUES = 50_000_000  # n_examples x n_features: 400 MB as float64 while drawn
 #: A model's parameters: 10^15 (4 PB of float32) is a thousand times the largest dense
