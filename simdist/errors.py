@@ -31,7 +31,12 @@ class DataError(SimdistError):
         self.path = path
         self.field = field
         self.message = message
-        super().__init__(f"{field}: {path}: {message}")
+        # The three arguments, so that a copy made from them (SimPy re-raises a process's
+        # exception as ``type(e)(*e.args)``; pickle does the same) is the same error.
+        super().__init__(path, field, message)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.path}: {self.message}"
 
     def in_scenario(self, source: str) -> ScenarioError:
         """The same error as one of the scenario file ``source``."""

@@ -12,6 +12,7 @@ checked by hand; the strategies ask these objects *how long* and *when*.
   renewal process (``mtbf``: exponential up-times between restarts).
 * :class:`InputPipeline` — when the next batch is ready, with ``prefetch``
   batches loaded ahead while the device computes (tf.data's prefetch).
+* :class:`ProgressWatch` — stops a run that failures keep from ever getting further.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from simdist.errors import DataError
 from simdist.seeds import rng
 
 if TYPE_CHECKING:  # imported on first use: `simdist validate` never needs NumPy
@@ -94,6 +96,39 @@ def failure_times(spec: Any, seed: int, entry: int) -> Iterator[float]:
         t += float(g.exponential(spec.mtbf_s))
         yield t
         t += spec.restart_s
+
+
+#: Failures in a row, none of them past the furthest step the run had reached, after which
+#: the run is stopped: failures come faster than it can get further (an ``mtbf`` of 1e-300 s
+#: fired again the moment each restart ended, and the run went on forever).
+MAX_FAILURES_WITHOUT_PROGRESS = 10_000
+
+
+class ProgressWatch:
+    """Counts failures since the run last got past its furthest step; past
+    :data:`MAX_FAILURES_WITHOUT_PROGRESS` the run cannot finish, and says so."""
+
+    def __init__(self) -> None:
+        self.furthest = -1
+        self.in_a_row = 0
+
+    def failed(self, reached: int, now_s: float) -> None:
+        """A failure at simulated ``now_s`` while the run was at step ``reached``."""
+        if reached > self.furthest:
+            self.furthest, self.in_a_row = reached, 0
+        self.in_a_row += 1
+        if self.in_a_row > MAX_FAILURES_WITHOUT_PROGRESS:
+            from simdist.units import format_duration
+
+            # A DataError names the field; the run's caller adds the scenario file to it.
+            raise DataError(
+                f"{MAX_FAILURES_WITHOUT_PROGRESS:,} failures in a row",
+                "faults.failures",
+                f"none past step {self.furthest} (simulated t = {format_duration(now_s)}): "
+                "the failures come faster than the run can get further, so it would never "
+                "finish; use a longer mtbf, or checkpoints to restart from, e.g. checkpoint: "
+                "{every_steps: 100, storage_bandwidth: 1GB/s}",
+            )
 
 
 class FailureSchedule:

@@ -26,6 +26,15 @@ HUGE_RUN_S = 3600.0
 #: numerics (one jitted gradient and update); measured on a 2-core CPU for digits/mlp.
 WALL_S_PER_TASK_STEP = 30e-6
 WALL_S_PER_NUMERIC_STEP = 1e-3
+#: Costing the clock model before the first step (its layers lowered on shapes, the
+#: optimizer state sized), per layer of the model: measured on a 2-core CPU with a gpt of
+#: 20,000 blocks (40,002 layers: 220 s, 2.1 GB at its peak), rounded up. Only models of
+#: thousands of layers make these matter, and the gpt caps them at 200,002.
+WALL_S_PER_MODEL_LAYER = 6e-3
+HOST_BYTES_PER_MODEL_LAYER = 50e3
+#: ``simdist validate`` simulates a run's clock (timing-only) to tell whether a scheduled
+#: failure falls after the run's end when that takes at most this long (estimated).
+VALIDATE_SIMULATE_S = 30.0
 #: A final train loss this many times its first is reported as a likely divergence.
 BLOW_UP_FACTOR = 10.0
 #: Least memory one simulated step of one task takes: a run keeps its events and metrics
@@ -125,10 +134,10 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
         raise ScenarioError(source, field or clock_field(scenario), str(exc)) from None
 
 
-def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
+def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
     """What a run checks as it costs its clock model: a surrogate under parameter servers,
     the profile file, the model's shapes, the pipeline's stages and every device's memory
-    (:mod:`simdist.device_memory`)."""
+    (:mod:`simdist.device_memory`). Returns the clock model's layer count."""
     from simdist.device_memory import (
         check_device_memory,
         check_hybrid,
@@ -156,6 +165,7 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> None:
         check_hybrid(scenario, footprint, source)
     else:
         check_device_memory(scenario, footprint, source)
+    return len(footprint.layer_names)
 
 
 def preflight(
@@ -164,6 +174,7 @@ def preflight(
     out: str | Path | None = None,
     source: str | None = None,
     data: bool = False,
+    ends: bool = True,
 ) -> Preflight:
     """Check what a run of ``scenario`` would hit before its first step, and estimate it.
 
@@ -181,7 +192,10 @@ def preflight(
     ``data=True`` (``simdist validate``) also reads an npz data set and an ``init_from``
     file whole and checks their values, and checks the model on shapes alone (its size
     against the memory, ``init_from`` against its parameters); a run does all that as it
-    builds its workload.
+    builds its workload. With ``data=True`` and ``ends`` (not for a job of ``jobs:``, which
+    ends in company), a failure scheduled after the run's end is warned about as
+    :func:`warnings_after` warns after a run, the run's clock simulated timing-only to know
+    its end (:func:`_scheduled_failures`).
     """
     from simdist.numerics.sizes import train_examples
     from simdist.report.tables import check_output_folder
@@ -216,13 +230,14 @@ def preflight(
     if total is None and n_train is not None:
         total = w.total_steps(n_train)
     try:
-        _check_clock(scenario, source, min(total or 1, 10**9))
+        layers = _check_clock(scenario, source, min(total or 1, 10**9))
     except DataError as exc:
         raise exc.in_scenario(source) from None
+    _check_costing_memory(scenario, source, layers)
     tasks = max(1, scenario.replicas + scenario.cluster.ps)
     per_step = WALL_S_PER_TASK_STEP * tasks + (WALL_S_PER_NUMERIC_STEP if scenario.numerics else 0)
     steps = float(min(total or 0, 10**300))
-    wall = per_step * steps
+    wall = per_step * steps + WALL_S_PER_MODEL_LAYER * layers
     warnings = []
     if wall > HUGE_RUN_S:
         from simdist.numerics.memory import physical_memory_nbytes
@@ -243,7 +258,31 @@ def preflight(
                 f"{ram / 1e9:.3g} GB; e.g. steps: 1000",
             )
         warnings.append(f"{source}: {field}: {huge}; Ctrl-C stops a run")
+    if data and ends:
+        timing_wall = WALL_S_PER_TASK_STEP * tasks * steps + WALL_S_PER_MODEL_LAYER * layers
+        warnings += _scheduled_failures(scenario, source, timing_wall)
     return Preflight(total, n_train, wall, tuple(warnings))
+
+
+def _check_costing_memory(scenario: Scenario, source: str, layers: int) -> None:
+    """Refuse a clock model whose costing would need more of this machine's memory than it
+    has (:data:`HOST_BYTES_PER_MODEL_LAYER` a layer): a gpt of 10^5 blocks fits a cluster
+    of many devices, but costing it takes about 10 GB here, before the first step."""
+    from simdist.numerics.memory import physical_memory_nbytes
+
+    need, ram = HOST_BYTES_PER_MODEL_LAYER * layers, physical_memory_nbytes()
+    if ram is None or need <= ram:
+        return
+    from simdist.device_memory import clock_field
+
+    raise ScenarioError(
+        source,
+        clock_field(scenario),
+        f"has {layers:,} layers; costing them before the first step takes about "
+        f"{need / 1e9:.3g} GB of this machine's memory (measured about "
+        f"{HOST_BYTES_PER_MODEL_LAYER / 1e3:.0f} KB a layer), more than its {ram / 1e9:.3g} GB; "
+        "use a model of fewer layers",
+    )
 
 
 def _preflight_jobs(
@@ -259,13 +298,55 @@ def _preflight_jobs(
     total, wall, warnings = 0, 0.0, []
     for i, job in enumerate(scenario.jobs):
         try:
-            checked = preflight(job.scenario, source=source, data=data)
+            checked = preflight(job.scenario, source=source, data=data, ends=False)
         except ScenarioError as exc:
             raise ScenarioError(exc.source, job_field(i, exc.field), exc.message) from None
         total += checked.total_steps or 0
         wall += checked.wall_s
         warnings += [w.replace(f"{source}: ", f"{source}: jobs[{i}].", 1) for w in checked.warnings]
     return Preflight(total, None, wall, tuple(warnings))
+
+
+def failures_after(scenario: Scenario, end_s: float, source: str) -> list[str]:
+    """A warning for each failure scheduled (``at``) after a run of ``scenario`` that ended
+    at simulated ``end_s``: it never happened. Both :func:`warnings_after` (a run) and
+    :func:`preflight` (``simdist validate``, after simulating the clock) say it."""
+    from simdist.units import format_duration
+
+    warnings = []
+    for i, failure in enumerate(scenario.faults.failures):
+        if failure.at_s is not None and failure.at_s > end_s:
+            at = failure.at_s
+            when = f"{at / 3600:,.6g} h" if at >= 3600 else format_duration(at)
+            warnings.append(
+                f"{source}: faults.failures[{i}].at: {when} is after the run ended at "
+                f"simulated t = {format_duration(end_s)}; this failure never happened"
+            )
+    return warnings
+
+
+def _scheduled_failures(scenario: Scenario, source: str, wall_s: float) -> list[str]:
+    """``simdist validate``'s warnings on failures scheduled after the run's end, as
+    :func:`warnings_after` gives them after a run: when the run ends is known only by
+    simulating it, so its clock is simulated timing-only (the same clock as the full run,
+    tests/test_timing_only.py) when a failure has an ``at`` and that takes at most
+    :data:`VALIDATE_SIMULATE_S`. A run whose loss diverges stops earlier than its clock
+    says; validate cannot know that."""
+    if not any(f.at_s is not None for f in scenario.faults.failures):
+        return []
+    if wall_s > VALIDATE_SIMULATE_S:
+        return [
+            f"{source}: faults.failures: validate does not simulate a run this long (about "
+            f"{_duration_words(wall_s) if wall_s >= 60 else f'{wall_s:.2g} s'}) to see when it "
+            "ends; simdist run warns about a "
+            "failure scheduled after the run's end"
+        ]
+    from simdist.engine import run as run_engine
+    from simdist.scenario.load import resolve_scenario
+
+    timing = resolve_scenario(scenario, ["numerics=false"]) if scenario.numerics else scenario
+    end_s = float(run_engine(timing).summary["simulated_time_s"])
+    return failures_after(scenario, end_s, source)
 
 
 def warnings_after(result: Result, source: str | None = None) -> list[str]:
@@ -276,18 +357,7 @@ def warnings_after(result: Result, source: str | None = None) -> list[str]:
     """
     scenario, summary = result.scenario, result.summary
     source = source or f"<scenario {scenario.name}>"
-    from simdist.units import format_duration
-
-    end = float(summary["simulated_time_s"])
-    warnings = []
-    for i, failure in enumerate(scenario.faults.failures):
-        if failure.at_s is not None and failure.at_s > end:
-            at = failure.at_s
-            when = f"{at / 3600:,.6g} h" if at >= 3600 else format_duration(at)
-            warnings.append(
-                f"{source}: faults.failures[{i}].at: {when} is after the run ended at "
-                f"simulated t = {format_duration(end)}; this failure never happened"
-            )
+    warnings = failures_after(scenario, float(summary["simulated_time_s"]), source)
     losses = result.metrics.loc[result.metrics["metric"] == "train_loss", "value"]
     if not summary.get("diverged") and len(losses) > 1:
         first, last = float(losses.iloc[0]), float(losses.iloc[-1])

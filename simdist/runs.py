@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from simdist.errors import DataError, SimdistError
 from simdist.preflight import preflight
 from simdist.readback import conform
-from simdist.scenario.fields import MAX_RUNS
+from simdist.scenario.fields import MAX_RUNS, MAX_SEED
 from simdist.scenario.load import resolve_scenario
 from simdist.scenario.overrides import override_strings
 from simdist.scenario.schema import Scenario
@@ -178,6 +178,15 @@ def seed_list(seeds: int | Sequence[int]) -> list[int]:
         raise SimdistError(f"seeds: got {seeds!r}; expected whole numbers, e.g. [0, 1, 2]")
     if any(v < 0 for v in values) or len(set(values)) != len(values):
         raise SimdistError(f"seeds: got {values}; expected distinct seeds >= 0, e.g. [0, 1, 2]")
+    big = [v for v in values if v > MAX_SEED]
+    if big:
+        from simdist.spec import show
+
+        shown = f"{int(big[0]):,}" if big[0] < 10**30 else show(int(big[0]))
+        raise SimdistError(
+            f"seeds: got {shown}; a seed is at most 2^63 - 1 "
+            f"({MAX_SEED:,}: the reports keep seeds as 64-bit integers), e.g. [0, 1, 2]"
+        )
     return [int(v) for v in values]
 
 

@@ -14,7 +14,7 @@ import math
 import typing
 from abc import abstractmethod
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field
@@ -30,11 +30,13 @@ __all__ = [
     "Flops",
     "Int",
     "Latency",
+    "Partition",
     "PositiveDuration",
     "PositiveInt",
     "Spec",
     "StrategySpecBase",
     "fail",
+    "number_choice",
     "show",
 ]
 
@@ -114,6 +116,34 @@ def _unit(
     return validate
 
 
+def number_choice(*choices: int) -> BeforeValidator:
+    """A validator for a ``Literal`` of whole numbers (ZeRO's stage) that refuses YAML's
+    ``true`` and ``false``: in Python ``True == 1``, so the Literal alone takes them."""
+
+    def validate(value: object) -> object:
+        if isinstance(value, bool):
+            listed = ", ".join(str(c) for c in choices)
+            raise ValueError(f"got {show(value)}; expected one of {listed} (a number)")
+        return value
+
+    return BeforeValidator(validate)
+
+
+def _partition(value: object) -> object:
+    """``auto`` or a list of whole layer counts >= 1 (their number is checked against the
+    stages later); one message for every other value, rather than one per union member."""
+    if value == "auto" and isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
+    ):
+        return value
+    raise ValueError(
+        f"got {show(value)}; expected auto or a list of whole layer counts >= 1, one per "
+        "stage, e.g. partition: [3, 2]"
+    )
+
+
 def _whole_bytes(value: object) -> int:
     return round(_unit(parse_size, positive=False)(value))
 
@@ -136,6 +166,8 @@ Bytes = Annotated[int, BeforeValidator(_whole_bytes)]
 Float = Annotated[float, BeforeValidator(_no_bool), AllowInfNan(False)]
 Int = Annotated[int, Field(strict=True)]
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+#: A pipeline's split of the layers over its stages: ``auto`` or one count per stage.
+Partition = Annotated[Literal["auto"] | list[PositiveInt], BeforeValidator(_partition)]
 
 
 # ---------------------------------------------------------------- base classes

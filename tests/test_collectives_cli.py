@@ -210,3 +210,29 @@ def test_an_unknown_op_exits_2_naming_the_option():
     assert "--op" in result.output and "all_to_all" in result.output
     result = invoke("--op", "broadcast", "--algo", "ring")
     assert result.exit_code == 2 and "--algo" in result.output and "tree" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--algo", "hierarchical", "--n", "6,10", "--devices-per-host", "4"],
+         "error: --algo hierarchical: n=6 is not a multiple of devices_per_host=4, so it runs "
+         "for none of --n; e.g. --n 8 --devices-per-host 4"),
+        (["--algo", "ring,torus2d", "--n", "7"],
+         "error: --algo torus2d: n=7 is prime: no 2D grid (an 7x1 torus is a ring), so it runs "
+         "for none of --n; e.g. --n 8"),
+        (["--algo", "hierarchical", "--n", "8"],
+         "error: --algo hierarchical: needs devices_per_host, so it runs for none of --n; e.g. "
+         "--devices-per-host 4 --n 8"),
+    ],
+)  # fmt: skip
+def test_a_named_algorithm_that_no_n_can_run_is_refused(args, line):
+    result = invoke(*args)
+    assert result.exit_code == 2 and line in " ".join(result.output.split()), result.output
+
+
+def test_a_named_algorithm_runs_where_it_can_and_notes_the_rest():
+    result = invoke("--algo", "torus2d", "--n", "7,8")
+    assert result.exit_code == 0, result.output
+    seven, eight = rows(result.output)
+    assert seven[6].startswith("skipped:") and eight[3] != "—"

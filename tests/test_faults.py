@@ -8,8 +8,13 @@ import pytest
 from helpers import tiny
 
 from simdist.engine import run
-from simdist.errors import ScenarioError
-from simdist.faults import InputPipeline, Stragglers
+from simdist.errors import DataError, ScenarioError
+from simdist.faults import (
+    MAX_FAILURES_WITHOUT_PROGRESS,
+    InputPipeline,
+    ProgressWatch,
+    Stragglers,
+)
 from simdist.scenario import scenario_from_dict
 
 MLP16_BYTES = (64 * 16 + 16 + 16 * 10 + 10) * 4
@@ -255,3 +260,20 @@ def test_options_sync_parameter_servers_would_ignore_are_errors(strategy, extra,
         scenario_from_dict({**data, **extra})
     assert info.value.field == field
     assert "mode: async" in info.value.message
+
+
+def test_failures_that_never_let_the_run_get_further_stop_it():
+    watch = ProgressWatch()
+    for _ in range(MAX_FAILURES_WITHOUT_PROGRESS):
+        watch.failed(3, 1.0)  # failures at step 3, again and again
+    watch.failed(4, 2.0)  # a step further: the count starts again
+    for _ in range(MAX_FAILURES_WITHOUT_PROGRESS - 1):
+        watch.failed(2, 3.0)  # rolled back to a checkpoint: not further than step 4
+    with pytest.raises(DataError) as caught:
+        watch.failed(4, 4.0)
+    assert str(caught.value) == (
+        "faults.failures: 10,000 failures in a row: none past step 4 (simulated t = 4 s): "
+        "the failures come faster than the run can get further, so it would never finish; "
+        "use a longer mtbf, or checkpoints to restart from, e.g. checkpoint: "
+        "{every_steps: 100, storage_bandwidth: 1GB/s}"
+    )

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from simdist.catalog import GPT_DEFAULTS
 from simdist.errors import ScenarioError
+from simdist.model_size import gpt_size
 from simdist.numerics import fullsize
+from simdist.numerics.memory import Footprint, gpt_footprint
 from simdist.numerics.profile import profile_model
+from simdist.preflight import preflight
 from simdist.scenario import scenario_from_dict
 from simdist.scenario.workload import ModelSpec
 
@@ -118,3 +122,104 @@ def test_tensor_parallel_splits_gpt_by_its_own_heads() -> None:
                 "strategy": {"kind": "tensor_parallel", "tensor": 4},
             }
         )
+
+
+# ---------------------------------------------------------------- size before build
+
+
+@pytest.mark.parametrize(("billions", "heads", "hidden", "layers"), TABLE_1)
+def test_the_closed_form_size_is_table_1_without_building(billions, heads, hidden, layers):
+    size = gpt_size(layers, hidden, heads, SEQ, VOCAB)
+    assert size.params == formula_params(layers, hidden) + 2 * hidden
+    forward = (
+        24 * SEQ * layers * hidden**2 * (1 + SEQ / (6 * hidden) + VOCAB / (12 * layers * hidden))
+    )
+    assert size.train_flops == pytest.approx(3 * forward, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens"),
+    [
+        ({"name": "gpt", "layers": 2, "hidden": 64, "heads": 4, "seq_len": 32, "vocab": 100}, None),
+        ({"name": "gpt", "layers": 3, "hidden": 48, "heads": 6, "seq_len": 40, "vocab": 77}, 17),
+        ({"name": "gpt2"}, None),
+    ],
+)
+def test_the_counted_footprint_is_the_built_one(model, tokens):
+    spec = ModelSpec.model_validate(model)
+    shape = None if tokens is None else (tokens,)
+    built = profile_model(spec, 1, shape, None, use_cache=False)
+    counted = gpt_footprint(spec, shape)
+    assert counted == Footprint.of(built)
+    size = gpt_size(**(spec.gpt_sizes() or GPT_DEFAULTS), tokens=tokens)
+    assert size.params == built.param_count
+    assert size.activation_nbytes == counted.activation_nbytes + counted.example_nbytes
+    flops = sum(layer.forward_flops + layer.backward_flops for layer in built.layers)
+    assert size.train_flops == pytest.approx(flops, rel=0.05)  # matmuls only: within 5%
+
+
+def test_a_token_input_the_gpt_cannot_take_is_left_to_its_build():
+    spec = ModelSpec(name="gpt", layers=1, hidden=64, heads=2, seq_len=16, vocab=100)
+    assert gpt_footprint(spec, (17,)) is None and gpt_footprint(spec, (4, 4)) is None
+    assert gpt_footprint(ModelSpec(name="mlp"), None) is None
+
+
+@pytest.mark.parametrize(
+    ("model", "line"),
+    [
+        (
+            {"name": "gpt", "layers": 10**12},
+            "workload.model.layers: got 1000000000000; a gpt has at most 100,000 (the largest "
+            "published have about 1,000): it is counted and built whole, e.g. layers: 96",
+        ),
+        (
+            {"name": "gpt", "seq_len": 10**9},
+            "workload.model.seq_len: got 1000000000; a gpt has at most 10,000,000",
+        ),
+        (
+            {"name": "gpt", "vocab": 10**12},
+            "workload.model.vocab: got 1000000000000; a gpt has at most 100,000,000",
+        ),
+        (
+            {"name": "gpt", "hidden": 10**8, "heads": 1},
+            "workload.model: a gpt of 1.44e+18 parameters (5.76e+03 PB of float32, 8.85e+21 "
+            "FLOPs an example) is past simdist's cap of 10^15 parameters; e.g. {name: gpt, "
+            "layers: 96, hidden: 12288, heads: 96} (GPT-3 175B)",
+        ),
+    ],
+)
+def test_a_gpt_past_the_caps_is_refused_as_it_loads(model, line, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("built")
+
+    monkeypatch.setattr(fullsize, "build", never)
+    with pytest.raises(ScenarioError) as caught:
+        _load(model)
+    assert str(caught.value).startswith(f"<scenario>: {line}")
+
+
+def test_a_gpt_too_large_for_its_devices_is_refused_before_it_is_built(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("built")
+
+    monkeypatch.setattr("simdist.numerics.profile.profile_model", never)
+    scenario = scenario_from_dict(
+        {
+            "name": "t",
+            "numerics": False,
+            "cluster": {"hosts": 1, "devices_per_host": 4, "device": {"profile": "a100"}},
+            "workload": {
+                "model": {"name": "gpt", "layers": 10**5},
+                "batch_size": 8,
+                "optimizer": {"name": "adam", "learning_rate": 0.1},
+                "steps": 2,
+            },
+            "strategy": {"kind": "zero", "stage": 3},
+        }
+    )
+    with pytest.raises(ScenarioError) as caught:
+        preflight(scenario, source="t.yaml")
+    assert str(caught.value).startswith(
+        "t.yaml: workload.model: does not fit: worker0/gpu0 needs 7.87e+03 GB and a a100 has "
+        "80 GB (params 709, grads 709, optimizer 1.42e+03"
+    )

@@ -365,3 +365,34 @@ def test_a_huge_run_is_estimated_before_it_starts():
 def test_the_training_set_size_is_known_without_loading_it(dataset):
     spec = resolve_scenario(tiny(**{"workload.dataset": dataset})).workload.dataset
     assert train_examples(spec, seed=3) == load_dataset(spec, seed=3).n_train
+
+
+# ---------------------------------------------------------------- the third round, both ways
+
+#: The third probe's cases that a scenario refuses (issue 45): validate and run must both
+#: refuse them, with the same one error line, before any work.
+BOTH_WAYS = sorted(
+    p
+    for p in CASES
+    if p.stem.startswith(("gpt_", "horovod_cycle", "local_sgd_outer_lr", "ps_m", "seed_2_64"))
+    or p.stem in ("hybrid_zero_true", "zero_stage_true")
+)
+
+
+def test_the_third_round_is_all_there():
+    assert len(BOTH_WAYS) == 17
+
+
+@pytest.mark.parametrize("path", BOTH_WAYS, ids=[p.stem for p in BOTH_WAYS])
+def test_validate_and_run_refuse_the_third_round_alike(path, tmp_path, monkeypatch):
+    monkeypatch.setattr("simdist.engine.run", lambda *a, **k: pytest.fail("it ran"))
+    out = tmp_path / "out"
+    lines = []
+    for args in (f"validate {path} --out {out}", f"run {path} -q --out {out}"):
+        result = runner.invoke(app, shlex.split(args))
+        assert result.exit_code == 2, result.output
+        lines.append([x for x in result.output.splitlines() if x.startswith("error:")])
+    assert lines[0] == lines[1] and len(lines[0]) == 1
+    _, _, start = _header(path)
+    assert lines[0][0].startswith(_substitute(start, path, tmp_path))
+    assert not out.exists()

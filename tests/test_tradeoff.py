@@ -301,3 +301,59 @@ def test_tradeoff_bad_input_exits_2(tmp_path, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- the variants' figure
+
+
+@pytest.mark.parametrize(
+    ("flags", "added"),
+    [
+        ([], []),
+        (["--compression", "fp16,topk:0.01:noef"],
+         ["all-reduce + fp16", "all-reduce + topk:0.01:noef"]),
+        (["--local-sgd", "2"], ["local SGD H=2"]),
+        (["--compression", "powersgd:2", "--local-sgd", "2,4"],
+         ["all-reduce + powersgd:2", "local SGD H=2", "local SGD H=4"]),
+    ],
+)  # fmt: skip
+def test_every_variant_flag_combination_draws_its_figure(tmp_path, flags, added):
+    # A few steps each: a strategy that misses the target is said on the figure, not drawn.
+    out = tmp_path / "t"
+    args = ["tradeoff", "--workers", "2", "--severity", "1", "--seeds", "1", "--target", "0.5"]
+    args += ["--sync-steps", "3", "--async-steps", "8", "--processes", "1", "-q"]
+    result = runner.invoke(app, [*args, *flags, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and (out / "tradeoff.png").stat().st_size > 0
+    assert list(pd.read_csv(out / "tradeoff.csv")["strategy"]) == [*STRATEGIES, *added]
+
+
+def _summary(times: list[float]) -> pd.DataFrame:
+    """A one-cell summary of the four strategies whose times to target are ``times``."""
+    rows = []
+    for strategy, time in zip(STRATEGIES, times, strict=True):
+        row = {"strategy": strategy, "workers": 4, "severity": 1.0, "seeds": 2}
+        for column in ("time_to_target_s", "updates_per_s", "updates_to_target"):
+            value = time if column != "updates_per_s" else 100.0
+            row |= {f"{column}_{k}": value for k in ("mean", "min", "max")}
+        row |= {f"gradients_to_target_{k}": 0.0 for k in ("mean", "min", "max")}
+        row |= {"time_to_target_s_n": 0 if time != time else 2}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_zero_or_missing_values_are_said_on_the_log_axes_not_drawn():
+    from matplotlib.figure import Figure
+
+    from simdist.report.tradeoff import draw_tradeoff
+
+    fig = Figure()
+    draw_tradeoff(fig, _summary([math.nan, 0.02, math.nan, 0.03]), 0.9, STRATEGIES)
+    fig.canvas.draw()  # a log axis without positive data failed here
+    said = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+    time_panel, throughput, updates, gradients = said[0], said[2], said[4], said[6]
+    assert "2 of 4 values zero or missing: not drawn" in time_panel
+    assert throughput == []
+    assert "2 of 4 values zero or missing: not drawn" in updates
+    assert gradients == ["nothing to draw on a log scale:\nevery value is zero or missing"]
+    assert fig.axes[6].get_yscale() == "linear" and fig.axes[0].get_yscale() == "log"

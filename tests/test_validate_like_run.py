@@ -151,3 +151,52 @@ def test_a_profile_of_unknown_batch_holds_its_outputs_once_at_any_batch(tmp_path
     preflight(scenario(fits), source="m.yaml")
     with pytest.raises(ScenarioError, match=f"e.g. batch_size: {fits:,}$"):
         preflight(scenario(fits + 1), source="m.yaml")
+
+
+# ---------------------------------------------------------------- warnings: validate as run
+
+
+def _warnings(args: str) -> tuple[int, list[str]]:
+    result = runner.invoke(app, shlex.split(args))
+    return result.exit_code, [x for x in result.output.splitlines() if x.startswith("warning:")]
+
+
+@pytest.mark.parametrize(
+    ("failures", "warned"),
+    [
+        # 3 steps of 1 ms: 1000 h and 4 ms are after the end, 1 ms is not (it happens, and
+        # the run's end moves past it by the restart)
+        ("[{target: worker 0, at: 1000h, restart_after: 1s}]", ["failures[0].at: 1,000 h"]),
+        (
+            "[{target: worker 0, at: 1ms, restart_after: 1ms}, "
+            "{target: worker 0, at: 1h, restart_after: 1ms}]",
+            ["failures[1].at: 1 h"],
+        ),
+        ("[{target: worker 0, at: 1ms, restart_after: 1ms}]", []),
+        ("[{target: worker 0, mtbf: 1000h, restart_after: 1s}]", []),  # drawn: not scheduled
+    ],
+)
+def test_validate_warns_of_a_failure_after_the_end_as_run_does(failures, warned, tmp_path):
+    scenario = HOSTILE / "run_failure_after_end.yaml"
+    sets = f"--set 'faults.failures={failures}'"
+    validated = _warnings(f"validate {scenario} {sets} --out {tmp_path / 'out'}")
+    ran = _warnings(f"run {scenario} {sets} -q --out {tmp_path / 'out'}")
+    assert validated == ran
+    assert validated[0] == 0
+    assert [w.split(": ", 2)[2].split(" is after")[0] for w in ran[1]] == [
+        f"faults.{w}" for w in warned
+    ]
+    assert all(w.endswith("this failure never happened") for w in ran[1])
+
+
+def test_validate_says_when_the_run_is_too_long_to_simulate_for_its_end(monkeypatch, tmp_path):
+    monkeypatch.setattr("simdist.preflight.VALIDATE_SIMULATE_S", 0.0)
+    code, warned = _warnings(f"validate {HOSTILE / 'run_failure_after_end.yaml'}")
+    (line,) = warned
+    assert code == 0 and line.startswith(
+        f"warning: {HOSTILE / 'run_failure_after_end.yaml'}: faults.failures: validate does not "
+        "simulate a run this long (about "
+    )
+    assert line.endswith(
+        " s) to see when it ends; simdist run warns about a failure scheduled after the run's end"
+    )

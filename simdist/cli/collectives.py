@@ -275,7 +275,9 @@ def collectives(
     n / --devices-per-host hosts wired as a scenario's cluster.network says, and each
     collective is priced through that topology (the bottleneck of its pattern). --protocol
     prices every step across hosts with a transport's share of line rate and cost per step
-    (docs/transport.md); links inside a host are never touched.
+    (docs/transport.md); links inside a host are never touched. An algorithm named in --algo
+    that none of --n can run (hierarchical whose --devices-per-host divides no n, torus2d on
+    prime n) is an error; --algo all notes such rows as skipped.
     """
     from simdist.scenario import IntraHostLinkSpec, NetworkLinkSpec
     from simdist.units import (
@@ -314,6 +316,8 @@ def collectives(
         rows = _rows(
             op, algos, ns, sizes, (bw, lat, intra_bw, intra_lat), devices_per_host, network
         )
+        if algo.strip() != "all":
+            _refuse_impossible(algos, rows, devices_per_host)
         title = _title(op, bw, lat, network, intra_bw, intra_lat, devices_per_host, algos)
         return rows, title
 
@@ -335,6 +339,24 @@ def _algorithms(op: str, algo: str) -> list[str]:
                 f"--algo: got {name!r}; expected all or a comma list of {', '.join(known)}"
             )
     return algos
+
+
+def _refuse_impossible(algos: list[str], rows: list[Row], devices_per_host: int | None) -> None:
+    """An algorithm named in ``--algo`` that none of the ``--n`` can run is an error, not a
+    table of skipped rows: a hierarchical collective whose devices per host divide no n, a
+    torus on prime n only. (``--algo all`` keeps its notes: it asked for every algorithm.)"""
+    for name in algos:
+        notes = [str(r["note"]) for r in rows if r["algo"] == name]
+        if not notes or not all(note.startswith("skipped: ") for note in notes):
+            continue
+        why = notes[0].removeprefix("skipped: ")
+        if name == "hierarchical" and devices_per_host is None:
+            example = "--devices-per-host 4 --n 8"
+        elif name == "hierarchical":
+            example = f"--n {2 * devices_per_host} --devices-per-host {devices_per_host}"
+        else:
+            example = "--n 8"
+        raise SimdistError(f"--algo {name}: {why}, so it runs for none of --n; e.g. {example}")
 
 
 def _rows(

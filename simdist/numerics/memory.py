@@ -38,6 +38,7 @@ __all__ = [
     "Footprint",
     "check_param_bytes",
     "clock_footprint",
+    "gpt_footprint",
     "known_model_size",
     "physical_memory_nbytes",
     "remember_model_size",
@@ -222,6 +223,28 @@ def _read_footprint(path: Path) -> Footprint | None:
     return footprint if same else None
 
 
+def gpt_footprint(model_spec: ModelSpec, input_shape: tuple[int, ...] | None) -> Footprint | None:
+    """The :class:`Footprint` of a gpt (or GPT-2) counted from its sizes, without building it
+    (:mod:`simdist.model_size`): what JAX would find, in microseconds at any depth. None for
+    other models, and for an input the model cannot take (its build says why)."""
+    from simdist.catalog import GPT_DEFAULTS
+    from simdist.model_size import FLOAT32_NBYTES, TOKEN_NBYTES, gpt_layers
+
+    if model_spec.name not in ("gpt", "gpt2"):
+        return None
+    sizes = model_spec.gpt_sizes() or dict(GPT_DEFAULTS)
+    tokens = sizes["seq_len"] if input_shape is None else input_shape[0]
+    if input_shape is not None and (len(input_shape) != 1 or not 1 <= tokens <= sizes["seq_len"]):
+        return None
+    layers = gpt_layers(**sizes, tokens=tokens)
+    return Footprint(
+        tuple(layer.name for layer in layers),
+        tuple(layer.params * FLOAT32_NBYTES for layer in layers),
+        tuple(float(layer.output_elements * FLOAT32_NBYTES) for layer in layers),
+        tokens * TOKEN_NBYTES,
+    )
+
+
 def clock_footprint(
     model_spec: ModelSpec, input_shape: tuple[int, ...] | None, n_outputs: int | None
 ) -> Footprint:
@@ -231,6 +254,9 @@ def clock_footprint(
     JAX); else costed at batch 1 by :func:`simdist.numerics.profile.profile_model` and
     recorded. Raises :class:`~simdist.errors.SimdistError` for shapes the model cannot take.
     """
+    counted = gpt_footprint(model_spec, input_shape)
+    if counted is not None:
+        return counted
     path = _record_path(model_spec, input_shape, n_outputs, f"footprint:{_costing_digest()}")
     known = _footprints.get(path) or _read_footprint(path)
     if known is not None:

@@ -14,6 +14,7 @@ this module only draws and writes them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,8 @@ def draw_tradeoff(
                     part = table[table["strategy"] == strategy].sort_values(x)
                     if not part.empty:
                         _line(ax, part, x, column, scale, colors[strategy], style, rank == 0)
-            _log_axis(ax)
+            plotted = summary.loc[summary["strategy"].isin(strategies), f"{column}_mean"]
+            _log_axis(ax, list(plotted * scale))
             if col == 0:
                 ax.set_ylabel(ylabel, fontsize=9)
             if row == 0:
@@ -120,8 +122,27 @@ def _line(
         _mark_unreached(ax, part, x, mean, color)
 
 
-def _log_axis(ax: Any) -> None:
-    """Log y axis with 1-2-5 ticks written out in full, and a light grid."""
+def _log_axis(ax: Any, values: Sequence[float]) -> None:
+    """Log y axis with 1-2-5 ticks written out in full, and a light grid.
+
+    A log axis cannot place a zero or a missing value (a target no seed reached): such
+    points are left out and the panel says how many; a panel with nothing else keeps a
+    linear axis and says why it is empty (matplotlib refuses a log axis without data).
+    """
+    drawable = sum(1 for v in values if v == v and 0 < v < math.inf)
+    unplaced = len(values) - drawable
+    if unplaced:
+        said = (
+            "nothing to draw on a log scale:\nevery value is zero or missing"
+            if not drawable
+            else f"{unplaced} of {len(values)} values zero or missing: not drawn"
+        )
+        ax.text(0.5 if not drawable else 0.02, 0.5 if not drawable else 0.03, said,
+                transform=ax.transAxes, ha="center" if not drawable else "left",
+                va="center" if not drawable else "bottom", fontsize=7, color="0.35")  # fmt: skip
+    if not drawable:
+        ax.set_yticks([])
+        return
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))

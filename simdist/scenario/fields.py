@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 __all__ = [
+    "GPT_CAPS",
     "MAX_DEVICES",
     "MAX_GENERATED_EXAMPLES",
     "MAX_GENERATED_VALUES",
+    "MAX_MODEL_PARAMS",
     "MAX_NAME_CHARS",
     "MAX_PS_TASKS",
     "MAX_RUNS",
+    "MAX_SEED",
     "shorthand",
 ]
 
@@ -31,8 +34,24 @@ MAX_PS_TASKS = 4_096
 #: is a whole simulation, so 10⁶ would run for weeks; refused before any work, so that a
 #: mistyped count is an error at once instead of a silent hang.
 MAX_RUNS = 10_000
+#: The largest seed: the reports' tables (pandas) keep seeds as 64-bit signed integers, so
+#: 2^64 (which numpy's SeedSequence would take) could not be written into them.
+MAX_SEED = 2**63 - 1
 MAX_GENERATED_EXAMPLES = 10_000_000
 MAX_GENERATED_VALUES = 50_000_000  # n_examples x n_features: 400 MB as float64 while drawn
+#: A model's parameters: 10^15 (4 PB of float32) is a thousand times the largest dense
+#: models trained (about 10^12); past it the size is a typo, refused as the scenario loads
+#: from the size's closed form (simdist.model_size), before anything is built.
+MAX_MODEL_PARAMS = 10**15
+#: The configurable gpt's sizes, each about a hundred times the largest published: layers
+#: (1,000-layer transformers: Wang et al. 2022, DeepNet), positions (contexts of 10^5 to
+#: 10^6 tokens) and vocabulary (about 2.6 x 10^5 tokens). Each: (cap, the largest seen, its
+#: example value).
+GPT_CAPS: dict[str, tuple[int, str, int]] = {
+    "layers": (10**5, "about 1,000", 96),
+    "seq_len": (10**7, "10^5 to 10^6", 2048),
+    "vocab": (10**8, "about 256,000", 51200),
+}
 
 
 def shorthand(key: str) -> Callable[[object], object]:

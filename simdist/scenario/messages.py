@@ -241,7 +241,8 @@ def error_message(err: Any, root: type[BaseModel]) -> tuple[str, str]:
     value = err.get("input")
     if etype == "scenario":
         path = _walk(loc, root)[0]
-        return f"{path}.{ctx['field']}" if path else ctx["field"], ctx["message"]
+        field = f"{path}.{ctx['field']}" if path and ctx["field"] else path or ctx["field"]
+        return field, ctx["message"]
     if etype == "extra_forbidden":
         path = _walk(loc, root)[0]
         containers = _walk(loc[:-1], root)[3]

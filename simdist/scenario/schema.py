@@ -45,6 +45,7 @@ from simdist.scenario.fields import (
     MAX_GENERATED_VALUES,
     MAX_NAME_CHARS,
     MAX_PS_TASKS,
+    MAX_SEED,
     shorthand,
 )
 from simdist.scenario.hosts import check_ps_placement, check_size, resolve_hosts
@@ -109,7 +110,7 @@ class Scenario(Spec):
     """
 
     name: str
-    seed: Int = Field(0, ge=0)
+    seed: Int = Field(0, ge=0, le=MAX_SEED)
     numerics: Annotated[bool, Field(strict=True)] = True
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     # Required (a missing one is reported as before), and None only with jobs:.

@@ -19,7 +19,14 @@ from simdist.catalog import (
     OptimizerName,
     ScheduleKind,
 )
-from simdist.scenario.fields import MAX_GENERATED_EXAMPLES, MAX_GENERATED_VALUES, shorthand
+from simdist.model_size import ModelSize, gpt_size
+from simdist.scenario.fields import (
+    GPT_CAPS,
+    MAX_GENERATED_EXAMPLES,
+    MAX_GENERATED_VALUES,
+    MAX_MODEL_PARAMS,
+    shorthand,
+)
 from simdist.spec import Float, Int, PositiveInt, Spec, fail, show
 
 __all__ = ["DatasetSpec", "ModelSpec", "OptimizerSpec", "ScheduleSpec", "WorkloadSpec"]
@@ -79,6 +86,7 @@ class ModelSpec(Spec):
         if self.name == "gpt":
             if len(self.hidden) != 1:
                 raise fail("hidden", f"got {self.hidden}: gpt takes one width, e.g. hidden: 2304")
+            _check_gpt_size(self)
             if self.hidden[0] % int(self.heads or 1):
                 raise fail(
                     "heads",
@@ -86,6 +94,12 @@ class ModelSpec(Spec):
                     "e.g. hidden: 2304, heads: 24",
                 )
         return self
+
+    def gpt_size(self) -> ModelSize | None:
+        """gpt's parameters, activations and FLOPs from its sizes alone (no JAX); None for
+        the other models."""
+        sizes = self.gpt_sizes()
+        return None if sizes is None else gpt_size(**sizes)
 
     def gpt_sizes(self) -> dict[str, int] | None:
         """gpt's sizes (``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``); None for
@@ -109,6 +123,28 @@ class ModelSpec(Spec):
             elif getattr(self, option) is not None:
                 raise fail(option, f"is an option of model resnet only, not of {self.name}")
         return self
+
+
+def _check_gpt_size(model: ModelSpec) -> None:
+    """A gpt within the caps of :data:`~simdist.scenario.fields.GPT_CAPS` and of
+    :data:`~simdist.scenario.fields.MAX_MODEL_PARAMS`, from its size's closed form."""
+    sizes = model.gpt_sizes() or {}
+    for key, (cap, seen, example) in GPT_CAPS.items():
+        if sizes[key] > cap:
+            raise fail(
+                key,
+                f"got {show(sizes[key])}; a gpt has at most {cap:,} (the largest published "
+                f"have {seen}): it is counted and built whole, e.g. {key}: {example}",
+            )
+    size = gpt_size(**sizes)
+    if size.params > MAX_MODEL_PARAMS:
+        raise fail(
+            "",
+            f"a gpt of {size.params:.3g} parameters ({size.param_nbytes / 1e15:,.3g} PB of "
+            f"float32, {size.train_flops:.3g} FLOPs an example) is past simdist's cap of "
+            f"10^15 parameters; e.g. {{name: gpt, layers: 96, hidden: 12288, heads: 96}} "
+            "(GPT-3 175B)",
+        )
 
 
 def _resolve_file(path: Path, info: ValidationInfo, field: str, what: str) -> Path:

@@ -21,6 +21,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from simdist.spec import StrategySpecBase, fail
 from simdist.strategies.base import LayerCost
+from simdist.units import format_duration
 
 if TYPE_CHECKING:
     from simdist.scenario.schema import Scenario
@@ -35,6 +36,10 @@ DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 # 64 * 1024 * 1024, sleep_for(milliseconds(5)) per cycle).
 HOROVOD_FUSION_THRESHOLD_BYTES = 128 * 1024 * 1024
 HOROVOD_CYCLE_TIME_S = 1e-3
+#: The shortest cycle accepted. Horovod's thread sleeps between cycles and negotiates in
+#: each (tens of µs at least), so a cycle under 1 µs is never real; and a cycle of 1e-300 s
+#: would need 10^297 cycles a step (the tensor fusion's cycle arithmetic never ends).
+MIN_CYCLE_TIME_S = 1e-6
 
 Bucketing = Literal["ddp", "horovod"]
 
@@ -129,6 +134,15 @@ class AllReduceSpecBase(StrategySpecBase):
             self.fusion_threshold_nbytes = HOROVOD_FUSION_THRESHOLD_BYTES
         if self.cycle_time_s is None:
             self.cycle_time_s = HOROVOD_CYCLE_TIME_S
+        cycle = self.cycle_time_s
+        if cycle < MIN_CYCLE_TIME_S:
+            shown = format_duration(cycle) if cycle == 0 or cycle >= 1e-9 else f"{cycle:.3g} s"
+            raise fail(
+                "strategy.cycle_time",
+                f"got {shown}; expected at least 1 µs "
+                "(Horovod's background cycle, HOROVOD_CYCLE_TIME: its default is 1 ms), "
+                "e.g. cycle_time: 5ms",
+            )
 
 
 class Bucket(NamedTuple):

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from simdist.spec import Float, PositiveInt, StrategySpecBase, fail
 from simdist.spec import Spec as SpecModel
-from simdist.spec import StrategySpecBase, fail
 from simdist.strategies.base import Strategy
 from simdist.strategies.zero import ShardedExecution, algorithm_field, check_algorithm
 
@@ -54,8 +54,11 @@ class OuterOptimizerSpec(SpecModel):
     """``strategy.outer_optimizer``: SGD on the averaged delta, with optional momentum."""
 
     name: Literal["sgd", "nesterov"] = Field("sgd", examples=["nesterov"])
-    learning_rate: float = Field(1.0, gt=0, examples=["0.7"])
-    momentum: float = Field(0.0, ge=0, lt=1, examples=["0.9"])
+    # At most 10: the outer step multiplies each sync's averaged change by it, and published
+    # outer rates are 0.7 (DiLoCo, arXiv:2311.08105 Sec. 3) to 1 (plain averaging, Stich
+    # 2019); 1e308 or inf is a typo that turns the parameters inf.
+    learning_rate: Float = Field(1.0, gt=0, le=10, examples=["0.7"])
+    momentum: Float = Field(0.0, ge=0, lt=1, examples=["0.9"])
     nesterov: bool = Field(False, examples=["true"])
 
     @property
@@ -73,7 +76,7 @@ class Spec(StrategySpecBase):
     """Local SGD / DiLoCo: H local steps per replica, then an all-reduce of the deltas."""
 
     kind: Literal["local_sgd"]
-    sync_every: int = Field(DEFAULT_SYNC_EVERY, ge=1, examples=["10"])
+    sync_every: PositiveInt = Field(DEFAULT_SYNC_EVERY, examples=["10"])
     outer_optimizer: OuterOptimizerSpec = Field(
         default_factory=OuterOptimizerSpec,
         examples=["{name: nesterov, learning_rate: 0.7, momentum: 0.9}"],

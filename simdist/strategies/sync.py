@@ -16,7 +16,7 @@ from abc import abstractmethod
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from simdist.faults import FailureSchedule
+from simdist.faults import FailureSchedule, ProgressWatch
 from simdist.strategies.base import Strategy
 from simdist.strategies.bucketing import Bucket, gradient_buckets
 from simdist.strategies.compression import CompressedWire
@@ -289,6 +289,7 @@ class SynchronousStrategy(Strategy):
         )
         pipeline = self.new_pipeline()
         saved = Checkpoint(0, self.state, self.env.now, written=False)  # restart from scratch
+        watch = ProgressWatch()
         step = 0
         while step < self.total_steps:
             start = self.env.now
@@ -301,6 +302,7 @@ class SynchronousStrategy(Strategy):
                 yield from self.write_checkpoint(done)
             hit = failures.pop_before(self.env.now)
             if hit is not None:
+                watch.failed(step, self.env.now)
                 yield from self.recover(hit[0], hit[1], step, saved)
                 failures.skip_until(self.env.now)
                 pipeline = self.new_pipeline()

@@ -21,12 +21,12 @@ DeepSpeed does with ``stage3_prefetch_bucket_size`` > 0).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
 from simdist.sharding import Sharding
-from simdist.spec import Bytes, StrategySpecBase, fail
+from simdist.spec import Bytes, StrategySpecBase, fail, number_choice
 from simdist.strategies.base import LayerCost
 from simdist.strategies.multi_worker_mirrored import TRAIN_FLOPS_PER_FORWARD
 from simdist.strategies.sharded_plan import (
@@ -77,7 +77,7 @@ class Spec(StrategySpecBase):
     """Sharded data parallelism on every device of every host: ZeRO stage 1, 2 or 3."""
 
     kind: Literal["zero"]
-    stage: Literal[1, 2, 3] = Field(3, examples=["2"])
+    stage: Annotated[Literal[1, 2, 3], number_choice(1, 2, 3)] = Field(3, examples=["2"])
     execution: ShardedExecution = execution_field()
     algorithm: Literal["ring", "hierarchical"] = algorithm_field()
     overlap_comm: bool | None = Field(None, examples=["true"])

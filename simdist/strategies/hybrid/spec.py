@@ -22,13 +22,13 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field
 
 from simdist.mesh import DEFAULT_ORDER, Mesh
 from simdist.sharding import Sharding
-from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.spec import Partition, PositiveInt, StrategySpecBase, fail, number_choice
 from simdist.spec import Spec as SpecBase
 from simdist.strategies.tensor_parallel.spec import check_splittable
 
@@ -54,10 +54,10 @@ class Spec(StrategySpecBase):
     mesh: MeshSpec = Field(default_factory=MeshSpec)
     # The axes from outermost (across hosts) to innermost (inside a host).
     placement: list[Axis] = Field(list(DEFAULT_ORDER), examples=["[data, pipeline, tensor]"])
-    zero: Literal[0, 1, 2, 3] = Field(0, examples=["1"])
+    zero: Annotated[Literal[0, 1, 2, 3], number_choice(0, 1, 2, 3)] = Field(0, examples=["1"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
     schedule: Literal["gpipe", "1f1b"] = Field("1f1b", examples=["gpipe"])
-    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
+    partition: Partition = Field("auto", examples=["auto"])
     sequence_parallel: bool = Field(False, strict=True, examples=["true"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
     cross_host: bool = Field(False, strict=True, examples=["true"])

@@ -25,7 +25,7 @@ import math
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from simdist.faults import FailureSchedule
+from simdist.faults import FailureSchedule, ProgressWatch
 from simdist.strategies.parameter_server.servers import ServerState
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class Recovery:
         self.failing: FailureSpec | None = None  # the failure entry whose PS is being restored
         self.again: list[FailureSpec] = []  # its failures during that restore: each fires after one
         self.down = [False] * strategy.n_workers  # sitting out a restart
+        self.watch = ProgressWatch()  # failures without the run getting further
 
     def snapshot(self, saved_s: float, written: bool) -> Snapshot:
         """The state of the run now: references, so later updates do not change it."""
@@ -146,6 +147,7 @@ class Recovery:
         w = spec.index if spec.role == "worker" else spec.index // s.cluster.devices_per_host
         if self.down[w] or not training.procs[w].is_alive:
             return
+        self.watch.failed(s.progress.applied, self.env.now)
         s.failures += 1
         host = s.cluster.workers[w].name
         now = self.env.now
@@ -183,6 +185,7 @@ class Recovery:
     def ps_failure(self, spec: FailureSpec) -> None:
         """A PS task fails now: everyone stops; all PS tasks roll back to the last checkpoint."""
         s, env = self.strategy, self.env
+        self.watch.failed(s.progress.applied, env.now)
         s.failures += 1
         saved, now = self.saved, env.now
         restart_s = spec.restart_s

@@ -139,6 +139,7 @@ class Spec(StrategySpecBase):
                 "here are the hosts' CPUs (profile cpu); remove host_staging or give "
                 "accelerators, e.g. device: {profile: p100}",
             )
+        self._check_partitioner()
         self._check_compression(scenario)
         if self.mode == "sync" and scenario.faults.failures:
             raise fail(
@@ -147,6 +148,26 @@ class Spec(StrategySpecBase):
                 "with failures is not modelled yet); use mode: async, or a synchronous "
                 "strategy such as multi_worker_mirrored",
             )
+
+    def _check_partitioner(self) -> None:
+        """``min_shard_bytes`` and ``max_shards`` say how min_size splits a variable; the
+        other partitioners place whole variables and would ignore them without a word, so
+        they are refused there (as the bucketing options of the rule not chosen are). The
+        default ``min_shard_bytes`` is not "given": every resolved scenario names it."""
+        if self.partitioner == "min_size":
+            return
+        default = type(self).model_fields["min_shard_bytes"].default
+        for key, given in (
+            ("min_shard_bytes", self.min_shard_bytes != default),
+            ("max_shards", self.max_shards is not None),
+        ):
+            if given:
+                raise fail(
+                    f"strategy.{key}",
+                    f"is an option of the min_size partitioner (how it splits a variable), "
+                    f"and partitioner is {self.partitioner}, which places whole variables; "
+                    f"add partitioner: min_size, or remove {key}",
+                )
 
     def _check_compression(self, scenario: Scenario) -> None:
         """Compressed pushes are simulated for one reduced push per worker, without overlap,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.spec import Partition, PositiveInt, StrategySpecBase, fail
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
@@ -24,7 +24,7 @@ class Spec(StrategySpecBase):
     stages: PositiveInt = Field(1, examples=["4"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
     schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
-    partition: Literal["auto"] | list[PositiveInt] = Field("auto", examples=["auto"])
+    partition: Partition = Field("auto", examples=["auto"])
     pipeline_replicas: PositiveInt = Field(1, alias="replicas", examples=["2"])
     rematerialization: bool = Field(False, strict=True, examples=["true"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
