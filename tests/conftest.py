@@ -1,5 +1,6 @@
-"""Strict test set-up, after Equinox's conftest: 8 emulated CPU devices, x64 off, no implicit
-rank promotion, and every warning raised from simdist's own code is an error.
+"""Strict test set-up, after Equinox's conftest: the CPU backend (unless JAX_PLATFORMS says
+otherwise), 8 emulated CPU devices, x64 off, no implicit rank promotion, and every warning
+raised from simdist's own code is an error.
 
 It also tells pytest-xdist how to share the work between its workers (pyproject's addopts:
 ``--dist loadgroup --no-loadscope-reorder``): a file's tests stay on one worker, where its
@@ -13,6 +14,10 @@ import os
 
 import pytest
 
+# The suite runs on the CPU even where the gpu extra is installed: its exact values (and the
+# reports' bytes) are the CPU's, and processes it starts share no GPU memory. Set
+# JAX_PLATFORMS=cuda (or "") to run it on an accelerator on purpose.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("MPLBACKEND", "Agg")
 

@@ -6,6 +6,7 @@ turn a user error into one message and exit status 2 (never a traceback)."""
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -15,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand
 
-from simdist.errors import SimdistError
+from simdist.errors import DeviceFallbackWarning, SimdistError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -141,6 +142,15 @@ def guarded(fn: Callable[[], T]) -> T:
                 "is too large for this machine: make it smaller"
             )
         )
+
+
+def preflighted(fn: Callable[[], T]) -> T:
+    """``guarded(fn)`` for a call of :func:`~simdist.preflight.preflight`: the Python warning
+    of a fallback to emulated CPU devices is held back, since preflight also returns it
+    among its warnings, which the command prints once as a ``warning:`` line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeviceFallbackWarning)
+        return guarded(fn)
 
 
 def print_warnings(lines: Iterable[str]) -> None:

@@ -20,6 +20,7 @@ from simdist.cli.common import (
     err_console,
     guarded,
     load_or_exit,
+    preflighted,
     print_report_line,
     print_table,
     print_warnings,
@@ -88,7 +89,7 @@ def run(
     bar = progress_bar(quiet)
     # The painter is forked first: before JAX, the progress bar's thread and the watchdog.
     with painting(), interruptible(where, out_dir):
-        checked = guarded(lambda: preflight(loaded, out=out_dir, source=source))
+        checked = preflighted(lambda: preflight(loaded, out=out_dir, source=source))
         print_warnings(checked.warnings)
         where.total = checked.total_steps
         with bar:
@@ -204,7 +205,7 @@ def validate(
 
     loaded = load_or_exit(scenario, set_, None)
     out_dir = out if out is not None else Path("reports") / loaded.name
-    checked = guarded(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
+    checked = preflighted(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
     print_warnings(checked.warnings)
     if loaded.jobs is not None:
         jobs = "; ".join(
