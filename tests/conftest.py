@@ -31,7 +31,8 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 #: wall time summed per file): notebooks 140, signals 100, painter 65, compile_cache 45,
 #: report_flags 40, profile 35, engine, resnet, sweep, pipeline_numerics, pipeline and
 #: compare 20-25 each, hostile 20, tradeoff 17, parameter_server, variability and jobs 13,
-#: layers 12, numerics, bands and tie_order 10. The rest take a few seconds each and run after these.
+#: layers 12, numerics, bands and tie_order 10. The rest take a few seconds each and run
+#: after these.
 SLOWEST_FIRST = (
     "test_notebooks",
     "test_signals",
