@@ -41,3 +41,9 @@ class DataError(SimdistError):
     def in_scenario(self, source: str) -> ScenarioError:
         """The same error as one of the scenario file ``source``."""
         return ScenarioError(source, self.field, f"{self.path}: {self.message}")
+
+
+class DeviceFallbackWarning(UserWarning):
+    """The numerics run on emulated CPU devices because the accelerator has too few for
+    ``execution: devices`` (:func:`simdist.numerics.ensure_devices`); the CLI prints it
+    once, as a ``warning:`` line, and Python shows it to API users."""

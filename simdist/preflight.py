@@ -234,11 +234,17 @@ def preflight(
     except DataError as exc:
         raise exc.in_scenario(source) from None
     _check_costing_memory(scenario, source, layers)
+    warnings = []
+    if scenario.runs_on_devices:  # _check_clock has set up the devices (ensure_devices)
+        from simdist.numerics.device_allreduce import fallback_warning
+
+        note = fallback_warning(scenario.numeric_devices)
+        if note is not None:
+            warnings.append(f"{source}: strategy.execution: {note}")
     tasks = max(1, scenario.replicas + scenario.cluster.ps)
     per_step = WALL_S_PER_TASK_STEP * tasks + (WALL_S_PER_NUMERIC_STEP if scenario.numerics else 0)
     steps = float(min(total or 0, 10**300))
     wall = per_step * steps + WALL_S_PER_MODEL_LAYER * layers
-    warnings = []
     if wall > HUGE_RUN_S:
         from simdist.numerics.memory import physical_memory_nbytes
 

@@ -192,6 +192,13 @@ def format_size(nbytes: float) -> str:
     return _scaled(nbytes, steps, lambda x: f"{x:.1f}")
 
 
+def format_size_decimal(nbytes: float) -> str:
+    """Readable size in decimal units, e.g. 1e9 -> ``"1 GB"``, 1.5e6 -> ``"1.5 MB"``: for sizes
+    given in decimal units (``--size 1GB``), which binary units would show as 953.7 MiB."""
+    steps = [(1.0, "B"), (1e3, "KB"), (1e6, "MB"), (1e9, "GB"), (1e12, "TB")]
+    return _scaled(nbytes, steps, _sig3)
+
+
 def format_flops(flops_per_s: float) -> str:
     """Readable compute rate, e.g. 1.57e13 -> ``"15.7 TFLOP/s"``."""
     steps = [

@@ -100,8 +100,16 @@ def test_curve_band_reads_each_seed_between_and_after_its_evaluations():
     assert before["n"].tolist() == [0] and math.isnan(before["mean"].iloc[0])
 
 
-def fake_result(name: str, seed: int, times: list[float], accuracies: list[float], rate: float):
-    """A hand-made Result: evaluations every 10 steps at ``times``."""
+def fake_result(
+    name: str,
+    seed: int,
+    times: list[float],
+    accuracies: list[float],
+    rate: float,
+    staleness: float = 0.0,
+    mode: str = "sync",
+):
+    """A hand-made parameter-server Result: evaluations every 10 steps at ``times``."""
     steps = [10 * (i + 1) for i in range(len(times))]
     metrics = pd.DataFrame(
         {
@@ -123,6 +131,8 @@ def fake_result(name: str, seed: int, times: list[float], accuracies: list[float
         "time_split": {"compute": 0.5, "comm": 0.25, "waiting": 0.0, "idle": 0.25},
         "diverged": False,
         "collapsed": accuracies[-1] < 0.15,
+        "mode": mode,
+        "staleness": {"mean": staleness, "max": staleness},
     }
     scenario = SimpleNamespace(name=name, seed=seed, strategy=SimpleNamespace(kind="x"))
     return SimpleNamespace(summary=summary, metrics=metrics, events=events, scenario=scenario)
@@ -136,9 +146,9 @@ def hand_made_results() -> dict[str, list]:
             fake_result("s", 2, [0.012, 0.024, 0.036], [0.4, 0.80, 0.93], 90.0),
         ],
         "async": [
-            fake_result("a", 0, [0.005, 0.01, 0.015], [0.7, 0.93, 0.94], 300.0),
-            fake_result("a", 1, [0.005, 0.01, 0.015], [0.3, 0.20, 0.12], 300.0),
-            fake_result("a", 2, [0.006, 0.012, 0.018], [0.8, 0.88, 0.89], 250.0),
+            fake_result("a", 0, [0.005, 0.01, 0.015], [0.7, 0.93, 0.94], 300.0, 2.0, "async"),
+            fake_result("a", 1, [0.005, 0.01, 0.015], [0.3, 0.20, 0.12], 300.0, 2.5, "async"),
+            fake_result("a", 2, [0.006, 0.012, 0.018], [0.8, 0.88, 0.89], 250.0, 3.0, "async"),
         ],
     }
 
@@ -169,6 +179,17 @@ def test_compare_tables_across_seeds_from_hand_made_results():
     text = seeds_markdown(summary, 0.9, "plot.png")
     assert "reached by 3 of 3" in text and "reached by 1 of 3" in text
     assert "Student's t" in text and "![" in text
+    # the communication share and the staleness (none for sync: "—", not 0.00)
+    assert per_seed["staleness_mean"].iloc[:3].isna().all()
+    assert per_seed["staleness_mean"].iloc[3:].tolist() == [2.0, 2.5, 3.0]
+    header, _, sync_row, async_row = (line for line in text.splitlines() if line.startswith("| "))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert columns[6:9] == ["examples/s", "communication", "mean staleness"]
+    sync_cells = [cell.strip() for cell in sync_row.strip("|").split("|")]
+    async_cells = [cell.strip() for cell in async_row.strip("|").split("|")]
+    assert (sync_cells[7], sync_cells[8]) == ("25.0% (every seed)", "—")
+    ci = T95[2] * np.std([2.0, 2.5, 3.0], ddof=1) / math.sqrt(3)
+    assert async_cells[8] == f"2.50 (2.00–3.00) ±{ci:.2f}"
 
 
 def test_accuracy_bands_draws_a_mean_line_and_a_band_per_label():
@@ -221,3 +242,18 @@ def test_run_seeds_gives_one_result_per_seed_the_same_on_dask():
     assert [r.scenario.seed for r in timing] == [0, 1]
     with pytest.raises(SimdistError, match="seeds"):
         simdist.api.run_seeds("scenarios/ps_4w2s.yaml", 0)
+
+
+def test_plain_compare_gives_sync_parameter_servers_no_staleness():
+    """A ``mode: sync`` parameter server's summary holds staleness 0 for every gradient;
+    compare.md's footnote says synchronous runs have none, so its cell is "—", not 0.00."""
+    from simdist.report.compare import compare_markdown, compare_table
+
+    results = [
+        fake_result("sync", 0, [0.01, 0.02], [0.5, 0.95], 100.0, 0.0, "sync"),
+        fake_result("async", 0, [0.01, 0.02], [0.5, 0.95], 100.0, 2.25, "async"),
+    ]
+    table = compare_table(results, target=0.9)
+    assert math.isnan(table["staleness_mean"].iloc[0]) and table["staleness_mean"].iloc[1] == 2.25
+    rows = [line for line in compare_markdown(table, 0.9, None).splitlines() if "| 25.0% |" in line]
+    assert [row.rsplit("|", 2)[1].strip() for row in rows] == ["—", "2.25"]

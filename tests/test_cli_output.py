@@ -92,3 +92,58 @@ def test_run_help_joins_the_docstrings_lines_into_one_paragraph():
     # The docstring's second line starts "130 / 143 / 129"; joined, no line starts there.
     assert not any(line.startswith("130 /") for line in lines)
     assert "written), 130 / 143 / 129 when SIGINT" in " ".join(lines)
+
+
+def test_the_top_level_help_and_the_usage_line_name_things_plainly():
+    top = runner.invoke(app, ["--help"], env={"COLUMNS": "80"})
+    assert top.exit_code == 0 and "<bool>" not in top.output
+    assert next(line for line in top.output.splitlines() if "--help" in line).split() == [
+        "│", "--help", "Show", "this", "message", "and", "exit.", "│"
+    ]  # fmt: skip
+    usage = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "80"}).output
+    assert "run [OPTIONS] SCENARIO" in usage and "{SCENARIO}" not in usage
+    assert "compare [OPTIONS] INPUTS..." in runner.invoke(app, ["compare", "--help"]).output
+
+
+def test_a_piped_collectives_table_is_whole_with_its_title_on_one_line():
+    result = runner.invoke(app, ["collectives", "--protocol", "tcp"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == (
+        "all-reduce · link 1.25 GB/s, latency 50 µs · tcp: 51.5% of line rate, "
+        "+29 µs per step across hosts"
+    )
+    hierarchical = next(line for line in lines if "hierarchical" in line)
+    assert "skipped: needs devices_per_host" in hierarchical and "…" not in result.output
+    assert lines[-1] == "busbw = algbw × 2(n−1)/n (nccl-tests, PERFORMANCE.md)"
+
+
+def test_list_piped_keeps_each_row_on_one_line():
+    result = runner.invoke(app, ["list"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    strategies = next(line for line in result.output.splitlines() if "│ strategies" in line)
+    assert "one_device" in strategies and "local_sgd" in strategies  # not folded at 80
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"), [("1GB", "1 GB"), ("4MiB", "4.0 MiB"), ("1MB..4MB", "2 MB")]
+)
+def test_collectives_show_sizes_in_the_units_they_were_given_in(size, shown):
+    result = runner.invoke(app, ["collectives", "--size", size, "--algo", "ring"])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "│ ring" in line]
+    assert any(row.startswith(f"│ {shown} ") for row in rows), rows
+
+
+def test_run_without_a_terminal_prints_plain_progress_lines(tmp_path):
+    """stderr is not a terminal here (a pipe, a log file): no bar, so lines instead."""
+    scenario = write(tmp_path, tiny(**{"workload.steps": 20}))
+    result = runner.invoke(app, ["run", str(scenario), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [
+        "tiny: preparing (building, compiling JAX)",
+        *(f"tiny: step {step} of 20" for step in range(2, 21, 2)),
+        "tiny: all steps simulated; finishing the numerics and writing the report",
+    ]
+    quiet = runner.invoke(app, ["run", str(scenario), "--out", str(tmp_path / "q"), "-q"])
+    assert quiet.stderr == ""

@@ -247,3 +247,22 @@ def test_numbers_in_an_astra_workload_are_finite_and_within_caps(tmp_path):
         path.write_text("\n".join([*rows[:2], " ".join(bad), *rows[3:]]) + "\n")
         with pytest.raises(SimdistError, match=rf"^{path}: line 3.*{message}"):
             read_profile(path)
+
+
+def test_profile_files_get_the_umasks_permissions_as_report_files_do(tmp_path):
+    """layers.csv and ASTRA-sim files are the user's files: 0o666 less the umask (0644 under
+    the usual 022), not the 0600 of a temporary file renamed into place."""
+    import os
+
+    profile = ModelProfile(
+        "mine", 1, (2,), (LayerProfile("a", 1.0, 2.0, 0.0, 0.0, 4, 8, (), None),), "xla"
+    )
+    old = os.umask(0o022)
+    try:
+        csv = write_layers_csv(profile, tmp_path / "layers.csv")
+        os.umask(0o027)
+        astra = write_astra(profile, tmp_path / "astra.txt", [(1e-6, 2e-6)])
+    finally:
+        os.umask(old)
+    assert (csv.stat().st_mode & 0o777, astra.stat().st_mode & 0o777) == (0o644, 0o640)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["astra.txt", "layers.csv"]

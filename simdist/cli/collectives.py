@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from simdist.cli.common import command, console, guarded
+from simdist.cli.common import command, guarded, print_table
 from simdist.errors import SimdistError
 from simdist.units import UnitError
 
@@ -322,7 +322,8 @@ def collectives(
         return rows, title
 
     rows, title = guarded(table_rows)
-    console.print(_table(op, rows, title))
+    # Sizes in the units they were given in: --size 1GB reads back as 1 GB, 4MiB as 4.0 MiB.
+    print_table(_table(op, rows, title, binary_sizes="ib" in size.lower()))
 
 
 def _algorithms(op: str, algo: str) -> list[str]:
@@ -438,10 +439,12 @@ def _protocol_note(network: NetworkSpec) -> str:
     )
 
 
-def _table(op: str, rows: list[Row], title: str) -> Table:
-    """The rows as a rich table, busbw's factor for ``op`` in the caption."""
-    from simdist.units import format_bandwidth, format_duration, format_size
+def _table(op: str, rows: list[Row], title: str, *, binary_sizes: bool = False) -> Table:
+    """The rows as a rich table, busbw's factor for ``op`` in the caption; sizes in binary
+    units (MiB) with ``binary_sizes``, else decimal (MB)."""
+    from simdist.units import format_bandwidth, format_duration, format_size, format_size_decimal
 
+    size_text = format_size if binary_sizes else format_size_decimal
     caption = f"busbw = algbw × {OP_LABELS[op][1]} (nccl-tests, PERFORMANCE.md)"
     table = Table(title=title, caption=caption)
     for column in ("size", "n", "algorithm", "time", "algbw", "busbw", "note"):
@@ -453,7 +456,7 @@ def _table(op: str, rows: list[Row], title: str) -> Table:
     for row in rows:
         timed = row["time_s"] is not None
         table.add_row(
-            format_size(row["nbytes"]),
+            size_text(row["nbytes"]),
             str(row["n"]),
             str(row["algo"]),
             format_duration(row["time_s"]) if timed else "—",

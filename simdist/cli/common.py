@@ -6,6 +6,8 @@ turn a user error into one message and exit status 2 (never a traceback)."""
 from __future__ import annotations
 
 import inspect
+import re
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -13,9 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from simdist.errors import SimdistError
+from simdist.errors import DeviceFallbackWarning, SimdistError
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -25,8 +27,36 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+
+def _named_values(params: list[Any], ctx: Any) -> list[Any]:
+    """``params`` with each value named for ``--help``: an argument by its name in capitals
+    and no type label, an option's value in capitals (``PATH``, ``INTEGER``) instead of
+    typer's ``<path>``, and a flag (``--quiet``, ``--help``) with no value at all (typer
+    printed ``<bool>``)."""
+    for param in params:
+        if param.metavar is not None:
+            continue
+        if isinstance(param, TyperArgument):  # typer adds the "..." of a list itself
+            param.metavar = (param.name or "").upper()
+            # The name column already says what the argument is; no <str> / <path> beside it.
+            param.display_type_rich = _no_type_label
+        elif getattr(param, "is_flag", False):
+            param.metavar = ""
+        else:
+            param.metavar = _value_name(param.display_type(ctx))
+    return params
+
+
+class CleanHelpGroup(TyperGroup):
+    """``simdist --help``: its ``--help`` flag without typer's ``<bool>``."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _named_values(super().get_params(ctx), ctx)
+
+
 app = typer.Typer(
     name="simdist",
+    cls=CleanHelpGroup,
     help="Deterministic discrete-event simulator of distributed deep-learning training.",
     no_args_is_help=True,
     add_completion=False,
@@ -42,9 +72,8 @@ PIPED_WIDTH = 10_000
 class CleanHelpCommand(TyperCommand):
     """A command whose ``--help`` reads as prose: each paragraph of the docstring is one
     flowing paragraph (typer keeps the docstring's line breaks, so sentences broke
-    mid-phrase), an option's value is named in capitals (``PATH``, ``INTEGER``) instead of
-    typer's ``<path>``, and a flag (``--quiet``, ``--help``) shows no value at all (typer
-    printed ``<bool>``)."""
+    mid-phrase), values are named as :func:`_named_values` says, and the usage line names
+    an argument plainly (``run [OPTIONS] SCENARIO``; typer wrote ``{SCENARIO}``)."""
 
     def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
         if help:
@@ -53,19 +82,15 @@ class CleanHelpCommand(TyperCommand):
         super().__init__(*args, help=help, **kwargs)
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params = super().get_params(ctx)
-        for param in params:
-            if param.metavar is not None:
-                continue
-            if isinstance(param, TyperArgument):  # typer adds the "..." of a list itself
-                param.metavar = (param.name or "").upper()
-                # The name column already says what the argument is; no <str> / <path> beside it.
-                param.display_type_rich = _no_type_label
-            elif getattr(param, "is_flag", False):
-                param.metavar = ""
-            else:
-                param.metavar = _value_name(param.display_type(ctx))
-        return params
+        return _named_values(super().get_params(ctx), ctx)
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        # typer 0.29 braces a required argument ({SCENARIO}); click's usage convention
+        # writes it bare and brackets only what is optional.
+        return [
+            re.sub(r"^\{(.*)\}(\.\.\.)?$", r"\1\2", piece)
+            for piece in super().collect_usage_pieces(ctx)
+        ]
 
 
 def _no_type_label(ctx: Any = None) -> None:
@@ -143,6 +168,15 @@ def guarded(fn: Callable[[], T]) -> T:
         )
 
 
+def preflighted(fn: Callable[[], T]) -> T:
+    """``guarded(fn)`` for a call of :func:`~simdist.preflight.preflight`: the Python warning
+    of a fallback to emulated CPU devices is held back, since preflight also returns it
+    among its warnings, which the command prints once as a ``warning:`` line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeviceFallbackWarning)
+        return guarded(fn)
+
+
 def print_warnings(lines: Iterable[str]) -> None:
     """Each line as a yellow ``warning:`` on stderr."""
     for line in lines:
@@ -157,12 +191,22 @@ def load_or_exit(scenario: Path, overrides: list[str] | None, seed: int | None) 
 
 
 def print_table(table: Table) -> None:
-    """``table`` on stdout: fitted to the terminal, or whole (no cell cut short with "…")
-    when stdout is a pipe or a file, where a line may be as long as it needs."""
+    """``table`` on stdout: fitted to the terminal, or whole when stdout is a pipe or a
+    file, where a line may be as long as it needs: no cell cut short with "…" or folded,
+    and the title and caption each on one line (rich folds them to the table's width)."""
     if console.is_terminal:
         console.print(table)
-    else:  # Console.print caps a width= at the console's own, so a wide console instead
-        Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color).print(table)
+        return
+    # Console.print caps a width= at the console's own, so a wide console instead
+    wide = Console(file=console.file, width=PIPED_WIDTH, no_color=console.no_color)
+    title, caption = table.title, table.caption
+    table.title = table.caption = None
+    try:
+        for line, place in ((title, "title"), (table, "table"), (caption, "caption")):
+            if line is not None and line != "":
+                wide.print(line, highlight=False, soft_wrap=place != "table")
+    finally:
+        table.title, table.caption = title, caption
 
 
 def print_report_line(where: object) -> None:

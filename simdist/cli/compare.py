@@ -300,7 +300,11 @@ def _print_tradeoff(found: Tradeoff, target: float) -> None:
         )
     print_table(table)
     for heading, items in separation_lines(found.separations()):
-        console.print(heading, highlight=False)
+        console.print(heading, highlight=False, soft_wrap=True)
         for item in items:
-            console.print(f"  · {item}", highlight=False)
-    console.print(f"report: {found.out_dir} · {found.out_dir / 'tradeoff.png'}", highlight=False)
+            console.print(f"  · {item}", highlight=False, soft_wrap=True)
+    console.print(
+        f"report: {found.out_dir} · {found.out_dir / 'tradeoff.png'}",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from simdist.cli.common import command, console, err_console, guarded
+from simdist.cli.common import command, console, err_console, guarded, print_table
 
 
 @command("list")
@@ -23,7 +23,7 @@ def list_() -> None:
     table.add_row("datasets", ", ".join(DATASETS))
     table.add_row("optimizers", ", ".join(OPTIMIZERS))
     table.add_row("schedules", ", ".join(SCHEDULES))
-    console.print(table)
+    print_table(table)
 
     profiles = Table(title="device profiles (peak × measured efficiency; * the default)")
     for column in ("profile", "kind", "precisions: TFLOP/s × efficiency", "memory", "launch"):
@@ -39,9 +39,11 @@ def list_() -> None:
             f"{p.memory_bandwidth_Bps / 1e9:.4g} GB/s × {p.memory_efficiency:.3g}"
         )
         profiles.add_row(p.name, p.kind, peaks, memory, f"{p.launch_s * 1e6:g} us")
-    console.print(profiles)
-    console.print("sources: simdist/profiles.py and docs/devices.md, Device profiles")
-    console.print(_models_table())
+    print_table(profiles)
+    console.print(
+        "sources: simdist/profiles.py and docs/devices.md, Device profiles", soft_wrap=True
+    )
+    print_table(_models_table())
 
 
 def _models_table() -> Table:

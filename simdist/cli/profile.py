@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from simdist.cli.common import command, console, err_console, guarded
+from simdist.cli.common import command, console, err_console, guarded, print_table
 from simdist.errors import SimdistError
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def profile_(
             return profile_model(model, batch_size, shape, n_outputs)
 
     profile = guarded(load)
-    console.print(_profile_table(profile))
+    print_table(_profile_table(profile))
     if out is None:
         return
     if format_ == "csv":

@@ -20,6 +20,7 @@ from simdist.cli.common import (
     err_console,
     guarded,
     load_or_exit,
+    preflighted,
     print_report_line,
     print_table,
     print_warnings,
@@ -30,6 +31,32 @@ from simdist.units import format_number
 
 if TYPE_CHECKING:
     from simdist.jobs import JobsResult
+
+
+#: What ``run`` says before the first step, and after the last one.
+PREPARING = "preparing (building, compiling JAX)"
+FINISHING = "all steps simulated; finishing the numerics and writing the report"
+WRITING = "all steps simulated; writing the report"
+
+
+class PlainProgress:
+    """``run``'s progress as plain lines on stderr, for a pipe or a log file: each phase
+    once, and the step reached at every tenth of the steps."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.said_tenth = 0
+
+    def say(self, what: str) -> None:
+        err_console.print(f"{self.name}: {what}", highlight=False, soft_wrap=True)
+
+    def step(self, step: int, total: int, doing: str) -> None:
+        tenth = 10 * step // total if total else 10
+        if tenth > self.said_tenth:
+            self.said_tenth = tenth
+            self.say(f"step {step:,} of {total:,}")
+            if step >= total:
+                self.say(doing)
 
 
 def print_summary(summary: dict[str, Any], out_dir: Path | None) -> None:
@@ -88,20 +115,29 @@ def run(
     bar = progress_bar(quiet)
     # The painter is forked first: before JAX, the progress bar's thread and the watchdog.
     with painting(), interruptible(where, out_dir):
-        checked = guarded(lambda: preflight(loaded, out=out_dir, source=source))
+        checked = preflighted(lambda: preflight(loaded, out=out_dir, source=source))
         print_warnings(checked.warnings)
         where.total = checked.total_steps
+        # A pipe or a log file gets no progress bar, so plain lines instead: what the bar
+        # says, and the step reached every tenth of the run.
+        lines = PlainProgress(loaded.name) if not quiet and not err_console.is_terminal else None
         with bar:
             # Until the first step ends, JAX compiles the step functions (seconds): say so,
             # rather than a step counter standing at 0.
-            preparing = f"{loaded.name}: preparing (building, compiling JAX)"
+            preparing = f"{loaded.name}: {PREPARING}"
             task = bar.add_task(preparing, total=None)
+            if lines is not None:
+                lines.say(PREPARING)
+            finishing = FINISHING if loaded.numerics else WRITING
 
             def on_step(step: int, total: int) -> None:
                 where.step_done(step, total)
-                bar.update(
-                    task, completed=step, total=total, description=f"{loaded.name}: simulating"
-                )
+                # After the last step the numerics may still be replayed (asynchronous
+                # parameter servers) and the report is written: the bar says so.
+                doing = "simulating" if step < total else finishing
+                bar.update(task, completed=step, total=total, description=f"{loaded.name}: {doing}")
+                if lines is not None:
+                    lines.step(step, total, doing)
 
             def on_time(now_s: float) -> None:
                 where.now_s = now_s
@@ -204,7 +240,7 @@ def validate(
 
     loaded = load_or_exit(scenario, set_, None)
     out_dir = out if out is not None else Path("reports") / loaded.name
-    checked = guarded(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
+    checked = preflighted(lambda: preflight(loaded, out=out_dir, source=str(scenario), data=True))
     print_warnings(checked.warnings)
     if loaded.jobs is not None:
         jobs = "; ".join(

@@ -23,14 +23,56 @@ REPLICA_AXIS = "replica"
 _DEVICE_FLAG = "XLA_FLAGS=--xla_force_host_platform_device_count={n}"
 
 
+def on_cpu_fallback() -> bool:
+    """Whether this process runs its numerics on emulated CPU devices although JAX's
+    default backend is an accelerator: :func:`simdist.numerics.ensure_devices` chose so
+    (by making a CPU device JAX's default device) when the accelerator had too few."""
+    chosen = jax.config.jax_default_device
+    platform = chosen if isinstance(chosen, str) else getattr(chosen, "platform", None)
+    return platform == "cpu" and jax.default_backend() != "cpu"
+
+
+def replica_devices() -> list[Any]:
+    """The JAX devices ``execution: devices`` puts replicas on, in order: the default
+    backend's, or the CPU's after a fallback (:func:`on_cpu_fallback`)."""
+    return jax.devices("cpu") if on_cpu_fallback() else jax.devices()
+
+
+def replica_backend() -> str:
+    """The platform of :func:`replica_devices`: ``cpu``, ``gpu``, ``tpu``."""
+    return "cpu" if on_cpu_fallback() else jax.default_backend()
+
+
+def fallback_note(backend: str, available: int, replicas: int) -> str:
+    """What a run that fell back to emulated CPU devices says (a warning, not an error)."""
+    return (
+        f"execution: devices needs {replicas} devices and this machine's JAX backend "
+        f"{backend} has {available}: the numerics run on {replicas} emulated CPU devices "
+        f"instead (the same results as on a CPU-only machine, more slowly); to use the "
+        f"{backend}, set execution: batched or at most {available} replicas, or set "
+        f"JAX_PLATFORMS=cpu to run on the CPU without this warning"
+    )
+
+
+def fallback_warning(replicas: int) -> str | None:
+    """:func:`fallback_note` for ``replicas`` when this process fell back to emulated CPU
+    devices because the default backend has fewer than ``replicas``, else None."""
+    available = len(jax.devices())
+    if not on_cpu_fallback() or available >= replicas:
+        return None
+    return fallback_note(jax.default_backend(), available, replicas)
+
+
 def device_shortfall(backend: str, available: int, replicas: int) -> str | None:
     """Why ``execution: devices`` cannot run ``replicas`` replicas, or None when it can.
 
     One replica per device, never two on one: a shortfall is refused rather than
-    silently packed or moved to another backend, so a report made with ``devices``
-    always ran on the devices it names (docs/devices.md, "Accelerators"). On the CPU
-    backend the shortfall means the emulated host devices were not requested before
-    JAX started, hence the hint; on an accelerator it means too few GPUs or TPUs.
+    silently packed, so a report made with ``devices`` always ran on the devices it names
+    (docs/devices.md, "Accelerators"). A backend with too few devices is normally replaced
+    by emulated CPU devices before JAX starts (:func:`simdist.numerics.ensure_devices`,
+    with a warning); this is what is left when JAX had started before that could be
+    arranged, so the message says how to start it with enough: ``XLA_FLAGS`` on the CPU
+    backend, and ``JAX_PLATFORMS=cpu`` as well on an accelerator.
     """
     if available >= replicas:
         return None
@@ -43,7 +85,10 @@ def device_shortfall(backend: str, available: int, replicas: int) -> str | None:
         )
     return (
         f"execution: devices needs {replicas} devices; this machine's JAX backend {backend} "
-        f"has {available}; use execution: batched or fewer replicas"
+        f"has {available} and JAX started before simdist could add emulated CPU devices; "
+        f"run with JAX_PLATFORMS=cpu {_DEVICE_FLAG.format(n=replicas)} (set before Python "
+        f"starts) to use {replicas} emulated CPU devices, or use execution: batched or at "
+        f"most {available} replicas on the {backend}"
     )
 
 
@@ -54,8 +99,8 @@ def all_reduced_on_devices(loss_and_grad: Callable[..., tuple], n: int) -> Calla
     ``xs``/``ys`` have a leading replica axis of ``n``. ``fn`` returns the summed loss and
     gradients and the mean moments, on the default device.
     """
-    devices = jax.devices()
-    shortfall = device_shortfall(jax.default_backend(), len(devices), n)
+    devices = replica_devices()
+    shortfall = device_shortfall(replica_backend(), len(devices), n)
     if shortfall is not None:
         raise SimdistError(shortfall)
     mesh = Mesh(np.array(devices[:n]), (REPLICA_AXIS,))

@@ -29,6 +29,7 @@ Every jitted function is built once per static configuration and cached.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,11 +39,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from simdist.errors import SimdistError
+from simdist.errors import DeviceFallbackWarning, SimdistError
 from simdist.numerics.chains import scan_exact
 from simdist.numerics.data import BatchStream, load_dataset
 from simdist.numerics.dataset import Dataset
-from simdist.numerics.device_allreduce import REPLICA_AXIS, all_reduced_on_devices
+from simdist.numerics.device_allreduce import (
+    REPLICA_AXIS,
+    all_reduced_on_devices,
+    fallback_note,
+    on_cpu_fallback,
+    replica_devices,
+)
 from simdist.numerics.memory import check_param_bytes, remember_model_size
 from simdist.numerics.models import MOMENTS, STATE, make_model, update_moving_stats
 from simdist.numerics.optim import apply_updates, make_optimizer
@@ -64,19 +71,34 @@ def split_state(variables: Any) -> tuple[Any, Any]:
 
 
 def ensure_devices(n: int) -> int:
-    """Ask for ``n`` emulated CPU devices; return how many devices JAX has.
+    """Make ``n`` devices available to ``execution: devices``; return how many there are.
 
-    Must run before JAX initialises its backend (before any JAX operation):
-    it sets ``jax_num_cpu_devices``. Once the backend exists the device count
-    is fixed, so this is then a no-op and ``replica_grads(..., "devices")``
-    reports the shortfall. Only the CPU platform is affected.
+    Must run before JAX initialises its backend (before any JAX operation): it asks for
+    ``n`` emulated CPU devices (``jax_num_cpu_devices``). When JAX's default backend is an
+    accelerator with fewer than ``n`` devices (one GPU, a run that needs 4), the numerics
+    fall back to those emulated CPU devices: a CPU device becomes JAX's default device, so
+    every array and program of the run stays on the CPU, replicas go to
+    :func:`~simdist.numerics.device_allreduce.replica_devices`, and a
+    :class:`~simdist.errors.DeviceFallbackWarning` says so. Once the backend exists the CPU
+    device count is fixed; if it is then too small, the run refuses with a message saying
+    how to start with enough (:func:`~simdist.numerics.device_allreduce.device_shortfall`).
     """
     try:
         if n > 1:
             jax.config.update("jax_num_cpu_devices", max(int(n), jax.config.jax_num_cpu_devices))
     except RuntimeError:
         pass  # backend already initialised; see the docstring
-    return len(jax.devices())
+    accelerators = jax.devices()
+    if len(accelerators) < n and not on_cpu_fallback() and accelerators[0].platform != "cpu":
+        cpus = jax.devices("cpu")
+        if len(cpus) >= n:
+            jax.config.update("jax_default_device", cpus[0])
+            warnings.warn(
+                fallback_note(accelerators[0].platform, len(accelerators), n),
+                DeviceFallbackWarning,
+                stacklevel=2,
+            )
+    return len(replica_devices())
 
 
 def check_fits_memory(abstract_params: Any, model_spec: ModelSpec) -> tuple[int, int]:

@@ -33,15 +33,15 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
-from simdist.numerics.device_allreduce import device_shortfall
+from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
 from simdist.numerics.tensor_parallel import DATA, TENSOR, dense, dense_specs, loss_sum, mlp_roles
 
 
 def stage_meshes(data: int, tensor: int, stages: int) -> list[Mesh]:
     """P meshes of D × T devices each, on the first D·T·P JAX devices."""
-    devices = jax.devices()
+    devices = replica_devices()
     n = data * tensor * stages
-    shortfall = device_shortfall(jax.default_backend(), len(devices), n)
+    shortfall = device_shortfall(replica_backend(), len(devices), n)
     if shortfall is not None:
         raise SimdistError(f"strategy hybrid: {shortfall}")
     block = data * tensor

@@ -31,7 +31,12 @@ import jax.numpy as jnp
 import optax
 
 from simdist.errors import SimdistError
-from simdist.numerics.device_allreduce import REPLICA_AXIS, device_shortfall
+from simdist.numerics.device_allreduce import (
+    REPLICA_AXIS,
+    device_shortfall,
+    replica_backend,
+    replica_devices,
+)
 
 if TYPE_CHECKING:
     from simdist.numerics.executor import Workload
@@ -165,8 +170,8 @@ class LocalSGD:
             import numpy as np
             from jax.sharding import Mesh
 
-            devices = jax.devices()
-            shortfall = device_shortfall(jax.default_backend(), len(devices), self.k)
+            devices = replica_devices()
+            shortfall = device_shortfall(replica_backend(), len(devices), self.k)
             if shortfall is not None:
                 raise SimdistError(shortfall)
             self._mesh = Mesh(np.array(devices[: self.k]), (REPLICA_AXIS,))

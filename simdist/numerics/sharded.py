@@ -36,7 +36,12 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from simdist.numerics.device_allreduce import REPLICA_AXIS, device_shortfall
+from simdist.numerics.device_allreduce import (
+    REPLICA_AXIS,
+    device_shortfall,
+    replica_backend,
+    replica_devices,
+)
 from simdist.numerics.optim import apply_updates
 
 __all__ = ["FlatShards", "ShardedStep"]
@@ -124,8 +129,8 @@ class ShardedStep:
     def mesh(self) -> Mesh:
         """The JAX mesh of the ``n`` devices (refused, with the fix, when too few exist)."""
         if self._mesh is None:
-            devices = jax.devices()
-            shortfall = device_shortfall(jax.default_backend(), len(devices), self.shards.n)
+            devices = replica_devices()
+            shortfall = device_shortfall(replica_backend(), len(devices), self.shards.n)
             if shortfall is not None:
                 from simdist.errors import SimdistError
 

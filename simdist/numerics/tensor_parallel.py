@@ -45,7 +45,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
-from simdist.numerics.device_allreduce import device_shortfall
+from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
 
 TENSOR = "tensor"
 DATA = "data"
@@ -63,8 +63,8 @@ class ShardedModel(NamedTuple):
 
 def tensor_mesh(data: int, tensor: int) -> Mesh:
     """The first D × T JAX devices as a ``data`` × ``tensor`` mesh (tensor innermost)."""
-    devices = jax.devices()
-    shortfall = device_shortfall(jax.default_backend(), len(devices), data * tensor)
+    devices = replica_devices()
+    shortfall = device_shortfall(replica_backend(), len(devices), data * tensor)
     if shortfall is not None:
         raise SimdistError(f"strategy tensor_parallel: {shortfall}")
     return Mesh(np.array(devices[: data * tensor]).reshape(data, tensor), (DATA, TENSOR))

@@ -86,11 +86,12 @@ def run_figures(result: Result, target: float = DEFAULT_TARGET) -> dict[str, Any
 
     ``comm_share`` is the mean share of the training devices' time spent
     communicating (overlaps counted once); ``staleness_mean`` is None for
-    runs without staleness (synchronous strategies).
+    runs without staleness: synchronous strategies, parameter servers in
+    ``mode: sync`` among them (every gradient they apply is fresh, by construction).
     """
     summary = result.summary
     reached = time_to_target(result.metrics, target)
-    staleness = summary.get("staleness")
+    staleness = summary.get("staleness") if summary.get("mode") != "sync" else None
     return {
         "run": summary.get("name", result.scenario.name),
         "strategy": summary.get("strategy", result.scenario.strategy.kind),
@@ -220,6 +221,10 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _staleness(value: float) -> str:
+    return f"{value:.2f}"
+
+
 def seeds_markdown(summary: pd.DataFrame, target: float, plot: str | None) -> str:
     """compare.md with seeds: each figure as mean (min–max) ±95% interval, "reached by k of N"."""
     from simdist.bands import reached_text
@@ -232,8 +237,8 @@ def seeds_markdown(summary: pd.DataFrame, target: float, plot: str | None) -> st
         "of freedom).",
         "",
         f"| run | strategy | seeds | time to {target:g} | reached | final test accuracy "
-        "| examples/s | collapsed / diverged |",
-        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: |",
+        "| examples/s | communication | mean staleness | collapsed / diverged |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in summary.itertuples(index=False):
         lines.append(
@@ -242,13 +247,19 @@ def seeds_markdown(summary: pd.DataFrame, target: float, plot: str | None) -> st
             f"| {reached_text(int(row.time_to_target_s_n), int(row.seeds))} "
             f"| {band_text(row, 'final_test_accuracy', _percent)} "
             f"| {band_text(row, 'examples_per_s', _rate)} "
+            f"| {band_text(row, 'comm_share', _percent)} "
+            f"| {band_text(row, 'staleness_mean', _staleness)} "
             f"| {row.collapsed_count} / {row.diverged_count} |"
         )
     lines += [
         "",
         "Time to target is averaged over the seeds that reached it. — : no seed reached it, "
-        "or not measured (timing-only runs have no accuracy). *Collapsed*: finite, but the "
-        "final accuracy is within 5 points of chance or the loss ended above its start.",
+        "or not measured (timing-only runs have no accuracy; synchronous runs have no "
+        "staleness). *Communication* is the mean share of the training devices' time spent "
+        "communicating (parallel transfers counted once); *mean staleness* the mean, over "
+        "applied gradients, of the parameter version at apply minus the version computed "
+        "from. *Collapsed*: finite, but the final accuracy is within 5 points of chance or "
+        "the loss ended above its start.",
         "",
     ]
     if plot:

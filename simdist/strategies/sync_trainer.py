@@ -54,17 +54,20 @@ def resolve_execution(requested: str, replicas: int) -> str:
     """
     if requested == "batched":
         return requested
-    import jax
+    from simdist.numerics.device_allreduce import (
+        device_shortfall,
+        replica_backend,
+        replica_devices,
+    )
 
+    backend, available = replica_backend(), len(replica_devices())
     if requested == "devices":
-        from simdist.numerics.device_allreduce import device_shortfall
-
-        shortfall = device_shortfall(jax.default_backend(), jax.device_count(), replicas)
+        shortfall = device_shortfall(backend, available, replicas)
         if shortfall is not None:
             raise SimdistError(shortfall)
         return requested
 
-    if jax.default_backend() != "cpu" and jax.device_count() >= replicas:
+    if backend != "cpu" and available >= replicas:
         return "devices"
     return "batched"
 

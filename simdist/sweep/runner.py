@@ -66,6 +66,9 @@ def run_point(scenario: Scenario, devices: int = 1) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- running on Dask
 
+#: JAX's switch for taking 75 % of a GPU's memory when a process first uses it.
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+
 
 @contextmanager
 def dask_client(scheduler: str | None = None, processes: int | None = None) -> Iterator[Any]:
@@ -74,6 +77,9 @@ def dask_client(scheduler: str | None = None, processes: int | None = None) -> I
     The local cluster has ``processes`` worker processes with one thread
     each: every point is a whole run that keeps one core busy, and separate
     processes keep JAX's per-process state (devices, compiled code) apart.
+    Its workers do not preallocate GPU memory (``XLA_PYTHON_CLIENT_PREALLOCATE=false``
+    unless set): JAX's default, 75 % of the GPU per process, would leave the second worker
+    on a GPU out of memory (docs/devices.md, "Several processes on one GPU").
     """
     import logging
 
@@ -102,6 +108,7 @@ def dask_client(scheduler: str | None = None, processes: int | None = None) -> I
             processes=True,
             dashboard_address=None,
             silence_logs=logging.ERROR,
+            env={PREALLOCATE: os.environ.get(PREALLOCATE, "false")},
         ) as cluster,
         Client(cluster) as client,
     ):
