@@ -545,10 +545,15 @@ class FairShare:
         made.clear()
         for _ in range(MAX_ROUNDS):
             suspects: dict[Group, None] = {}
-            while self._relevel:
+            for _ in range(MAX_ROUNDS):
+                if not self._relevel:
+                    break
                 relevel, self._relevel = self._relevel, {}
                 for group in relevel:
                     self._level(group, now, changed, suspects)
+            else:  # levels that keep moving each other: solved in full below
+                self._check.update(suspects)
+                break
             check, self._check = self._check, {}
             for group in check:
                 if (
@@ -559,8 +564,17 @@ class FairShare:
                     suspects[group] = None
             if not suspects and not self._loose:
                 break
+            if not suspects:
+                for flow in list(self._loose):
+                    if not flow.active or flow.group is not None:
+                        del self._loose[flow]
+                    elif self._place(flow, now, changed, made):
+                        del self._loose[flow]
+                if not self._loose:
+                    continue
             self._regroup(suspects, now, changed, made)
-        else:  # the changes keep moving each other: solve what they touch in full
+        if self._relevel or self._check or self._loose:
+            # the changes keep moving each other: solve what they touch in full
             self._solve_all(now, changed, made)
         earliest = None
         for group in changed:
