@@ -854,8 +854,9 @@ def render(
         "synchronous ones and 8 divergences at lr 1e30 — every file byte-identical): the "
         "dataflow replay advances during the simulation (benchmark 1); synchronous loops "
         "read each loss one step late, so the device computes while the next step is "
-        "simulated (benchmark 1, mirrored); max-min fair speeds are memoised per component "
-        "layout (links and the flows' routes, in order: a run repeats a handful), a "
+        "simulated (benchmark 1, mirrored); max-min fair speeds were memoised per component "
+        "layout (links and the flows' routes, in order: a run repeats a handful; replaced "
+        "by incremental fair sharing in issue 39), a "
         "route's transfer constants and what each end records are computed once per route, "
         "a flow's weights once per route or link set, and links are dict keys themselves "
         "instead of `id(link)` (timing-only parameter_server and central_storage 1.2–1.3× "
@@ -1164,8 +1165,9 @@ def _render_sharing(add: Any, rows: list[dict[str, Any]]) -> None:
         "by reference counting instead of waiting for the cyclic collector, whose first "
         "pass after a run walked all of them (0.7–1.0 s of a 2 s parameter_server run), "
         "and the recorder's raw rows are dropped while the collector is still paused. "
-        "Under `fair`, concurrent flows cost a max-min reallocation of their connected "
-        "component once per simulated instant (progressive filling, `network/fair.py`).\n"
+        "Under `fair`, a flow's start or end changes its bottleneck group's level and "
+        "virtual clock (O(log n), `network/fair.py`, issue 39); progressive filling runs "
+        "only on the groups a structural change touches.\n"
     )
 
 

@@ -203,11 +203,11 @@ def shared_read_share(updates, ps: int) -> float:
 
 def test_the_workers_of_the_main_job_rarely_read_one_version_together():
     """ps_4w2s as shipped: all four read the same version in 0.8% (ps0) and 0.2% (ps1) of
-    their 474 common iterations; lock-step makes it every one (the next test)."""
+    their 477 common iterations; lock-step makes it every one (the next test)."""
     updates = simdist.run(PS_4W2S, numerics=False).tables["updates"]
     assert updates["iteration"].max() >= 470
     shares = [shared_read_share(updates, ps) for ps in (0, 1)]
-    assert shares == pytest.approx([4 / 474, 1 / 474], abs=1e-12)
+    assert shares == pytest.approx([4 / 477, 1 / 477], abs=1e-12)
     assert max(shares) <= 0.05
 
 
