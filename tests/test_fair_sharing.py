@@ -19,7 +19,8 @@ from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
 from simdist.engine import run, simulate
 from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
-from simdist.network.fair import FairShare, Flow
+from simdist.network.fair import FairShare
+from simdist.network.groups import Flow
 from simdist.network.maxmin import max_min_levels
 from simdist.recorder import Recorder
 from simdist.scenario import scenario_from_dict
