@@ -94,6 +94,24 @@ def _merged(
         _put(out, t, rate)
 
 
+def point_count(log: Sequence[LogEntry], limit: float = float("inf")) -> int:
+    """How many changes :func:`load_steps` can give for ``log`` (an upper bound, counted
+    without building them): the entries, and every speed change of a group crossing the
+    link while it does. Counting stops once past ``limit``."""
+    count = 0
+    last = len(log) - 1
+    for i, (start, carried) in enumerate(log):
+        end = log[i + 1][0] if i < last else float("inf")
+        count += 1
+        for group, _ in carried:
+            times = group.times
+            if times[-1] > start:
+                count += bisect_right(times, end) - bisect_right(times, start)
+        if count > limit:
+            break
+    return count
+
+
 def binned_steps(log: Sequence[LogEntry], edges: Sequence[float]) -> list[tuple[float, float]]:
     """The link's mean rate in each bin ``[edges[b], edges[b + 1])``, as a step function.
 
@@ -134,8 +152,9 @@ def binned_steps(log: Sequence[LogEntry], edges: Sequence[float]) -> list[tuple[
                     break
                 before = after
                 b += 1
-    out: list[tuple[float, float]] = []
-    for b in range(bins):
-        width = edges[b + 1] - edges[b]
-        _put(out, float(edges[b]), carried_bytes[b] / width if width > 0 else 0.0)
-    return out
+    widths = [edges[b + 1] - edges[b] for b in range(bins)]
+    rates = [c / w if w > 0 else 0.0 for c, w in zip(carried_bytes, widths, strict=True)]
+    # Link.set_rate's rule: a bin whose rate is the previous one's adds no change.
+    return [
+        (float(edges[b]), rate) for b, rate in enumerate(rates) if b == 0 or rate != rates[b - 1]
+    ]

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simdist.network.load_steps import binned_steps
+from simdist.network.load_steps import binned_steps, point_count
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -179,16 +179,28 @@ def link_steps(links: Sequence[Link], end_s: float) -> list[list[tuple[float, fl
     links`` equal bins (:func:`~simdist.network.load_steps.binned_steps`): bytes stay
     exact, while peaks and idle gaps inside a bin are averaged away.
     """
-    steps = []
-    total = 0
-    for link in links:
-        rates = link.rates  # fair links: rebuilt from their logs, counted as they come
-        total += len(rates)
-        if total > MAX_LOAD_POINTS:
-            break
-        steps.append(rates)
-    if total <= MAX_LOAD_POINTS or not end_s > 0:
-        return steps
+    entries = sum(len(link.load_log) or len(link.rates) for link in links)
+    exact = True
+    if entries > MAX_LOAD_POINTS // 20:  # count first: building them all may be wasted
+        total = 0
+        for link in links:
+            left = MAX_LOAD_POINTS - total
+            total += point_count(link.load_log, left) if link.load_log else len(link.rates)
+            if total > MAX_LOAD_POINTS:
+                exact = False
+                break
+    if exact:
+        steps, total = [], 0
+        for link in links:
+            rates = link.rates  # fair links: rebuilt from their logs, counted as they come
+            total += len(rates)
+            if total > MAX_LOAD_POINTS:
+                break
+            steps.append(rates)
+        if total <= MAX_LOAD_POINTS or not end_s > 0:
+            return steps
+    if not end_s > 0:
+        return [link.rates for link in links]
     fair = sum(1 for link in links if link.load_log)
     width = bucket_width_s(end_s, max(MAX_BUCKETS, MAX_LOAD_POINTS // max(fair, 1)))
     edges = bucket_edges(end_s, width).tolist()
