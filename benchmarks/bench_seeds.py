@@ -66,16 +66,10 @@ def timed(owner, name, part):
             spent[part] += time.perf_counter() - start
     setattr(owner, name, wrapper)
 
-# numerics: the replay (planned and dispatched during the simulation, or deferred), the
-# wait for its values; runs: everything engine.run(s) does; the report: the rest.
+# numerics: the replay (planned and dispatched during the simulation, then at its end),
+# the wait for its values; runs: everything engine.run(s) does; the report: the rest.
 timed(replay.Replay, "advance", "numerics")
 timed(replay.Replay, "run", "numerics")
-try:
-    from simdist.strategies.parameter_server import seed_replay
-    timed(seed_replay.DeferredReplay, "dispatch", "numerics")
-    timed(seed_replay.SharedBanks, "_outcomes", "numerics")
-except ImportError:
-    pass
 timed(simdist.runs, "run", "runs")
 timed(simdist.runs, "run_batch", "runs")
 from simdist.cli import app
@@ -142,10 +136,35 @@ def breakdown(tree: Path, repeat: int) -> dict[str, float]:
     return best
 
 
+def families(repeat: int) -> dict[str, Any]:
+    """bench_seed_families.py's rows (batched against one by one, per family, 10 seeds),
+    measured in a process of its own."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_seed_families.py"),
+            "--seeds",
+            "10",
+            "--repeat",
+            str(repeat),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout)
+
+
 def run(
-    repeat: int = 3, before: Path | None = None, names: list[str] | None = None
+    repeat: int = 3,
+    before: Path | None = None,
+    names: list[str] | None = None,
+    per_family: bool = True,
 ) -> dict[str, Any]:
-    """Whole-process times and ratios (this tree, and ``before`` if given), breakdowns."""
+    """Whole-process times and ratios (this tree, and ``before`` if given), breakdowns,
+    and (``per_family``) each family's batched against one-by-one seeds in one process."""
     names = names or list(COMMANDS)
     trees = {"after": ROOT, **({"before": before} if before is not None else {})}
     times = whole(trees, repeat, names)
@@ -160,6 +179,7 @@ def run(
         "ratios": ratios,
         "targets": TARGETS,
         "breakdown": {side: breakdown(tree, repeat) for side, tree in trees.items()},
+        **({"families": families(repeat)} if per_family else {}),
     }
 
 
@@ -241,21 +261,26 @@ def render(seeds: dict[str, Any]) -> str:
     totals = " | ".join(f"{sum(seeds['breakdown'][side].values()):.2f}" for side in sides)
     lines.append(f"| total | {totals} |")
     lines += ["", _WHY]
+    if "families" in seeds:
+        from bench_seed_families import render as render_families
+
+        lines += ["", render_families(seeds["families"])]
     return "\n".join(lines) + "\n"
 
 
 _WHY = (
     "**Why the targets are missed.** Seeds share every compiled program (a second seed "
     "compiles nothing: tests/test_compile_sharing.py), the runs of a compare are simulated "
-    "in this process rather than in two Dask workers, and their numerics are computed "
-    "together (`engine.run_batch`: the parameter server's replays on shared banks, the "
-    "synchronous family's and the pipeline's steps as copies of the one-run programs, each "
-    "run byte-identical to the run alone). What is left per seed is the simulation itself: "
-    "ps_4w2s's SimPy pass (2000 gradients, about 35,000 SimPy events, fair sharing on every "
-    "transfer) takes about 0.4 s, and a run alone already replays its numerics on the second "
-    "core while it simulates, so computing ten seeds' numerics together saves XLA work but "
-    "hardly the critical path: in one process, 10 seeds took 6.6–7.8 s batched against "
-    "6.4–7.3 s one by one (same session, alternated). Two worker processes do not help on "
+    "in this process rather than in two Dask workers, and the numerics of the families where "
+    "it pays are computed together (`engine.run_batch`: the synchronous family's, "
+    "parameter_server `mode: sync`'s and the pipeline's steps as copies of the one-run "
+    "programs, each run byte-identical to the run alone; the table below). What is left per "
+    "seed is the simulation itself: ps_4w2s's SimPy pass (2000 gradients, about 35,000 SimPy "
+    "events, fair sharing on every transfer) takes about 0.4 s, and a run alone already "
+    "replays its numerics on the second core while it simulates, so computing ten seeds' "
+    "replays together saved XLA work but hardly the critical path (1.10–1.16× in one "
+    "process, below the 1.2× that pays for a second path: the asynchronous parameter "
+    "server's seed-batched replay was removed). Two worker processes do not help on "
     "two cores either (each imports JAX, loads the programs, and shares the cores with the "
     "other's XLA threads). Reaching 2 runs for 10 seeds needs the message-level simulation "
     "about twice as fast (the retired speed target's design: routing and recording a step's "

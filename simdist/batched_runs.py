@@ -21,7 +21,7 @@ gradient waves: :data:`simdist.strategies.parameter_server.plan.BUCKET`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
 __all__ = ["DeferredRun"]
@@ -30,9 +30,8 @@ __all__ = ["DeferredRun"]
 class DeferredRun(ABC):
     """What a run whose numerics were deferred leaves at the end of its simulation."""
 
-    #: Runs computed in one group: enough to fill the class's programs, few enough that
-    #: (where :meth:`dispatch` does not wait) a group computes while the next runs are
-    #: simulated.
+    #: Runs computed in one group, as soon as that many are simulated (fewer at the end of
+    #: a batch): what the class's widest program holds, or less.
     group_runs: ClassVar[int] = 4
 
     @property
@@ -46,12 +45,3 @@ class DeferredRun(ABC):
     def execute(cls, members: Sequence[DeferredRun]) -> None:
         """Compute every member's numerics together, then let each finish its run: write
         the values it waited for, or set its strategy's ``rerun_with`` (a divergence)."""
-
-    @classmethod
-    def dispatch(cls, members: Sequence[DeferredRun]) -> Callable[[], None]:
-        """:meth:`execute` in two halves: start the computation and return what waits for
-        it and finishes the runs. JAX dispatches asynchronously, so a class that can
-        start without waiting (the parameter server's replay) lets the device compute
-        while the next runs are simulated. By default everything happens here."""
-        cls.execute(members)
-        return lambda: None

@@ -200,7 +200,6 @@ def run_batch(
     with gc_paused():
         passes = []
         groups: dict[tuple[type, Any], list[Any]] = {}
-        finishing: list[Callable[[], None]] = []
         for k, scenario in enumerate(batch):
             if on_run is not None:
                 on_run(k)
@@ -214,14 +213,12 @@ def run_batch(
                 continue
             group = groups.setdefault((type(deferred), deferred.key), [])
             group.append(deferred)
-            if len(group) == deferred.group_runs:  # may compute while the next are simulated
-                finishing.append(type(deferred).dispatch(group))
+            if len(group) == deferred.group_runs:  # its rows can go before the next runs'
+                type(deferred).execute(group)
                 group.clear()
         for (kind, _), members in groups.items():
             if members:
-                finishing.append(kind.dispatch(members))
-        for done in finishing:
-            done()
+                kind.execute(members)
         results = []
         for sim in passes:
             if sim.strategy.rerun_with is not None:

@@ -1,9 +1,12 @@
 """Runs computed together (:func:`simdist.engine.run_batch`) equal each run alone, byte for byte.
 
-Asynchronous parameter-server runs leave their dataflow replays to be executed together
-(:mod:`simdist.strategies.parameter_server.seed_replay`): shared banks, gradient waves
-packed with several runs' lanes, update chains eight runs wide. Every table, the summary
-and the final parameters must be those of the run alone, whatever else is in the batch.
+A batch mixes runs whose numerics are deferred and computed with their seeds' (the
+synchronous family, parameter_server ``mode: sync``, gpipe / 1f1b pipelines) with runs that
+compute as they simulate (asynchronous and SSP parameter servers, whose seed-batched replay
+was removed because it did not pay: benchmarks/bench_seed_families.py; timing-only runs).
+Every table, the summary and the final parameters must be those of the run alone,
+whatever else is in the batch; deferred runs are computed in groups of
+:attr:`~simdist.batched_runs.DeferredRun.group_runs`.
 """
 
 from __future__ import annotations
@@ -13,18 +16,19 @@ import json
 
 import jax
 import numpy as np
-import pytest
 from helpers import ps as parameter_server_scenario
 
 from simdist.engine import run, run_batch
 from simdist.runs import run_many
-from simdist.scenario import scenario_from_dict
-from simdist.strategies.parameter_server.seed_replay import DeferredReplay
+from simdist.scenario import load_scenario, scenario_from_dict
+from simdist.strategies.sync_batch import SyncSeedRun
+
+MIRRORED = ["workload.steps=6", "workload.eval_every=4"]
 
 
-def ps(workers: int = 4, servers: int = 2, steps: int = 60, **strategy) -> dict:
-    """A small asynchronous PS run with an evaluation every 9 applied gradients."""
-    data = parameter_server_scenario(workers, servers, steps, **strategy)
+def ps(steps: int = 30, **strategy) -> dict:
+    """A small parameter-server run with an evaluation every 9 applied gradients."""
+    data = parameter_server_scenario(4, 2, steps, **strategy)
     data["workload"]["eval_every"] = 9
     return data
 
@@ -36,6 +40,13 @@ def seeds(data: dict, *values: int) -> list:
         one["seed"] = seed
         out.append(scenario_from_dict(one))
     return out
+
+
+def mirrored(*values: int, extra: tuple[str, ...] = ()) -> list:
+    return [
+        load_scenario("scenarios/mirrored_4dev.yaml", [*MIRRORED, *extra], seed=seed)
+        for seed in values
+    ]
 
 
 def fingerprint(result) -> dict:
@@ -59,65 +70,59 @@ def assert_alone(batch: list, results: list) -> None:
         alone = fingerprint(run(scenario))
         together = fingerprint(result)
         for part in alone:
-            assert together[part] == alone[part], f"seed {scenario.seed}: {part} differs"
+            assert together[part] == alone[part], f"{scenario.name} seed {scenario.seed}: {part}"
 
 
-MOMENTUM_SSP = ps(workers=5, servers=3, staleness_bound=1, lr_staleness="inverse")
-MOMENTUM_SSP["workload"]["optimizer"] = {"name": "momentum", "learning_rate": 0.05}
-ADAM = ps(workers=3, servers=2)
-ADAM["workload"]["optimizer"] = {"name": "adam", "learning_rate": 0.01}
-
-CASES = {
-    "async-sgd": ps(),
-    "ssp-momentum-inverse": MOMENTUM_SSP,
-    "adam-one-update-per-call": ADAM,
-    "twelve-workers-overlap": ps(workers=12, servers=2, steps=72, overlap=True),
-}
-
-
-@pytest.mark.parametrize("name", list(CASES))
-def test_each_seed_of_a_batch_equals_its_run_alone(name):
-    batch = seeds(CASES[name], 0, 1, 2)
-    results = run_batch(batch)
-    assert_alone(batch, results)
-
-
-def test_nine_seeds_fill_wide_chains_and_two_groups(monkeypatch):
-    """More runs than one chain program holds, in two groups, one computed while the
-    next runs are simulated."""
-    batch = seeds(ps(steps=40), *range(9))
-    executed = []
-    dispatch = DeferredReplay.dispatch.__func__
+def counted_groups(monkeypatch) -> list[int]:
+    """The sizes of the groups of synchronous runs computed together, as they happen."""
+    groups: list[int] = []
+    execute = SyncSeedRun.execute.__func__
 
     def counting(cls, members):
-        executed.append(len(members))
-        return dispatch(cls, members)
+        groups.append(len(members))
+        return execute(cls, members)
 
-    monkeypatch.setattr(DeferredReplay, "dispatch", classmethod(counting))
-    results = run_batch(batch)
-    assert sum(executed) == 9 and len(executed) > 1
-    assert_alone(batch, results)
+    monkeypatch.setattr(SyncSeedRun, "execute", classmethod(counting))
+    return groups
 
 
-def test_a_diverging_seed_is_simulated_again_and_stops_where_it_alone_stops():
-    data = ps(steps=40)
-    data["workload"]["optimizer"]["learning_rate"] = 1e30
-    batch = seeds(data, 0, 1) + seeds(ps(steps=40), 2)
-    results = run_batch(batch)
-    assert results[0].summary["diverged"] and not results[2].summary["diverged"]
-    assert_alone(batch, results)
-
-
-def test_a_mixed_batch_defers_only_what_can_be_deferred():
-    """Timing-only runs, another strategy and compressed pushes run as alone."""
-    timing = ps(steps=30)
+def test_a_mixed_batch_equals_each_run_alone(monkeypatch):
+    """Deferred mirrored seeds between asynchronous, SSP and timing-only runs, a run of
+    another program (Adam) and a parameter_server ``mode: sync`` pair."""
+    groups = counted_groups(monkeypatch)
+    timing = ps()
     timing["numerics"] = False
-    compressed = ps(steps=30, compression="fp16")
-    batch = seeds(ps(steps=30), 3) + seeds(timing, 4) + seeds(compressed, 5) + seeds(ps(), 6)
-    assert_alone(batch, run_batch(batch))
+    batch = [
+        *mirrored(0),
+        *seeds(ps(), 3),
+        *mirrored(1),
+        *seeds(ps(staleness_bound=1), 4),
+        *seeds(timing, 5),
+        *mirrored(2, extra=("workload.optimizer.name=adam",)),
+        *seeds(ps(steps=8, mode="sync"), 6, 7),
+        *mirrored(3),
+    ]
+    results = run_batch(batch)
+    monkeypatch.undo()
+    # The three SGD mirrored seeds are one group (fewer than group_runs: computed at the
+    # end), the Adam one another.
+    assert sorted(groups) == [1, 3]
+    assert_alone(batch, results)
 
 
-def test_compare_runs_seeds_in_batches_in_this_process():
-    batch = seeds(ps(steps=30), 0, 1, 2)
+def test_runs_are_computed_in_groups_of_group_runs(monkeypatch):
+    groups = counted_groups(monkeypatch)
+    batch = mirrored(*range(SyncSeedRun.group_runs + 1))
+    results = run_batch(batch)
+    monkeypatch.undo()
+    assert groups == [SyncSeedRun.group_runs, 1]
+    assert_alone(batch, results)
+
+
+def test_compare_runs_seeds_in_batches_in_this_process(monkeypatch):
+    groups = counted_groups(monkeypatch)
+    batch = mirrored(0, 1, 2)
     results = run_many(batch, parallel=False)
+    monkeypatch.undo()
+    assert groups == [3]
     assert_alone(batch, results)

@@ -230,7 +230,7 @@ def test_a_chain_of_updates_equals_one_call_per_update(optimizer, schedule, fuse
     grads = [[rng.normal(size=a.shape).astype(a.dtype) for a in leaves] for _ in range(CHAIN)]
     scales = [1.0, 0.5, 1 / 3, 1.0, 0.25, 1 / 7, 1.0]  # 7 updates: one padded step
     flow_ops = [replay_module.Apply(1, t, scale, t, t + 1) for t, scale in enumerate(scales)]
-    banks = programs.banks([(servers, None)], [16, 16], 16)  # slots per PS, gradient slots
+    banks = programs.banks(servers, [16, 16], 16)  # slots per PS, gradient slots
     banks["grads"] = [
         b.at[jnp.arange(CHAIN)].set(np.stack([g[i] for g in grads]))
         for i, b in enumerate(banks["grads"])

@@ -165,7 +165,7 @@ class Replay:
         capacities = [slots.capacity for slots in plan.states]
         self._gradient_slots = max(self._gradient_slots, plan.gradients.capacity)
         if self._banks is None:
-            self._banks = programs.banks([(self.servers, None)], capacities, self._gradient_slots)
+            self._banks = programs.banks(self.servers, capacities, self._gradient_slots)
         else:
             programs.grow(self._banks, capacities, self._gradient_slots)
         banks, scratch = self._banks, plan.scratch
@@ -271,8 +271,6 @@ class _Programs:
             ]
             return loss, grads, moments
 
-        #: The wave program before jit: seed_replay puts copies of it in one program.
-        self.wave_body = wave
         self.wave = jax.jit(wave, donate_argnums=(1, 2))
 
         def gather(values, models, slots):
@@ -293,49 +291,31 @@ class _Programs:
         self._value_keys = {(ps, key) for ps in range(s.n_ps) for key, *_ in s.ps_slices[ps]}
         self._gather = jax.jit(gather)
         self._chains: dict[int, Any] = {}
-        #: Programs other modules build for this structure, by name (:mod:`.seed_replay`).
-        self.extra: dict[Any, Any] = {}
 
     def gather(self, values, models, slots) -> Any:
         return self._gather(values, models, np.asarray(slots, np.int32))
 
     def banks(
-        self,
-        runs: Sequence[tuple[ParameterServers, Sequence[int] | None]],
-        state_slots: Sequence[int],
-        gradient_slots: int,
+        self, servers: ParameterServers, state_slots: Sequence[int], gradient_slots: int
     ) -> dict[str, Any]:
-        """Every bank: ``state_slots[ps]`` states of each PS and ``gradient_slots``
-        gradients. ``runs``: the initial state of each run (as its ``servers`` hold it)
-        and the slot of each PS's bank it goes in (None: slot 0). Several runs share the
-        banks when their replays run together (:mod:`.seed_replay`)."""
+        """Every bank: ``state_slots[ps]`` states of each PS, the initial one (as
+        ``servers`` hold it) in slot 0, and ``gradient_slots`` gradients."""
         wl = self.workload
 
-        def bank(ps: int, firsts: Sequence[Any], slots: int) -> Any:
-            """A bank of ``slots`` with each run's ``firsts`` (one leaf per run) in its slot."""
-            first = np.asarray(firsts[0])
+        def bank(first: Any, slots: int) -> Any:
+            """A bank of ``slots`` with ``first`` in slot 0."""
+            first = np.asarray(first)
             out = np.zeros((slots, *first.shape), first.dtype)
-            for (_, bases), leaf in zip(runs, firsts, strict=True):
-                out[0 if bases is None else bases[ps]] = np.asarray(leaf)
+            out[0] = first
             return jnp.asarray(out)
 
-        s = runs[0][0]
-        every = [servers for servers, _ in runs]
+        s = servers
         values, opts, models = [], [], []
         for ps in range(s.n_ps):
             size = state_slots[ps]
-            values.append(
-                {k: bank(ps, [r.values[ps][k] for r in every], size) for k in s.values[ps]}
-            )
-            opts.append(
-                jax.tree.map(
-                    lambda *leaves, ps=ps, size=size: bank(ps, leaves, size),
-                    *[r.opt_states[ps] for r in every],
-                )
-            )
-            models.append(
-                {k: bank(ps, [r.states[ps][k] for r in every], size) for k in s.states[ps]}
-            )
+            values.append({k: bank(a, size) for k, a in s.values[ps].items()})
+            opts.append(jax.tree.map(lambda a, size=size: bank(a, size), s.opt_states[ps]))
+            models.append({k: bank(a, size) for k, a in s.states[ps].items()})
         size = gradient_slots
         leaves = jax.tree_util.tree_leaves(wl.params)
         state_leaves = jax.tree_util.tree_leaves(wl.model_state)

@@ -9,7 +9,7 @@ dataflow on the device (:mod:`.replay`), while the simulation goes on and at its
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -18,9 +18,6 @@ from simdist.strategies.parameter_server.async_loop import AsyncTraining
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.sync_backup import SyncWithBackups
 from simdist.strategies.parameter_server.workers import ParameterServerWorkers
-
-if TYPE_CHECKING:
-    from simdist.strategies.parameter_server.replay import Outcome
 
 #: Applied shards between two advances of the dataflow replay during the simulation: enough
 #: that each advance plans full waves and chains, few enough that the device starts early.
@@ -73,23 +70,8 @@ class ParameterServerStrategy(ParameterServerWorkers):
         flow = self.dataflow
         if flow is None or not self._segmented or flow.applies - self._advanced < SEGMENT:
             return
-        if self.defer:  # replayed with other runs' after the simulation (.seed_replay)
-            return
         self._advanced = flow.applies
         self.replay_engine.advance(flow, [self.servers.current(), *reading()])
-
-    def defers(self) -> bool:
-        """An asynchronous run with numerics can leave its dataflow to be replayed with
-        other runs' (:mod:`.seed_replay`), unless its pushes are compressed (each
-        worker's compressor state follows its pushes in order) or it has failures; a
-        synchronous one as :mod:`.sync_seeds` says."""
-        if self.options.mode == "sync":
-            return super().defers()
-        return (
-            self.dataflow is not None
-            and self.compressors is None
-            and not self.scenario.faults.failures
-        )
 
     def replay(self) -> None:
         """Compute the recorded dataflow (:mod:`.replay`) and write what waited for values.
@@ -102,12 +84,6 @@ class ParameterServerStrategy(ParameterServerWorkers):
         engine = self.replay_engine
         outcome = engine.run(self.dataflow, self.servers.current())
         self.replay_calls = (engine.calls, engine.chains)
-        self.finish_replay(outcome)
-
-    def finish_replay(self, outcome: Outcome) -> None:
-        """Write what waited for the replay's values, or ask for a second pass stopping at
-        the divergence (see :meth:`replay`)."""
-        assert self.workload is not None
         if outcome.cut is not None:
             assert self.stop_at is None, "the second pass of a diverged run diverged again"
             self.rerun_with = Replayed(self.workload, outcome.cut)
@@ -122,11 +98,7 @@ class ParameterServerStrategy(ParameterServerWorkers):
             yield from SyncWithBackups(self).run()
             return
         yield from AsyncTraining(self, self.advance_replay).run()
-        if self.dataflow is not None and self.defer:
-            from simdist.strategies.parameter_server.seed_replay import DeferredReplay
-
-            self.deferred_run = DeferredReplay(self)  # replayed with other runs'
-        elif self.dataflow is not None:
+        if self.dataflow is not None:
             self.replay()  # the numerics of the whole run, now that the dataflow is known
 
     def summary(self) -> dict[str, Any]:
