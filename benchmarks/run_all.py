@@ -1387,6 +1387,12 @@ def main() -> None:
         help="with --render: rerun only benchmark 2's parameter_server scaling table",
     )
     parser.add_argument(
+        "--seeds-json",
+        type=Path,
+        metavar="JSON",
+        help="benchmark 6's results from `bench_seeds.py` run apart (JSON), not measured again",
+    )
+    parser.add_argument(
         "--only-budgets",
         action="store_true",
         help="with --render: rerun only the wall-clock budgets, keep the other results",
@@ -1452,7 +1458,10 @@ def main() -> None:
     print("6/7 wall-clock budgets (ResNet-50 timing-only, the notebooks) …", flush=True)
     budgets = bench_budgets.run(args.repeat, args.quick)
     print("7/7 seeds for the price of one (whole processes) …", flush=True)
-    seeds = bench_seeds.run(args.repeat, args.seeds_before)
+    if args.seeds_json is not None:
+        seeds = json.loads(args.seeds_json.read_text())
+    else:
+        seeds = bench_seeds.run(args.repeat, args.seeds_before)
     meta["minutes"] = (time.perf_counter() - start) / 60
     data = {
         "overhead": overhead,
