@@ -259,13 +259,19 @@ class HybridStrategy(PipelineStrategy):
         copies = LockstepCopies.of(traffic, every)
         if copies is None:
             return None
-        # Per leader and stage: its followers' tensor groups, and every device it stands for.
+        # Per leader and stage: its followers' tensor groups, and the host and device columns
+        # of every device it stands for (kept here: the recorder keeps only the last few).
         self.follower_groups = {
             r: [[self.groups[f][s] for f in followers] for s in range(self.S)]
             for r, followers in copies.leaders.items()
         }
-        self.spans_of = {
-            r: [[x for c in (r, *followers) for x in self.groups[c][s]] for s in range(self.S)]
+        self.span_columns = {
+            r: [
+                self.recorder.device_columns(
+                    [x for c in (r, *followers) for x in self.groups[c][s]]
+                )
+                for s in range(self.S)
+            ]
             for r, followers in copies.leaders.items()
         }
         return copies
@@ -425,11 +431,10 @@ class HybridStrategy(PipelineStrategy):
         start = self.env.now
         scaled = seconds * (1.0 * 1.0)
         yield self.env.timeout(scaled)
-        everyone = self.spans_of[r][s]
-        hosts, names = self.recorder.device_columns(everyone)
+        hosts, names = self.span_columns[r][s]
         self.recorder.events(start, start + seconds * 1.0, hosts, names, "compute", 0, step, detail)
         busy = self.busy_s
-        for _ in everyone:
+        for _ in range(len(names)):
             busy += scaled
         self.busy_s = busy
 
