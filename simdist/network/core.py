@@ -342,7 +342,7 @@ class Network:
         *,
         step: int,
         detail: str | None = None,
-        copies: Sequence[Sequence[Device]] = (),
+        copies: Sequence[Sequence[Device]] | None = None,
     ) -> simpy.Process:
         """Collective ``op`` (``allreduce``, ``reduce_scatter``, ``all_gather``, …) over
         ``devices``, as its method of that name runs it.
@@ -350,8 +350,9 @@ class Network:
         ``copies``: device lists that run the same collective at the same instants on links
         of their own (lock-step copies, :mod:`simdist.network.lockstep`): their rows are
         recorded with ``devices``' (the same interval, each device on its own host's
-        links), and nothing of theirs is simulated. Pass the same list objects each time:
-        what their rows need is worked out once per list.
+        links), and nothing of theirs is simulated. Pass the same list objects each time
+        (``devices`` too): the rows' columns are worked out once per pair of lists, an
+        empty ``copies`` included.
         """
         return self._collective(op, devices, nbytes, algo, step, detail, copies)
 
@@ -436,7 +437,7 @@ class Network:
         algo: str,
         step: int,
         detail: str | None,
-        copies: Sequence[Sequence[Device]] = (),
+        copies: Sequence[Sequence[Device]] | None = None,
     ) -> simpy.Process:
         # A strategy all-reduces the same bytes over the same device list step after step:
         # the closed form and the bytes per link are pure functions of these, worked out once
@@ -453,7 +454,7 @@ class Network:
             cached = self._collectives[key] = (devices, seconds, links, link_bytes)
         _, seconds, links, link_bytes = cached
         label = detail if detail is not None else f"{_LABELS[op]} {algo}"
-        rows = self._copy_rows(op, devices, nbytes, algo, links, copies) if copies else None
+        rows = None if copies is None else self._copy_rows(op, devices, nbytes, algo, links, copies)
         return self.env.process(
             self._hold(devices, links, seconds, nbytes, step, label, link_bytes, rows)
         )

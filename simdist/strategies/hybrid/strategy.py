@@ -382,7 +382,7 @@ class HybridStrategy(PipelineStrategy):
     ) -> Generator[Any, Any, None]:
         """One micro-batch's pass on a tensor group: compute shares, collectives between.
         ``lead``: (copy, stage) of a group that leads lock-step copies."""
-        followers = () if lead is None else self.follower_groups[lead[0]][lead[1]]
+        followers = None if lead is None else self.follower_groups[lead[0]][lead[1]]
         for op in ops:
             if op.kind == "compute":
                 detail = f"{label} {op.detail}"
