@@ -118,6 +118,8 @@ VARIANTS: dict[str, tuple[str, tuple[str, ...], int | None]] = {
     ),
     "overlap_mixed": ("mixed_gpus.yaml", (STRAGGLERS,), None),
     "overlap_mirrored": ("mirrored_straggler.yaml", ("strategy.bucket_bytes=8KiB",), None),
+    # Hybrid's data copies in lock-step (no variability): the leading copy alone simulated.
+    "hybrid_lockstep": ("gpt2_3d.yaml", ("cluster.device.variability=0",), None),
     "layout_cs_64": ("@central_storage:64:400", (), None),
     "layout_cs_64_stragglers": ("@central_storage:64:400", (STRAGGLERS,), None),
     "layout_cs_256": ("@central_storage:256:100", (), None),

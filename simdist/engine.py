@@ -391,8 +391,9 @@ def run_result(
     (:meth:`Recorder.clear`); call it with the cyclic collector paused (:func:`gc_paused`)."""
     metrics = recorder.metrics_frame()
     events = recorder.events_frame()
-    tables = {**recorder.table_frames(), **link_frames(links, end_s)}
-    recorder.clear()
+    tables = recorder.table_frames()
+    recorder.clear()  # before the links' tables: a big run's rows are gigabytes
+    tables.update(link_frames(links, end_s))
     extra = {**strategy.fault_summary(), **strategy.summary()}
     if "memory_per_device" not in extra:  # a pipeline gives its stages' own
         extra.update(_memory(scenario, costs, strategy))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -201,22 +202,26 @@ class Recorder:
             return pd.DataFrame(self._events, columns=list(EVENT_COLUMNS))
         blocks = [c for c in chunks if isinstance(c, _Block)]
         rows = [row for c in chunks if isinstance(c, list) for row in c]
-        if not blocks or not rows:
-            parts = blocks or [_Block.of(rows)]
-            columns = {name: _Block.joined(parts, name) for name in EVENT_COLUMNS}
-        else:
-            # The rows recorded one by one, as one block, and the blocks, put back in place.
-            one_by_one = _Block.of(rows)
+        single = None  # where the rows recorded one by one go among the blocks' rows
+        if blocks and rows:
             sizes = [len(c) if isinstance(c, list) else c.n for c in chunks]
             kinds = np.array([isinstance(c, list) for c in chunks])
             single = np.repeat(kinds, sizes)
-            columns = {}
-            for name in EVENT_COLUMNS:
-                column = np.empty(len(single), dtype=_COLUMN_DTYPES[name])
-                column[single] = one_by_one.values[name]
-                column[~single] = _Block.joined(blocks, name)
-                columns[name] = column
-        return _sorted_frame(columns, "start_s")
+
+        def column(name: str) -> np.ndarray:
+            # Column by column, each sorted before the next is built: a big run's rows
+            # would otherwise be held three or four times over at once.
+            if not blocks:
+                return _Block.column(rows, name)
+            if not rows:
+                return _Block.joined(blocks, name)
+            assert single is not None
+            values = np.empty(len(single), dtype=_COLUMN_DTYPES[name])
+            values[single] = _Block.column(rows, name)
+            values[~single] = _Block.joined(blocks, name)
+            return values
+
+        return _sorted_lazily(column, "start_s")
 
     def metrics_frame(self) -> pd.DataFrame:
         """All metrics in tidy form, stably sorted by simulated time."""
@@ -260,23 +265,13 @@ class _Block:
         self.n = n
         self.values = dict(zip(EVENT_COLUMNS, values, strict=True))
 
-    @classmethod
-    def of(cls, rows: list[tuple[Any, ...]]) -> _Block:
-        """The rows :meth:`Recorder.event` recorded one by one, as columns."""
-        start, end, host, device, kind, nbytes, step, detail, links = zip(*rows, strict=True)
+    @staticmethod
+    def column(rows: list[tuple[Any, ...]], name: str) -> np.ndarray:
+        """Column ``name`` of the rows :meth:`Recorder.event` recorded one by one."""
+        values = list(map(itemgetter(EVENT_COLUMNS.index(name)), rows))
         # NumPy converts as float() and int() would (ints truncate toward zero), in C.
-        return cls(
-            len(start),
-            np.array(start, dtype=np.float64),
-            np.array(end, dtype=np.float64),
-            _objects(host),
-            _objects(device),
-            _objects(kind),
-            np.array(nbytes, dtype=np.int64),
-            np.array(step, dtype=np.int64),
-            _objects(detail),
-            _objects(links),
-        )
+        dtype = _COLUMN_DTYPES[name]
+        return _objects(values) if dtype is object else np.array(values, dtype=dtype)
 
     @staticmethod
     def joined(blocks: list[_Block], name: str) -> np.ndarray:
@@ -313,7 +308,25 @@ def _sorted_frame(columns: dict[str, np.ndarray], by: str) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def _objects(values: tuple[Any, ...]) -> np.ndarray:
+def _sorted_lazily(column: Callable[[str], np.ndarray], by: str) -> pd.DataFrame:
+    """:func:`_sorted_frame` of the events' columns, each built by ``column(name)`` and
+    put in order before the next is built."""
+    key = column(by)
+    if np.isnan(key).any():  # pandas puts NaN last
+        columns = {name: key if name == by else column(name) for name in EVENT_COLUMNS}
+        return _sorted_frame(columns, by)
+    order = None
+    if len(key) > 1 and not (key[1:] >= key[:-1]).all():
+        order = np.argsort(key, kind="stable")
+    columns = {}
+    for name in EVENT_COLUMNS:
+        values = key if name == by else column(name)
+        columns[name] = values if order is None else values[order]
+        del values
+    return pd.DataFrame(columns)
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
     """``values`` as a 1-D object array (``np.array`` would make a string array)."""
     array = np.empty(len(values), dtype=object)
     array[:] = values

@@ -54,8 +54,10 @@ def gpt_scenario(
     cluster: tuple[int, int, str, tuple[str, str], tuple[str, str]],
     global_batch: int,
     strategy: dict[str, Any],
+    steps: int = STEPS,
 ) -> Any:
-    """A timing-only ``gpt`` run of :data:`STEPS` Adam steps at fp16, without variability:
+    """A timing-only ``gpt`` run of ``steps`` (:data:`STEPS`) Adam steps at fp16, without
+    variability:
     ``shape`` (layers, hidden, heads, sequence, vocabulary) on ``cluster`` (GPUs, GPUs per
     node, device profile, the node's (bandwidth, latency), InfiniBand's), as the layout
     families (this one and :mod:`validation.zero`) run their published configurations."""
@@ -87,7 +89,7 @@ def gpt_scenario(
                 },
                 "global_batch_size": global_batch,
                 "optimizer": {"name": "adam", "learning_rate": 1e-4},
-                "steps": STEPS,
+                "steps": steps,
             },
             "strategy": strategy,
         }

@@ -85,6 +85,7 @@ class Network:
         self._routes: dict[tuple[str, str], _Route] = {}
         self._holds: dict[tuple[int, ...], _Hold] = {}  # see _hold
         self._collectives: dict[tuple[str, str, float, int], _Priced] = {}  # see _collective
+        self._copies: dict[tuple[str, str, float, int, int], tuple] = {}  # see _copy_rows
         # see _record_phase: the routes of a phase, and the links cell per host
         self._phase_cells: dict[tuple[int, ...], tuple[tuple[list[Link], ...], dict[str, str]]] = {}
 
@@ -187,6 +188,40 @@ class Network:
             links, nbytes, arrived, machines=machines, mode=mode, done=done
         )
         return moving
+
+    def send_rows(
+        self,
+        src: Device,
+        dst: Device,
+        nbytes: float,
+        asked_s: float,
+        start_s: float,
+        arrival_s: float,
+        *,
+        step: int,
+        detail: str,
+        wait_detail: str = "waiting for a link",
+    ) -> None:
+        """Record what :meth:`send` records on its two devices for a message of ``nbytes``
+        from ``src`` to ``dst`` asked at ``asked_s``, moving from ``start_s`` and arriving
+        at ``arrival_s``, without simulating it: a lock-step copy's message
+        (:mod:`simdist.network.lockstep`), whose times are its copy-0 twin's. Only for
+        messages that :meth:`send` moves as one :class:`Transfer` over the route
+        (:attr:`bare_messages`)."""
+        event = self.recorder.event
+        for is_device, host, track, cell in self._route(src, dst)[5]:
+            if not is_device:
+                raise ValueError(f"send_rows records devices' rows only; got {track}")
+            event(asked_s, start_s, host, track, "idle", 0, step, wait_detail)
+            event(start_s, arrival_s, host, track, "comm", nbytes, step, detail, cell)
+
+    @property
+    def bare_messages(self) -> bool:
+        """Whether a message between two machines is one :class:`Transfer` over its route
+        (no CPU link, no per-message stage): the protocol is ideal, or prices the wire's
+        efficiency alone."""
+        p = self.transport.protocol
+        return p.ideal or (p.serialization_Bps is None and p.per_message_overhead_s <= 0)
 
     def wait_all(
         self,
@@ -292,6 +327,35 @@ class Network:
         """Closed-form seconds of collective ``op`` over ``devices`` (no queueing)."""
         return self.topology.collective(op, devices, nbytes, algo)[0]
 
+    def collective_links(
+        self, op: str, devices: Sequence[Device], nbytes: float, algo: str
+    ) -> list[Link]:
+        """The links collective ``op`` over ``devices`` holds."""
+        return self.topology.collective(op, devices, nbytes, algo)[1]
+
+    def collective(
+        self,
+        op: str,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str,
+        *,
+        step: int,
+        detail: str | None = None,
+        copies: Sequence[Sequence[Device]] | None = None,
+    ) -> simpy.Process:
+        """Collective ``op`` (``allreduce``, ``reduce_scatter``, ``all_gather``, …) over
+        ``devices``, as its method of that name runs it.
+
+        ``copies``: device lists that run the same collective at the same instants on links
+        of their own (lock-step copies, :mod:`simdist.network.lockstep`): their rows are
+        recorded with ``devices``' (the same interval, each device on its own host's
+        links), and nothing of theirs is simulated. Pass the same list objects each time
+        (``devices`` too): the rows' columns are worked out once per pair of lists, an
+        empty ``copies`` included.
+        """
+        return self._collective(op, devices, nbytes, algo, step, detail, copies)
+
     def allreduce(
         self,
         devices: Sequence[Device],
@@ -373,6 +437,7 @@ class Network:
         algo: str,
         step: int,
         detail: str | None,
+        copies: Sequence[Sequence[Device]] | None = None,
     ) -> simpy.Process:
         # A strategy all-reduces the same bytes over the same device list step after step:
         # the closed form and the bytes per link are pure functions of these, worked out once
@@ -384,14 +449,47 @@ class Network:
             seconds, links = self.topology.collective(op, devices, nbytes, algo)
             # What each held link really carries (telemetry); the time stays the closed form's.
             link_bytes = self.topology.collective_link_bytes(op, devices, nbytes, algo, links)
-            if len(self._collectives) >= 256:  # callers with a new list each time
+            if len(self._collectives) >= 4096:  # callers with a new list each time
                 self._collectives.clear()
             cached = self._collectives[key] = (devices, seconds, links, link_bytes)
         _, seconds, links, link_bytes = cached
         label = detail if detail is not None else f"{_LABELS[op]} {algo}"
+        rows = None if copies is None else self._copy_rows(op, devices, nbytes, algo, links, copies)
         return self.env.process(
-            self._hold(devices, links, seconds, nbytes, step, label, link_bytes)
+            self._hold(devices, links, seconds, nbytes, step, label, link_bytes, rows)
         )
+
+    def _copy_rows(
+        self,
+        op: str,
+        devices: Sequence[Device],
+        nbytes: float,
+        algo: str,
+        links: list[Link],
+        copies: Sequence[Sequence[Device]],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ``host``, ``device`` and ``links`` columns of a collective's rows on
+        ``devices`` and then each of ``copies`` (each on its own collective's links), once
+        per (``devices``, ``copies``) pair of lists, which the cache keeps alive."""
+        key = (op, algo, nbytes, id(devices), id(copies))
+        cached = self._copies.get(key)
+        if cached is None or cached[0] is not devices or cached[1] is not copies:
+            import numpy as np
+
+            groups = [(devices, links)]
+            groups += [(g, self.collective_links(op, g, nbytes, algo)) for g in copies]
+            everyone = [x for group, _ in groups for x in group]
+            hosts, names = self.recorder.device_columns(everyone)
+            cells = np.empty(len(everyone), dtype=object)
+            column = []
+            for group, held in groups:  # each group's rows name its own links
+                by_host = {x.host: links_on(held, x.host) for x in group}
+                column += [by_host[x.host] for x in group]
+            cells[:] = column
+            if len(self._copies) >= 4096:
+                self._copies.clear()
+            cached = self._copies[key] = (devices, copies, (hosts.copy(), names.copy(), cells))
+        return cached[2]
 
     def _hold(
         self,
@@ -402,6 +500,7 @@ class Network:
         step: int,
         detail: str,
         link_bytes: Sequence[float] | None = None,
+        rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> Generator[simpy.Event, object, tuple[float, float]]:
         if seconds < 0:
             raise ValueError(f"cannot hold links for a negative time: {seconds}")
@@ -417,6 +516,12 @@ class Network:
         held, order, cells = cached
         per_link = None if link_bytes is None else [link_bytes[i] for i in order]
         start, end = yield from hold_ordered(self.env, held, seconds, per_link)
+        if rows is not None:  # with lock-step copies: their columns, worked out once
+            hosts, names, cells_column = rows
+            self.recorder.events(
+                start, end, hosts, names, "comm", nbytes, step, detail, cells_column
+            )
+            return start, end
         hosts, names = self.recorder.device_columns(devices)
         column = cells.get(id(hosts))  # the recorder keeps ``hosts`` as long as it is cached
         if column is None or column[0] is not hosts:

@@ -29,11 +29,12 @@ device (mixed clusters are not modelled for hybrid yet).
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
 from simdist.mesh import Mesh
+from simdist.network.lockstep import LockstepCopies
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.hybrid.plan import (
     data_collectives,
@@ -124,6 +125,7 @@ class HybridStrategy(PipelineStrategy):
             for s, n in enumerate(self.shard_nbytes)
         ]
         self.busy_s = 0.0
+        self.lockstep = self._lockstep()
         self.held = [[0] * self.S for _ in range(self.D)]
         self.peak_held = [[0] * self.S for _ in range(self.D)]
         self.trainer: HybridTrainer | None = None
@@ -223,6 +225,57 @@ class HybridStrategy(PipelineStrategy):
 
     # -- the clock -----------------------------------------------------------
 
+    def _lockstep(self) -> LockstepCopies | None:
+        """The data copies as lock-step copies (:mod:`simdist.network.lockstep`), when they
+        are: no variability and no stragglers (every device's pace and factor 1), messages
+        that are one transfer each, fair sharing (:meth:`_send_group` says why), and each
+        copy's stage-to-stage routes and tensor collectives on links of its own, alike
+        copy 0's. Then a step's pipelines run for
+        the leading copies alone, each standing for its followers (:meth:`process`); the data
+        reduction after the flush runs on every copy. None otherwise: every copy runs."""
+        if self.D == 1 or self.variability or self.stragglers or not self.net.bare_messages:
+            return None
+        walked = [op for forward, backward in self.stage_walks for op in forward + backward]
+        collectives = sorted({(op.kind, op.nbytes) for op in walked if op.kind != "compute"})
+        traffic = [
+            [
+                *(
+                    self.net.route(a, b)
+                    for s in range(self.S - 1)
+                    for near, far in ((copy[s], copy[s + 1]), (copy[s + 1], copy[s]))
+                    for a, b in zip(near, far, strict=True)
+                ),
+                *(
+                    self.net.collective_links(kind, group, nbytes, self._algo(kind))
+                    for group in copy
+                    for kind, nbytes in (collectives if self.T > 1 else ())
+                ),
+            ]
+            for copy in self.groups
+        ]
+        if any(link.sharing != "fair" for route in traffic[0] for link in route):
+            return None  # fifo: a group's T messages queue, arriving one at a time
+        every = [*self.net.topology.links(), *self.net.transport.cpu.values()]
+        copies = LockstepCopies.of(traffic, every)
+        if copies is None:
+            return None
+        # Per leader and stage: its followers' tensor groups, and the host and device columns
+        # of every device it stands for (kept here: the recorder keeps only the last few).
+        self.follower_groups = {
+            r: [[self.groups[f][s] for f in followers] for s in range(self.S)]
+            for r, followers in copies.leaders.items()
+        }
+        self.span_columns = {
+            r: [
+                self.recorder.device_columns(
+                    [x for c in (r, *followers) for x in self.groups[c][s]]
+                )
+                for s in range(self.S)
+            ]
+            for r, followers in copies.leaders.items()
+        }
+        return copies
+
     def build_mesh(self) -> Mesh[Device]:
         """D × P × T devices in the spec's placement (tensor innermost by default)."""
         return self.scenario.strategy.mesh_of(list(self.cluster.devices))
@@ -233,47 +286,120 @@ class HybridStrategy(PipelineStrategy):
         return list(self.mesh.devices)
 
     def _stage(  # type: ignore[override]
-        self, r: int, s: int, ops: Sequence[tuple[str, int]], arrivals: dict, step: int
+        self,
+        r: int,
+        s: int,
+        ops: Sequence[tuple[str, int]],
+        arrivals: dict,
+        step: int,
+        lead: bool = False,
     ) -> Generator[Any, Any, None]:
         """Stage ``s`` of copy ``r`` runs its schedule: wait for all T inputs, walk the
-        tensor group's ops, send on rank to rank."""
+        tensor group's ops, send on rank to rank. ``lead``: copy ``r`` leads lock-step
+        copies (:meth:`process`), whose rows are recorded with its own."""
         group = self.groups[r][s]
         forward, backward = self.stage_walks[s]
         last = s == self.S - 1
+        copies = (r, *self.lockstep.leaders[r]) if lead else (r,)  # type: ignore[union-attr]
         for kind, m in ops:
             if (kind == "F" and s > 0) or (kind == "B" and not last):
                 inputs = arrivals.setdefault((r, s, kind, m), self._events())
                 yield self.env.all_of(inputs)
-            yield from self.walk(group, forward if kind == "F" else backward, step, f"{kind}{m}")
-            self._hold(r, s, +1 if kind == "F" else -1)
+            walk = forward if kind == "F" else backward
+            yield from self.walk(group, walk, step, f"{kind}{m}", (r, s) if lead else None)
+            for c in copies:
+                self._hold(c, s, +1 if kind == "F" else -1)
             if kind == "F" and not last:
-                self._send_group(r, s, s + 1, "F", m, step, f"A{m}", arrivals)
+                self._send_group(r, s, s + 1, "F", m, step, f"A{m}", arrivals, lead)
             elif kind == "B" and s > 0:
-                self._send_group(r, s, s - 1, "B", m, step, f"G{m}", arrivals)
+                self._send_group(r, s, s - 1, "B", m, step, f"G{m}", arrivals, lead)
 
     def _events(self) -> list[Any]:
         return [self.env.event() for _ in range(self.T)]
 
     def _send_group(
-        self, r: int, s: int, to: int, kind: str, m: int, step: int, detail: str, arrivals: dict
+        self,
+        r: int,
+        s: int,
+        to: int,
+        kind: str,
+        m: int,
+        step: int,
+        detail: str,
+        arrivals: dict,
+        lead: bool = False,
     ) -> None:
         """Rank t of stage ``s`` sends rank t of stage ``to`` micro-batch ``m``'s activation
-        (or its gradient), every rank at once."""
+        (or its gradient), every rank at once.
+
+        ``lead``: copy ``r`` leads lock-step copies. Its T messages start together on
+        alike routes with the same bytes and arrive together, in one SimPy step (fair
+        sharing gives them the same rate throughout, and their arrivals after the same
+        latency share one event); every follower's T messages would arrive in that step
+        too, right after them. So once the T have arrived, each follower's are recorded
+        as they went, follower after follower."""
         ready = arrivals.setdefault((r, to, kind, m), self._events())
         nbytes = self.send_nbytes[min(s, to)]
-        for t, (src, dst) in enumerate(zip(self.groups[r][s], self.groups[r][to], strict=True)):
-            self.net.send(src, dst, nbytes, step=step, detail=detail, done=ready[t])
+        pairs = list(zip(self.groups[r][s], self.groups[r][to], strict=True))
+        moves: list[Any] = []
+        then = None
+        if lead:
+            asked = self.env.now
+            landed: list[tuple[int, float, float]] = []
+
+            def arrived(t: int) -> None:
+                landed.append((t, moves[t].start_s, self.env.now))
+                if len(landed) < self.T:
+                    return
+                for f in self.lockstep.leaders[r]:  # type: ignore[union-attr]
+                    copy = self.groups[f]
+                    for u, start_s, arrival_s in landed:
+                        self.net.send_rows(
+                            copy[s][u],
+                            copy[to][u],
+                            nbytes,
+                            asked,
+                            start_s,
+                            arrival_s,
+                            step=step,
+                            detail=detail,
+                        )
+
+        for t, (src, dst) in enumerate(pairs):
+            if lead:
+                then = partial(arrived, t)
+            moves.append(
+                self.net.send(src, dst, nbytes, step=step, detail=detail, done=ready[t], then=then)
+            )
 
     def walk(
-        self, group: list[Device], ops: Sequence[Op], step: int, label: str
+        self,
+        group: list[Device],
+        ops: Sequence[Op],
+        step: int,
+        label: str,
+        lead: tuple[int, int] | None = None,
     ) -> Generator[Any, Any, None]:
-        """One micro-batch's pass on a tensor group: compute shares, collectives between."""
+        """One micro-batch's pass on a tensor group: compute shares, collectives between.
+        ``lead``: (copy, stage) of a group that leads lock-step copies."""
+        followers = None if lead is None else self.follower_groups[lead[0]][lead[1]]
         for op in ops:
             if op.kind == "compute":
-                yield from self.span(group, op.seconds, step, f"{label} {op.detail}")
+                detail = f"{label} {op.detail}"
+                if lead is None:
+                    yield from self.span(group, op.seconds, step, detail)
+                else:
+                    yield from self.lead_span(*lead, op.seconds, step, detail)
             elif self.T > 1:
-                start = getattr(self.net, op.kind)
-                yield start(group, op.nbytes, self._algo(op.kind), step=step, detail=op.detail)
+                yield self.net.collective(
+                    op.kind,
+                    group,
+                    op.nbytes,
+                    self._algo(op.kind),
+                    step=step,
+                    detail=op.detail,
+                    copies=followers,
+                )
 
     def span(
         self, group: list[Device], seconds: float, step: int, detail: str
@@ -293,6 +419,24 @@ class HybridStrategy(PipelineStrategy):
                 self.recorder.event(
                     done, start + longest, d.host, d.name, "idle", 0, step, "barrier"
                 )
+
+    def lead_span(
+        self, r: int, s: int, seconds: float, step: int, detail: str
+    ) -> Generator[Any, Any, None]:
+        """:meth:`span` of stage ``s``'s group of copy ``r`` and of its followers', every
+        pace and factor 1 (lock-step copies): the same rows as one block, the same sum of
+        busy time (added device by device, in the same order)."""
+        if seconds <= 0:
+            return
+        start = self.env.now
+        scaled = seconds * (1.0 * 1.0)
+        yield self.env.timeout(scaled)
+        hosts, names = self.span_columns[r][s]
+        self.recorder.events(start, start + seconds * 1.0, hosts, names, "compute", 0, step, detail)
+        busy = self.busy_s
+        for _ in range(len(names)):
+            busy += scaled
+        self.busy_s = busy
 
     def reduce(self, step: int) -> Generator[Any, Any, None]:
         """Every (stage, tensor rank) data group runs its stage's collectives in order; all
@@ -322,12 +466,19 @@ class HybridStrategy(PipelineStrategy):
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: dict[tuple, Any] = {}
+            # Lock-step copies (see _lockstep): the leaders alone, each for its followers.
+            lead = self.lockstep is not None and self.lockstep.in_step()
+            copies = self.lockstep.leaders if lead else range(self.D)  # type: ignore[union-attr]
             stages = [
-                self.env.process(self._stage(r, s, self.steps_ops[s], arrivals, step))
-                for r in range(self.D)
+                self.env.process(self._stage(r, s, self.steps_ops[s], arrivals, step, lead))
+                for r in copies
                 for s in range(self.S)
             ]
+            if lead:
+                self.lockstep.mark()  # type: ignore[union-attr]
             yield self.env.all_of(stages)
+            if lead:
+                self.lockstep.follow()  # type: ignore[union-attr]
             yield from self.reduce(step)
             loss = None
             if self.trainer is not None:

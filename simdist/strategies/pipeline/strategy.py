@@ -45,6 +45,8 @@ together, bit for bit, by :mod:`.batched`.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
+from functools import cached_property
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
@@ -186,14 +188,14 @@ class PipelineStrategy(Strategy):
     def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
         """Peak bytes of stage ``s`` holding layers ``[first, stop)``."""
         layers = self.costs.layers
-        params = sum(x.param_nbytes for x in layers[first:stop])
-        total = sum(x.param_nbytes for x in layers)
+        params = self._layer_sum("param_nbytes", first, stop)
+        total = self._layer_sum("param_nbytes", 0, len(layers))
         opt = round(self.costs.opt_state_nbytes * params / total) if total else 0
         if first == 0:
             inputs = self.costs.example_nbytes * self.micro_examples
         else:
             inputs = layers[first - 1].output_nbytes / self.M
-        acts = sum(x.output_nbytes for x in layers[first:stop]) / self.M
+        acts = self._layer_sum("output_nbytes", first, stop) / self.M
         return stage_memory(
             param_nbytes=params,
             opt_state_nbytes=opt,
@@ -203,6 +205,24 @@ class PipelineStrategy(Strategy):
             schedule=self.schedule,
             rematerialization=self.remat,
         )
+
+    @cached_property
+    def _running(self) -> dict[str, list[int]]:
+        """Running totals of a layer field, by field (:meth:`_layer_sum`)."""
+        return {}
+
+    def _layer_sum(self, field: str, first: int, stop: int) -> Any:
+        """``sum(x.<field> for x in layers[first:stop])``. The auto partition asks it of
+        every range of layers (S·L² of them): when every value is an int, the difference of
+        two running totals, the same number without summing the range each time."""
+        totals = self._running.get(field)
+        if totals is None:
+            values = [getattr(x, field) for x in self.costs.layers]
+            exact = all(type(v) is int for v in values)
+            totals = self._running[field] = list(accumulate(values, initial=0)) if exact else []
+        if not totals:
+            return sum(getattr(x, field) for x in self.costs.layers[first:stop])
+        return totals[stop] - totals[first]
 
     def fits(self, s: int, first: int, stop: int) -> bool:
         """Whether stage ``s`` with layers ``[first, stop)`` fits its device (unknown: yes)."""
