@@ -98,6 +98,19 @@ class Link:
         self._rates, self._rates_at = value, -1
         self.load_log = []
 
+    def load_record(self) -> list[Any]:
+        """What the link's load is kept as: fair sharing's ``load_log`` once a fair flow
+        crossed it, else the ``(time_s, bytes/s)`` steps themselves (``set_rate``). Entries
+        are never changed in place (a later one at the same instant replaces the last)."""
+        return self.load_log if self.load_log else self._rates
+
+    def replace_load(self, start: int, tail: list[Any], like: Link) -> None:
+        """Replace the link's load record from entry ``start`` on by ``tail``, entries of
+        ``like``'s record (shared: lock-step copies, :mod:`simdist.network.lockstep`)."""
+        record = self.load_log if like.load_log else self._rates
+        record[start:] = tail
+        self._rates_at = -1
+
     def set_rate(self, now_s: float, rate_Bps: float) -> None:
         """Record that from ``now_s`` on the link carries ``rate_Bps`` (fifo telemetry)."""
         rates = self._rates

@@ -48,10 +48,10 @@ def _alike(a: Link, b: Link) -> bool:
 
 
 def _state(link: Link) -> tuple[int, object]:
-    """A link's number of load changes and its last (kept: the same object while nothing
-    was set since)."""
-    rates = link.rates
-    return len(rates), rates[-1] if rates else None
+    """A link's number of load records and its last (kept: the same object while nothing
+    was recorded since; :meth:`Link.load_record`)."""
+    record = link.load_record()
+    return len(record), record[-1] if record else None
 
 
 def _moved(link: Link, before: tuple[int, object]) -> bool:
@@ -151,15 +151,15 @@ class LockstepCopies:
 
     def mark(self) -> None:
         """Start a stretch that the leaders alone run (their links' loads remembered)."""
-        self._marks = [len(a.rates) for a, _ in self._pairs]
+        self._marks = [len(a.load_record()) for a, _ in self._pairs]
         self._before = [_state(link) for link in self._every]
 
     def follow(self) -> None:
         """End the stretch: every follower's links take its leader's load since :meth:`mark`.
 
-        The entries are shared, not copied (a link's rates are a list of ``(time_s,
-        bytes/s)`` tuples that nothing changes in place). The one entry before the mark may
-        have been replaced (a rate set again at the same instant), so it is taken again too.
+        The entries are shared, not copied (:meth:`Link.load_record`: nothing changes them
+        in place). The one entry before the mark may have been replaced (a rate set again at
+        the same instant), so it is taken again too.
         """
         if self._marks is None:
             raise RuntimeError("follow() without mark()")
@@ -172,8 +172,8 @@ class LockstepCopies:
                 )
         for i, ((a, others), before) in enumerate(zip(self._pairs, self._marks, strict=True)):
             k = max(before - 1, 0)
-            tail = a.rates[k:]
+            tail = a.load_record()[k:]
             for b in others:
-                b.rates[k:] = tail
+                b.replace_load(k, tail, a)
             self._synced[i] = max(len(a.rates) - 1, 0)
         self._marks = None
