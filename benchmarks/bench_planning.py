@@ -20,11 +20,11 @@ not for the timings). Absolute figures, unlike the other benchmarks' ratios: the
 issue 39 (≤ 20 CPU-s and ≤ 2 GB each) are absolute.
 
 Where it goes (py-spy and the process's peak after each phase, 2-core machine, 2026-11-28):
-530B records 19.8 M event rows and 39 M link-load changes in one step. Before lock-step
+530B records 19.8 M event rows and 34.7 M link-load changes in one step. Before lock-step
 copies (293 CPU-s, 12.7 GB) the simulation of 9 × 35 × 280 micro-batch passes took 55 %
 (fair sharing 17 %), the link telemetry (``_Loads`` reading every ``(time, rate)`` tuple)
 21 %, the events table 12 %, the summary 7 %; memory was those tuples and rows. After
-(126 CPU-s, 8.9 GB): 4 of the 9 copies simulated (46-67 s), the link telemetry 30-42 s and
+(125 CPU-s, 8.7 GB): 4 of the 9 copies simulated (46-67 s), the link telemetry 30-42 s and
 its 2.8 GB transient (the peak), the events table 15 s, the summary 9 s.
 """
 
