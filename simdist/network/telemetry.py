@@ -197,9 +197,9 @@ def link_steps(links: Sequence[Link], end_s: float) -> list[list[tuple[float, fl
             if total > MAX_LOAD_POINTS:
                 break
             steps.append(rates)
-        if total <= MAX_LOAD_POINTS or not end_s > 0:
+        if total <= MAX_LOAD_POINTS:
             return steps
-    if not end_s > 0:
+    if not end_s > 0:  # nothing to bin over
         return [link.rates for link in links]
     fair = sum(1 for link in links if link.load_log)
     width = bucket_width_s(end_s, max(MAX_BUCKETS, MAX_LOAD_POINTS // max(fair, 1)))
