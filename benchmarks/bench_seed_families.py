@@ -115,6 +115,7 @@ def run(seeds: int = 10, repeat: int = 3, names: list[str] | None = None) -> dic
     for name in names or list(FAMILIES):
         print(f"  {name} …", file=sys.stderr, flush=True)
         rows[name] = family(name, seeds, repeat)
+        print(json.dumps({name: rows[name]}), file=sys.stderr, flush=True)
     return {
         "seeds": seeds,
         "repeat": repeat,

@@ -278,7 +278,7 @@ _WHY = (
     "seed is the simulation itself: ps_4w2s's SimPy pass (2000 gradients, about 35,000 SimPy "
     "events, fair sharing on every transfer) takes about 0.4 s, and a run alone already "
     "replays its numerics on the second core while it simulates, so computing ten seeds' "
-    "replays together saved XLA work but hardly the critical path (1.10–1.16× in one "
+    "replays together saved XLA work but hardly the critical path (0.98–1.16× in one "
     "process, below the 1.2× that pays for a second path: the asynchronous parameter "
     "server's seed-batched replay was removed). Two worker processes do not help on "
     "two cores either (each imports JAX, loads the programs, and shares the cores with the "

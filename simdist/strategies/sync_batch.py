@@ -25,10 +25,12 @@ from simdist.strategies.sync_trainer import SyncState, SyncTrainer
 if TYPE_CHECKING:
     from simdist.strategies.sync import SynchronousStrategy
 
-#: How many runs one program computes, largest first: a batch of runs is cut into groups of
-#: these (10 seeds: 8 + 2). Each width is a program of its own, compiled once per process.
-#: 10 seeds of mirrored_4dev: run_batch 1.7x faster than 10 runs in one warm process (4 and 2
-#: alone: 1.3x), 1.3x in a fresh one (the 8-copy programs' tracing), measured for issue 32.
+#: How many runs one program computes, largest first: a group of runs is cut into these.
+#: Each width is a program of its own, compiled once per process. The engine computes
+#: :attr:`~simdist.batched_runs.DeferredRun.group_runs` (4) runs at a time, so 10 seeds are
+#: 4 + 4 + 2 and the 8-wide program is not used. 10 seeds of mirrored_4dev in one warm
+#: process: run_batch 1.46x faster than one by one (benchmarks/bench_seed_families.py, issue
+#: 39; issue 32 measured 1.7x with 8 + 2, 1.3x with 4 and 2).
 WIDTHS = (8, 4, 2)
 
 
