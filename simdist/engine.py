@@ -130,9 +130,6 @@ def cached_workload(scenario: Scenario) -> Workload:
     return remember(_workloads, key, lambda: build_workload(scenario))
 
 
-_PS = ("parameter_server",)
-
-
 def prepare_devices(scenario: Scenario) -> None:
     """Ask JAX for enough emulated CPU devices before its backend starts, if needed."""
     if scenario.requested_execution == "devices":
@@ -230,8 +227,8 @@ def run_batch(
 
 
 def _checked(scenario: Scenario) -> Scenario:
-    """``scenario`` if the engine can run it (not ``jobs:``, no PS surrogate); devices
-    asked of JAX before its backend starts."""
+    """``scenario`` if the engine can run it (not ``jobs:``); devices asked of JAX before
+    its backend starts."""
     if scenario.jobs is not None:
         raise SimdistError(
             f"{scenario.name}: a scenario with jobs: (several jobs on one cluster) runs with "
@@ -239,14 +236,6 @@ def _checked(scenario: Scenario) -> Scenario:
         )
     if scenario.numerics:
         prepare_devices(scenario)
-    if scenario.numerics and scenario.workload.surrogate and scenario.strategy.kind in _PS:
-        # Parameter servers hold the trained model's variables, partitioned by the clock
-        # model's: the two cannot both be right.
-        raise SimdistError(
-            f"{scenario.name}: a surrogate (workload.timing_model or workload.profile with "
-            "numerics on) cannot run under parameter_server, whose servers hold the trained "
-            "model's variables; run it timing-only with numerics: false"
-        )
     return scenario
 
 

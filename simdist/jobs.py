@@ -76,7 +76,7 @@ TopologyFactory = Callable[[simpy.Environment, Cluster, Scenario], Topology]
 class JobRun:
     """What one job brings to a shared run: its own scenario, costs and workload."""
 
-    scenario: Scenario  # the job as a scenario of its own (JobSpec.scenario)
+    scenario: Scenario  # the job as a scenario of its own (Scenario.job_scenarios)
     costs: Costs
     workload: Workload | None = None  # None: timing only
 
@@ -218,22 +218,12 @@ def job_runs(scenario: Scenario) -> list[JobRun]:
     if scenario.jobs is None:
         raise SimdistError(f"{scenario.name}: the scenario has no jobs")
     runs = []
-    devices = [
-        job.scenario.numeric_devices for job in scenario.jobs if job.scenario.runs_on_devices
-    ]
+    devices = [js.numeric_devices for js in scenario.job_scenarios if js.runs_on_devices]
     if devices:
         from simdist.numerics.executor import ensure_devices
 
         ensure_devices(max(devices))
-    for job in scenario.jobs:
-        js = job.scenario
-        if js.numerics and js.workload.surrogate and js.strategy.kind == "parameter_server":
-            raise SimdistError(
-                f"{scenario.name}: job {js.name}: a surrogate (workload.timing_model or "
-                "workload.profile with numerics on) cannot run under parameter_server, whose "
-                "servers hold the trained model's variables; run it timing-only with "
-                "numerics: false"
-            )
+    for js in scenario.job_scenarios:
         workload = cached_workload(js) if needs_workload(js) else None
         costs = measure_costs(js, workload)
         runs.append(JobRun(js, costs, workload if js.numerics else None))
@@ -329,13 +319,14 @@ def jobs_summary(scenario: Scenario, together: SharedRun, table: pd.DataFrame) -
     assert scenario.jobs is not None
     network = scenario.cluster.network
     jobs = []
-    for job, row in zip(scenario.jobs, table.itertuples(index=False), strict=True):
+    rows = zip(scenario.jobs, scenario.job_scenarios, table.itertuples(index=False), strict=True)
+    for job, js, row in rows:
         own = together.results[job.name].summary
         jobs.append(
             {
                 "name": job.name,
                 "strategy": job.strategy.kind,
-                "seed": job.scenario.seed,
+                "seed": js.seed,
                 "hosts": list(job.hosts),
                 "ps": list(job.ps),
                 "steps": int(row.steps),

@@ -200,6 +200,10 @@ class StrategySpecBase(Spec):
     # whatever the cluster is wired as. Its class's ``topology``, read from the scenario's
     # section without importing the class (whose module may import SimPy).
     wiring: ClassVar[str] = "switch"
+    # Whether ``simdist tradeoff`` starts from a scenario of this kind: its options then
+    # express the study's synchronous and asynchronous variants (``strategy.mode``,
+    # ``backup_workers``, ``staleness_bound``: simdist.tradeoff_variants.strategy_overrides).
+    tradeoff_base: ClassVar[bool] = False
 
     @classmethod
     def kinds(cls) -> tuple[str, ...]:
