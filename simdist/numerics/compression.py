@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,9 @@ import numpy as np
 
 from simdist.compressors import compressor
 from simdist.compressors.base import DEFAULT_RANK, DEFAULT_RATIO
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 __all__ = ["Compression", "CompressionState", "compressed_replica_step", "compression"]
 
@@ -81,7 +84,7 @@ def compression(
     return Compression(init, update)
 
 
-def compressed_replica_step(workload: Any, global_batch: int, method: Compression) -> Callable:
+def compressed_replica_step(workload: Workload, global_batch: int, method: Compression) -> Callable:
     """Jitted ``(params, state, xs, ys) -> (loss, gradient, moments, state)``: the replicas'
     gradients of ``xs``/``ys`` (leading replica axis) as one ``vmap``, each compressed by
     ``method`` before their sum; the loss summed, the batch moments averaged (as

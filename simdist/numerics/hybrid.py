@@ -24,7 +24,7 @@ replayed here; the clock has it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
@@ -36,6 +36,9 @@ from simdist.errors import SimdistError
 from simdist.mesh import Mesh
 from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
 from simdist.numerics.tensor_parallel import DATA, TENSOR, dense, dense_specs, loss_sum, mlp_roles
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 
 def stage_meshes(data: int, tensor: int, stages: int) -> list[jax.sharding.Mesh]:
@@ -97,7 +100,7 @@ class HybridTrainer:
 
     def __init__(
         self,
-        workload: Any,
+        workload: Workload,
         mesh: dict[str, int],
         counts: Sequence[int],
         micro_batches: int,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -46,6 +46,9 @@ from jax.sharding import PartitionSpec as P
 from simdist.errors import SimdistError
 from simdist.mesh import Mesh
 from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 TENSOR = "tensor"
 DATA = "data"
@@ -248,7 +251,7 @@ class TensorParallelTrainer:
 
     def __init__(
         self,
-        workload: Any,
+        workload: Workload,
         data: int,
         tensor: int,
         per_replica_batch: int,
