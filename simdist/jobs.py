@@ -67,6 +67,7 @@ INTERFERENCE_COLUMNS = (
     "slowdown",
 )
 
+
 @dataclass(frozen=True)
 class JobRun:
     """What one job brings to a shared run: its own scenario, costs and workload."""
