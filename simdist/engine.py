@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from simdist.assembly import build_floor, place, until_settled
-from simdist.costs import file_stamp, full_size, measure_costs, remember
+from simdist.costs import file_stamp, full_size, measure_costs
 from simdist.errors import SimdistError
+from simdist.memo import remember
 from simdist.memory_model import memory_per_device, off_device_memory
 from simdist.network import Network
 from simdist.network.telemetry import link_frames, network_links
