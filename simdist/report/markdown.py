@@ -16,6 +16,7 @@ import yaml
 
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
 from simdist.report.links import link_lines
+from simdist.report.memory import device_capacities, memory_rows
 from simdist.units import format_bandwidth, format_duration, format_number, format_size
 
 if TYPE_CHECKING:
@@ -50,8 +51,9 @@ PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
     ),
     "memory.png": (
         "Peak memory per device",
-        "What each stage's device holds at its peak (parameters, gradients, optimizer "
-        "state, stashed activations and weight versions) against its capacity.",
+        "What each device holds at its peak (parameters, gradients, optimizer state, "
+        "activations, a pipeline's stashed weight versions) against its capacity; devices "
+        "that hold the same share a bar, parameter servers and the host come last.",
     ),
     "timeline.png": (
         "Timeline of the first steps",
@@ -228,6 +230,8 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
         ("compute per replica step", format_duration(s["compute_s_per_replica_step"])),
         ("parameters", format_size(s["param_bytes"])),
     ]
+    if s.get("memory_per_device"):
+        rows += memory_rows(s, device_capacities(result.scenario))
     if s.get("numerics", True) and not s.get("diverged"):
         # collapsed: finite, but learned nothing (summary.collapse_reason says why)
         reason = s.get("collapse_reason")

@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import StrMethodFormatter
 
 from simdist.report.figures import no_data, save_figure, time_unit
+from simdist.report.memory import device_capacities, plot_memory
 from simdist.report.timeline import plot_time_split, plot_timeline
-from simdist.summary import natural_key
 
 if TYPE_CHECKING:
     from simdist.engine import Result
@@ -225,84 +225,6 @@ def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
     save_figure(fig, path)
 
 
-#: summary.json's ``memory_per_device`` parts → (label, colour), stacked in this order.
-_MEMORY_PARTS = {
-    "params": ("parameters", "#1f77b4"),
-    "gradients": ("gradients", "#aec7e8"),
-    "optimizer": ("optimizer state", "#9467bd"),
-    "activations": ("stashed activations", "#ff7f0e"),
-    "weight_versions": ("stashed weight versions", "#d62728"),
-}
-
-
-def _byte_unit(nbytes: float) -> tuple[float, str]:
-    """``(divisor, unit)`` in binary units so that ``nbytes / divisor`` reads well."""
-    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
-        if nbytes >= 1024.0**power:
-            return 1024.0**power, unit
-    return 1.0, "B"
-
-
-def plot_memory(summary: Mapping[str, Any], title: str, path: Path) -> None:
-    """Peak memory of each device, stacked by what it holds, against the device's capacity.
-
-    Drawn from summary.json's ``memory_per_device`` (parameters, gradients, optimizer state,
-    stashed activations, stashed weight versions) and ``device_memory_bytes``. The capacity
-    is a vertical line when it is within reach of the bars; far above them, the legend says
-    how much of it the fullest device uses.
-    """
-    per_device: Mapping[str, Mapping[str, float]] = summary.get("memory_per_device") or {}
-    capacity = float(summary.get("device_memory_bytes") or 0.0)
-    devices = sorted(per_device, key=natural_key)
-    fig = Figure(figsize=(8, 2.2 + 0.4 * max(1, len(devices))), layout="constrained")
-    ax = fig.subplots()
-    if not devices:
-        no_data(ax, "no per-device memory recorded")
-        save_figure(fig, path)
-        return
-    totals = [float(per_device[d].get("total", 0.0)) for d in devices]
-    top = max(totals)
-    near = capacity > 0 and capacity <= 4 * top
-    scale, unit = _byte_unit(max(top, capacity) if near else top)
-    y = np.arange(len(devices))[::-1]
-    left = np.zeros(len(devices))
-    for key, (label, color) in _MEMORY_PARTS.items():
-        values = np.array([float(per_device[d].get(key, 0.0)) for d in devices]) / scale
-        if key == "weight_versions" and not values.any():
-            continue
-        ax.barh(y, values, left=left, color=color, edgecolor="0.6", linewidth=0.4, label=label)
-        left += values
-    for yi, total in zip(y, totals, strict=True):
-        ax.text(total / scale, yi, f" {total / scale:.3g}", va="center", fontsize=8)
-    if near:
-        ax.axvline(
-            capacity / scale,
-            color="black",
-            ls="--",
-            lw=1.2,
-            label=f"device capacity {capacity / scale:.3g} {unit}",
-        )
-    elif capacity > 0:
-        ax.plot(
-            [],
-            [],
-            " ",
-            label=f"device capacity {_format_bytes(capacity)}: "
-            f"the fullest device uses {100 * top / capacity:.2g}%",
-        )
-    ax.set_xlim(0, (max(top, capacity) if near else top) / scale * 1.12)
-    ax.set_yticks(y, devices)
-    ax.set_xlabel(f"peak memory ({unit})")
-    ax.set_title(f"{title}: peak memory per device")
-    fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
-    save_figure(fig, path)
-
-
-def _format_bytes(nbytes: float) -> str:
-    scale, unit = _byte_unit(nbytes)
-    return f"{nbytes / scale:.3g} {unit}"
-
-
 def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
     """pipedream's weight staleness per stage (the ``stage_updates`` table).
 
@@ -399,10 +321,10 @@ def plot_jobs(
     """Every plot of a run except ``loss_vs_time.png``, undrawn: ``(file name, draw)`` pairs.
 
     ``staleness_hist.png`` is drawn only when the run has an ``updates``
-    table with staleness (parameter_server); ``memory.png`` for a pipeline (its
-    summary's ``memory_per_device``, per stage) and ``pipeline_staleness.png`` when the run has a
-    ``stage_updates`` table (pipeline; the latter pipedream only). Separate jobs, so
-    that :mod:`simdist.report.painter` can share them between two processes.
+    table with staleness (parameter_server); ``memory.png`` whenever the summary has
+    ``memory_per_device`` (every strategy: :mod:`simdist.report.memory`), and
+    ``pipeline_staleness.png`` when the run has a ``stage_updates`` table (pipedream).
+    Separate jobs, so that :mod:`simdist.report.painter` can share them between two processes.
     """
     out = Path(out_dir)
     name = result.scenario.name
@@ -431,9 +353,12 @@ def plot_jobs(
                 lambda: plot_stage_staleness(stages, name, out / "pipeline_staleness.png"),
             )
         )
-    if summary.get("memory_per_device") and "pipeline" in summary:
-        jobs.append(("memory.png", lambda: plot_memory(summary, name, out / "memory.png")))
     scenario = result.scenario
+    if summary.get("memory_per_device"):
+        capacities = device_capacities(scenario)
+        jobs.append(
+            ("memory.png", lambda: plot_memory(summary, name, out / "memory.png", capacities))
+        )
     jobs.append(
         (
             "timeline.png",
