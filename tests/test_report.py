@@ -327,3 +327,19 @@ def test_every_run_reports_its_memory(reports):
         _, folder = reports[name]
         text = (folder / "report.md").read_text()
         assert "| peak memory per device (" in text and "](memory.png)" in text, name
+
+
+def test_the_iteration_gap_has_its_own_panel_and_axis_beside_the_staleness(tmp_path):
+    """SSP's measure counts iterations ahead (to 48 for a straggler's peers); drawn on the
+    staleness axis it read as "parameter versions behind"."""
+    from simdist.report.plots import plot_staleness_hist
+
+    updates = pd.DataFrame({"staleness": [0, 1, 3, 3], "ssp_staleness": [0, 0, 48, 2]})
+    fig = plot_staleness_hist(updates, "ps", tmp_path / "s.png")
+    left, right = fig.axes
+    assert left.get_xlabel() == "staleness (parameter versions behind at apply)"
+    assert right.get_xlabel() == "iterations ahead of the slowest worker (SSP's measure)"
+    assert [round(p.get_height()) for p in left.patches] == [1, 1, 0, 2]
+    assert len(right.patches) == 49 and right.patches[48].get_height() == 1
+    only = plot_staleness_hist(updates[["staleness"]], "ps", tmp_path / "t.png")
+    assert len(only.axes) == 1

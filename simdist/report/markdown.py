@@ -42,7 +42,8 @@ PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
     ),
     "staleness_hist.png": (
         "Staleness",
-        "How many parameter versions behind each applied gradient was.",
+        "How many parameter versions behind each applied gradient was; beside it, how many "
+        "iterations its worker was ahead of the slowest (what a staleness bound limits).",
     ),
     "pipeline_staleness.png": (
         "Weight staleness per pipeline stage",

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from simdist.report.figures import no_data, save_figure, time_unit
 from simdist.report.memory import device_capacities, plot_memory
@@ -175,54 +175,61 @@ def plot_throughput(
     save_figure(fig, path)
 
 
-def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
+def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> Figure:
     """Histogram of the staleness of applied gradients (parameter_server's ``updates.csv``).
 
-    Staleness = PS version at apply − version the gradient was computed from;
-    the SSP measure (iterations ahead of the slowest worker) is drawn beside
-    it when recorded.
+    Staleness = PS version at apply − version the gradient was computed from. When the run
+    records it, the SSP measure (iterations the worker was ahead of the slowest) is a second
+    panel with its own axis: it counts iterations, not parameter versions, and its values
+    (up to 48 for a straggler's peers) would stretch the staleness axis. Returns the figure.
     """
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
+    ssp = updates["ssp_staleness"].to_numpy(int) if "ssp_staleness" in updates else None
+    fig = Figure(figsize=(11, 4) if ssp is not None else (7, 4), layout="constrained")
+    axes = fig.subplots(1, 2 if ssp is not None else 1, squeeze=False)[0]
     values = updates["staleness"].to_numpy(float) if "staleness" in updates else np.array([])
-    if values.size == 0:
-        no_data(ax, "no gradient applied")
-    else:
-        ssp = updates["ssp_staleness"].to_numpy(int) if "ssp_staleness" in updates else None
-        top = int(max(values.max(), 0 if ssp is None else ssp.max()))
-        x = np.arange(top + 1)
-        width = 0.4 if ssp is not None else 0.8
-        counts = np.bincount(values.astype(int).clip(0), minlength=top + 1)
-        ax.bar(
-            x - (width / 2 if ssp is not None else 0),
-            counts,
-            width,
-            color="tab:blue",
-            label=f"staleness: versions applied in between (n = {values.size:,})",
+    _count_bars(
+        axes[0],
+        values,
+        "tab:blue",
+        f"applied gradient shards (n = {values.size:,})",
+        "staleness (parameter versions behind at apply)",
+        "no gradient applied",
+    )
+    axes[0].set_title("staleness: versions applied in between")
+    if ssp is not None:
+        _count_bars(
+            axes[1],
+            ssp.astype(float),
+            "tab:orange",
+            "the same shards",
+            "iterations ahead of the slowest worker (SSP's measure)",
+            "no gradient applied",
         )
-        if ssp is not None:
-            ax.bar(
-                x + width / 2,
-                np.bincount(ssp.clip(0), minlength=top + 1),
-                width,
-                color="tab:orange",
-                label="SSP staleness: iterations ahead of the slowest worker",
-            )
-        ax.axvline(
-            values.mean(),
-            color="tab:red",
-            ls="--",
-            lw=1.2,
-            label=f"mean staleness {values.mean():.2f}",
-        )
-        if top < 30:
-            ax.set_xticks(x)
-        ax.set_ylim(0, counts.max() * 1.35)
-        ax.legend(loc="upper left", fontsize=8)
-    ax.set_xlabel("staleness (parameter versions behind at apply)")
-    ax.set_ylabel("applied gradient shards (count)")
-    ax.set_title(f"{title}: staleness of applied gradients")
+        axes[1].set_title("iteration gap: what a staleness bound limits")
+    fig.suptitle(f"{title}: staleness of applied gradients")
     save_figure(fig, path)
+    return fig
+
+
+def _count_bars(
+    ax: Any, values: np.ndarray, color: str, label: str, xlabel: str, empty: str
+) -> None:
+    """Bars of how many ``values`` take each whole number, and their mean."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("applied gradient shards (count)")
+    if values.size == 0:
+        no_data(ax, empty)
+        return
+    counts = np.bincount(values.astype(int).clip(0))
+    x = np.arange(len(counts))
+    ax.bar(x, counts, 0.8, color=color, label=label)
+    ax.axvline(values.mean(), color="tab:red", ls="--", lw=1.2, label=f"mean {values.mean():.2f}")
+    if len(x) <= 30:
+        ax.set_xticks(x)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, counts.max() * 1.3)
+    ax.legend(loc="upper right", fontsize=8)
 
 
 def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
