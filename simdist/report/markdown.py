@@ -146,8 +146,7 @@ def scenario_lines(scenario: Scenario) -> list[str]:
     if model is None:
         model_text = f"the layers of {workload['profile']}"
     else:
-        hidden = f" (hidden {model['hidden']})" if model.get("hidden") else ""
-        model_text = model["name"] + hidden
+        model_text = model["name"] + _model_sizes(model)
     clock = workload.get("timing_model", {}).get("name") or workload.get("profile")
     if model is not None and clock:
         model_text += f", timed as {clock}"
@@ -164,14 +163,35 @@ def scenario_lines(scenario: Scenario) -> list[str]:
         f"{workload['steps']} steps" if "steps" in workload else f"{workload.get('epochs')} epochs"
     )
     options = _options(strategy, skip=("kind",))
+    if data.get("numerics", True):
+        data_text = f" on {dataset_text}"
+        length += f", evaluated every {workload['eval_every']}"
+    else:  # nothing trained, nothing evaluated: only the clock ran
+        data_text = ""
+        length += ", timed only (numerics: false: no data, no loss, no evaluation)"
     return [
         f"- **Strategy**: `{strategy['kind']}`" + (f" — {options}" if options else ""),
         line + (f"; links: {link_text}" if link_text else ""),
-        f"- **Workload**: {model_text} on {dataset_text}; batch {workload['batch_size']} "
+        f"- **Workload**: {model_text}{data_text}; batch {workload['batch_size']} "
         f"per replica (global {scenario.global_batch}); {optimizer['name']} learning rate "
-        f"{optimizer['learning_rate']:g}; {length}, evaluated every {workload['eval_every']}",
+        f"{optimizer['learning_rate']:g}; {length}",
         f"- **Seed** {data['seed']}; numerics {'on' if data.get('numerics', True) else 'off'}",
     ]
+
+
+def _model_sizes(model: Mapping[str, Any]) -> str:
+    """The sizes a model's options set, in brackets: the mlp's hidden widths, a gpt's
+    layers, width, heads and sequence; nothing for the models of fixed size (gpt2, resnet50:
+    ``hidden`` is an mlp option that the others carry unused)."""
+    if model["name"] == "mlp" and model.get("hidden"):
+        return f" (hidden {model['hidden']})"
+    if model["name"] == "gpt":
+        width = model["hidden"][0] if isinstance(model.get("hidden"), list) else model.get("hidden")
+        return (
+            f" ({model.get('layers')} layers, hidden {width}, {model.get('heads')} heads, "
+            f"sequence {model.get('seq_len')})"
+        )
+    return ""
 
 
 def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[str, str]]:

@@ -327,7 +327,8 @@ def plot_jobs(
 ) -> list[tuple[str, Callable[[], None]]]:
     """Every plot of a run except ``loss_vs_time.png``, undrawn: ``(file name, draw)`` pairs.
 
-    ``staleness_hist.png`` is drawn only when the run has an ``updates``
+    ``loss_vs_step.png`` only when the run computed its numerics (a timing-only run has
+    no loss); ``staleness_hist.png`` is drawn only when the run has an ``updates``
     table with staleness (parameter_server); ``memory.png`` whenever the summary has
     ``memory_per_device`` (every strategy: :mod:`simdist.report.memory`), and
     ``pipeline_staleness.png`` when the run has a ``stage_updates`` table (pipedream).
@@ -337,13 +338,14 @@ def plot_jobs(
     name = result.scenario.name
     sim_time_s = float(result.summary["simulated_time_s"])
     metrics, summary, events = result.metrics, result.summary, result.events
-    jobs: list[tuple[str, Callable[[], None]]] = [
-        ("loss_vs_step.png", lambda: plot_loss_vs_step(metrics, name, out / "loss_vs_step.png")),
-        (
-            "throughput.png",
-            lambda: plot_throughput(metrics, summary, name, out / "throughput.png"),
-        ),
-    ]
+    jobs: list[tuple[str, Callable[[], None]]] = []
+    if summary.get("numerics", True):  # a timing-only run has no loss to draw
+        jobs.append(
+            ("loss_vs_step.png", lambda: plot_loss_vs_step(metrics, name, out / "loss_vs_step.png"))
+        )
+    jobs.append(
+        ("throughput.png", lambda: plot_throughput(metrics, summary, name, out / "throughput.png"))
+    )
     updates = result.tables.get("updates")
     if updates is not None and "staleness" in updates:
         jobs.append(
