@@ -317,6 +317,8 @@ def test_memory_groups_devices_alike_and_stacks_what_the_total_holds_beyond_the_
          "· activations 50 B"),
         ("memory off the devices (parameter servers, host)", "ps0 14 B"),
     ]  # fmt: skip
+    sharded = memory_rows({**summary, "param_bytes": 400}, caps)[1][1]
+    assert sharded.startswith("parameters 100 B (25.0% of the model's 400 B) · gradients")
     far = memory_layout(summary, {d: 1e12 for d in caps})
     assert far.capacity == 0 and far.capacity_note.endswith("the fullest device uses 2.5e-08%")
     assert memory_layout(summary).capacity_note == ""  # no capacity known: none said

@@ -234,7 +234,9 @@ def memory_rows(
 ) -> list[tuple[str, str]]:
     """report.md's key-number rows on memory: the fullest device's peak (against its
     capacity) and the least full, what the fullest holds (every numeric part, known or
-    not), and what the off-device tasks hold. None without ``memory_per_device``."""
+    not; its parameters as a share of the model's when it holds a part of them, as ZeRO,
+    tensor and pipeline parallelism do), and what the off-device tasks hold. None without
+    ``memory_per_device``."""
     groups = memory_groups(summary, capacities)
     on_device = [g for g in groups if not g.off_device]
     if not on_device:
@@ -255,12 +257,12 @@ def memory_rows(
     rows = [(f"peak memory per device ({count} devices)", peak)]
     known = [k for k in PARTS if k in fullest.parts]
     rest = sorted(k for k in fullest.parts if k not in PARTS and k != "total")
-    rows.append(
-        (
-            "the fullest device holds",
-            " · ".join(f"{_part_name(k)} {format_size(fullest.parts[k])}" for k in [*known, *rest]),
-        )
-    )
+    held = [f"{_part_name(k)} {format_size(fullest.parts[k])}" for k in [*known, *rest]]
+    model = float(summary.get("param_bytes") or 0.0)
+    params = fullest.parts.get("params", 0.0)
+    if "params" in known and 0 < params < model:  # sharded or split: ZeRO, tensor, pipeline
+        held[0] += f" ({_share(params, model)} of the model's {format_size(model)})"
+    rows.append(("the fullest device holds", " · ".join(held)))
     off = [g for g in groups if g.off_device]
     if off:
         shown = " · ".join(f"{g.devices[0]} {format_size(g.total)}" for g in off[:8])

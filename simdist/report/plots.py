@@ -224,7 +224,7 @@ def _count_bars(
     x = np.arange(len(counts))
     ax.bar(x, counts, 0.8, color=color, label=label)
     ax.axvline(values.mean(), color="tab:red", ls="--", lw=1.2, label=f"mean {values.mean():.2f}")
-    if len(x) <= 30:
+    if len(x) <= 16:  # each value named; more would overlap in a panel 5 inches wide
         ax.set_xticks(x)
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
