@@ -321,9 +321,10 @@ class Tradeoff:
         """Draw the figure on ``fig`` (a new matplotlib Figure by default); return it."""
         from matplotlib.figure import Figure
 
-        from simdist.report.tradeoff import FIGSIZE, draw_tradeoff
+        from simdist.report.tradeoff import draw_tradeoff, figure_size
 
-        fig = fig if fig is not None else Figure(figsize=FIGSIZE, layout="constrained")
+        if fig is None:
+            fig = Figure(figsize=figure_size(self.summary), layout="constrained")
         draw_tradeoff(fig, self.summary, self.target, self.strategies)
         return fig
 

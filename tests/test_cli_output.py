@@ -124,6 +124,14 @@ def test_list_piped_keeps_each_row_on_one_line():
     strategies = next(line for line in result.output.splitlines() if "│ strategies" in line)
     assert "one_device" in strategies and "local_sgd" in strategies  # not folded at 80
 
+    # off a terminal, a line per model it profiles: a cold cache took 1-2 minutes in silence
+    said = [line for line in result.output.splitlines() if line.startswith("profiling model ")]
+    from simdist.catalog import MODELS
+
+    first = next(iter(MODELS))
+    assert said[0] == f"profiling model {first} (1 of {len(MODELS)}; once: cached afterwards) …"
+    assert len(said) == len(MODELS)
+
 
 @pytest.mark.parametrize(
     ("size", "shown"), [("1GB", "1 GB"), ("4MiB", "4.0 MiB"), ("1MB..4MB", "2 MB")]

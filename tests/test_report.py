@@ -37,7 +37,7 @@ SCENARIOS = {
     ),
 }
 SYNC_PLOTS = {"loss_vs_time.png", "loss_vs_step.png", "throughput.png", "timeline.png"}
-SYNC_PLOTS |= {"time_split.png"}
+SYNC_PLOTS |= {"time_split.png", "memory.png"}
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +274,74 @@ def test_many_devices_keep_the_device_plots_at_most_14_inches_tall(
     plot_timeline(events, None, "many", tmp_path / "timeline.png")
     assert Image.open(tmp_path / "split.png").size == (880, split_px)
     assert Image.open(tmp_path / "timeline.png").size == (1100, timeline_px)
+
+
+# -- memory, for every strategy --------------------------------------------------------
+
+
+def _parts(params, activations, **extra):
+    parts = {"params": params, "gradients": params, "optimizer": 0, "activations": activations}
+    return {**parts, "total": 2 * params + activations + sum(extra.values()), **extra}
+
+
+def test_memory_groups_devices_alike_and_stacks_what_the_total_holds_beyond_the_parts():
+    from simdist.report.memory import memory_layout, memory_rows
+
+    summary = {
+        "memory_per_device": {
+            "w10/gpu0": _parts(100, 50),
+            "w2/gpu0": _parts(100, 50),
+            "w1/gpu0": _parts(40, 10, recompute=30),  # a part the report does not know
+        },
+        "memory_off_device": {"ps0": _parts(7, 0)},
+    }
+    caps = {"w1/gpu0": 1000.0, "w2/gpu0": 1000.0, "w10/gpu0": 1000.0}
+    layout = memory_layout(summary, caps)
+    assert [g.label for g in layout.rows] == ["w1/gpu0", "w2/gpu0 + 1 alike", "ps0 (host memory)"]
+    bars = {
+        row: list(zip(f["part"], f["width"], strict=True)) for row, f in layout.bars.groupby("row")
+    }
+    assert bars[0] == [("params", 40), ("gradients", 40), ("activations", 10), ("other", 30)]
+    assert bars[1] == [("params", 100), ("gradients", 100), ("activations", 50)]
+    assert (layout.capacity, layout.capacity_note) == (1000.0, "")  # within 4x of 250 B
+    assert [label for label, _ in layout.legend] == [
+        "parameters",
+        "gradients",
+        "activations",
+        "other (the total beyond the parts above)",
+    ]
+    assert memory_rows(summary, caps) == [
+        ("peak memory per device (3 devices)", "250 B on w2/gpu0 and 1 more alike, of its 1000 B "
+         "(25.0%); least 120 B (w1/gpu0)"),
+        ("the fullest device holds", "parameters 100 B · gradients 100 B · optimizer state 0 B "
+         "· activations 50 B"),
+        ("memory off the devices (parameter servers, host)", "ps0 14 B"),
+    ]  # fmt: skip
+    sharded = memory_rows({**summary, "param_bytes": 400}, caps)[1][1]
+    assert sharded.startswith("parameters 100 B (25.0% of the model's 400 B) · gradients")
+    far = memory_layout(summary, {d: 1e12 for d in caps})
+    assert far.capacity == 0 and far.capacity_note.endswith("the fullest device uses 2.5e-08%")
+    assert memory_layout(summary).capacity_note == ""  # no capacity known: none said
+
+
+def test_every_run_reports_its_memory(reports):
+    for name in SCENARIOS:
+        _, folder = reports[name]
+        text = (folder / "report.md").read_text()
+        assert "| peak memory per device (" in text and "](memory.png)" in text, name
+
+
+def test_the_iteration_gap_has_its_own_panel_and_axis_beside_the_staleness(tmp_path):
+    """SSP's measure counts iterations ahead (to 48 for a straggler's peers); drawn on the
+    staleness axis it read as "parameter versions behind"."""
+    from simdist.report.plots import plot_staleness_hist
+
+    updates = pd.DataFrame({"staleness": [0, 1, 3, 3], "ssp_staleness": [0, 0, 48, 2]})
+    fig = plot_staleness_hist(updates, "ps", tmp_path / "s.png")
+    left, right = fig.axes
+    assert left.get_xlabel() == "staleness (parameter versions behind at apply)"
+    assert right.get_xlabel() == "iterations ahead of the slowest worker (SSP's measure)"
+    assert [round(p.get_height()) for p in left.patches] == [1, 1, 0, 2]
+    assert len(right.patches) == 49 and right.patches[48].get_height() == 1
+    only = plot_staleness_hist(updates[["staleness"]], "ps", tmp_path / "t.png")
+    assert len(only.axes) == 1

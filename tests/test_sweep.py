@@ -256,3 +256,21 @@ def test_huge_grids_and_seed_lists_are_refused_before_any_work():
         seed_list(list(range(10_001)))
     result = runner.invoke(app, ["compare", "scenarios/ps_4w2s.yaml", "--seeds", "1000000"])
     assert result.exit_code == 2 and "at most 10,000" in result.output
+
+
+def test_sweep_plot_ticks_are_the_grid_values_and_whole_counts(tmp_path, monkeypatch):
+    """Worker counts 2, 3, 4 drew ticks at 2.5 and 3.5; a count on y got 0.5 steps."""
+    from matplotlib.figure import Figure
+
+    from simdist.sweep.grid import Axis
+    from simdist.sweep.plot import plot_sweep
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    axes = [Axis("cluster.hosts", (2, 3, 4)), Axis("seed", (0, 1))]
+    table = pd.DataFrame({"status": ["ok"] * 6, "staleness_max": [1, 2, 2, 3, 3, 3]})
+    plot_sweep(table, axes, "staleness_max", tmp_path / "s.png", "ps")
+    (ax,) = saved[0].axes
+    assert list(ax.get_xticks()) == [2, 3, 4]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "3", "4"]
+    assert all(float(y).is_integer() for y in ax.get_yticks())

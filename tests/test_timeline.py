@@ -35,7 +35,10 @@ DEVICES = {
     "pipeline_gpipe": [f"worker0/gpu{i}" for i in range(4)],
     "resnet50_8gpu_nvlink": [f"worker0/gpu{i}" for i in range(8)],
 }
-KINDS = {"pipeline_gpipe": ["compute", "comm"], "resnet50_8gpu_nvlink": ["compute", "comm", "idle"]}
+KINDS = {
+    "pipeline_gpipe": ["compute", "backward", "comm"],
+    "resnet50_8gpu_nvlink": ["compute", "backward", "comm", "idle"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,9 @@ def test_each_device_is_one_row_and_each_kind_one_legend_entry(runs, name):
     # communication overlaps compute on these runs: it is drawn as the lower band
     assert layout.comm_band
     labels = [label for _, label, _ in layout.legend]
-    assert labels[:2] == ["compute", "communication (lower band)"]
+    assert labels[:3] == ["compute: forward", "compute: backward", "communication (lower band)"]
+    # forward and backward in two colours: a pipeline's schedule can be read
+    assert layout.legend[0][2] != layout.legend[1][2]
     # every span of the window is drawn, on its own device's row
     window = events[events["start_s"] < layout.end_s]
     assert len(layout.bars) == len(window)
@@ -179,7 +184,7 @@ def test_many_kinds_keep_one_entry_each_and_the_legend_inside_the_figure():
     assert [k for k, _, _ in layout.legend] == [*KIND_LABELS, "alpha", "zeta"]
     colors = kind_colors(set(kinds))
     assert colors["compute"] == KIND_COLORS["compute"]
-    assert (colors["alpha"], colors["zeta"]) == ("#17becf", "#7f7f7f")  # spares, sorted order
+    assert (colors["alpha"], colors["zeta"]) == ("#17becf", "#f7b6d2")  # spares, sorted order
     fig = draw_timeline(events, None, "a run with a long name " * 3, steps=2)
     FigureCanvasAgg(fig).draw()
     (legend,) = fig.legends
@@ -189,3 +194,62 @@ def test_many_kinds_keep_one_entry_each_and_the_legend_inside_the_figure():
     assert len(legend.get_texts()) == len(kinds)
     lines = {round(text.get_window_extent().y0) for text in legend.get_texts()}
     assert len(lines) > 1  # wrapped onto more than one line
+
+
+def test_a_window_without_communication_runs_to_the_first_synchronisation():
+    """Local SGD (diloco) syncs every H steps: its first 3 steps are compute only, while its
+    time split is mostly communication. The window runs to the end of the first sync."""
+    rows = []
+    for step in range(10):
+        rows.append((step * 0.1, step * 0.1 + 0.1, "w0", "w0/gpu0", "compute", 0, step, "", ""))
+    rows.append((1.0, 6.0, "w0", "w0/gpu0", "comm", 8, 4, "all-reduce parameter deltas", ""))
+    for step in range(10, 13):
+        rows.append((step * 0.1 + 5, step * 0.1 + 5.1, "w0", "w0/gpu0", "compute", 0, step, "", ""))
+    layout = timeline_layout(_events(rows), None, steps=3)
+    assert (layout.steps, layout.end_s, layout.to_first_comm) == (5, 6.0, True)
+    assert [k for k, _, _ in layout.legend] == ["compute", "comm"]
+    fig = draw_timeline(_events(rows), None, "diloco", steps=3)
+    assert fig.axes[0].get_title() == (
+        "diloco: timeline of the first 5 steps (to the first synchronisation)"
+    )
+    early = timeline_layout(_events(rows), None, steps=6)  # the sync is inside: as asked
+    assert (early.steps, early.to_first_comm) == (6, False)
+
+
+def test_backward_spans_are_told_from_forward_and_waiting_is_one_grey_in_both_figures(
+    monkeypatch, tmp_path
+):
+    import matplotlib.axes
+
+    from simdist.report.timeline import plot_time_split
+
+    rows = [
+        (0.0, 1.0, "w0", "w0/gpu0", "compute", 0, 0, "F0", ""),
+        (1.0, 2.0, "w0", "w0/gpu0", "compute", 0, 0, "B0", ""),
+        (0.0, 1.0, "w0", "w0/gpu1", "compute", 0, 0, "forward", ""),
+        (1.0, 1.5, "w0", "w0/gpu1", "compute", 0, 0, "backward conv1", ""),
+        (1.5, 2.0, "w0", "w0/gpu1", "idle", 0, 0, "barrier", ""),
+        (2.0, 2.5, "w0", "w0/gpu1", "compute", 0, 0, "Bogus", ""),  # not a backward
+    ]
+    layout = timeline_layout(_events(rows), None, steps=1)
+    assert layout.bars["kind"].tolist() == [
+        "compute",
+        "backward",
+        "compute",
+        "backward",
+        "idle",
+        "compute",
+    ]
+    colors = {k: c for k, _, c in layout.legend}
+    assert colors["idle"] == KIND_COLORS["idle"] == "#737373"
+    drawn = {}
+    real_barh = matplotlib.axes.Axes.barh
+
+    def spy(self, y, width, *args, **kwargs):
+        drawn[kwargs["label"].split(" ")[0]] = kwargs["color"]
+        return real_barh(self, y, width, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "barh", spy)
+    plot_time_split(_events(rows), 3.0, "split", tmp_path / "split.png")
+    assert drawn["waiting"] == colors["idle"]  # the same grey means waiting in both
+    assert drawn["idle"] == "#ffffff"  # time without events: white, as in the timeline

@@ -93,7 +93,12 @@ def test_timing_only_report_says_no_accuracy_was_computed(tmp_path):
     assert summary["final_test_accuracy"] is None
     assert summary["final_train_loss"] is None
     assert not (out / "params.npz").exists()
-    assert (out / "loss_vs_time.png").is_file()
+    # no loss was computed: no loss plots, and the header says the run was timed only
+    assert not (out / "loss_vs_time.png").exists() and not (out / "loss_vs_step.png").exists()
+    text = (out / "report.md").read_text()
+    assert "loss_vs" not in text and "evaluated every" not in text and " on digits" not in text
+    assert "timed only (numerics: false: no data, no loss, no evaluation)" in text
+    assert (out / "throughput.png").is_file() and (out / "memory.png").is_file()
 
 
 def test_cost_analysis_runs_once_per_model_and_batch(monkeypatch):

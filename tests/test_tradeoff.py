@@ -348,12 +348,72 @@ def test_zero_or_missing_values_are_said_on_the_log_axes_not_drawn():
     from simdist.report.tradeoff import draw_tradeoff
 
     fig = Figure()
-    draw_tradeoff(fig, _summary([math.nan, 0.02, math.nan, 0.03]), 0.9, STRATEGIES)
+    # sync and SSP reached by no seed; sync + backups' gradients needed are zero
+    layout = draw_tradeoff(fig, _summary([math.nan, 0.02, math.nan, 0.03]), 0.9, STRATEGIES)
     fig.canvas.draw()  # a log axis without positive data failed here
+    kinds = layout.points.groupby(["row", "strategy"])["kind"].first().unstack()
+    assert kinds.loc[0].to_dict() == {
+        "sync": "unreached",
+        "sync + backups": "point",
+        "SSP": "unreached",
+        "async": "point",
+    }
     said = [[t.get_text() for t in ax.texts] for ax in fig.axes]
-    time_panel, throughput, updates, gradients = said[0], said[2], said[4], said[6]
-    assert "2 of 4 values zero or missing: not drawn" in time_panel
-    assert throughput == []
-    assert "2 of 4 values zero or missing: not drawn" in updates
-    assert gradients == ["nothing to draw on a log scale:\nevery value is zero or missing"]
-    assert fig.axes[6].get_yscale() == "linear" and fig.axes[0].get_yscale() == "log"
+    time_panel = said[0]
+    assert sorted(time_panel) == ["0/2: did not reach"] * 2 + ["2/2"] * 2
+    assert all(ax.get_yscale() == "log" for ax in fig.axes)
+    # the unreached strategies are a × at the top of every row's panel, in their colours
+    for ax in fig.axes:
+        crosses = [line for line in ax.lines if line.get_marker() == "x"]
+        assert sorted(line.get_color() for line in crosses) == ["C0", "C2"]
+
+
+def test_the_figure_labels_every_point_with_its_seeds_and_has_a_colour_per_strategy():
+    """The default grid's shape: x = workers (3 values), a panel per severity (2), three
+    rows; every point of the time row says k/N; no translucent band mixes colours."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
+
+    from simdist.report.tradeoff import ROWS, draw_tradeoff, figure_size, tradeoff_layout
+
+    cells = [(n, s) for n in (4, 8, 16) for s in (1.0, 4.0)]
+    rows = []
+    for cell in cells:
+        times = {
+            "sync": [0.05, 0.06, 0.07],
+            "sync + backups": [0.05, math.nan, 0.06],
+            "SSP": [0.04, 0.05, 0.05],
+            "async": [math.nan] * 3 if cell == (16, 1.0) else [0.03, 0.04, 0.05],
+        }
+        rows += _seed_rows(cell, times)
+    per_seed = pd.DataFrame(rows)
+    per_seed["updates_per_s"] = 1000.0 + per_seed["time_to_target_s"] * 0  # NaN unreached
+    per_seed["updates_to_target"] = per_seed["time_to_target_s"] * 1000.0
+    summary = tradeoff_summary(per_seed)
+    layout = tradeoff_layout(summary, STRATEGIES)
+    assert (layout.x, layout.panel_by, layout.panels) == ("workers", "severity", [1.0, 4.0])
+    assert layout.titles == ["slowdown ×1 (no stragglers)", "slowdown ×4"]
+    assert layout.legend == [(s, f"C{i}") for i, s in enumerate(STRATEGIES)]
+    time_row = layout.points[layout.points["row"] == 0]
+    assert len(time_row) == len(cells) * len(STRATEGIES)  # every cell of every strategy
+    labels = time_row.set_index(["strategy", "x", "panel"])["label"]
+    assert set(labels.xs("sync + backups")) == {"2/3"} and set(labels.xs("sync")) == {"3/3"}
+    assert labels[("async", 16, 0)] == "0/3"
+    missing = layout.points[layout.points["kind"] == "unreached"]
+    assert set(zip(missing["strategy"], missing["x"], missing["panel"], strict=True)) == {
+        ("async", 16, 0)
+    }
+    assert sorted(missing["row"]) == list(range(len(ROWS)))  # marked on every row
+    # the strategies at one x sit apart, in legend order
+    at4 = time_row[(time_row["x"] == 4) & (time_row["panel"] == 0)]
+    assert list(at4["x_drawn"]) == sorted(at4["x_drawn"]) and at4["x_drawn"].nunique() == 4
+    fig = Figure(figsize=figure_size(summary), layout="constrained")
+    draw_tradeoff(fig, summary, 0.9, STRATEGIES)
+    assert len(fig.axes) == len(ROWS) * 2
+    assert not any(isinstance(c, PolyCollection) for ax in fig.axes for c in ax.collections)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("0/3: did not reach") == 1 and texts.count("2/3") == 3
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == list(STRATEGIES)
+    drawn = {line.get_color() for ax in fig.axes for line in ax.lines}
+    assert drawn == {f"C{i}" for i in range(len(STRATEGIES))}  # no colour without a legend

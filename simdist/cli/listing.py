@@ -59,8 +59,13 @@ def _models_table() -> Table:
     )
     for column in ("model", "kind", "input", "layers", "parameters", "GFLOPs / example"):
         table.add_column(column, justify="left" if column in ("model", "kind") else "right")
-    with err_console.status("profiling models (once: cached afterwards) …"):
-        for name in MODELS:
+    with err_console.status("profiling models (once: cached afterwards) …") as status:
+        for i, name in enumerate(MODELS, 1):
+            said = f"profiling model {name} ({i} of {len(MODELS)}; once: cached afterwards) …"
+            if err_console.is_terminal:
+                status.update(said)
+            else:  # no spinner off a terminal: a line per model, so a cold cache is not silent
+                err_console.print(said, soft_wrap=True, highlight=False)
             p = guarded(lambda name=name: profile_model(name, 1))
             table.add_row(
                 name,

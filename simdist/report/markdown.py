@@ -16,6 +16,7 @@ import yaml
 
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
 from simdist.report.links import link_lines
+from simdist.report.memory import device_capacities, memory_rows
 from simdist.units import format_bandwidth, format_duration, format_number, format_size
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
     ),
     "staleness_hist.png": (
         "Staleness",
-        "How many parameter versions behind each applied gradient was.",
+        "How many parameter versions behind each applied gradient was; beside it, how many "
+        "iterations its worker was ahead of the slowest (what a staleness bound limits).",
     ),
     "pipeline_staleness.png": (
         "Weight staleness per pipeline stage",
@@ -50,8 +52,9 @@ PLOT_CAPTIONS: dict[str, tuple[str, str]] = {
     ),
     "memory.png": (
         "Peak memory per device",
-        "What each stage's device holds at its peak (parameters, gradients, optimizer "
-        "state, stashed activations and weight versions) against its capacity.",
+        "What each device holds at its peak (parameters, gradients, optimizer state, "
+        "activations, a pipeline's stashed weight versions) against its capacity; devices "
+        "that hold the same share a bar, parameter servers and the host come last.",
     ),
     "timeline.png": (
         "Timeline of the first steps",
@@ -143,8 +146,7 @@ def scenario_lines(scenario: Scenario) -> list[str]:
     if model is None:
         model_text = f"the layers of {workload['profile']}"
     else:
-        hidden = f" (hidden {model['hidden']})" if model.get("hidden") else ""
-        model_text = model["name"] + hidden
+        model_text = model["name"] + _model_sizes(model)
     clock = workload.get("timing_model", {}).get("name") or workload.get("profile")
     if model is not None and clock:
         model_text += f", timed as {clock}"
@@ -161,14 +163,35 @@ def scenario_lines(scenario: Scenario) -> list[str]:
         f"{workload['steps']} steps" if "steps" in workload else f"{workload.get('epochs')} epochs"
     )
     options = _options(strategy, skip=("kind",))
+    if data.get("numerics", True):
+        data_text = f" on {dataset_text}"
+        length += f", evaluated every {workload['eval_every']}"
+    else:  # nothing trained, nothing evaluated: only the clock ran
+        data_text = ""
+        length += ", timed only (numerics: false: no data, no loss, no evaluation)"
     return [
         f"- **Strategy**: `{strategy['kind']}`" + (f" — {options}" if options else ""),
         line + (f"; links: {link_text}" if link_text else ""),
-        f"- **Workload**: {model_text} on {dataset_text}; batch {workload['batch_size']} "
+        f"- **Workload**: {model_text}{data_text}; batch {workload['batch_size']} "
         f"per replica (global {scenario.global_batch}); {optimizer['name']} learning rate "
-        f"{optimizer['learning_rate']:g}; {length}, evaluated every {workload['eval_every']}",
+        f"{optimizer['learning_rate']:g}; {length}",
         f"- **Seed** {data['seed']}; numerics {'on' if data.get('numerics', True) else 'off'}",
     ]
+
+
+def _model_sizes(model: Mapping[str, Any]) -> str:
+    """The sizes a model's options set, in brackets: the mlp's hidden widths, a gpt's
+    layers, width, heads and sequence; nothing for the models of fixed size (gpt2, resnet50:
+    ``hidden`` is an mlp option that the others carry unused)."""
+    if model["name"] == "mlp" and model.get("hidden"):
+        return f" (hidden {model['hidden']})"
+    if model["name"] == "gpt":
+        width = model["hidden"][0] if isinstance(model.get("hidden"), list) else model.get("hidden")
+        return (
+            f" ({model.get('layers')} layers, hidden {width}, {model.get('heads')} heads, "
+            f"sequence {model.get('seq_len')})"
+        )
+    return ""
 
 
 def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[str, str]]:
@@ -228,6 +251,8 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
         ("compute per replica step", format_duration(s["compute_s_per_replica_step"])),
         ("parameters", format_size(s["param_bytes"])),
     ]
+    if s.get("memory_per_device"):
+        rows += memory_rows(s, device_capacities(result.scenario))
     if s.get("numerics", True) and not s.get("diverged"):
         # collapsed: finite, but learned nothing (summary.collapse_reason says why)
         reason = s.get("collapse_reason")

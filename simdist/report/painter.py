@@ -45,7 +45,8 @@ TRACE = "trace.json"
 
 def plot_jobs(result: Result | Drawn, folder: Path) -> list[Callable[[], list[str]]]:
     """Every plot of ``result`` as a job drawing into ``folder`` and returning the names it
-    wrote, in report.md's order: ``loss_vs_time.png``, those of
+    wrote, in report.md's order: ``loss_vs_time.png`` (not for a timing-only run, which
+    computed no loss), those of
     :func:`simdist.report.plots.plot_jobs`, then the links' heatmap (none when no link
     carried bytes)."""
     from simdist.report import links, plots
@@ -62,8 +63,9 @@ def plot_jobs(result: Result | Drawn, folder: Path) -> list[Callable[[], list[st
 
         return drawn
 
+    learned = [loss_vs_time] if result.summary.get("numerics", True) else []
     return [
-        loss_vs_time,
+        *learned,
         *(job(name, draw) for name, draw in plots.plot_jobs(result, folder)),
         lambda: links.write_link_plots(result, folder),
     ]

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from simdist.report.figures import no_data, save_figure, time_unit
+from simdist.report.memory import device_capacities, plot_memory
 from simdist.report.timeline import plot_time_split, plot_timeline
-from simdist.summary import natural_key
 
 if TYPE_CHECKING:
     from simdist.engine import Result
@@ -175,132 +175,61 @@ def plot_throughput(
     save_figure(fig, path)
 
 
-def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> None:
+def plot_staleness_hist(updates: pd.DataFrame, title: str, path: Path) -> Figure:
     """Histogram of the staleness of applied gradients (parameter_server's ``updates.csv``).
 
-    Staleness = PS version at apply − version the gradient was computed from;
-    the SSP measure (iterations ahead of the slowest worker) is drawn beside
-    it when recorded.
+    Staleness = PS version at apply − version the gradient was computed from. When the run
+    records it, the SSP measure (iterations the worker was ahead of the slowest) is a second
+    panel with its own axis: it counts iterations, not parameter versions, and its values
+    (up to 48 for a straggler's peers) would stretch the staleness axis. Returns the figure.
     """
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
+    ssp = updates["ssp_staleness"].to_numpy(int) if "ssp_staleness" in updates else None
+    fig = Figure(figsize=(11, 4) if ssp is not None else (7, 4), layout="constrained")
+    axes = fig.subplots(1, 2 if ssp is not None else 1, squeeze=False)[0]
     values = updates["staleness"].to_numpy(float) if "staleness" in updates else np.array([])
-    if values.size == 0:
-        no_data(ax, "no gradient applied")
-    else:
-        ssp = updates["ssp_staleness"].to_numpy(int) if "ssp_staleness" in updates else None
-        top = int(max(values.max(), 0 if ssp is None else ssp.max()))
-        x = np.arange(top + 1)
-        width = 0.4 if ssp is not None else 0.8
-        counts = np.bincount(values.astype(int).clip(0), minlength=top + 1)
-        ax.bar(
-            x - (width / 2 if ssp is not None else 0),
-            counts,
-            width,
-            color="tab:blue",
-            label=f"staleness: versions applied in between (n = {values.size:,})",
+    _count_bars(
+        axes[0],
+        values,
+        "tab:blue",
+        f"applied gradient shards (n = {values.size:,})",
+        "staleness (parameter versions behind at apply)",
+        "no gradient applied",
+    )
+    axes[0].set_title("staleness: versions applied in between")
+    if ssp is not None:
+        _count_bars(
+            axes[1],
+            ssp.astype(float),
+            "tab:orange",
+            "the same shards",
+            "iterations ahead of the slowest worker (SSP's measure)",
+            "no gradient applied",
         )
-        if ssp is not None:
-            ax.bar(
-                x + width / 2,
-                np.bincount(ssp.clip(0), minlength=top + 1),
-                width,
-                color="tab:orange",
-                label="SSP staleness: iterations ahead of the slowest worker",
-            )
-        ax.axvline(
-            values.mean(),
-            color="tab:red",
-            ls="--",
-            lw=1.2,
-            label=f"mean staleness {values.mean():.2f}",
-        )
-        if top < 30:
-            ax.set_xticks(x)
-        ax.set_ylim(0, counts.max() * 1.35)
-        ax.legend(loc="upper left", fontsize=8)
-    ax.set_xlabel("staleness (parameter versions behind at apply)")
+        axes[1].set_title("iteration gap: what a staleness bound limits")
+    fig.suptitle(f"{title}: staleness of applied gradients")
+    save_figure(fig, path)
+    return fig
+
+
+def _count_bars(
+    ax: Any, values: np.ndarray, color: str, label: str, xlabel: str, empty: str
+) -> None:
+    """Bars of how many ``values`` take each whole number, and their mean."""
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("applied gradient shards (count)")
-    ax.set_title(f"{title}: staleness of applied gradients")
-    save_figure(fig, path)
-
-
-#: summary.json's ``memory_per_device`` parts → (label, colour), stacked in this order.
-_MEMORY_PARTS = {
-    "params": ("parameters", "#1f77b4"),
-    "gradients": ("gradients", "#aec7e8"),
-    "optimizer": ("optimizer state", "#9467bd"),
-    "activations": ("stashed activations", "#ff7f0e"),
-    "weight_versions": ("stashed weight versions", "#d62728"),
-}
-
-
-def _byte_unit(nbytes: float) -> tuple[float, str]:
-    """``(divisor, unit)`` in binary units so that ``nbytes / divisor`` reads well."""
-    for power, unit in ((3, "GiB"), (2, "MiB"), (1, "KiB")):
-        if nbytes >= 1024.0**power:
-            return 1024.0**power, unit
-    return 1.0, "B"
-
-
-def plot_memory(summary: Mapping[str, Any], title: str, path: Path) -> None:
-    """Peak memory of each device, stacked by what it holds, against the device's capacity.
-
-    Drawn from summary.json's ``memory_per_device`` (parameters, gradients, optimizer state,
-    stashed activations, stashed weight versions) and ``device_memory_bytes``. The capacity
-    is a vertical line when it is within reach of the bars; far above them, the legend says
-    how much of it the fullest device uses.
-    """
-    per_device: Mapping[str, Mapping[str, float]] = summary.get("memory_per_device") or {}
-    capacity = float(summary.get("device_memory_bytes") or 0.0)
-    devices = sorted(per_device, key=natural_key)
-    fig = Figure(figsize=(8, 2.2 + 0.4 * max(1, len(devices))), layout="constrained")
-    ax = fig.subplots()
-    if not devices:
-        no_data(ax, "no per-device memory recorded")
-        save_figure(fig, path)
+    if values.size == 0:
+        no_data(ax, empty)
         return
-    totals = [float(per_device[d].get("total", 0.0)) for d in devices]
-    top = max(totals)
-    near = capacity > 0 and capacity <= 4 * top
-    scale, unit = _byte_unit(max(top, capacity) if near else top)
-    y = np.arange(len(devices))[::-1]
-    left = np.zeros(len(devices))
-    for key, (label, color) in _MEMORY_PARTS.items():
-        values = np.array([float(per_device[d].get(key, 0.0)) for d in devices]) / scale
-        if key == "weight_versions" and not values.any():
-            continue
-        ax.barh(y, values, left=left, color=color, edgecolor="0.6", linewidth=0.4, label=label)
-        left += values
-    for yi, total in zip(y, totals, strict=True):
-        ax.text(total / scale, yi, f" {total / scale:.3g}", va="center", fontsize=8)
-    if near:
-        ax.axvline(
-            capacity / scale,
-            color="black",
-            ls="--",
-            lw=1.2,
-            label=f"device capacity {capacity / scale:.3g} {unit}",
-        )
-    elif capacity > 0:
-        ax.plot(
-            [],
-            [],
-            " ",
-            label=f"device capacity {_format_bytes(capacity)}: "
-            f"the fullest device uses {100 * top / capacity:.2g}%",
-        )
-    ax.set_xlim(0, (max(top, capacity) if near else top) / scale * 1.12)
-    ax.set_yticks(y, devices)
-    ax.set_xlabel(f"peak memory ({unit})")
-    ax.set_title(f"{title}: peak memory per device")
-    fig.legend(loc="outside lower center", ncol=3, frameon=False, fontsize=8)
-    save_figure(fig, path)
-
-
-def _format_bytes(nbytes: float) -> str:
-    scale, unit = _byte_unit(nbytes)
-    return f"{nbytes / scale:.3g} {unit}"
+    counts = np.bincount(values.astype(int).clip(0))
+    x = np.arange(len(counts))
+    ax.bar(x, counts, 0.8, color=color, label=label)
+    ax.axvline(values.mean(), color="tab:red", ls="--", lw=1.2, label=f"mean {values.mean():.2f}")
+    if len(x) <= 16:  # each value named; more would overlap in a panel 5 inches wide
+        ax.set_xticks(x)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(0, counts.max() * 1.3)
+    ax.legend(loc="upper right", fontsize=8)
 
 
 def plot_stage_staleness(updates: pd.DataFrame, title: str, path: Path) -> None:
@@ -398,23 +327,25 @@ def plot_jobs(
 ) -> list[tuple[str, Callable[[], None]]]:
     """Every plot of a run except ``loss_vs_time.png``, undrawn: ``(file name, draw)`` pairs.
 
-    ``staleness_hist.png`` is drawn only when the run has an ``updates``
-    table with staleness (parameter_server); ``memory.png`` for a pipeline (its
-    summary's ``memory_per_device``, per stage) and ``pipeline_staleness.png`` when the run has a
-    ``stage_updates`` table (pipeline; the latter pipedream only). Separate jobs, so
-    that :mod:`simdist.report.painter` can share them between two processes.
+    ``loss_vs_step.png`` only when the run computed its numerics (a timing-only run has
+    no loss); ``staleness_hist.png`` is drawn only when the run has an ``updates``
+    table with staleness (parameter_server); ``memory.png`` whenever the summary has
+    ``memory_per_device`` (every strategy: :mod:`simdist.report.memory`), and
+    ``pipeline_staleness.png`` when the run has a ``stage_updates`` table (pipedream).
+    Separate jobs, so that :mod:`simdist.report.painter` can share them between two processes.
     """
     out = Path(out_dir)
     name = result.scenario.name
     sim_time_s = float(result.summary["simulated_time_s"])
     metrics, summary, events = result.metrics, result.summary, result.events
-    jobs: list[tuple[str, Callable[[], None]]] = [
-        ("loss_vs_step.png", lambda: plot_loss_vs_step(metrics, name, out / "loss_vs_step.png")),
-        (
-            "throughput.png",
-            lambda: plot_throughput(metrics, summary, name, out / "throughput.png"),
-        ),
-    ]
+    jobs: list[tuple[str, Callable[[], None]]] = []
+    if summary.get("numerics", True):  # a timing-only run has no loss to draw
+        jobs.append(
+            ("loss_vs_step.png", lambda: plot_loss_vs_step(metrics, name, out / "loss_vs_step.png"))
+        )
+    jobs.append(
+        ("throughput.png", lambda: plot_throughput(metrics, summary, name, out / "throughput.png"))
+    )
     updates = result.tables.get("updates")
     if updates is not None and "staleness" in updates:
         jobs.append(
@@ -431,9 +362,12 @@ def plot_jobs(
                 lambda: plot_stage_staleness(stages, name, out / "pipeline_staleness.png"),
             )
         )
-    if summary.get("memory_per_device") and "pipeline" in summary:
-        jobs.append(("memory.png", lambda: plot_memory(summary, name, out / "memory.png")))
     scenario = result.scenario
+    if summary.get("memory_per_device"):
+        capacities = device_capacities(scenario)
+        jobs.append(
+            ("memory.png", lambda: plot_memory(summary, name, out / "memory.png", capacities))
+        )
     jobs.append(
         (
             "timeline.png",

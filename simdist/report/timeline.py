@@ -42,9 +42,10 @@ if TYPE_CHECKING:
 #: Colours of event kinds; unknown kinds get :data:`_SPARE_COLORS` in sorted order.
 KIND_COLORS = {
     "compute": "#1f77b4",
+    "backward": "#08306b",
     "straggle": "#6baed6",
     "comm": "#ff7f0e",
-    "idle": "#bdbdbd",
+    "idle": "#737373",
     "input_wait": "#e377c2",
     "eval": "#2ca02c",
     "apply": "#9467bd",
@@ -53,15 +54,19 @@ KIND_COLORS = {
     "restart": "#bcbd22",
     "restore": "#c49c94",
 }
-_SPARE_COLORS = ("#17becf", "#7f7f7f", "#aec7e8", "#98df8a", "#c5b0d5", "#dbdb8d")
+_SPARE_COLORS = ("#17becf", "#f7b6d2", "#aec7e8", "#98df8a", "#c5b0d5", "#dbdb8d")
 #: The timeline legend's name of each event kind, in legend order; other kinds follow
 #: under their own name, in sorted order. ``idle`` rows are recorded waits (barriers,
-#: staleness bounds, waiting for variables), not time without events.
+#: staleness bounds, waiting for variables), not time without events: dark grey here and in
+#: time_split.png, where time without events is white, as it is here. ``backward`` is not
+#: an event kind: it is a ``compute`` span of a backward pass (:data:`BACKWARD_DETAIL`),
+#: drawn darker so that a pipeline's forwards and backwards can be told apart.
 KIND_LABELS = {
     "compute": "compute",
+    "backward": "compute: backward",
     "straggle": "straggle (slow excess)",
     "comm": "communication",
-    "idle": "waiting / barrier",
+    "idle": "waiting (barrier, bound, variables)",
     "input_wait": "input wait",
     "eval": "eval",
     "apply": "apply",
@@ -73,17 +78,20 @@ KIND_LABELS = {
 _SPLIT_COLORS = {
     "compute": KIND_COLORS["compute"],
     "comm": KIND_COLORS["comm"],
-    "waiting": "#737373",
+    "waiting": KIND_COLORS["idle"],
     "other": KIND_COLORS["eval"],
-    "idle": "#f0f0f0",
+    "idle": "#ffffff",
 }
 _SPLIT_LABELS = {
     "compute": "compute",
     "comm": "communication",
     "waiting": "waiting ({kinds} events)",
     "other": "other ({kinds} events)",
-    "idle": "idle (nothing recorded)",
+    "idle": "idle (nothing recorded: white, as in the timeline)",
 }
+#: A ``compute`` span's detail that marks a backward pass: a pipeline's micro-batch ``B3``,
+#: a layer's ``backward conv1``.
+BACKWARD_DETAIL = r"^(?:B\d+|backward)\b"
 
 
 #: The tallest figure either plot draws (inches): a thousand devices make one row each.
@@ -143,6 +151,9 @@ class TimelineLayout:
     its row's bar height). ``legend``: (kind, label, colour) of each kind drawn, in
     legend order, once each. The window is ``[0, end_s]``. ``comm_band``: communication
     runs in a band under the other spans of its row (it overlaps them somewhere).
+    ``to_first_comm``: the first ``steps`` asked for held no communication, so the window
+    runs to the end of the first step that does (local SGD's synchronisation every H steps).
+    A bar's ``kind`` is its event's, except compute spans of a backward pass: ``backward``.
     """
 
     rows: list[Track]
@@ -151,6 +162,7 @@ class TimelineLayout:
     end_s: float
     steps: int
     comm_band: bool
+    to_first_comm: bool = False
 
 
 def _clusters(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -210,9 +222,16 @@ def timeline_layout(
     backward pass, activations sent during the next micro-batch), every row holding both
     draws communication in its lower :data:`COMM_SHARE` of the bar height and the rest
     above (:attr:`TimelineLayout.comm_band`); otherwise both fill the bar height. Spans
-    of one band that overlap each other share it in sub-lanes.
+    of one band that overlap each other share it in sub-lanes. When the first ``steps``
+    steps hold no communication and a later step does (local SGD syncs every H steps), the
+    window runs to the end of that step, so that the figure shows what the time split counts.
     """
-    first = events[(events["step"] >= 0) & (events["step"] < steps)]
+    numbered = events["step"] >= 0
+    comm_steps = events.loc[numbered & (events["kind"] == "comm"), "step"]
+    to_first_comm = bool(len(comm_steps)) and int(comm_steps.min()) >= steps
+    if to_first_comm:
+        steps = int(comm_steps.min()) + 1
+    first = events[numbered & (events["step"] < steps)]
     end_s = float(first["end_s"].max()) if len(first) else float(events["end_s"].max() or 0)
     window = events[events["start_s"] < end_s]
     spans, tracks = device_tracks(window, scenario, links=False)
@@ -233,9 +252,14 @@ def timeline_layout(
         bottom[rest], height[rest] = _stack(starts[rest], ends[rest], top, BAR_HEIGHT - band)
         top -= BAR_HEIGHT - band
         bottom[comm], height[comm] = _stack(starts[comm], ends[comm], top, band)
+    kinds = spans["kind"].to_numpy(dtype=object)
+    backward = (spans["kind"] == "compute") & spans["detail"].fillna("").astype(str).str.match(
+        BACKWARD_DETAIL
+    )
+    kinds[backward.to_numpy()] = "backward"
     bars = pd.DataFrame(
         {
-            "kind": spans["kind"].to_numpy(dtype=object),
+            "kind": kinds,
             "row": row,
             "start_s": np.minimum(starts, end_s),
             "end_s": np.minimum(ends, end_s),
@@ -244,8 +268,12 @@ def timeline_layout(
         }
     )
     labels = KIND_LABELS | ({"comm": "communication (lower band)"} if comm_band else {})
+    if backward.any():
+        labels["compute"] = "compute: forward"
     legend = [(k, labels.get(k, k), c) for k, c in kind_colors(set(bars["kind"])).items()]
-    return TimelineLayout([t for t, _ in tracks], bars, legend, end_s, steps, comm_band)
+    return TimelineLayout(
+        [t for t, _ in tracks], bars, legend, end_s, steps, comm_band, to_first_comm
+    )
 
 
 def _fit_legend(fig: Figure, handles: list[Patch]) -> Legend:
@@ -299,7 +327,8 @@ def draw_timeline(
     ax.set_xlim(0, layout.end_s * factor)
     _fit_legend(fig, [Patch(color=c, label=label) for _, label, c in layout.legend])
     ax.set_xlabel(f"simulated time ({unit})")
-    ax.set_title(f"{title}: timeline of the first {layout.steps} steps")
+    reach = " (to the first synchronisation)" if layout.to_first_comm else ""
+    ax.set_title(f"{title}: timeline of the first {layout.steps} steps{reach}")
     ax.grid(axis="x", alpha=0.3)
     return fig
 

@@ -50,6 +50,7 @@ def plot_sweep(
     ``table`` is :func:`sweep_table` of every point, in grid order.
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     # A bare Figure (no pyplot): no global backend switch, no figure left open.
     fig = Figure(figsize=(7, 4))
@@ -80,10 +81,19 @@ def plot_sweep(
         if not numeric:
             ax.set_xticks(range(len(x_axis.values)))
             ax.set_xticklabels([flow_yaml(v) for v in x_axis.values])
-        elif min(x_axis.values) > 0 and max(x_axis.values) / min(x_axis.values) >= 16:
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(list(x_axis.values), [flow_yaml(v) for v in x_axis.values])
+        else:
+            if min(x_axis.values) > 0 and max(x_axis.values) / min(x_axis.values) >= 16:
+                ax.set_xscale("log", base=2)
+            grid = sorted(set(x_axis.values))
+            if len(grid) <= 12:  # a tick at each grid value, never between two (2.5 workers)
+                ax.set_xticks(grid, [flow_yaml(v) for v in grid])
+            elif all(float(v).is_integer() for v in grid):
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.minorticks_off()
+        if all(
+            float(y).is_integer() for line in series.values() for ys in line.values() for y in ys
+        ):
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: whole ticks
         ax.set_xlabel(x_axis.path)
         ax.set_ylabel(metric)
         seeds = next((a for a in axes if a.path == "seed"), None)
