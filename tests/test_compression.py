@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from simdist.engine import simulate
-from simdist.errors import ScenarioError
 from simdist.compressors import METHODS
 from simdist.compressors.base import powersgd_factors
 from simdist.compressors.methods import orthogonalise, powersgd_round
+from simdist.engine import simulate
+from simdist.errors import ScenarioError
 from simdist.numerics.compression import compression
 from simdist.profiles import DEVICE_PROFILES
 from simdist.runs import run
