@@ -48,6 +48,7 @@ from simdist.scenario.fields import (
     MAX_SEED,
     shorthand,
 )
+from simdist.scenario.goodput import GoodputSpec
 from simdist.scenario.hosts import check_ps_placement, check_size, resolve_hosts
 from simdist.scenario.jobs import JobSpec
 from simdist.scenario.messages import EXAMPLES
@@ -124,6 +125,7 @@ class Scenario(Spec):
     jobs: list[JobSpec] | None = Field(
         None, examples=["[{name: a, hosts: 2, workload: {...}, strategy: multi_worker_mirrored}]"]
     )
+    goodput: GoodputSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
