@@ -173,6 +173,8 @@ def rates_of(spec: str | Any) -> tuple[Cause, ...]:
     """The causes a scenario's ``goodput.rates`` names: a preset, or per-component rates."""
     if isinstance(spec, str):
         return preset(spec)
+    if spec.preset is not None:
+        return preset(spec.preset)
     return tuple(
         Cause(name, component, per_day, planned=component == "job", local=local)
         for name, component, per_day, local in (

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from simdist.scenario.effects import CheckpointSpec
-from simdist.spec import Bandwidth, Float, Latency, PositiveDuration, PositiveInt, Spec, show
+from simdist.scenario.fields import shorthand
+from simdist.spec import Bandwidth, Float, Latency, PositiveDuration, PositiveInt, Spec, fail, show
 from simdist.units import UnitError, parse_duration
 
 __all__ = [
@@ -57,23 +58,25 @@ Horizon = Annotated[float, BeforeValidator(_horizon)]
 
 
 class RatesSpec(Spec):
-    """Failure rates per component per day (``gpu: 1.5e-4`` is one failure in 6,700 GPU-days).
+    """Failure rates per component per day (``gpu: 1.5e-4`` is one failure in 6,700
+    GPU-days), or a ``preset`` of :mod:`simdist.goodput.rates` (``rates: llama3_405b`` is
+    short for ``rates: {preset: llama3_405b}``). ``planned`` is per job per day: maintenance
+    that stops the job after a checkpoint."""
 
-    ``planned`` is per job per day: maintenance that stops the job after a checkpoint."""
-
+    preset: Literal[RATE_PRESETS] | None = Field(None, examples=["llama3_405b"])  # type: ignore[valid-type]
     gpu: Float = Field(0.0, ge=0, examples=["1.5e-4"])
     host: Float = Field(0.0, ge=0, examples=["1.0e-3"])
     switch: Float = Field(0.0, ge=0, examples=["6.0e-4"])
     planned: Float = Field(0.0, ge=0, examples=["0.87"])
 
-
-def _rates(value: object) -> object:
-    if isinstance(value, str) and value not in RATE_PRESETS:
-        raise ValueError(
-            f"got {show(value)}; expected one of {', '.join(RATE_PRESETS)} or rates per "
-            "component per day, e.g. rates: {gpu: 1.5e-4, host: 1.0e-3, switch: 6.0e-4}"
-        )
-    return value
+    @model_validator(mode="after")
+    def _preset_or_rates(self) -> RatesSpec:
+        if self.preset is not None and self.model_fields_set - {"preset"}:
+            raise fail(
+                "preset",
+                "give a preset or rates per component, not both, e.g. rates: llama3_405b",
+            )
+        return self
 
 
 class ElasticSpec(Spec):
@@ -92,6 +95,9 @@ class GoodputCheckpointSpec(CheckpointSpec):
     memory at ``host_copy_bandwidth``, then the write in the background); a restart reads
     it back at ``read_bandwidth`` (the storage bandwidth unless given)."""
 
+    storage_bandwidth_Bps: Bandwidth | None = Field(
+        None, alias="storage_bandwidth", examples=["2GB/s"]
+    )
     mode: Literal["sync", "async"] = Field("sync", examples=["async"])
     host_copy_bandwidth_Bps: Bandwidth = Field(
         25e9, alias="host_copy_bandwidth", examples=["25GB/s"]
@@ -109,8 +115,8 @@ class GoodputSpec(Spec):
     )
     step_time_s: PositiveDuration | None = Field(None, alias="step_time", examples=["6 s"])
     measure_steps: PositiveInt = Field(3, le=100, examples=["3"])
-    rates: Annotated[Literal[RATE_PRESETS] | RatesSpec, BeforeValidator(_rates)] = Field(  # type: ignore[valid-type]
-        "llama3_405b", examples=["llama3_405b"]
+    rates: Annotated[RatesSpec, BeforeValidator(shorthand("preset"))] = Field(
+        default_factory=lambda: RatesSpec(preset="llama3_405b"), examples=["llama3_405b"]
     )
     distribution: Literal["exponential", "weibull"] = Field("exponential", examples=["weibull"])
     weibull_shape: Float = Field(0.78, gt=0, le=10, examples=["0.78"])
