@@ -54,9 +54,7 @@ def goodput(
         if not quiet:
             err_console.print(f"{resolved.name}: {what}", highlight=False, soft_wrap=True)
 
-    found = guarded(
-        lambda: study_goodput(resolved, out=folder, source=str(scenario), on_phase=say)
-    )
+    found = guarded(lambda: study_goodput(resolved, out=folder, source=str(scenario), on_phase=say))
     if quiet:
         print_report_line(found.out_dir)
         return

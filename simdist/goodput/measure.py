@@ -115,7 +115,8 @@ def measure(scenario: Scenario, job: Scenario, source: str) -> Measured:
     params = max(m["params"] for m in memory.values()) * mine.params / theirs.params
     optimizer = max(m["optimizer"] for m in memory.values()) * mine.optimizer / theirs.optimizer
     nbytes = max(
-        m["params"] * mine.params / theirs.params + m["optimizer"] * mine.optimizer / theirs.optimizer
+        m["params"] * mine.params / theirs.params
+        + m["optimizer"] * mine.optimizer / theirs.optimizer
         for m in memory.values()
     )
     step_s = spec.step_time_s if spec.step_time_s is not None else measured

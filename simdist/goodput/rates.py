@@ -51,8 +51,8 @@ __all__ = [
     "Cause",
     "JobCause",
     "Layout",
-    "job_causes",
     "expected_interruptions",
+    "job_causes",
     "preset",
     "rates_of",
 ]
@@ -125,9 +125,7 @@ class Layout:
 
     def count(self, component: str) -> int:
         """How many of ``component`` the job runs on."""
-        return {"gpu": self.gpus, "host": self.hosts, "switch": self.switches, "job": 1}[
-            component
-        ]
+        return {"gpu": self.gpus, "host": self.hosts, "switch": self.switches, "job": 1}[component]
 
 
 @dataclass(frozen=True)
