@@ -135,5 +135,5 @@ def goodput(
         from simdist.report.goodput import write_goodput
 
         say("writing the report")
-        found.out_dir = write_goodput(found, Path(out))
+        found.out_dir = write_goodput(found.name, found.summary, found.tables, Path(out))
     return found

@@ -7,7 +7,7 @@
   elastic, at the scenario's interval and at Young's optimum for each size.
 
 The numbers come from :func:`simdist.goodput.run.summarize`; this module only draws and
-writes them.
+writes them (and imports nothing of simdist.goodput but its closed forms).
 """
 
 from __future__ import annotations
@@ -19,20 +19,19 @@ from simdist.report.tables import AtomicFolder, write_csv, write_json
 from simdist.units import format_duration, format_size
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
-
-    from simdist.goodput.run import Goodput
 
 __all__ = ["draw_interval", "draw_size", "goodput_markdown", "write_goodput"]
 
 
-def draw_interval(fig: Figure, found: Goodput) -> None:
-    """Goodput against the checkpoint interval, Young's and Daly's optima marked."""
+def draw_interval(fig: Figure, name: str, s: dict[str, Any], bands: pd.DataFrame) -> None:
+    """Goodput against the checkpoint interval (``bands``: the sweep's per-interval figures
+    over seeds), Young's and Daly's optima marked; ``s`` is the study's summary."""
     import numpy as np
 
     from simdist.goodput.young_daly import first_order_goodput
 
-    s, bands = found.summary, found.tables["interval_bands"]
     ax = fig.add_subplot(1, 1, 1)
     minutes = bands["interval_s"] / 60.0
     ax.fill_between(minutes, bands["goodput_min"], bands["goodput_max"], alpha=0.25,
@@ -52,16 +51,16 @@ def draw_interval(fig: Figure, found: Goodput) -> None:
     ax.set_xlabel("checkpoint interval τ (minutes of training between checkpoints)")
     ax.set_ylabel("goodput (useful training time ÷ wall time)")
     ax.set_title(
-        f"{found.name}: {s['gpus']:,} GPUs, M = {format_duration(s['mtbf_s'])}, "
+        f"{name}: {s['gpus']:,} GPUs, M = {format_duration(s['mtbf_s'])}, "
         f"δ = {format_duration(s['delta_s'])}, R = {format_duration(s['restart_s'])}"
     )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="lower center")
 
 
-def draw_size(fig: Figure, found: Goodput) -> None:
-    """Goodput against the job's GPUs, stop-and-restart and elastic."""
-    bands = found.tables["size_bands"]
+def draw_size(fig: Figure, name: str, s: dict[str, Any], bands: pd.DataFrame) -> None:
+    """Goodput against the job's GPUs (``bands``: per size, recovery and interval),
+    stop-and-restart and elastic."""
     ax = fig.add_subplot(1, 1, 1)
     styles = {("restart", "plan"): ("C0", "-"), ("restart", "young"): ("C0", "--"),
               ("elastic", "plan"): ("C1", "-"), ("elastic", "young"): ("C1", "--")}  # fmt: skip
@@ -73,20 +72,20 @@ def draw_size(fig: Figure, found: Goodput) -> None:
         ax.fill_between(part["gpus"], part["goodput_min"], part["goodput_max"], color=color,
                         alpha=0.15)  # fmt: skip
         ax.plot(part["gpus"], part["goodput_mean"], marker="o", color=color, ls=ls, label=label)
-    ax.axvline(found.summary["gpus"], color="grey", lw=0.8, ls=":", label="this job")
+    ax.axvline(s["gpus"], color="grey", lw=0.8, ls=":", label="this job")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("GPUs in the job (data-parallel copies added; step and bytes per GPU held)")
     ax.set_ylabel("goodput (useful training time ÷ wall time)")
-    ax.set_title(f"{found.name}: goodput as the job grows")
+    ax.set_title(f"{name}: goodput as the job grows")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
 
 
-def _plot(draw: Any, found: Goodput, path: Path) -> None:
+def _plot(draw: Any, name: str, s: dict[str, Any], bands: pd.DataFrame, path: Path) -> None:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8.5, 5.5))
-    draw(fig, found)
+    draw(fig, name, s, bands)
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
 
@@ -95,13 +94,12 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f}%"
 
 
-def goodput_markdown(found: Goodput) -> str:
+def goodput_markdown(name: str, s: dict[str, Any], interruptions: pd.DataFrame) -> str:
     """goodput.md: the job, where the wall clock went, the interruptions by cause, the
     interval and recovery comparisons."""
-    s = found.summary
     wall = s["horizon_s"]
     lines = [
-        f"# {found.name}: goodput over {format_duration(wall)} ({wall / 86400:g} days)",
+        f"# {name}: goodput over {format_duration(wall)} ({wall / 86400:g} days)",
         "",
         f"{s['gpus']:,} GPUs on {s['hosts']:,} hosts ({s['switches']:,} switches), "
         f"{s['replicas']:,} data-parallel copies; step {format_duration(s['step_s'])}; "
@@ -154,7 +152,7 @@ def goodput_markdown(found: Goodput) -> str:
         "| cause | component | per component-day | expected | simulated mean (min – max) |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for row in found.tables["interruptions"].itertuples(index=False):
+    for row in interruptions.itertuples(index=False):
         lines.append(
             f"| {row.cause} | {row.component} | {row.per_component_day:.3g} | "
             f"{row.expected:.1f} | {row.mean:.1f} ({row.min} – {row.max}) |"
@@ -164,13 +162,15 @@ def goodput_markdown(found: Goodput) -> str:
     return "\n".join(lines)
 
 
-def write_goodput(found: Goodput, out_dir: Path) -> Path:
+def write_goodput(
+    name: str, summary: dict[str, Any], tables: dict[str, pd.DataFrame], out_dir: Path
+) -> Path:
     """Write goodput.md, summary.json, the tables as CSV and both figures, atomically."""
     with AtomicFolder(Path(out_dir)) as tmp:
-        write_json(found.summary, tmp / "summary.json")
-        for name, frame in found.tables.items():
-            write_csv(frame, tmp / f"{name}.csv")
-        _plot(draw_interval, found, tmp / "goodput_interval.png")
-        _plot(draw_size, found, tmp / "goodput_size.png")
-        (tmp / "goodput.md").write_text(goodput_markdown(found))
+        write_json(summary, tmp / "summary.json")
+        for table, frame in tables.items():
+            write_csv(frame, tmp / f"{table}.csv")
+        _plot(draw_interval, name, summary, tables["interval_bands"], tmp / "goodput_interval.png")
+        _plot(draw_size, name, summary, tables["size_bands"], tmp / "goodput_size.png")
+        (tmp / "goodput.md").write_text(goodput_markdown(name, summary, tables["interruptions"]))
     return Path(out_dir)
