@@ -219,11 +219,29 @@ def test_a_horizon_is_the_same_in_another_process():
 
 
 def test_weibull_gaps_keep_the_mean_and_cluster_the_failures():
+    import numpy as np
+
     from simdist.goodput.failures import Interruptions
 
     causes = [JobCause(Cause("GPU", "gpu", 1.0), 1 / 3600, 0)]
+    spread = {}
     for distribution, shape in (("exponential", 1.0), ("weibull", 0.7)):
         stream = Interruptions(causes, 0, distribution, shape)
-        times = [stream.next()[0] for _ in range(20_000)]
-        mean_gap = times[-1] / len(times)
-        assert mean_gap == pytest.approx(3600.0, rel=0.03)
+        gaps = np.diff([0.0] + [stream.next()[0] for _ in range(40_000)])
+        assert gaps.mean() == pytest.approx(3600.0, rel=0.03)
+        spread[distribution] = gaps.std() / gaps.mean()
+    # Coefficient of variation: 1 for exponential gaps; for Weibull shape 0.7,
+    # sqrt(Γ(1 + 2/k) / Γ(1 + 1/k)² − 1) = 1.46: more short gaps and more long ones.
+    assert spread["exponential"] == pytest.approx(1.0, abs=0.03)
+    k = 0.7
+    cv = math.sqrt(math.gamma(1 + 2 / k) / math.gamma(1 + 1 / k) ** 2 - 1)
+    assert spread["weibull"] == pytest.approx(cv, rel=0.06)
+
+
+def test_causes_are_drawn_in_proportion_to_their_rates():
+    from simdist.goodput.failures import Interruptions
+
+    causes = [JobCause(Cause("a", "gpu", 1.0), 3e-4, 0), JobCause(Cause("b", "host", 1.0), 1e-4, 0)]
+    stream = Interruptions(causes, 7)
+    kinds = [stream.next()[1] for _ in range(20_000)]
+    assert kinds.count(0) / len(kinds) == pytest.approx(0.75, abs=0.01)
