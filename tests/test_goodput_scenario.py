@@ -50,6 +50,27 @@ def test_bad_values_are_refused_with_one_clear_error(override, message):
     assert str(raised.value) == f"{TINY}: {message}"
 
 
+def test_rates_that_never_fail_are_refused():
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(TINY, ["goodput.rates={gpu: 0}"])
+    assert str(raised.value) == (
+        f"{TINY}: goodput.rates.gpu: every rate is 0, so nothing would ever fail; give one "
+        "above 0, e.g. rates: {gpu: 1.5e-4}, or a preset, e.g. rates: llama3_405b"
+    )
+
+
+def test_a_job_that_cannot_be_made_is_refused_naming_the_section():
+    from simdist.goodput.measure import build_study
+
+    scenario = load_scenario(TINY, ["goodput.job={cluster.hosts: -3}"])
+    with pytest.raises(ScenarioError) as raised:
+        build_study(scenario, "tiny.yaml")
+    assert str(raised.value) == (
+        "tiny.yaml: goodput.job: the job it makes is refused at cluster.hosts: got -3; "
+        "expected a value >= 1, e.g. hosts: 4"
+    )
+
+
 def test_the_cli_refuses_with_one_line_and_exit_2(tmp_path):
     out = tmp_path / "report"
     done = subprocess.run(

@@ -71,9 +71,11 @@ def job_scenario(scenario: Scenario, source: str) -> Scenario:
     strings = override_strings(spec.job)
     data = apply_overrides(_data(scenario), strings, f"{source}: goodput.job")
     try:
-        return scenario_from_dict(data, f"{source} (with goodput.job)")
+        return scenario_from_dict(data, source)
     except ScenarioError as exc:
-        raise ScenarioError(source, "goodput.job", f"the job it makes: {exc}") from None
+        raise ScenarioError(
+            source, "goodput.job", f"the job it makes is refused at {exc.field}: {exc.message}"
+        ) from None
 
 
 def layout_of(job: Scenario, hosts_per_switch: int) -> Layout:
@@ -90,6 +92,7 @@ def measure(scenario: Scenario, job: Scenario, source: str) -> Measured:
     """Simulate ``goodput.measure_steps`` steps of ``scenario`` and read the job's step time
     and checkpoint bytes per device from them (module doc)."""
     from simdist.engine import run
+    from simdist.preflight import preflight
 
     spec = scenario.goodput
     assert spec is not None
@@ -99,6 +102,7 @@ def measure(scenario: Scenario, job: Scenario, source: str) -> Measured:
     data["workload"].pop("epochs", None)
     data["workload"]["steps"] = spec.measure_steps
     slice_ = scenario_from_dict(data, source)
+    preflight(slice_, source=source)  # what simdist run refuses (memory, partitions) first
     ends: list[float] = []
     result = run(slice_, on_time=ends.append)
     if len(ends) >= 2:

@@ -30,7 +30,7 @@ class Goodput:
 
     name: str
     study: Study
-    measured: Measured
+    measured: Measured | None
     summary: dict[str, Any]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     out_dir: Path | None = None
@@ -100,7 +100,7 @@ def summarize(
         "sizes": grown,
         "size_bands": size_bands,
     }
-    return Goodput("goodput", study, measured, summary, tables)  # type: ignore[arg-type]
+    return Goodput("goodput", study, measured, summary, tables)
 
 
 def goodput(

@@ -76,6 +76,12 @@ class RatesSpec(Spec):
                 "preset",
                 "give a preset or rates per component, not both, e.g. rates: llama3_405b",
             )
+        if self.preset is None and not (self.gpu or self.host or self.switch or self.planned):
+            raise fail(
+                "gpu",
+                "every rate is 0, so nothing would ever fail; give one above 0, e.g. "
+                "rates: {gpu: 1.5e-4}, or a preset, e.g. rates: llama3_405b",
+            )
         return self
 
 
