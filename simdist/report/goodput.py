@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simdist.report.figures import save_figure
 from simdist.report.tables import AtomicFolder, write_csv, write_json
 from simdist.units import format_duration, format_size
 
@@ -86,8 +87,7 @@ def _plot(draw: Any, name: str, s: dict[str, Any], bands: pd.DataFrame, path: Pa
 
     fig = Figure(figsize=(8.5, 5.5))
     draw(fig, name, s, bands)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    save_figure(fig, path)
 
 
 def _pct(x: float) -> str:
