@@ -245,3 +245,16 @@ def test_causes_are_drawn_in_proportion_to_their_rates():
     stream = Interruptions(causes, 7)
     kinds = [stream.next()[1] for _ in range(20_000)]
     assert kinds.count(0) / len(kinds) == pytest.approx(0.75, abs=0.01)
+
+
+def test_the_long_horizon_needs_neither_the_engine_nor_jax():
+    code = (
+        "import json, sys\n"
+        "import simdist.goodput.study, simdist.goodput.measure\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=True, env=env)  # fmt: skip
+    loaded = set(json.loads(done.stdout))
+    assert not loaded & {"jax", "simpy", "simdist.engine", "matplotlib", "pandas"}
