@@ -1,6 +1,7 @@
 """The Python API for notebooks and scripts: ``run`` a scenario, ``load_report`` a folder,
-``compare`` several runs, run a scenario once per seed or many at once, and the trade-off
-study; each name is loaded on first use from the module that defines it.
+``compare`` several runs, run a scenario once per seed or many at once, the trade-off
+study and the goodput study (``goodput``, weeks of failures and checkpoints); each name is
+loaded on first use from the module that defines it.
 
 ``run`` returns a :class:`~simdist.engine.Result` whose DataFrames equal the CSV files of
 the report folder, dtypes included: ``run(...).events`` and ``load_report(folder).events``
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from simdist.compare import compare
     from simdist.engine import Result
+    from simdist.goodput.run import Goodput, goodput
     from simdist.preflight import Preflight, preflight, warnings_after
     from simdist.readback import conform, load_report, read_params, read_table
     from simdist.runs import DASK_MIN_RUNS, run, run_many, run_seeds, seed_list
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
 MODULES = {
     "compare": "simdist.compare",
     "Result": "simdist.engine",
+    "Goodput": "simdist.goodput.run",
+    "goodput": "simdist.goodput.run",
     "Preflight": "simdist.preflight",
     "preflight": "simdist.preflight",
     "warnings_after": "simdist.preflight",
@@ -64,11 +68,13 @@ MODULES = {
 
 __all__ = [
     "DASK_MIN_RUNS",
+    "Goodput",
     "Preflight",
     "Result",
     "Tradeoff",
     "compare",
     "conform",
+    "goodput",
     "load_report",
     "override_strings",
     "preflight",

@@ -69,6 +69,8 @@ _DURATION_UNITS: dict[str, Fraction] = {
     "sec": _F(1),
     "min": _F(60),
     "h": _F(3600),
+    "day": _F(86400),
+    "days": _F(86400),
 }
 _FLOPS_UNITS: dict[str, Fraction] = _prefixed(
     {"FLOP/s": _F(1), "FLOPS": _F(1), "flop/s": _F(1), "flops": _F(1)}, _DECIMAL
@@ -112,7 +114,7 @@ _BANDWIDTH_EXPECTED = (
 )
 _DURATION_EXPECTED = (
     "a duration such as '50us', '2ms', '1.5s' or a plain number of seconds "
-    "(units: ns, us, µs, ms, s, min, h)"
+    "(units: ns, us, µs, ms, s, min, h, days)"
 )
 _SIZE_EXPECTED = (
     "a size such as '4MiB', '1GB', '512KB' or a plain number of bytes "

@@ -67,7 +67,7 @@ def test_compare_without_seeds_counts_the_scenarios_it_runs(tmp_path):
 
 @pytest.mark.parametrize(
     "command",
-    ["run", "validate", "compare", "sweep", "tradeoff", "profile", "cache", "collectives", "list"],
+    "run validate compare sweep tradeoff goodput profile cache collectives list".split(),
 )
 def test_help_names_values_plainly_and_keeps_phrases_together(command):
     result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})

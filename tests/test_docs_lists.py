@@ -18,8 +18,8 @@ def test_scenarios_md_names_every_shipped_scenario_file() -> None:
 def test_readme_names_and_counts_every_notebook() -> None:
     readme = (ROOT / "README.md").read_text()
     notebooks = sorted(path.stem for path in (ROOT / "notebooks").glob("*.ipynb"))
-    assert len(notebooks) == 10
-    assert "`notebooks/` holds ten teaching" in " ".join(readme.split())
+    assert len(notebooks) == 11
+    assert "`notebooks/` holds eleven teaching" in " ".join(readme.split())
     assert [name for name in notebooks if f"`{name}`" not in readme] == []
     listing = (ROOT / "notebooks" / "README.md").read_text()
     assert [name for name in notebooks if f"`{name}.ipynb`" not in listing] == []

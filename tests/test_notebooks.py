@@ -33,6 +33,7 @@ NAMES = [
     "pipeline_parallelism.ipynb",
     "planning_layouts.ipynb",
     "communication_efficient.ipynb",
+    "goodput_at_scale.ipynb",
 ]
 
 

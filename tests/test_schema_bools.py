@@ -148,6 +148,17 @@ ANCHORS: dict[str, Any] = {
     ),
     "OuterOptimizerSpec": _strategy("local_sgd", outer_optimizer={"name": "sgd"}),
     "MeshSpec": _strategy("hybrid", mesh={}),
+    "GoodputSpec": _with(("goodput",), {"horizon": "1 day", "restart": "1 min"}),
+    "RatesSpec": _with(("goodput",), {"horizon": "1 day", "restart": "1 min", "rates": {}}),
+    "ElasticSpec": _with(("goodput",), {"horizon": "1 day", "restart": "1 min", "elastic": {}}),
+    "GoodputCheckpointSpec": _with(
+        ("goodput",),
+        {
+            "horizon": "1 day",
+            "restart": "1 min",
+            "checkpoint": {"every_steps": 5, "storage_bandwidth": "1GB/s"},
+        },
+    ),
 }
 # Where a model sits below its anchor's path (the anchors above that hold a list or a
 # sub-section name the section's own path here).
@@ -159,6 +170,9 @@ INNER: dict[str, tuple[str | int, ...]] = {
     "CompressionSpec": ("compression",),
     "OuterOptimizerSpec": ("outer_optimizer",),
     "MeshSpec": ("mesh",),
+    "RatesSpec": ("rates",),
+    "ElasticSpec": ("elastic",),
+    "GoodputCheckpointSpec": ("checkpoint",),
 }
 
 

@@ -1,5 +1,5 @@
 """The ``simdist`` command line: run, validate, list, profile, collectives, sweep, compare,
-tradeoff.
+tradeoff, goodput.
 
 Every user error (bad scenario, bad option) is printed as one message and
 exits with status 2 — never a traceback, never a half-written report.
@@ -25,6 +25,7 @@ from simdist.cli.common import EXIT_BAD_INPUT, EXIT_DIVERGED, app, console, err_
 # them in the order they are imported here.
 # isort: off
 from simdist.cli import run, listing, profile, collectives, sweep, compare, cache  # noqa: F401
+from simdist.cli import goodput  # noqa: F401
 # isort: on
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_DIVERGED", "app", "console", "err_console", "main"]

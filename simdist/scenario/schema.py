@@ -55,6 +55,7 @@ from simdist.scenario.fields import (
     MAX_SEED,
     shorthand,
 )
+from simdist.scenario.goodput import GoodputSpec
 from simdist.scenario.hosts import check_ps_placement, check_size, resolve_hosts
 from simdist.scenario.jobs import JobSpec
 from simdist.scenario.messages import EXAMPLES
@@ -131,6 +132,7 @@ class Scenario(Spec):
     jobs: list[JobSpec] | None = Field(
         None, examples=["[{name: a, hosts: 2, workload: {...}, strategy: multi_worker_mirrored}]"]
     )
+    goodput: GoodputSpec | None = None
     _job_scenarios: list[Scenario] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="before")
