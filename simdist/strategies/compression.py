@@ -285,9 +285,13 @@ class CompressedWire:
             for c in plan:
                 label = f"{detail} {c.what}"
                 if c.op == "allreduce":
-                    yield net.allreduce(devices, c.nbytes, algo, step=step, detail=label)
+                    yield net.collective(
+                        "allreduce", devices, c.nbytes, algo, step=step, detail=label
+                    )
                 else:
-                    yield net.all_gather(devices, c.nbytes, gather, step=step, detail=label)
+                    yield net.collective(
+                        "all_gather", devices, c.nbytes, gather, step=step, detail=label
+                    )
 
         return env.process(run())
 

@@ -194,7 +194,8 @@ class LocalSGDStrategy(Strategy):
                     float(clocks[i]), now, device.host, device.name, "idle", 0, step, "barrier"
                 )
         if self.scenario.replicas > 1:
-            yield self.net.allreduce(
+            yield self.net.collective(
+                "allreduce",
                 devices,
                 self.costs.param_nbytes,
                 self.algorithm,

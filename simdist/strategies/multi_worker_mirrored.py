@@ -205,8 +205,8 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
         count = len(self.packs)
         for i, nbytes in enumerate(self.packs):
             detail = self.label if count == 1 else f"{self.label} pack {i + 1}/{count}"
-            yield self.net.allreduce(
-                self.training_devices, nbytes, self.algorithm, step=step, detail=detail
+            yield self.net.collective(
+                "allreduce", self.training_devices, nbytes, self.algorithm, step=step, detail=detail
             )
 
     def process(self) -> Generator[Any, Any, None]:

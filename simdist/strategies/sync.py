@@ -169,7 +169,9 @@ class SynchronousStrategy(Strategy):
     ) -> Any:
         """The collective(s) that sum the gradients of ``group`` over ``devices``: one
         all-reduce of its bytes, or what its compression sends (:class:`AllReduceStrategy`)."""
-        return self.net.allreduce(devices, group.nbytes, algo, step=step, detail=detail)
+        return self.net.collective(
+            "allreduce", devices, group.nbytes, algo, step=step, detail=detail
+        )
 
     def backward_grid(
         self, devices: Sequence[Device], buckets: Sequence[Bucket], step: int, t: Any
@@ -410,7 +412,8 @@ class AllReduceStrategy(SynchronousStrategy):
             whole = self.compressed.whole
             yield self.reduce_group(self.training_devices, whole, self.algorithm, step, self.label)
             return
-        yield self.net.allreduce(
+        yield self.net.collective(
+            "allreduce",
             self.training_devices,
             self.costs.grad_nbytes,
             self.algorithm,

@@ -257,10 +257,7 @@ class ZeroStrategy(SynchronousStrategy):
     def collective(self, c: Collective, step: int) -> Any:
         """Start collective ``c`` over the data group (the network prices and records it)."""
         devices, net, algo = self.training_devices, self.net, self.algorithm
-        if c.op == "allreduce":
-            return net.allreduce(devices, c.nbytes, algo, step=step, detail=c.detail)
-        start = net.reduce_scatter if c.op == "reduce_scatter" else net.all_gather
-        return start(devices, c.nbytes, algo, step=step, detail=c.detail)
+        return net.collective(c.op, devices, c.nbytes, algo, step=step, detail=c.detail)
 
     def layer_seconds(self, step: int) -> tuple[Any, Any]:
         """Each device's forward and backward seconds per layer at ``step`` (devices ×

@@ -457,9 +457,13 @@ class HybridStrategy(PipelineStrategy):
             yield self._collective(c, group, algo, step)
 
     def _collective(self, c: Collective, group: list[Device], algo: str, step: int) -> Any:
-        start = getattr(self.net, c.op)
-        return start(
-            group, c.nbytes, algo if c.op == "allreduce" else "ring", step=step, detail=c.detail
+        return self.net.collective(
+            c.op,
+            group,
+            c.nbytes,
+            algo if c.op == "allreduce" else "ring",
+            step=step,
+            detail=c.detail,
         )
 
     def process(self) -> Generator[Any, Any, None]:

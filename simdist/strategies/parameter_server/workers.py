@@ -339,7 +339,7 @@ class ParameterServerWorkers(Strategy):
                 # The layer's gradients all-reduced on the devices, then pushed from the host.
                 layer_bytes = sum(self.shards[i].nbytes for i in shards)
                 reduce = partial(
-                    net.allreduce, host.devices, layer_bytes, "ring", step=step,
+                    net.collective, "allreduce", host.devices, layer_bytes, "ring", step=step,
                     detail="local all-reduce",
                 )  # fmt: skip
                 new = [Chain(env, [lambda: [reduce()], sends])]
@@ -396,7 +396,9 @@ class ParameterServerWorkers(Strategy):
         yield from self.compute_phase(devices, step)
         if self.moves.local_reduce(len(devices)):
             nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
-            reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
+            reduce = self.net.collective(
+                "allreduce", devices, nbytes, "ring", step=step, detail=detail
+            )
             self.moving[w] = [reduce]
             yield reduce
             self.moving[w] = []

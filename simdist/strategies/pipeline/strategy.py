@@ -422,7 +422,8 @@ class PipelineStrategy(Strategy):
             yield self.env.all_of(stages)
             if self.R > 1:
                 reduces = [
-                    self.net.allreduce(
+                    self.net.collective(
+                        "allreduce",
                         list(group),
                         self.stage_grad_nbytes[s],
                         self.scenario.strategy.all_reduce,

@@ -123,8 +123,9 @@ class TensorParallelStrategy(SynchronousStrategy):
             if op.kind == "compute":
                 yield from self.span(group, k, step)
             else:
-                collective = getattr(self.net, op.kind)
-                yield collective(group, op.nbytes, self._algo(op.kind), step=step, detail=op.detail)
+                yield self.net.collective(
+                    op.kind, group, op.nbytes, self._algo(op.kind), step=step, detail=op.detail
+                )
         return self.env.now
 
     def _algo(self, kind: str) -> str:
@@ -159,8 +160,8 @@ class TensorParallelStrategy(SynchronousStrategy):
         if self.D == 1:
             return
         moves = [
-            self.net.allreduce(
-                group, self.grad_nbytes, self.algo, step=step, detail="data all-reduce"
+            self.net.collective(
+                "allreduce", group, self.grad_nbytes, self.algo, step=step, detail="data all-reduce"
             )
             for group in self.data_groups
         ]
