@@ -1,0 +1,306 @@
+"""A strategy's step as data: typed steps, and the one walker that runs them on the clock.
+
+A strategy says *what* one step (or one stage's share of it) does as a :class:`Plan`: the
+collectives it moves and a *program*, the steps in the order a device issues its work —
+
+* :class:`Compute`: the devices compute a layer (or a span of layers) of a phase;
+* :class:`Issue`: the group issues collective ``index`` (when its last device gets here);
+* :class:`Wait`: every device waits until collective ``index`` has ended;
+* :class:`Send`: a message to a peer (a pipeline stage's activation or its gradient);
+* :class:`Receive`: wait until a peer's message has arrived.
+
+:func:`walk` runs a program on the clock, the same way for every strategy: collectives run
+one at a time in the order they were issued, each from when it was issued and the
+previous one ended — the operations of one NCCL communicator, which PyTorch's
+ProcessGroupNCCL runs on one stream per device — so the issue order decides what overlaps
+with what. *How* the devices compute and what they record is the :class:`Runner`'s: on the
+clock, device group by device group (:class:`GroupRunner`, for tensor groups and any
+strategy that needs nothing else), or ahead of it with per-device times worked out at once
+(ZeRO's and the overlapped data-parallel step's). The network prices every collective and
+message.
+
+The numeric half of a synchronous step has one contract too: :class:`StepTrainer`.
+
+Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from simdist.cluster import Device
+
+
+class Compute(NamedTuple):
+    """The devices compute ``layer``'s ``phase`` (``forward`` or ``backward``).
+
+    ``layer`` indexes the strategy's layers, or the spans of layers it merged into one
+    compute (a tensor group's); ``seconds`` is the nominal time when the plan knows it
+    (a runner may look a device's own time up by ``layer`` and ``phase`` instead), and
+    ``detail`` the label of the compute rows."""
+
+    layer: int
+    phase: str
+    seconds: float = 0.0
+    detail: str = ""
+
+
+class Collective(NamedTuple):
+    """One collective of the group: the op the network prices, its buffer, its label."""
+
+    op: str  # "allreduce", "reduce_scatter", "all_gather", ...
+    nbytes: int
+    detail: str
+
+
+class Issue(NamedTuple):
+    """The group issues collective ``index`` (when the last device gets here)."""
+
+    index: int
+
+
+class Wait(NamedTuple):
+    """Every device waits for collective ``index`` to end before going on."""
+
+    index: int
+
+
+class Send(NamedTuple):
+    """Send ``nbytes`` to ``peer`` (a stage, or whatever the runner's peers are), tagged
+    ``tag`` so that the peer's :class:`Receive` finds it; ``detail`` labels the rows."""
+
+    peer: int
+    tag: Any
+    nbytes: int
+    detail: str
+
+
+class Receive(NamedTuple):
+    """Wait until the message tagged ``tag`` has arrived."""
+
+    tag: Any
+
+
+Step = Compute | Issue | Wait | Send | Receive
+
+
+class Plan(NamedTuple):
+    """A step's collectives (in issue order) and its program."""
+
+    collectives: list[Collective]
+    program: list[Step]
+
+
+def issue_and_wait(program: list[Step], collectives: list[Collective], c: Collective) -> None:
+    """Append collective ``c`` to a plan being built, issued and waited for at once (a
+    collective on the critical path, as Megatron's synchronous tensor all-reduces)."""
+    collectives.append(c)
+    program += [Issue(len(collectives) - 1), Wait(len(collectives) - 1)]
+
+
+def collectives_in_order(collectives: Sequence[Collective]) -> Plan:
+    """A plan that runs ``collectives`` one after another and computes nothing."""
+    program: list[Step] = []
+    for k in range(len(collectives)):
+        program += [Issue(k), Wait(k)]
+    return Plan(list(collectives), program)
+
+
+class Clock(Protocol):
+    """What the walk needs of the event engine (a ``simpy.Environment``)."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
+
+
+class Runner(Protocol):
+    """How a strategy's devices carry a program out (see the module docstring)."""
+
+    @property
+    def env(self) -> Clock: ...
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """The devices compute ``op`` (on the clock, or ahead of it)."""
+        ...
+
+    def issued_s(self) -> float:
+        """When the last device has reached this point of the program (simulated time)."""
+        ...
+
+    def start(self, c: Collective) -> Any:
+        """Start collective ``c`` now; an event whose value is its ``(start_s, end_s)``."""
+        ...
+
+    def waited(self, span: tuple[float, float]) -> None:
+        """Every device has waited for a collective that ran over ``span``."""
+        ...
+
+    def send(self, op: Send) -> None:
+        """Start message ``op``."""
+        ...
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """Wait until message ``op.tag`` has arrived."""
+        ...
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """The program has ended and every collective with it."""
+        ...
+
+
+def walk(plan: Plan, run: Runner) -> Generator[Any, Any, None]:
+    """Run ``plan`` on the clock: ``run`` computes, the collectives run one at a time in
+    issue order (each from when it was issued and the previous one ended), every
+    collective issued runs before the walk ends."""
+    env = run.env
+    collectives = plan.collectives
+    issued = [0.0] * len(collectives)
+    spans: list[Any] = [None] * len(collectives)
+    ran = 0
+    for op in plan.program:
+        kind = type(op)
+        if kind is Compute:
+            yield from run.compute(op)  # type: ignore[arg-type]
+        elif kind is Issue:
+            issued[op.index] = run.issued_s()  # type: ignore[union-attr]
+        elif kind is Wait:
+            while ran <= op.index:  # type: ignore[union-attr]
+                if issued[ran] > env.now:
+                    yield env.timeout(issued[ran] - env.now)
+                spans[ran] = yield run.start(collectives[ran])
+                ran += 1
+            run.waited(spans[op.index])  # type: ignore[union-attr]
+        elif kind is Send:
+            run.send(op)  # type: ignore[arg-type]
+        else:
+            yield from run.receive(op)  # type: ignore[arg-type]
+    while ran < len(collectives):
+        if issued[ran] > env.now:
+            yield env.timeout(issued[ran] - env.now)
+        yield run.start(collectives[ran])
+        ran += 1
+    yield from run.finish()
+
+
+class Devices(Protocol):
+    """What :class:`GroupRunner` needs of a strategy (:class:`~.base.Strategy` has it)."""
+
+    env: Any
+    net: Any
+    recorder: Any
+
+    def pace(self, device: Device, step: int) -> float: ...
+
+    def slowdown(self, device: Device, step: int) -> float: ...
+
+    def record_scaled(
+        self,
+        device: Device,
+        start_s: float,
+        seconds: float,
+        factor: float,
+        step: int,
+        detail: str,
+        pace: float = 1.0,
+    ) -> float: ...
+
+
+class GroupRunner:
+    """A group of devices carrying a program out on the clock, in lock-step.
+
+    A :class:`Compute` lasts its ``seconds`` × each device's pace and straggler factor; the
+    group goes on when its slowest device is done (each other device waits, ``idle:
+    barrier``), as a synchronous collective after it makes it. Collectives run over the
+    group with ``algorithm`` (all-reduces; the others' ring). No messages: a strategy
+    whose devices send (a pipeline) runs its own runner.
+    """
+
+    def __init__(
+        self,
+        strategy: Devices,
+        group: Sequence[Device],
+        step: int,
+        algorithm: str = "ring",
+        label: str = "",
+    ) -> None:
+        self.strategy = strategy
+        self.env = strategy.env
+        self.group = group
+        self.step = step
+        self.algorithm = algorithm
+        #: Put before each compute row's detail (a micro-batch's ``F0``, ...).
+        self.label = label
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Every device computes ``op.seconds`` (× pace and straggler factor)."""
+        s, step, seconds = self.strategy, self.step, op.seconds
+        if seconds <= 0:
+            return
+        detail = f"{self.label} {op.detail}" if self.label else op.detail
+        start = self.env.now
+        scaled = [(d, s.pace(d, step), s.slowdown(d, step)) for d in self.group]
+        longest = max(seconds * (pace * factor) for _, pace, factor in scaled)
+        yield self.env.timeout(longest)
+        for d, pace, factor in scaled:
+            done = s.record_scaled(d, start, seconds, factor, step, detail, pace)
+            self.computed(seconds * (pace * factor))
+            if done < start + longest:
+                s.recorder.event(done, start + longest, d.host, d.name, "idle", 0, step, "barrier")
+
+    def computed(self, seconds: float) -> None:
+        """One device has computed ``seconds`` (for a strategy counting busy time)."""
+        del seconds
+
+    def issued_s(self) -> float:
+        """The group computes on the clock: it has reached this point now."""
+        return self.env.now
+
+    def algorithm_of(self, op: str) -> str:
+        """The algorithm of a collective ``op``: all-reduces ``algorithm``, others ring."""
+        return self.algorithm if op == "allreduce" else "ring"
+
+    def start(self, c: Collective) -> Any:
+        """Collective ``c`` over the group."""
+        return self.strategy.net.collective(
+            c.op, self.group, c.nbytes, self.algorithm_of(c.op), step=self.step, detail=c.detail
+        )
+
+    def waited(self, span: tuple[float, float]) -> None:
+        """Nothing to record: the group was in the collective."""
+        del span
+
+    def send(self, op: Send) -> None:
+        raise TypeError(f"a {type(self).__name__} sends no messages; got {op}")
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        raise TypeError(f"a {type(self).__name__} receives no messages; got {op}")
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Nothing left: the clock is at the program's end."""
+        yield from ()
+
+
+State = TypeVar("State")
+
+
+@runtime_checkable
+class StepTrainer(Protocol[State]):
+    """The numerics of one synchronous step, as every synchronous strategy drives them:
+    ``state = trainer.init()``, then per step ``state, loss = trainer.update(state,
+    trainer.batch(step))`` (a pure function of the state, Optax-style)."""
+
+    def init(self) -> State:
+        """The initial state (parameters, optimizer state, model state)."""
+        ...
+
+    def batch(self, step: int) -> tuple[Any, Any]:
+        """Global batch ``step`` of the data order."""
+        ...
+
+    def update(self, state: State, batch: tuple[Any, Any]) -> tuple[State, float]:
+        """One step on ``batch``: the new state and the batch's mean loss."""
+        ...
