@@ -2,16 +2,17 @@
 
 The devices sit on the mesh (:mod:`simdist.mesh`, in ``placement`` order, tensor innermost
 by default): device (d, p, t) is tensor rank t of stage p of data copy d. Each step runs
-the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or
-1f1b, a flush per step) with a tensor group in place of each stage's device: a
-micro-batch's forward or backward on a stage is the tensor-parallel walk of its layers
-(:func:`.plan.stage_ops`), every device of the group computing its 1/T and every tensor
-collective on the critical path, holding the group until the slowest device has joined
-(Megatron's synchronous NCCL calls). Activations go to the next stage and their gradients
-back as T point-to-point sends, rank t to rank t (:func:`.plan.send_nbytes`); a stage
-starts a micro-batch once all T have arrived. After the flush, the data groups of every
-(stage, tensor rank) reduce their gradient shard at once (:func:`.plan.data_collectives`),
-as Megatron-LM reduces after the pipeline flush (``overlap_grad_reduce`` off by default,
+the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or 1f1b,
+a flush per step) with a tensor group in place of each stage's device: a micro-batch's
+forward or backward on a stage is the tensor-parallel walk of its layers
+(:func:`.plan.stage_plans`, run by :func:`~simdist.strategies.steps.walk`), every device of
+the group computing its 1/T and every tensor collective on the critical path, holding the
+group until the slowest device has joined (Megatron's synchronous NCCL calls). Activations
+go to the next stage and their gradients back as T point-to-point sends, rank t to rank t
+(:func:`.plan.send_nbytes`); a stage starts a micro-batch once all T have arrived. After
+the flush, the data groups of every (stage, tensor rank) reduce their gradient shard at
+once (:func:`.plan.data_collectives`), as Megatron-LM reduces after the pipeline flush
+(``overlap_grad_reduce`` off by default,
 megatron/core/distributed/distributed_data_parallel_config.py).
 
 The partition (``auto``) balances the stages' micro-batch time on the tensor group (their
@@ -41,7 +42,7 @@ from simdist.strategies.hybrid.plan import (
     device_memory,
     micro_layers,
     send_nbytes,
-    stage_ops,
+    stage_plans,
 )
 from simdist.strategies.pipeline.plan import (
     StageMemory,
@@ -52,7 +53,16 @@ from simdist.strategies.pipeline.plan import (
 )
 from simdist.strategies.pipeline.plan import stage_ops as schedule_ops
 from simdist.strategies.pipeline.strategy import PipelineStrategy
-from simdist.strategies.tensor_parallel.plan import Op, device_grad_nbytes, layer_roles
+from simdist.strategies.steps import (
+    Collective,
+    Compute,
+    GroupRunner,
+    Issue,
+    Plan,
+    collectives_in_order,
+    walk,
+)
+from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles
 
 #: The collectives a data group runs after the flush.
 OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
@@ -60,7 +70,6 @@ OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
 if TYPE_CHECKING:
     from simdist.cluster import Device
     from simdist.numerics.hybrid import HybridTrainer
-    from simdist.strategies.sharded_plan import Collective
     from simdist.strategies.sync import SyncState
 
 
@@ -124,6 +133,7 @@ class HybridStrategy(PipelineStrategy):
             else []
             for s, n in enumerate(self.shard_nbytes)
         ]
+        self.reduction_plans = [collectives_in_order(r) for r in self.reductions]
         self.busy_s = 0.0
         self.lockstep = self._lockstep()
         self.held = [[0] * self.S for _ in range(self.D)]
@@ -142,9 +152,9 @@ class HybridStrategy(PipelineStrategy):
 
     # -- the plan ------------------------------------------------------------
 
-    def stage_walk(self, first: int, stop: int) -> tuple[list[Op], list[Op]]:
+    def stage_walk(self, first: int, stop: int) -> tuple[Plan, Plan]:
         """A micro-batch's forward and backward on the tensor group of layers [first, stop)."""
-        return stage_ops(self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole)
+        return stage_plans(self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole)
 
     def _partition(self, partition: Any) -> tuple[int, ...]:
         n = len(self.costs.layers)
@@ -183,11 +193,14 @@ class HybridStrategy(PipelineStrategy):
         group = self.groups[0][s]
         forward, backward = self.stage_walk(first, stop)
         total = 0.0
-        for op in forward + backward:
-            if op.kind == "compute":
-                total += op.seconds
-            elif self.T > 1:
-                total += self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
+        for plan in (forward, backward):
+            collectives = plan.collectives
+            for op in plan.program:
+                if isinstance(op, Compute):
+                    total += op.seconds
+                elif isinstance(op, Issue):
+                    c = collectives[op.index]
+                    total += self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op))
         if s < self.S - 1:
             nbytes = send_nbytes(self.boundary_nbytes(stop), self.T, self.sp)
             total += self.send_s(s, nbytes)
@@ -235,8 +248,9 @@ class HybridStrategy(PipelineStrategy):
         reduction after the flush runs on every copy. None otherwise: every copy runs."""
         if self.D == 1 or self.variability or self.stragglers or not self.net.bare_messages:
             return None
-        walked = [op for forward, backward in self.stage_walks for op in forward + backward]
-        collectives = sorted({(op.kind, op.nbytes) for op in walked if op.kind != "compute"})
+        collectives = sorted(
+            {(c.op, c.nbytes) for plans in self.stage_walks for p in plans for c in p.collectives}
+        )
         traffic = [
             [
                 *(
@@ -305,8 +319,10 @@ class HybridStrategy(PipelineStrategy):
             if (kind == "F" and s > 0) or (kind == "B" and not last):
                 inputs = arrivals.setdefault((r, s, kind, m), self._events())
                 yield self.env.all_of(inputs)
-            walk = forward if kind == "F" else backward
-            yield from self.walk(group, walk, step, f"{kind}{m}", (r, s) if lead else None)
+            plan = forward if kind == "F" else backward
+            yield from walk(
+                plan, TensorGroup(self, group, step, f"{kind}{m}", (r, s) if lead else None)
+            )
             for c in copies:
                 self._hold(c, s, +1 if kind == "F" else -1)
             if kind == "F" and not last:
@@ -371,54 +387,6 @@ class HybridStrategy(PipelineStrategy):
             moves.append(
                 self.net.send(src, dst, nbytes, step=step, detail=detail, done=ready[t], then=then)
             )
-
-    def walk(
-        self,
-        group: list[Device],
-        ops: Sequence[Op],
-        step: int,
-        label: str,
-        lead: tuple[int, int] | None = None,
-    ) -> Generator[Any, Any, None]:
-        """One micro-batch's pass on a tensor group: compute shares, collectives between.
-        ``lead``: (copy, stage) of a group that leads lock-step copies."""
-        followers = None if lead is None else self.follower_groups[lead[0]][lead[1]]
-        for op in ops:
-            if op.kind == "compute":
-                detail = f"{label} {op.detail}"
-                if lead is None:
-                    yield from self.span(group, op.seconds, step, detail)
-                else:
-                    yield from self.lead_span(*lead, op.seconds, step, detail)
-            elif self.T > 1:
-                yield self.net.collective(
-                    op.kind,
-                    group,
-                    op.nbytes,
-                    self._algo(op.kind),
-                    step=step,
-                    detail=op.detail,
-                    copies=followers,
-                )
-
-    def span(
-        self, group: list[Device], seconds: float, step: int, detail: str
-    ) -> Generator[Any, Any, None]:
-        """The group computes ``seconds`` each (× pace and straggler factor); the next
-        collective waits for the slowest device."""
-        if seconds <= 0:
-            return
-        start = self.env.now
-        scaled = [(d, self.pace(d, step), self.slowdown(d, step)) for d in group]
-        longest = max(seconds * (pace * factor) for _, pace, factor in scaled)
-        yield self.env.timeout(longest)
-        for d, pace, factor in scaled:
-            done = self.record_scaled(d, start, seconds, factor, step, detail, pace)
-            self.busy_s += seconds * (pace * factor)
-            if done < start + longest:
-                self.recorder.event(
-                    done, start + longest, d.host, d.name, "idle", 0, step, "barrier"
-                )
 
     def lead_span(
         self, r: int, s: int, seconds: float, step: int, detail: str
@@ -504,8 +472,7 @@ class HybridStrategy(PipelineStrategy):
         total = len(self.training_devices) * now
         names = [layer.name for layer in self.costs.layers]
         group = self.groups[0][0]
-        tensor = [op for f, b in self.stage_walks for op in f + b if op.kind != "compute"]
-        tensor = tensor if self.T > 1 else []
+        tensor = [c for plans in self.stage_walks for p in plans for c in p.collectives]
         spec = self.scenario.strategy
         return {
             "hybrid": {
@@ -526,8 +493,7 @@ class HybridStrategy(PipelineStrategy):
             "peak_in_flight_per_stage": list(self.peak_held[0]),
             "tensor_collectives_per_micro_batch": len(tensor),
             "tensor_comm_s_per_micro_batch": sum(
-                self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
-                for op in tensor
+                self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op)) for c in tensor
             ),
             "stage_send_nbytes_per_micro_batch": self.send_nbytes[: self.S - 1],
             "data_nbytes_per_device_per_step": [
@@ -548,3 +514,45 @@ class HybridStrategy(PipelineStrategy):
                 for x in copy[s]
             },
         }
+
+
+class TensorGroup(GroupRunner):
+    """A stage's tensor group walking one micro-batch's pass (compute shares, collectives
+    between); ``lead``: (copy, stage) of a group that leads lock-step copies, whose spans
+    and collectives stand for its followers' (:meth:`HybridStrategy.lead_span`)."""
+
+    def __init__(
+        self,
+        strategy: HybridStrategy,
+        group: list[Device],
+        step: int,
+        label: str,
+        lead: tuple[int, int] | None,
+    ) -> None:
+        super().__init__(strategy, group, step, strategy.scenario.strategy.all_reduce, label)
+        self.hybrid = strategy
+        self.lead = lead
+        self.followers = None if lead is None else strategy.follower_groups[lead[0]][lead[1]]
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        if self.lead is None:
+            yield from super().compute(op)
+            return
+        detail = f"{self.label} {op.detail}"
+        yield from self.hybrid.lead_span(*self.lead, op.seconds, self.step, detail)
+
+    def computed(self, seconds: float) -> None:
+        """The bubble counts every device's busy time."""
+        self.hybrid.busy_s += seconds
+
+    def start(self, c: Collective) -> Any:
+        """Collective ``c`` over the group (and its lock-step followers' groups)."""
+        return self.hybrid.net.collective(
+            c.op,
+            self.group,
+            c.nbytes,
+            self.algorithm_of(c.op),
+            step=self.step,
+            detail=c.detail,
+            copies=self.followers,
+        )
