@@ -131,8 +131,9 @@ class Runner(Protocol):
         """When the last device has reached this point of the program (simulated time)."""
         ...
 
-    def start(self, c: Collective) -> Any:
-        """Start collective ``c`` now; an event whose value is its ``(start_s, end_s)``."""
+    def start(self, index: int, c: Collective) -> Any:
+        """Start collective ``index`` of the plan, ``c``, now; an event whose value is its
+        ``(start_s, end_s)``."""
         ...
 
     def waited(self, span: tuple[float, float]) -> None:
@@ -171,7 +172,7 @@ def walk(plan: Plan, run: Runner) -> Generator[Any, Any, None]:
             while ran <= op.index:  # type: ignore[union-attr]
                 if issued[ran] > env.now:
                     yield env.timeout(issued[ran] - env.now)
-                spans[ran] = yield run.start(collectives[ran])
+                spans[ran] = yield run.start(ran, collectives[ran])
                 ran += 1
             run.waited(spans[op.index])  # type: ignore[union-attr]
         elif kind is Send:
@@ -181,7 +182,7 @@ def walk(plan: Plan, run: Runner) -> Generator[Any, Any, None]:
     while ran < len(collectives):
         if issued[ran] > env.now:
             yield env.timeout(issued[ran] - env.now)
-        yield run.start(collectives[ran])
+        yield run.start(ran, collectives[ran])
         ran += 1
     yield from run.finish()
 
@@ -263,8 +264,9 @@ class GroupRunner:
         """The algorithm of a collective ``op``: all-reduces ``algorithm``, others ring."""
         return self.algorithm if op == "allreduce" else "ring"
 
-    def start(self, c: Collective) -> Any:
+    def start(self, index: int, c: Collective) -> Any:
         """Collective ``c`` over the group."""
+        del index
         return self.strategy.net.collective(
             c.op, self.group, c.nbytes, self.algorithm_of(c.op), step=self.step, detail=c.detail
         )

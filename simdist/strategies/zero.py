@@ -218,8 +218,9 @@ class AheadOfClock:
         """The last device's time."""
         return float(self.t.max())
 
-    def start(self, c: Collective) -> Any:
+    def start(self, index: int, c: Collective) -> Any:
         """Collective ``c`` over the data group."""
+        del index
         return self.strategy.collective(c, self.step)
 
     def waited(self, span: tuple[float, float]) -> None:

@@ -545,8 +545,9 @@ class TensorGroup(GroupRunner):
         """The bubble counts every device's busy time."""
         self.hybrid.busy_s += seconds
 
-    def start(self, c: Collective) -> Any:
+    def start(self, index: int, c: Collective) -> Any:
         """Collective ``c`` over the group (and its lock-step followers' groups)."""
+        del index
         return self.hybrid.net.collective(
             c.op,
             self.group,
