@@ -387,7 +387,7 @@ def test_mlp_sequence_parallel_plan_keeps_whole_layers_on_the_split_rows():
     ]
     # forward: Dense_0 and Dense_1 halved (0.5 + 0.5), then Dense_2 whole; backward alike
     spans = [op for op in plan.program if isinstance(op, Compute)]
-    assert [(op.layer, op.seconds) for op in spans] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]
+    assert [(op.unit, op.seconds) for op in spans] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]
 
 
 def test_a_straggler_may_name_any_device_of_the_tensor_groups():

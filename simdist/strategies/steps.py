@@ -3,7 +3,8 @@
 A strategy says *what* one step (or one stage's share of it) does as a :class:`Plan`: the
 collectives it moves and a *program*, the steps in the order a device issues its work —
 
-* :class:`Compute`: the devices compute a layer (or a span of layers) of a phase;
+* :class:`Compute`: the devices compute a unit of work (a layer, a span of layers, a
+  micro-batch) of a phase;
 * :class:`Issue`: the group issues collective ``index`` (when its last device gets here);
 * :class:`Wait`: every device waits until collective ``index`` has ended;
 * :class:`Send`: a message to a peer (a pipeline stage's activation or its gradient);
@@ -34,14 +35,15 @@ if TYPE_CHECKING:
 
 
 class Compute(NamedTuple):
-    """The devices compute ``layer``'s ``phase`` (``forward`` or ``backward``).
+    """The devices compute ``unit``'s ``phase`` (``forward``, ``backward``, ...).
 
-    ``layer`` indexes the strategy's layers, or the spans of layers it merged into one
-    compute (a tensor group's); ``seconds`` is the nominal time when the plan knows it
-    (a runner may look a device's own time up by ``layer`` and ``phase`` instead), and
-    ``detail`` the label of the compute rows."""
+    ``unit`` indexes what the runner keeps times of: the strategy's layers (ZeRO), the
+    spans of layers a tensor group computes between two collectives, the gradient buckets
+    of an overlapped step, a pipeline's micro-batches. ``seconds`` is the nominal time
+    when the plan knows it (a runner may look a device's own time up by ``unit`` and
+    ``phase`` instead), and ``detail`` the label of the compute rows."""
 
-    layer: int
+    unit: int
     phase: str
     seconds: float = 0.0
     detail: str = ""

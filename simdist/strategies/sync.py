@@ -354,7 +354,7 @@ class BucketsReady:
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
         """Already recorded: note which bucket the devices have reached."""
-        self.bucket = op.layer
+        self.bucket = op.unit
         yield from ()
 
     def issued_s(self) -> float:

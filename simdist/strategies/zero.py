@@ -204,9 +204,9 @@ class AheadOfClock:
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
         """Every device computes ``op`` from its own time (no clock event)."""
-        t, seconds = self.t, self.seconds[op.phase][:, op.layer]
+        t, seconds = self.t, self.seconds[op.phase][:, op.unit]
         end = t + seconds
-        self.columns.append((t, end, "compute", f"{op.phase} {self.names[op.layer]}"))
+        self.columns.append((t, end, "compute", f"{op.phase} {self.names[op.unit]}"))
         if self.factor is not None:
             slow = t + seconds * self.factor
             self.columns.append((end, slow, "straggle", ""))

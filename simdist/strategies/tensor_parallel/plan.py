@@ -198,7 +198,7 @@ def step_plan(
     program = list(forward.program)
     for op in backward.program:
         if isinstance(op, Compute):
-            program.append(op._replace(layer=op.layer + spans))
+            program.append(op._replace(unit=op.unit + spans))
         else:
             program.append(op._replace(index=op.index + shift))  # type: ignore[union-attr]
     return Plan(forward.collectives + backward.collectives, program)
