@@ -59,6 +59,8 @@ from simdist.strategies.steps import (
     GroupRunner,
     Issue,
     Plan,
+    Receive,
+    Send,
     collectives_in_order,
     walk,
 )
@@ -308,27 +310,12 @@ class HybridStrategy(PipelineStrategy):
         step: int,
         lead: bool = False,
     ) -> Generator[Any, Any, None]:
-        """Stage ``s`` of copy ``r`` runs its schedule: wait for all T inputs, walk the
-        tensor group's ops, send on rank to rank. ``lead``: copy ``r`` leads lock-step
-        copies (:meth:`process`), whose rows are recorded with its own."""
-        group = self.groups[r][s]
-        forward, backward = self.stage_walks[s]
-        last = s == self.S - 1
-        copies = (r, *self.lockstep.leaders[r]) if lead else (r,)  # type: ignore[union-attr]
-        for kind, m in ops:
-            if (kind == "F" and s > 0) or (kind == "B" and not last):
-                inputs = arrivals.setdefault((r, s, kind, m), self._events())
-                yield self.env.all_of(inputs)
-            plan = forward if kind == "F" else backward
-            yield from walk(
-                plan, TensorGroup(self, group, step, f"{kind}{m}", (r, s) if lead else None)
-            )
-            for c in copies:
-                self._hold(c, s, +1 if kind == "F" else -1)
-            if kind == "F" and not last:
-                self._send_group(r, s, s + 1, "F", m, step, f"A{m}", arrivals, lead)
-            elif kind == "B" and s > 0:
-                self._send_group(r, s, s - 1, "B", m, step, f"G{m}", arrivals, lead)
+        """Stage ``s`` of copy ``r`` runs its passes (:func:`~.pipeline.plan.stage_plan`):
+        wait for all T inputs, walk the tensor group's plan, send on rank to rank.
+        ``lead``: copy ``r`` leads lock-step copies (:meth:`process`), whose rows are
+        recorded with its own."""
+        plan = self.stage_plan(s, ops)
+        yield from walk(plan, StageGroup(self, r, s, arrivals, step, lead))
 
     def _events(self) -> list[Any]:
         return [self.env.event() for _ in range(self.T)]
@@ -557,3 +544,59 @@ class TensorGroup(GroupRunner):
             detail=c.detail,
             copies=self.followers,
         )
+
+
+class StageGroup:
+    """Stage ``s``'s tensor group of copy ``r`` carrying its passes out (the runner of
+    :func:`~simdist.strategies.steps.walk` for :func:`~.pipeline.plan.stage_plan`): a pass
+    is the walk of the micro-batch's tensor-parallel plan (:class:`TensorGroup`), its
+    messages T sends rank to rank (:meth:`HybridStrategy._send_group`); ``lead``: the
+    group leads lock-step copies."""
+
+    def __init__(
+        self,
+        strategy: HybridStrategy,
+        r: int,
+        s: int,
+        arrivals: dict,
+        step: int,
+        lead: bool,
+    ) -> None:
+        self.h, self.env = strategy, strategy.env
+        self.r, self.s, self.arrivals, self.step, self.lead = r, s, arrivals, step, lead
+        # the copies whose micro-batches this group's passes stand for
+        self.copies = (r, *strategy.lockstep.leaders[r]) if lead else (r,)  # type: ignore[union-attr]
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Micro-batch ``op.unit``'s forward (``F``) or backward (``B``) on the group."""
+        h, s = self.h, self.s
+        forward, backward = h.stage_walks[s]
+        plan = forward if op.phase == "F" else backward
+        lead = (self.r, s) if self.lead else None
+        yield from walk(plan, TensorGroup(h, h.groups[self.r][s], self.step, op.detail, lead))
+        for c in self.copies:
+            h._hold(c, s, +1 if op.phase == "F" else -1)
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """Wait for all T messages of pass ``op.tag``."""
+        inputs = self.arrivals.setdefault((self.r, self.s, *op.tag), self.h._events())
+        yield self.env.all_of(inputs)
+
+    def send(self, op: Send) -> None:
+        """Rank t to rank t of stage ``op.peer``."""
+        kind, m = op.tag
+        h, r, s = self.h, self.r, self.s
+        h._send_group(r, s, op.peer, kind, m, self.step, op.detail, self.arrivals, self.lead)
+
+    def issued_s(self) -> float:
+        return self.env.now
+
+    def start(self, index: int, c: Collective) -> Any:
+        raise TypeError(f"a stage's collectives are its tensor group's; got {c}")
+
+    def waited(self, span: tuple[float, float]) -> None:
+        del span
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Nothing left: the stage's last pass has ended."""
+        yield from ()

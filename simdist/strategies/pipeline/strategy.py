@@ -332,17 +332,21 @@ class PipelineStrategy(Strategy):
     ) -> Generator[Any, Any, None]:
         """Stage ``s`` of copy ``r`` runs its passes ``ops`` (:func:`~.plan.stage_plan`):
         wait for the input, compute, send on."""
-        plan = self._stage_plans.get(s)
-        if plan is None or plan[0] is not ops:
-            plan = self._stage_plans[s] = (
-                ops,
-                stage_plan(ops, s, self.S, self.M, self.send_nbytes, self.remat),
-            )
-        yield from walk(plan[1], StageDevice(self, r, s, arrivals, step_of, on_backward))
+        plan = self.stage_plan(s, ops)
+        yield from walk(plan, StageDevice(self, r, s, arrivals, step_of, on_backward))
+
+    def stage_plan(self, s: int, ops: Sequence[tuple[str, int]]) -> Plan:
+        """Stage ``s``'s passes ``ops`` as a plan (:func:`~.plan.stage_plan`), built once
+        per stage and list of passes."""
+        cached = self._stage_plans.get(s)
+        if cached is None or cached[0] is not ops:
+            plan = stage_plan(ops, s, self.S, self.M, self.send_nbytes, self.remat)
+            cached = self._stage_plans[s] = (ops, plan)
+        return cached[1]
 
     @cached_property
     def _stage_plans(self) -> dict[int, tuple[Sequence[tuple[str, int]], Plan]]:
-        """Each stage's plan, with the passes it was built from (:meth:`_stage`)."""
+        """Each stage's plan, with the passes it was built from (:meth:`stage_plan`)."""
         return {}
 
     def _update(self, s: int, m: int, step: int) -> None:
