@@ -1,12 +1,12 @@
 """The layer-by-layer step: forward in layer order, backward in reverse, and each group of
 gradients handed to communication as soon as its last gradient is ready.
 
-Three paths walk a step layer by layer:
+Three paths time a step layer by layer:
 
 * the synchronous all-reduce strategies (:meth:`~.sync.SynchronousStrategy.overlapped_step`):
   backward's gradients fill buckets, all-reduced one after another while backward goes on
   (PyTorch DDP, Li et al. 2020, §3.2.3; or Horovod's fusion buffers, each at its cycle:
-  :mod:`.tensor_fusion`);
+  :mod:`.tensor_fusion`), a plan of typed steps (:mod:`.steps`);
 * a parameter_server worker (``ParameterServerStrategy.overlapped``): each layer's forward
   waits for its variables, and each layer's gradient shards are pushed once its backward
   has ended (TensorFlow's per-variable sends);
@@ -14,12 +14,12 @@ Three paths walk a step layer by layer:
   times the span's layer times.
 
 They share this module: :func:`span_seconds` (a span of consecutive layers lasts the sum of
-their times), :func:`backward_ready` (when, into the backward pass, each layer's gradient is
-ready) and :func:`hand_over_when_ready` (the walk over the gradient groups: wait until a
-group is ready, hand it to communication, go on). A float sum depends on its order, so each
-sum is taken term by term in layer order, as every path did: a bucket's time is the sum of
-its own layers (then scaled), a shard's ready time the running sum over the whole backward
-pass (then scaled).
+their times), :func:`backward_ready` (when, into the backward pass, each layer's gradient
+is ready) and :func:`hand_over_when_ready` (the parameter-server worker's walk over its
+gradient groups: wait until a group is ready, hand it to communication, go on). A float sum
+depends on its order, so each sum is taken term by term in layer order, as every path did:
+a bucket's time is the sum of its own layers (then scaled), a shard's ready time the
+running sum over the whole backward pass (then scaled).
 
 Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), nothing else.
 """
@@ -27,18 +27,10 @@ Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), noth
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from simdist.strategies.base import LayerCost
-
-
-class Clock(Protocol):
-    """What the walk needs of the event engine (a ``simpy.Environment``)."""
-
-    @property
-    def now(self) -> float: ...
-
-    def timeout(self, delay: float) -> Any: ...
+from simdist.strategies.steps import Clock
 
 
 def span_seconds(

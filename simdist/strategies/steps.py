@@ -20,7 +20,10 @@ strategy that needs nothing else), or ahead of it with per-device times worked o
 (ZeRO's and the overlapped data-parallel step's). The network prices every collective and
 message.
 
-The numeric half of a synchronous step has one contract too: :class:`StepTrainer`.
+The numeric half has its contracts here too, as Protocols: :class:`StepTrainer` (one
+synchronous step: ``batch``, ``update``), :class:`DispatchTrainer` (+ ``init`` and
+``dispatch``, the loss left on the device), :class:`StageTrainer` (pipedream's passes) and
+:class:`LocalTrainer` (local SGD).
 
 Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), nothing else.
 """
@@ -28,7 +31,7 @@ Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), noth
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
@@ -156,36 +159,58 @@ class Runner(Protocol):
 
 
 def walk(plan: Plan, run: Runner) -> Generator[Any, Any, None]:
-    """Run ``plan`` on the clock: ``run`` computes, the collectives run one at a time in
-    issue order (each from when it was issued and the previous one ended), every
-    collective issued runs before the walk ends."""
+    """Run ``plan`` on the clock: ``run`` computes; the collectives run one at a time in
+    issue order, each from when it was issued and the previous one ended; every
+    collective issued has run before the walk ends.
+
+    A collective starts at its :class:`Issue` when it can (issued now or before, the
+    previous one over), so that it overlaps what the devices compute next on the clock;
+    otherwise when a :class:`Wait` (or the end) needs it, after the previous one and once
+    the clock has reached its issue time (a runner ahead of the clock)."""
     env = run.env
     collectives = plan.collectives
-    issued = [0.0] * len(collectives)
-    spans: list[Any] = [None] * len(collectives)
-    ran = 0
+    n = len(collectives)
+    issued = [0.0] * n
+    events: list[Any] = [None] * n
+    spans: list[Any] = [None] * n
+    started = finished = 0  # collectives started, and waited through, in issue order
     for op in plan.program:
         kind = type(op)
         if kind is Compute:
             yield from run.compute(op)  # type: ignore[arg-type]
         elif kind is Issue:
-            issued[op.index] = run.issued_s()  # type: ignore[union-attr]
+            k = op.index  # type: ignore[union-attr]
+            issued[k] = run.issued_s()
+            if (
+                started == k
+                and issued[k] <= env.now
+                and (k == 0 or events[k - 1].callbacks is None)  # the previous has ended
+            ):
+                events[k] = run.start(k, collectives[k])
+                started += 1
         elif kind is Wait:
-            while ran <= op.index:  # type: ignore[union-attr]
-                if issued[ran] > env.now:
-                    yield env.timeout(issued[ran] - env.now)
-                spans[ran] = yield run.start(ran, collectives[ran])
-                ran += 1
+            while finished <= op.index:  # type: ignore[union-attr]
+                k = finished
+                if events[k] is None:
+                    if issued[k] > env.now:
+                        yield env.timeout(issued[k] - env.now)
+                    events[k] = run.start(k, collectives[k])
+                    started += 1
+                spans[k] = yield events[k]
+                finished += 1
             run.waited(spans[op.index])  # type: ignore[union-attr]
         elif kind is Send:
             run.send(op)  # type: ignore[arg-type]
         else:
             yield from run.receive(op)  # type: ignore[arg-type]
-    while ran < len(collectives):
-        if issued[ran] > env.now:
-            yield env.timeout(issued[ran] - env.now)
-        yield run.start(ran, collectives[ran])
-        ran += 1
+    while finished < n:
+        k = finished
+        if events[k] is None:
+            if issued[k] > env.now:
+                yield env.timeout(issued[k] - env.now)
+            events[k] = run.start(k, collectives[k])
+        yield events[k]
+        finished += 1
     yield from run.finish()
 
 
@@ -288,23 +313,74 @@ class GroupRunner:
         yield from ()
 
 
-State = TypeVar("State")
+@runtime_checkable
+class StepTrainer(Protocol):
+    """The numerics of one synchronous step, as the pipeline and hybrid strategies drive
+    them: per step ``state, loss = trainer.update(state, trainer.batch(step))``, a pure
+    function of the state (Optax-style; the state a ``SyncState``). gpipe and 1f1b
+    (:class:`~simdist.numerics.stages.PipelineTrainer`) and hybrid
+    (:class:`~simdist.numerics.hybrid.HybridTrainer`) are these."""
+
+    def batch(self, step: int) -> tuple[Any, Any]:
+        """Global batch ``step`` of the data order."""
+        ...
+
+    def update(self, state: Any, batch: tuple[Any, Any]) -> tuple[Any, float]:
+        """One step on ``batch``: the new state and the batch's mean loss, read back."""
+        ...
 
 
 @runtime_checkable
-class StepTrainer(Protocol[State]):
-    """The numerics of one synchronous step, as every synchronous strategy drives them:
-    ``state = trainer.init()``, then per step ``state, loss = trainer.update(state,
-    trainer.batch(step))`` (a pure function of the state, Optax-style)."""
+class DispatchTrainer(StepTrainer, Protocol):
+    """A :class:`StepTrainer` that can leave its loss on the device: the synchronous
+    family's loop (:meth:`~.sync.SynchronousStrategy.process`) dispatches each step and
+    reads the loss when it must. :class:`~.sync_trainer.SyncTrainer`,
+    :class:`~.zero.ZeroTrainer` and
+    :class:`~simdist.numerics.tensor_parallel.TensorParallelTrainer` are these."""
 
-    def init(self) -> State:
+    def init(self) -> Any:
         """The initial state (parameters, optimizer state, model state)."""
+        ...
+
+    def dispatch(self, state: Any, batch: tuple[Any, Any]) -> tuple[Any, Any]:
+        """One step on ``batch``: the new state and the loss, not yet read back."""
+        ...
+
+
+@runtime_checkable
+class StageTrainer(Protocol):
+    """pipedream's numerics (:class:`~simdist.numerics.stages.PipeDreamTrainer`): no step
+    of its own; each stage's pass of micro-batch ``j`` is applied when the clock runs it,
+    and each micro-batch's loss is left in ``losses`` (by micro-batch)."""
+
+    losses: dict[int, float]
+
+    def forward(self, s: int, j: int) -> None:
+        """Stage ``s``'s forward of micro-batch ``j``."""
+        ...
+
+    def backward(self, s: int, j: int) -> None:
+        """Stage ``s``'s backward of micro-batch ``j`` (and its update of the stage)."""
+        ...
+
+
+@runtime_checkable
+class LocalTrainer(Protocol):
+    """local SGD's numerics (:class:`~simdist.numerics.local_sgd.LocalSGD`): every replica
+    steps alone on its share of batch ``step``; every few steps they synchronise."""
+
+    def init(self) -> Any:
+        """The replicas' initial state."""
         ...
 
     def batch(self, step: int) -> tuple[Any, Any]:
         """Global batch ``step`` of the data order."""
         ...
 
-    def update(self, state: State, batch: tuple[Any, Any]) -> tuple[State, float]:
-        """One step on ``batch``: the new state and the batch's mean loss."""
+    def local_step(self, state: Any, batch: tuple[Any, Any]) -> tuple[Any, Any]:
+        """Every replica's step on its share of ``batch``: the new state and the losses."""
+        ...
+
+    def sync(self, state: Any) -> Any:
+        """The replicas' parameters averaged (through the outer optimizer)."""
         ...

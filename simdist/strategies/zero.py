@@ -130,7 +130,8 @@ class Spec(StrategySpecBase):
 class ZeroTrainer:
     """The numerics of a sharded step: the global batch split over N devices, each holding
     and updating its shard of the flat parameters and optimizer state
-    (:class:`simdist.numerics.sharded.ShardedStep`). The same interface as
+    (:class:`simdist.numerics.sharded.ShardedStep`). A
+    :class:`~simdist.strategies.steps.DispatchTrainer`, as
     :class:`~simdist.strategies.sync.SyncTrainer`; its state's ``params`` is the flat vector."""
 
     def __init__(
@@ -172,6 +173,11 @@ class ZeroTrainer:
         flat, opt_state, loss, moments = self.step(state.params, state.opt_state, xs, ys)
         model_state = self.workload.update_state(state.model_state, moments)
         return SyncState(flat, opt_state, model_state), loss
+
+    def update(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, float]:
+        """One sharded step, its loss read back."""
+        state, loss = self.dispatch(state, batch)
+        return state, float(loss)
 
     def params(self, state: SyncState) -> Any:
         """The parameter tree of ``state`` (gathered from the shards)."""
