@@ -176,8 +176,7 @@ class TensorGroup(GroupRunner):
                 tp.record_devices(group, start, start + seconds, "compute", step, detail)
             return
         plan = [
-            (d, tp.class_seconds(d)[op.unit], tp.pace(d, step), tp.slowdown(d, step))
-            for d in group
+            (d, tp.class_seconds(d)[op.unit], tp.pace(d, step), tp.slowdown(d, step)) for d in group
         ]
         longest = max(seconds * (pace * factor) for _, seconds, pace, factor in plan)
         if longest <= 0:
