@@ -7,8 +7,10 @@ collectives it moves and a *program*, the steps in the order a device issues its
   micro-batch) of a phase;
 * :class:`Issue`: the group issues collective ``index`` (when its last device gets here);
 * :class:`Wait`: every device waits until collective ``index`` has ended;
-* :class:`Send`: a message to a peer (a pipeline stage's activation or its gradient);
-* :class:`Receive`: wait until a peer's message has arrived.
+* :class:`Send`: a message to a peer (a pipeline stage's activation or its gradient, a
+  parameter-server worker's gradient shard);
+* :class:`Receive`: wait until a peer's message has arrived (an activation, a worker's
+  pulled variables).
 
 :func:`walk` runs a program on the clock, the same way for every strategy: collectives run
 one at a time in the order they were issued, each from when it was issued and the
@@ -17,8 +19,10 @@ ProcessGroupNCCL runs on one stream per device — so the issue order decides wh
 with what. *How* the devices compute and what they record is the :class:`Runner`'s: on the
 clock, device group by device group (:class:`GroupRunner`, for tensor groups and any
 strategy that needs nothing else), or ahead of it with per-device times worked out at once
-(ZeRO's and the overlapped data-parallel step's). The network prices every collective and
-message.
+(ZeRO's and the overlapped data-parallel step's); a runner with peers sends and receives
+(a pipeline stage, a parameter-server worker). The network prices every collective and
+message. A new strategy gives a plan and, when a :class:`GroupRunner` is not enough, a
+runner; the walker and the engine do the rest.
 
 The numeric half has its contracts here too, as Protocols: :class:`StepTrainer` (one
 synchronous step: ``batch``, ``update``), :class:`DispatchTrainer` (+ ``init`` and
@@ -383,4 +387,8 @@ class LocalTrainer(Protocol):
 
     def sync(self, state: Any) -> Any:
         """The replicas' parameters averaged (through the outer optimizer)."""
+        ...
+
+    def anchor(self, state: Any) -> Any:
+        """The parameters every replica shares (those of the last sync)."""
         ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Generator, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from simdist.faults import FailureSchedule, ProgressWatch
@@ -22,7 +23,16 @@ from simdist.strategies.bucketing import Bucket, bucket_plan, gradient_buckets
 from simdist.strategies.compression import CompressedWire
 from simdist.strategies.layer_step import backward_s, forward_s, span_seconds
 from simdist.strategies.reserved_rows import DEFERRED
-from simdist.strategies.steps import Collective, Compute, Receive, Send, walk
+from simdist.strategies.steps import (
+    Collective,
+    Compute,
+    GroupRunner,
+    Plan,
+    Receive,
+    Send,
+    collectives_in_order,
+    walk,
+)
 from simdist.strategies.sync_trainer import Checkpoint, SyncState, SyncTrainer, resolve_execution
 from simdist.strategies.tensor_fusion import TensorFusion
 
@@ -461,14 +471,18 @@ class AllReduceStrategy(SynchronousStrategy):
             whole = self.compressed.whole
             yield self.reduce_group(self.training_devices, whole, self.algorithm, step, self.label)
             return
-        yield self.net.collective(
-            "allreduce",
-            self.training_devices,
-            self.costs.grad_nbytes,
-            self.algorithm,
-            step=step,
-            detail=self.label,
-        )
+        runner = GroupRunner(self, self.training_devices, step, self.algorithm)
+        yield from walk(self.communication_plan, runner)
+
+    @cached_property
+    def communication_plan(self) -> Plan:
+        """:meth:`step_collectives` as a plan, the same every step."""
+        return collectives_in_order(self.step_collectives())
+
+    def step_collectives(self) -> list[Collective]:
+        """What moves after the compute when nothing overlaps it: one all-reduce of the
+        gradient (multi_worker_mirrored: its packs), one after another."""
+        return [Collective("allreduce", self.costs.grad_nbytes, self.label)]
 
     def reduce_group(
         self, devices: Sequence[Device], group: Bucket, algo: str, step: int, detail: str

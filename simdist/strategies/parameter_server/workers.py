@@ -462,7 +462,7 @@ class LayerByLayer:
         self.pushes: list[Any] = []
         self.first_push: float | None = None
         self.local = workers.moves.local_reduce(len(self.devices))
-        self.held: list[int] = []  # shards of the layer whose local reduction is to start
+        self.held: list[Send] = []  # pushes of the layer whose local reduction is to start
         self.waiting_shards = [0] * workers.n_ps
         for shards in workers.layer_shards:
             for i in shards:
@@ -509,9 +509,9 @@ class LayerByLayer:
         if self.first_push is None:
             self.first_push = self.env.now
         if self.local:
-            self.held.append(op.tag)
+            self.held.append(op)
             return
-        new = self._sends([op.tag])
+        new = self._sends([op])
         self.pushes.extend(new)
         self.p.moving[self.w] = [*self.p.moving[self.w], *new]
 
@@ -519,29 +519,30 @@ class LayerByLayer:
         """The held layer's gradients all-reduced on the devices, then pushed from the host."""
         if not self.held:
             return
-        shards, self.held = self.held, []
+        held, self.held = self.held, []
         p, step = self.p, self.step
-        layer_bytes = sum(p.shards[i].nbytes for i in shards)
+        layer_bytes = sum(op.nbytes for op in held)
         reduce = partial(
             p.net.collective, "allreduce", self.devices, layer_bytes, "ring", step=step,
             detail="local all-reduce",
         )  # fmt: skip
-        new = [Chain(self.env, [lambda: [reduce()], lambda: self._sends(shards)])]
+        new = [Chain(self.env, [lambda: [reduce()], lambda: self._sends(held)])]
         self.pushes.extend(new)
         p.moving[self.w] = [*p.moving[self.w], *new]
 
-    def _sends(self, shards: Sequence[int]) -> list[Any]:
+    def _sends(self, pushes: Sequence[Send]) -> list[Any]:
+        """Each push: shard ``op.tag``'s gradient to PS ``op.peer``."""
         p, ps_hosts = self.p, self.p.cluster.ps_hosts
         return [
             move
-            for i in shards
+            for op in pushes
             for move in p.moves.push(
                 self.host,
-                ps_hosts[p.shards[i].ps],
-                p.shards[i].nbytes,
+                ps_hosts[op.peer],
+                op.nbytes,
                 step=self.step,
-                detail=f"push ps{p.shards[i].ps}",
-                then=partial(self._landed, i),
+                detail=op.detail,
+                then=partial(self._landed, op.tag),
             )
         ]
 
