@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from simdist.numerics.compressed_sizes import powersgd_factors, topk_count
 from simdist.spec import Float, Int, Spec, fail
+from simdist.strategies.steps import Collective
 
 if TYPE_CHECKING:
     import simpy
@@ -129,15 +130,6 @@ class CompressionSpec(Spec):
 def compression_field() -> Any:
     """``strategy.compression``: absent (or ``method: none``) sends the gradient as is."""
     return Field(None, examples=["{method: powersgd, rank: 2}"])
-
-
-class Collective(NamedTuple):
-    """One collective of a compressed group: ``op`` (``allreduce``, ``all_gather``), its
-    bytes as :class:`~simdist.network.Network` takes them, and what it carries."""
-
-    op: str
-    nbytes: int
-    what: str
 
 
 Shape = tuple[int, ...]
@@ -283,7 +275,7 @@ class CompressedWire:
             if seconds > 0:
                 yield env.timeout(seconds)
             for c in plan:
-                label = f"{detail} {c.what}"
+                label = f"{detail} {c.detail}"
                 if c.op == "allreduce":
                     yield net.collective(
                         "allreduce", devices, c.nbytes, algo, step=step, detail=label
