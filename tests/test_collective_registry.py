@@ -248,13 +248,13 @@ def test_the_switch_prices_every_collective_with_its_closed_form(op, algo, n, d)
 def test_the_network_runs_the_new_collectives_and_records_them():
     env, net = switch_network(4, 1)
     devices = net.topology.cluster.devices
-    rs = net.reduce_scatter(devices, S, step=0)
+    rs = net.collective("reduce_scatter", devices, S, step=0)
     env.run()
     assert rs.value == (0.0, 3 * (ALPHA + S / (4 * B)))
-    ag = net.all_gather(devices, S, "halving_doubling", step=1)
+    ag = net.collective("all_gather", devices, S, "halving_doubling", step=1)
     env.run()
     assert ag.value[1] - ag.value[0] == pytest.approx(2 * ALPHA + 0.75 * S / B, rel=1e-12)
-    a2a = net.all_to_all(devices, S, step=2)
+    a2a = net.collective("all_to_all", devices, S, step=2)
     env.run()
     assert a2a.value[1] - a2a.value[0] == pytest.approx(
         pairwise_all_to_all_s(4, S, ALPHA, B), rel=1e-12

@@ -183,11 +183,11 @@ def test_a_ps_pushing_and_pulling_at_once(duplex, sharing, push_end, pull_start,
 def test_collectives_keep_their_closed_forms_under_fair_sharing(duplex):
     env, net = fair_net(duplex, hosts=4, devices=2, ps=0)
     devices = net.topology.cluster.devices
-    ring = net.allreduce(devices, S, "ring", step=0)
+    ring = net.collective("allreduce", devices, S, "ring", step=0)
     env.run()
     assert ring.value == (0.0, ring_allreduce_s(8, S, ALPHA, B))
     start = env.now
-    hier = net.allreduce(devices, S, "hierarchical", step=1)
+    hier = net.collective("allreduce", devices, S, "hierarchical", step=1)
     env.run()
     expected = hierarchical_allreduce_s(4, 2, S, INTRA_LAT, INTRA_BW, ALPHA, B)
     assert hier.value == (start, start + expected)

@@ -1,13 +1,13 @@
 """The shared layer-by-layer step (strategies/layer_step.py) and the byte fields of Costs.
 
-The walk's sums and waits are pinned on hand numbers; the byte fields by running
-strategies, without JAX, on costs whose parameters and gradients differ in size.
+The walk's sums are pinned on hand numbers (its waits: tests/test_steps.py); the byte
+fields by running strategies, without JAX, on costs whose parameters and gradients differ
+in size.
 """
 
 from __future__ import annotations
 
 import pytest
-import simpy
 
 from simdist.engine import simulate
 from simdist.scenario import load_scenario
@@ -16,7 +16,6 @@ from simdist.strategies.layer_step import (
     backward_ready,
     backward_s,
     forward_s,
-    hand_over_when_ready,
     span_seconds,
 )
 
@@ -47,23 +46,6 @@ def test_backward_ready_is_the_running_sum_in_reverse_layer_order():
     assert total == 6.25
     ready, total = backward_ready(LAYERS, [False, True, False])
     assert ready == [(1, 4.25)] and total == 6.25
-
-
-def test_hand_over_waits_for_each_group_and_for_what_it_returns():
-    env = simpy.Environment()
-    log: list[tuple[int, float]] = []
-
-    def hand_over(k: int):
-        log.append((k, env.now))
-        return env.timeout(2.0) if k == 0 else None  # group 0: a 2 s collective
-
-    def walk():
-        # group 1 was ready at 1.5, during group 0's collective: it goes at once after it
-        yield from hand_over_when_ready(env, [1.0, 1.5, 4.0, 3.5], hand_over)
-
-    env.process(walk())
-    env.run()
-    assert log == [(0, 1.0), (1, 3.0), (2, 4.0), (3, 4.0)]
 
 
 def test_costs_param_bytes_default_to_the_gradient_and_split_when_given():

@@ -264,7 +264,7 @@ def test_wait_all_records_one_phase_on_the_hosts_devices():
 def test_allreduce_inside_a_host_uses_the_intra_link():
     env, net = make_net(hosts=1, devices=4, ps=0)
     devices = net.topology.cluster.devices
-    done = net.allreduce(devices, MB, "ring", step=7)
+    done = net.collective("allreduce", devices, MB, "ring", step=7)
     env.run()
     seconds = ring_allreduce_s(4, MB, INTRA_LAT, INTRA_BW)
     assert done.value == (0.0, seconds)
@@ -285,7 +285,9 @@ def test_allreduce_across_hosts_holds_every_nic_and_intra_link():
     # a message already on worker1's intra link delays the all-reduce, which needs it too
     w1 = net.topology.cluster.workers[1]
     moving = net.send(w1.devices[0], w1.devices[1], MB, step=0, detail="p2p")
-    done = net.allreduce(devices, MB, "hierarchical", step=0, detail="all-reduce nccl")
+    done = net.collective(
+        "allreduce", devices, MB, "hierarchical", step=0, detail="all-reduce nccl"
+    )
     env.run()
     s = MB / INTRA_BW
     assert moving.done.value == (0.0, s + INTRA_LAT)
@@ -301,7 +303,7 @@ def test_allreduce_across_hosts_holds_every_nic_and_intra_link():
 def test_broadcast_and_reduce_are_binomial_trees():
     env, net = make_net(hosts=1, devices=4, ps=0)
     devices = net.topology.cluster.devices
-    net.broadcast(devices, MB, step=0)
+    net.collective("broadcast", devices, MB, step=0)
     env.run()
     assert env.now == broadcast_s(4, MB, INTRA_LAT, INTRA_BW) == 2 * (INTRA_LAT + MB / INTRA_BW)
     assert net.collective_s("reduce", devices, MB, "tree") == reduce_s(4, MB, INTRA_LAT, INTRA_BW)
@@ -324,7 +326,7 @@ def test_torus_topology_prices_the_2d_ring_on_the_ici():
         nic_bandwidth_Bps=GBps,
     )
     net = Network(env, topology, Recorder())
-    net.allreduce(cluster.devices, MB, "torus2d", step=0)
+    net.collective("allreduce", cluster.devices, MB, "torus2d", step=0)
     env.run()
     assert env.now == torus2d_allreduce_s(4, 2, MB, INTRA_LAT, INTRA_BW)
     assert set(net.recorder.events_frame()["links"]) == {"worker0/ici"}

@@ -164,7 +164,7 @@ def test_ring_allreduce_puts_its_share_on_every_nic_side_and_intra_link():
 
 
 def _allreduce(net, devices, algo):
-    yield net.allreduce(devices, S, algo, step=0)
+    yield net.collective("allreduce", devices, S, algo, step=0)
 
 
 def test_hierarchical_allreduce_bytes_per_nic_and_intra_link():

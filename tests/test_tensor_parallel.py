@@ -32,7 +32,8 @@ from simdist.numerics.tensor_parallel import (
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost
-from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles, step_ops
+from simdist.strategies.steps import Compute
+from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles, step_plan
 from simdist.strategies.tensor_parallel.spec import TRANSFORMER_SIZES
 
 OPTIMIZERS = {
@@ -379,13 +380,14 @@ def test_mlp_sequence_parallel_plan_keeps_whole_layers_on_the_split_rows():
     layers = [LayerCost(f"Dense_{i}", 1.0, 2.0, 100, (), 10 * (i + 1)) for i in range(3)]
     roles = layer_roles("mlp", [layer.name for layer in layers])
     assert roles == ("column", "row", "whole")
-    ops = step_ops(layers, roles, 2, True, gather_whole=False)
-    assert [(op.kind, op.nbytes) for op in ops if op.kind != "compute"] == [
+    plan = step_plan(layers, roles, 2, True, gather_whole=False)
+    assert [(c.op, c.nbytes) for c in plan.collectives] == [
         ("reduce_scatter", 20),  # after the row layer; Dense_2 runs on its rows
         ("all_gather", 20),  # backward: the row layer's output gradient, gathered
     ]
     # forward: Dense_0 and Dense_1 halved (0.5 + 0.5), then Dense_2 whole; backward alike
-    assert [op.seconds for op in ops if op.kind == "compute"] == [1.0, 1.0, 2.0, 2.0]
+    spans = [op for op in plan.program if isinstance(op, Compute)]
+    assert [(op.unit, op.seconds) for op in spans] == [(0, 1.0), (1, 1.0), (2, 2.0), (3, 2.0)]
 
 
 def test_a_straggler_may_name_any_device_of_the_tensor_groups():

@@ -335,14 +335,14 @@ def test_a_collective_holds_the_uplinks(sharing):
     devices = net.topology.cluster.devices
     _, links = net.topology.collective("allreduce", devices, S, "ring")
     assert {"leaf0/uplink/up", "leaf3/uplink/down"} <= set(names(links))
-    ring = net.allreduce(devices, S, "ring", step=0)
+    ring = net.collective("allreduce", devices, S, "ring", step=0)
     env.run()
     expected = ring_allreduce_s(4, S, ALPHA, B / 4)
     assert ring.value == (0.0, expected)
     # a message across racks sent at the same instant: under fifo it takes the links first
     # and the all-reduce waits for its serialisation; under fair they share the links
     start = env.now
-    ring = net.allreduce(devices, S, "ring", step=1)
+    ring = net.collective("allreduce", devices, S, "ring", step=1)
     message = net.send(devices[0], devices[1], S, step=1, detail="across")
     env.run()
     alone = 2 * ALPHA + S / (B / 4)

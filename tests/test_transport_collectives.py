@@ -110,7 +110,7 @@ def test_other_collectives_pay_the_transport_on_every_round(op, rounds, per_roun
     for name in ("tcp", "rdma"):
         env, net = network_on(name)
         devices = net.topology.cluster.devices
-        process = getattr(net, op)(devices, S, step=0)
+        process = net.collective(op, devices, S, step=0)
         env.run()
         start, end = process.value
         held[name] = end - start

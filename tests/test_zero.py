@@ -17,14 +17,12 @@ from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.sharded_plan import (
-    Compute,
-    Issue,
     ShardingPlanOptions,
-    Wait,
     byte_buckets,
     plan_step,
     reduce_buckets,
 )
+from simdist.strategies.steps import Compute, Issue, Wait
 
 OPTIMIZERS = {
     "sgd": {"name": "sgd", "learning_rate": 0.1},

@@ -79,11 +79,12 @@ def powersgd_factors(shape: Shape, rank: int) -> tuple[int, int, int] | None:
 
 class WirePart(NamedTuple):
     """One collective carrying a compressed group: ``op`` (``allreduce``, ``all_gather``), its
-    bytes as :meth:`simdist.network.Network.collective` takes them, and what it carries."""
+    bytes as :meth:`simdist.network.Network.collective` takes them, and what it carries
+    (``detail``, the label of its rows)."""
 
     op: str
     nbytes: int
-    what: str
+    detail: str
 
 
 class Compressor(ABC):

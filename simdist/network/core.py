@@ -1,8 +1,8 @@
 """The network: the one place that decides how long bytes take, and records it.
 
-Strategies say *what* moves (``net.send(worker, ps, nbytes)``,
-``net.allreduce(devices, nbytes, "ring")``, ``reduce_scatter``, ``all_gather``,
-``all_to_all``, ``broadcast``, ``reduce``); the network routes it through its
+Strategies say *what* moves, through two methods: ``net.send(worker, ps, nbytes)`` and
+``net.collective(op, devices, nbytes, algo)`` (``allreduce``, ``reduce_scatter``,
+``all_gather``, ``all_to_all``, ``broadcast``, ``reduce``); the network routes it through its
 :class:`~simdist.network.topology.Topology`, prices it, holds the links on the
 SimPy clock (so concurrent traffic contends) and records the interval — as in
 ASTRA-sim's ``send(src, dst, nbytes) -> delay``. Every recorded ``comm`` row
@@ -84,7 +84,7 @@ class Network:
         self._ideal = self.transport.protocol.ideal  # asked per message; fixed per run
         self._routes: dict[tuple[str, str], _Route] = {}
         self._holds: dict[tuple[int, ...], _Hold] = {}  # see _hold
-        self._collectives: dict[tuple[str, str, float, int], _Priced] = {}  # see _collective
+        self._collectives: dict[tuple[str, str, float, int], _Priced] = {}  # see collective
         self._copies: dict[tuple[str, str, float, int, int], tuple] = {}  # see _copy_rows
         # see _record_phase: the routes of a phase, and the links cell per host
         self._phase_cells: dict[tuple[int, ...], tuple[tuple[list[Link], ...], dict[str, str]]] = {}
@@ -338,14 +338,19 @@ class Network:
         op: str,
         devices: Sequence[Device],
         nbytes: float,
-        algo: str,
+        algo: str | None = None,
         *,
         step: int,
         detail: str | None = None,
         copies: Sequence[Sequence[Device]] | None = None,
     ) -> simpy.Process:
-        """Collective ``op`` (``allreduce``, ``reduce_scatter``, ``all_gather``, …) over
-        ``devices``, as its method of that name runs it.
+        """Start collective ``op`` over ``devices``: ``allreduce``, ``reduce_scatter`` (each
+        keeps nbytes / n of the sum: ZeRO's gradient sharding), ``all_gather`` (nbytes in all
+        from nbytes / n on each: FSDP's parameters), ``all_to_all`` (each sends nbytes / n to
+        every other: mixture-of-experts tokens), ``broadcast`` from ``devices[0]`` or
+        ``reduce`` onto it, with ``algo`` (default: :data:`DEFAULT_ALGORITHMS`). The event's
+        value is ``(start_s, end_s)``; the rows are labelled ``detail`` (default: the op and
+        its algorithm).
 
         ``copies``: device lists that run the same collective at the same instants on links
         of their own (lock-step copies, :mod:`simdist.network.lockstep`): their rows are
@@ -354,91 +359,7 @@ class Network:
         (``devices`` too): the rows' columns are worked out once per pair of lists, an
         empty ``copies`` included.
         """
-        return self._collective(op, devices, nbytes, algo, step, detail, copies)
-
-    def allreduce(
-        self,
-        devices: Sequence[Device],
-        nbytes: float,
-        algo: str,
-        *,
-        step: int,
-        detail: str | None = None,
-    ) -> simpy.Process:
-        """All-reduce ``nbytes`` over ``devices``; the event's value is ``(start_s, end_s)``."""
-        return self._collective("allreduce", devices, nbytes, algo, step, detail)
-
-    def broadcast(
-        self,
-        devices: Sequence[Device],
-        nbytes: float,
-        *,
-        step: int,
-        detail: str | None = None,
-    ) -> simpy.Process:
-        """Broadcast ``nbytes`` from ``devices[0]`` to the others (binomial tree)."""
-        return self._collective("broadcast", devices, nbytes, "tree", step, detail)
-
-    def reduce(
-        self,
-        devices: Sequence[Device],
-        nbytes: float,
-        *,
-        step: int,
-        detail: str | None = None,
-    ) -> simpy.Process:
-        """Reduce ``nbytes`` from every device onto ``devices[0]`` (binomial tree)."""
-        return self._collective("reduce", devices, nbytes, "tree", step, detail)
-
-    def reduce_scatter(
-        self,
-        devices: Sequence[Device],
-        nbytes: float,
-        algo: str = "ring",
-        *,
-        step: int,
-        detail: str | None = None,
-    ) -> simpy.Process:
-        """Reduce-scatter a buffer of ``nbytes`` over ``devices``: each keeps nbytes / n of
-        the sum (ZeRO's gradient sharding); the event's value is ``(start_s, end_s)``."""
-        return self._collective("reduce_scatter", devices, nbytes, algo, step, detail)
-
-    def all_gather(
-        self,
-        devices: Sequence[Device],
-        nbytes: float,
-        algo: str = "ring",
-        *,
-        step: int,
-        detail: str | None = None,
-    ) -> simpy.Process:
-        """All-gather ``nbytes`` in all from nbytes / n on each of ``devices`` (FSDP's
-        parameter gathering, tensor parallelism's activations)."""
-        return self._collective("all_gather", devices, nbytes, algo, step, detail)
-
-    def all_to_all(
-        self,
-        devices: Sequence[Device],
-        nbytes: float,
-        algo: str = "pairwise",
-        *,
-        step: int,
-        detail: str | None = None,
-    ) -> simpy.Process:
-        """All-to-all: each of ``devices`` sends nbytes / n of its ``nbytes`` to every
-        other (mixture-of-experts token exchange)."""
-        return self._collective("all_to_all", devices, nbytes, algo, step, detail)
-
-    def _collective(
-        self,
-        op: str,
-        devices: Sequence[Device],
-        nbytes: float,
-        algo: str,
-        step: int,
-        detail: str | None,
-        copies: Sequence[Sequence[Device]] | None = None,
-    ) -> simpy.Process:
+        algo = DEFAULT_ALGORITHMS[op] if algo is None else algo
         # A strategy all-reduces the same bytes over the same device list step after step:
         # the closed form and the bytes per link are pure functions of these, worked out once
         # for that list (kept alive here, so its identity names it). This is the one cache
@@ -533,6 +454,17 @@ class Network:
         self.recorder.events(start, end, hosts, names, "comm", nbytes, step, detail, column[1])
         return start, end
 
+
+#: The algorithm of each collective when the caller names none.
+DEFAULT_ALGORITHMS = {
+    "allreduce": "ring",
+    "all_reduce": "ring",
+    "reduce_scatter": "ring",
+    "all_gather": "ring",
+    "broadcast": "tree",
+    "reduce": "tree",
+    "all_to_all": "pairwise",
+}
 
 _LABELS = {
     "allreduce": "all-reduce",

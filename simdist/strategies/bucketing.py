@@ -21,6 +21,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from simdist.spec import StrategySpecBase, fail
 from simdist.strategies.base import LayerCost
+from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
 from simdist.units import format_duration
 
 if TYPE_CHECKING:
@@ -172,3 +173,19 @@ def gradient_buckets(layers: Sequence[LayerCost], cap_nbytes: int) -> list[Bucke
         nbytes += layer.grad_nbytes
     buckets.append(Bucket(first, len(backward), nbytes))
     return buckets
+
+
+def bucket_plan(buckets: Sequence[Bucket], details: Sequence[str]) -> Plan:
+    """An overlapped step as typed steps: the forward, then each bucket's backward, each
+    bucket's all-reduce issued as soon as its backward ends (labelled ``details[b]``), and
+    the step waits for the last one (the all-reduces run one after another, in order)."""
+    collectives = [
+        Collective("allreduce", b.nbytes, detail)
+        for b, detail in zip(buckets, details, strict=True)
+    ]
+    program: list[Step] = [Compute(0, "forward")]
+    for b in range(len(buckets)):
+        program += [Compute(b, "backward"), Issue(b)]
+    if buckets:
+        program.append(Wait(len(buckets) - 1))
+    return Plan(collectives, program)

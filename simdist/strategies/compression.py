@@ -218,11 +218,15 @@ class CompressedWire:
             if seconds > 0:
                 yield env.timeout(seconds)
             for c in plan:
-                label = f"{detail} {c.what}"
+                label = f"{detail} {c.detail}"
                 if c.op == "allreduce":
-                    yield net.allreduce(devices, c.nbytes, algo, step=step, detail=label)
+                    yield net.collective(
+                        "allreduce", devices, c.nbytes, algo, step=step, detail=label
+                    )
                 else:
-                    yield net.all_gather(devices, c.nbytes, gather, step=step, detail=label)
+                    yield net.collective(
+                        "all_gather", devices, c.nbytes, gather, step=step, detail=label
+                    )
 
         return env.process(run())
 

@@ -1,7 +1,8 @@
-"""The layer-by-layer step: forward in layer order, backward in reverse, and each group of
-gradients handed to communication as soon as its last gradient is ready.
+"""The layer-by-layer step's sums: forward in layer order, backward in reverse, and when
+each group of gradients is ready to be handed to communication.
 
-Three paths walk a step layer by layer:
+Three paths time a step layer by layer, each as a plan of typed steps run by the one walker
+(:mod:`.steps`):
 
 * the synchronous all-reduce strategies (:meth:`~.sync.SynchronousStrategy.overlapped_step`):
   backward's gradients fill buckets, all-reduced one after another while backward goes on
@@ -14,31 +15,19 @@ Three paths walk a step layer by layer:
   times the span's layer times.
 
 They share this module: :func:`span_seconds` (a span of consecutive layers lasts the sum of
-their times), :func:`backward_ready` (when, into the backward pass, each layer's gradient is
-ready) and :func:`hand_over_when_ready` (the walk over the gradient groups: wait until a
-group is ready, hand it to communication, go on). A float sum depends on its order, so each
-sum is taken term by term in layer order, as every path did: a bucket's time is the sum of
-its own layers (then scaled), a shard's ready time the running sum over the whole backward
-pass (then scaled).
+their times) and :func:`backward_ready` (when, into the backward pass, each layer's gradient
+is ready). A float sum depends on its order, so each sum is taken term by term in layer
+order, as every path did: a bucket's time is the sum of its own layers (then scaled), a
+shard's ready time the running sum over the whole backward pass (then scaled).
 
-Pure: the walk needs an environment with ``now`` and ``timeout`` (SimPy's), nothing else.
+Pure: no SimPy, no JAX.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
 
 from simdist.strategies.base import LayerCost
-
-
-class Clock(Protocol):
-    """What the walk needs of the event engine (a ``simpy.Environment``)."""
-
-    @property
-    def now(self) -> float: ...
-
-    def timeout(self, delay: float) -> Any: ...
 
 
 def span_seconds(
@@ -76,18 +65,3 @@ def backward_ready(
         if moves[i]:
             ready.append((i, elapsed))
     return ready, elapsed
-
-
-def hand_over_when_ready(
-    env: Clock, ready_s: Iterable[float], hand_over: Callable[[int], Any | None]
-) -> Generator[Any, Any, None]:
-    """The walk over gradient groups, in order: wait until group ``k`` is ready (its
-    ``ready_s``, simulated time), then ``hand_over(k)``. When that returns an event (a
-    collective), the walk waits for it before the next group: one collective at a time,
-    as DDP's buckets; ``None`` (messages sent on their own) goes straight on."""
-    for k, ready in enumerate(ready_s):
-        if ready > env.now:
-            yield env.timeout(ready - env.now)
-        event = hand_over(k)
-        if event is not None:
-            yield event

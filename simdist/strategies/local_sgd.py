@@ -39,6 +39,7 @@ from pydantic import Field
 from simdist.spec import Float, PositiveInt, StrategySpecBase, fail
 from simdist.spec import Spec as SpecModel
 from simdist.strategies.base import Strategy
+from simdist.strategies.steps import LocalTrainer
 from simdist.strategies.zero import ShardedExecution, algorithm_field, check_algorithm
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ class LocalSGDStrategy(Strategy):
         self.sync_every: int = spec.sync_every
         self.algorithm: str = spec.algorithm
         self.syncs = 0
-        self.trainer: Any = None
+        self.trainer: LocalTrainer | None = None
         self.state: Any = None
         if self.workload is not None:
             from simdist.numerics.local_sgd import LocalSGD, outer_optimizer
@@ -147,7 +148,7 @@ class LocalSGDStrategy(Strategy):
     @property
     def final_params(self) -> Any | None:
         """The shared parameters of the last sync (a sync follows the last step)."""
-        if self.state is None:
+        if self.state is None or self.trainer is None:
             return None
         return self.workload.variables(self.trainer.anchor(self.state), self.state.model_state)
 
@@ -194,7 +195,8 @@ class LocalSGDStrategy(Strategy):
                     float(clocks[i]), now, device.host, device.name, "idle", 0, step, "barrier"
                 )
         if self.scenario.replicas > 1:
-            yield self.net.allreduce(
+            yield self.net.collective(
+                "allreduce",
                 devices,
                 self.costs.param_nbytes,
                 self.algorithm,

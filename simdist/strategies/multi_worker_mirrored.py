@@ -67,6 +67,7 @@ from simdist.strategies.bucketing import (
     overlap_field,
 )
 from simdist.strategies.compression import CompressionSpec, compression_field
+from simdist.strategies.steps import Collective
 from simdist.strategies.sync import AllReduceStrategy
 
 if TYPE_CHECKING:
@@ -196,18 +197,17 @@ class MultiWorkerMirroredStrategy(AllReduceStrategy):
         eval_s = self.eval_s if step > 0 and self.eval_due(step) else 0.0
         return eval_s, self.cluster.chief.name
 
-    def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1 or self.overlapping:
-            return
-        if self.compressed is not None:  # one compressed group: no packs
-            yield from super().communicate(step)
-            return
+    def step_collectives(self) -> list[Collective]:
+        """The packs' all-reduces, one after another (one compressed group: no packs)."""
         count = len(self.packs)
-        for i, nbytes in enumerate(self.packs):
-            detail = self.label if count == 1 else f"{self.label} pack {i + 1}/{count}"
-            yield self.net.allreduce(
-                self.training_devices, nbytes, self.algorithm, step=step, detail=detail
+        return [
+            Collective(
+                "allreduce",
+                nbytes,
+                self.label if count == 1 else f"{self.label} pack {i + 1}/{count}",
             )
+            for i, nbytes in enumerate(self.packs)
+        ]
 
     def process(self) -> Generator[Any, Any, None]:
         yield from super().process()

@@ -1,11 +1,10 @@
 """What sharded data parallelism moves in one step, and when: ZeRO 1/2/3 and FSDP as a plan.
 
-A step is a *program* in the order one device issues its work: compute a layer, issue a
-collective, wait for one. Collectives of the data group run one at a time in the order
-they were issued — the operations of one NCCL communicator, which PyTorch's
-ProcessGroupNCCL runs on one stream per device — so the issue order decides what overlaps
-with what. The strategy walks the program on the clock (:mod:`simdist.strategies.zero`);
-the network prices each collective.
+A step is a :class:`~simdist.strategies.steps.Plan`: a *program* of typed steps in the order
+one device issues its work (compute a layer, issue a collective, wait for one), which the
+walker (:func:`simdist.strategies.steps.walk`) runs on the clock; collectives of the data
+group run one at a time in the order they were issued, so the issue order decides what
+overlaps with what. The network prices each collective.
 
 What each stage moves (Rajbhandari et al. 2020, "ZeRO", Sec. 5 and 7):
 
@@ -43,9 +42,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import NamedTuple
 
 from simdist.strategies.base import LayerCost
+from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
 
 BACKWARD_PREFETCH: tuple[str, ...] = ("backward_pre", "backward_post", "none")
 
@@ -67,43 +66,6 @@ class ShardingPlanOptions:
             raise ValueError(f"stage must be 1, 2 or 3; got {self.stage!r}")
         if self.backward_prefetch not in BACKWARD_PREFETCH:
             raise ValueError(f"backward_prefetch must be one of {BACKWARD_PREFETCH}")
-
-
-class Collective(NamedTuple):
-    """One collective of the data group: the op the network prices, its buffer, its label."""
-
-    op: str  # "allreduce", "reduce_scatter" or "all_gather"
-    nbytes: int
-    detail: str
-
-
-class Compute(NamedTuple):
-    """Every device computes ``layer``'s ``phase`` (``forward`` or ``backward``)."""
-
-    layer: int
-    phase: str
-
-
-class Issue(NamedTuple):
-    """The group issues collective ``index`` (when the last device gets here)."""
-
-    index: int
-
-
-class Wait(NamedTuple):
-    """Every device waits for collective ``index`` to end before going on."""
-
-    index: int
-
-
-Op = Compute | Issue | Wait
-
-
-class Plan(NamedTuple):
-    """A step's collectives (in issue order) and its program."""
-
-    collectives: list[Collective]
-    program: list[Op]
 
 
 def byte_buckets(nbytes: int, cap_nbytes: int) -> list[int]:
@@ -142,7 +104,7 @@ class _Builder:
 
     def __init__(self) -> None:
         self.collectives: list[Collective] = []
-        self.program: list[Op] = []
+        self.program: list[Step] = []
 
     def collective(self, op: str, nbytes: int, detail: str) -> int:
         self.collectives.append(Collective(op, nbytes, detail))

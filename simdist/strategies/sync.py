@@ -14,19 +14,25 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Generator, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from simdist.faults import FailureSchedule, ProgressWatch
 from simdist.strategies.base import Strategy
-from simdist.strategies.bucketing import Bucket, gradient_buckets
+from simdist.strategies.bucketing import Bucket, bucket_plan, gradient_buckets
 from simdist.strategies.compression import CompressedWire, compression_of
-from simdist.strategies.layer_step import (
-    backward_s,
-    forward_s,
-    hand_over_when_ready,
-    span_seconds,
-)
+from simdist.strategies.layer_step import backward_s, forward_s, span_seconds
 from simdist.strategies.reserved_rows import DEFERRED
+from simdist.strategies.steps import (
+    Collective,
+    Compute,
+    GroupRunner,
+    Plan,
+    Receive,
+    Send,
+    collectives_in_order,
+    walk,
+)
 from simdist.strategies.sync_trainer import Checkpoint, SyncState, SyncTrainer, resolve_execution
 from simdist.strategies.tensor_fusion import TensorFusion
 
@@ -154,20 +160,24 @@ class SynchronousStrategy(Strategy):
         if cycles is not None:  # a buffer goes at its cycle (never before its gradients)
             bucket_ready = [max(r, c) for r, c in zip(bucket_ready, cycles, strict=True)]
             group = "buffer"
-
-        def allreduce(b: int) -> Any:
-            many = len(buckets) > 1 or cycles is not None
-            detail = f"{label} {group} {b + 1}/{len(buckets)}" if many else label
-            return self.reduce_group(devices, buckets[b], algo, step, detail)
-
-        yield from hand_over_when_ready(self.env, bucket_ready, allreduce)
+        many = len(buckets) > 1 or cycles is not None
+        plan = bucket_plan(
+            buckets,
+            [
+                f"{label} {group} {b + 1}/{len(buckets)}" if many else label
+                for b in range(len(buckets))
+            ],
+        )
+        yield from walk(plan, BucketsReady(self, devices, buckets, bucket_ready, algo, step))
 
     def reduce_group(
         self, devices: Sequence[Device], group: Bucket, algo: str, step: int, detail: str
     ) -> Any:
         """The collective(s) that sum the gradients of ``group`` over ``devices``: one
         all-reduce of its bytes, or what its compression sends (:class:`AllReduceStrategy`)."""
-        return self.net.allreduce(devices, group.nbytes, algo, step=step, detail=detail)
+        return self.net.collective(
+            "allreduce", devices, group.nbytes, algo, step=step, detail=detail
+        )
 
     def backward_grid(
         self, devices: Sequence[Device], buckets: Sequence[Bucket], step: int, t: Any
@@ -329,6 +339,57 @@ class SynchronousStrategy(Strategy):
         return can_defer(self)
 
 
+class BucketsReady:
+    """The devices of an overlapped step handing their gradient buckets over
+    (:func:`~simdist.strategies.steps.walk` of :func:`~.bucketing.bucket_plan`): every
+    device's spans are worked out and recorded before the walk
+    (:meth:`SynchronousStrategy.overlapped_step`), so a bucket is issued when it is ready on
+    every device (``ready_s``) and reduced by :meth:`SynchronousStrategy.reduce_group`."""
+
+    def __init__(
+        self,
+        strategy: SynchronousStrategy,
+        devices: Sequence[Device],
+        buckets: Sequence[Bucket],
+        ready_s: Sequence[float],
+        algo: str,
+        step: int,
+    ) -> None:
+        self.strategy, self.env = strategy, strategy.env
+        self.devices, self.buckets, self.ready_s = devices, buckets, ready_s
+        self.algo, self.step = algo, step
+        self.bucket = 0
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Already recorded: note which bucket the devices have reached."""
+        self.bucket = op.unit
+        yield from ()
+
+    def issued_s(self) -> float:
+        """When the bucket reached is ready on every device."""
+        return self.ready_s[self.bucket]
+
+    def start(self, index: int, c: Collective) -> Any:
+        """Reduce bucket ``index`` over the devices."""
+        return self.strategy.reduce_group(
+            self.devices, self.buckets[index], self.algo, self.step, c.detail
+        )
+
+    def waited(self, span: tuple[float, float]) -> None:
+        """Nothing to record: the step ends with its last reduction."""
+        del span
+
+    def send(self, op: Send) -> None:
+        raise TypeError(f"an overlapped step sends no messages; got {op}")
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        raise TypeError(f"an overlapped step receives no messages; got {op}")
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Nothing left: the step ends with its last reduction."""
+        yield from ()
+
+
 class AllReduceStrategy(SynchronousStrategy):
     """A synchronous strategy whose gradients are summed by all-reduces: mirrored, mwm, tpu.
 
@@ -408,13 +469,18 @@ class AllReduceStrategy(SynchronousStrategy):
             whole = self.compressed.whole
             yield self.reduce_group(self.training_devices, whole, self.algorithm, step, self.label)
             return
-        yield self.net.allreduce(
-            self.training_devices,
-            self.costs.grad_nbytes,
-            self.algorithm,
-            step=step,
-            detail=self.label,
-        )
+        runner = GroupRunner(self, self.training_devices, step, self.algorithm)
+        yield from walk(self.communication_plan, runner)
+
+    @cached_property
+    def communication_plan(self) -> Plan:
+        """:meth:`step_collectives` as a plan, the same every step."""
+        return collectives_in_order(self.step_collectives())
+
+    def step_collectives(self) -> list[Collective]:
+        """What moves after the compute when nothing overlaps it: one all-reduce of the
+        gradient (multi_worker_mirrored: its packs), one after another."""
+        return [Collective("allreduce", self.costs.grad_nbytes, self.label)]
 
     def reduce_group(
         self, devices: Sequence[Device], group: Bucket, algo: str, step: int, detail: str

@@ -29,13 +29,8 @@ from simdist.sharding import Sharding
 from simdist.spec import Bytes, StrategySpecBase, fail, number_choice
 from simdist.strategies.base import LayerCost
 from simdist.strategies.multi_worker_mirrored import TRAIN_FLOPS_PER_FORWARD
-from simdist.strategies.sharded_plan import (
-    Collective,
-    Compute,
-    Issue,
-    ShardingPlanOptions,
-    plan_step,
-)
+from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
+from simdist.strategies.steps import Collective, Compute, walk
 from simdist.strategies.sync import SynchronousStrategy, SyncState
 
 if TYPE_CHECKING:
@@ -135,7 +130,8 @@ class Spec(StrategySpecBase):
 class ZeroTrainer:
     """The numerics of a sharded step: the global batch split over N devices, each holding
     and updating its shard of the flat parameters and optimizer state
-    (:class:`simdist.numerics.sharded.ShardedStep`). The same interface as
+    (:class:`simdist.numerics.sharded.ShardedStep`). A
+    :class:`~simdist.strategies.steps.DispatchTrainer`, as
     :class:`~simdist.strategies.sync.SyncTrainer`; its state's ``params`` is the flat vector."""
 
     def __init__(
@@ -178,12 +174,82 @@ class ZeroTrainer:
         model_state = self.workload.update_state(state.model_state, moments)
         return SyncState(flat, opt_state, model_state), loss
 
+    def update(self, state: SyncState, batch: tuple[Any, Any]) -> tuple[SyncState, float]:
+        """One sharded step, its loss read back."""
+        state, loss = self.dispatch(state, batch)
+        return state, float(loss)
+
     def params(self, state: SyncState) -> Any:
         """The parameter tree of ``state`` (gathered from the shards)."""
         import jax
         import numpy as np
 
         return self.shards.tree(np.asarray(jax.device_get(state.params)))
+
+
+class AheadOfClock:
+    """The data group carrying a step's program out (:func:`~simdist.strategies.steps.walk`):
+    each device computes its layers in program order, ahead of the clock (its own time,
+    paced by its variability, × its straggler factor), waiting where the program waits for
+    a collective; a collective is issued when the last device has issued it. Records each
+    device's compute, straggle and barrier spans as one grid when the step ends."""
+
+    def __init__(self, strategy: ZeroStrategy, step: int) -> None:
+        import numpy as np
+
+        self.strategy, self.step = strategy, step
+        self.env = env = strategy.env
+        self.devices = devices = strategy.training_devices
+        self.names = [layer.name for layer in strategy.plan_layers()]
+        self.seconds = dict(zip(("forward", "backward"), strategy.layer_seconds(step), strict=True))
+        self.factor = (
+            np.array([strategy.slowdown(d, step) for d in devices]) if strategy.stragglers else None
+        )
+        self.t = np.full(len(devices), env.now)
+        self.columns: list[tuple[Any, Any, str, str]] = []
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Every device computes ``op`` from its own time (no clock event)."""
+        t, seconds = self.t, self.seconds[op.phase][:, op.unit]
+        end = t + seconds
+        self.columns.append((t, end, "compute", f"{op.phase} {self.names[op.unit]}"))
+        if self.factor is not None:
+            slow = t + seconds * self.factor
+            self.columns.append((end, slow, "straggle", ""))
+            end = slow
+        self.t = end
+        yield from ()
+
+    def issued_s(self) -> float:
+        """The last device's time."""
+        return float(self.t.max())
+
+    def start(self, index: int, c: Collective) -> Any:
+        """Collective ``c`` over the data group."""
+        del index
+        return self.strategy.collective(c, self.step)
+
+    def waited(self, span: tuple[float, float]) -> None:
+        """Each device idles from its time to the collective's end."""
+        import numpy as np
+
+        start, end = span
+        t = self.t
+        self.columns.append((t, np.maximum(t, start), "idle", "barrier"))
+        self.t = np.maximum(t, end)
+
+    def send(self, op: Any) -> None:
+        raise TypeError(f"a ZeRO step sends no messages; got {op}")
+
+    def receive(self, op: Any) -> Generator[Any, Any, None]:
+        raise TypeError(f"a ZeRO step receives no messages; got {op}")
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Record the spans; the step ends when the last device is done."""
+        self.strategy.record_walk(self.devices, self.columns, self.factor, self.step)
+        last = float(self.t.max())
+        if last > self.env.now:
+            yield self.env.timeout(last - self.env.now)
 
 
 class ZeroStrategy(SynchronousStrategy):
@@ -252,15 +318,12 @@ class ZeroStrategy(SynchronousStrategy):
         if self.scenario.replicas == 1:
             yield from self.compute_phase(self.training_devices, step)
             return
-        yield from self.walk(step)
+        yield from walk(self.plan, AheadOfClock(self, step))
 
     def collective(self, c: Collective, step: int) -> Any:
         """Start collective ``c`` over the data group (the network prices and records it)."""
         devices, net, algo = self.training_devices, self.net, self.algorithm
-        if c.op == "allreduce":
-            return net.allreduce(devices, c.nbytes, algo, step=step, detail=c.detail)
-        start = net.reduce_scatter if c.op == "reduce_scatter" else net.all_gather
-        return start(devices, c.nbytes, algo, step=step, detail=c.detail)
+        return net.collective(c.op, devices, c.nbytes, algo, step=step, detail=c.detail)
 
     def layer_seconds(self, step: int) -> tuple[Any, Any]:
         """Each device's forward and backward seconds per layer at ``step`` (devices ×
@@ -282,53 +345,6 @@ class ZeroStrategy(SynchronousStrategy):
             pace = np.array([self.pace(d, step) for d in devices])[:, None]
             forward, backward = forward * pace, backward * pace
         return forward, backward
-
-    def walk(self, step: int) -> Generator[Any, Any, None]:
-        """One step as the plan says: each device computes its layers in program order,
-        waiting where the program waits for a collective; the collectives run one at a
-        time in issue order, each from when the last device issued it and the previous
-        one ended. Records each device's compute, straggle and barrier spans."""
-        import numpy as np
-
-        env, plan = self.env, self.plan
-        devices = self.training_devices
-        names = [layer.name for layer in self.plan_layers()]
-        seconds = dict(zip(("forward", "backward"), self.layer_seconds(step), strict=True))
-        factor = np.array([self.slowdown(d, step) for d in devices]) if self.stragglers else None
-        t = np.full(len(devices), env.now)
-        issued_s: list[float] = [0.0] * len(plan.collectives)
-        spans: list[tuple[float, float]] = [(0.0, 0.0)] * len(plan.collectives)
-        ran = 0
-        columns: list[tuple[Any, Any, str, str]] = []
-        for op in plan.program:
-            if isinstance(op, Compute):
-                end = t + seconds[op.phase][:, op.layer]
-                columns.append((t, end, "compute", f"{op.phase} {names[op.layer]}"))
-                if factor is not None:
-                    slow = t + seconds[op.phase][:, op.layer] * factor
-                    columns.append((end, slow, "straggle", ""))
-                    end = slow
-                t = end
-            elif isinstance(op, Issue):
-                issued_s[op.index] = float(t.max())
-            else:
-                while ran <= op.index:
-                    if issued_s[ran] > env.now:
-                        yield env.timeout(issued_s[ran] - env.now)
-                    spans[ran] = yield self.collective(plan.collectives[ran], step)
-                    ran += 1
-                start, end = spans[op.index]
-                columns.append((t, np.maximum(t, start), "idle", "barrier"))
-                t = np.maximum(t, end)
-        while ran < len(plan.collectives):
-            if issued_s[ran] > env.now:
-                yield env.timeout(issued_s[ran] - env.now)
-            yield self.collective(plan.collectives[ran], step)
-            ran += 1
-        self.record_walk(devices, columns, factor, step)
-        last = float(t.max())
-        if last > env.now:
-            yield env.timeout(last - env.now)
 
     def record_walk(
         self,

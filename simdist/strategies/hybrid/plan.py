@@ -3,7 +3,7 @@
 Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by hand.
 
 * A micro-batch's pass through a stage is the tensor-parallel walk of the stage's layers
-  (:func:`simdist.strategies.tensor_parallel.plan.phase_ops`) on the micro-batch's layer
+  (:func:`simdist.strategies.tensor_parallel.plan.phase_plans`) on the micro-batch's layer
   costs (:func:`micro_layers`: each layer's work / M, its launch cost in full, as the
   pipeline strategy prices a micro-batch): compute spans of each device's 1/T share and
   the tensor all-reduces of each Megatron block on the critical path, forward and backward.
@@ -31,8 +31,9 @@ from dataclasses import replace
 from simdist.sharding import Sharding
 from simdist.strategies.base import LayerCost
 from simdist.strategies.pipeline.plan import StageMemory
-from simdist.strategies.sharded_plan import Collective, ShardingPlanOptions, plan_step
-from simdist.strategies.tensor_parallel.plan import Op, phase_ops
+from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
+from simdist.strategies.steps import Collective, Issue, Plan, Wait
+from simdist.strategies.tensor_parallel.plan import phase_plans
 
 #: DeepSpeed's reduce_bucket_size and allgather_bucket_size default (5e8 elements,
 #: deepspeed/runtime/zero/config.py) as float32 bytes — simdist.strategies.zero's default.
@@ -57,7 +58,7 @@ def micro_layers(layers: Sequence[LayerCost], micro_batches: int) -> tuple[Layer
     )
 
 
-def stage_ops(
+def stage_plans(
     layers: Sequence[LayerCost],
     roles: Sequence[str],
     first: int,
@@ -65,10 +66,11 @@ def stage_ops(
     tensor: int,
     sequence_parallel: bool,
     gather_whole: bool,
-) -> tuple[list[Op], list[Op]]:
+) -> tuple[Plan, Plan]:
     """A micro-batch's forward and backward through layers ``[first, stop)`` of
-    ``layers`` (micro-batch costs) on a tensor group, with its tensor collectives."""
-    return phase_ops(
+    ``layers`` (micro-batch costs) on a tensor group, with its tensor collectives (none on
+    a group of one device: there is nothing to reduce, and nothing runs)."""
+    forward, backward = phase_plans(
         layers[first:stop],
         roles[first:stop],
         tensor,
@@ -77,6 +79,14 @@ def stage_ops(
         takes_data=first == 0,
         input_activation_nbytes=layers[first - 1].output_nbytes if first else 0,
     )
+    if tensor > 1:
+        return forward, backward
+    return _computes(forward), _computes(backward)
+
+
+def _computes(plan: Plan) -> Plan:
+    """``plan`` without its collectives."""
+    return Plan([], [op for op in plan.program if not isinstance(op, Issue | Wait)])
 
 
 def send_nbytes(boundary_nbytes: int, tensor: int, sequence_parallel: bool) -> int:

@@ -2,16 +2,17 @@
 
 The devices sit on the mesh (:mod:`simdist.mesh`, in ``placement`` order, tensor innermost
 by default): device (d, p, t) is tensor rank t of stage p of data copy d. Each step runs
-the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or
-1f1b, a flush per step) with a tensor group in place of each stage's device: a
-micro-batch's forward or backward on a stage is the tensor-parallel walk of its layers
-(:func:`.plan.stage_ops`), every device of the group computing its 1/T and every tensor
-collective on the critical path, holding the group until the slowest device has joined
-(Megatron's synchronous NCCL calls). Activations go to the next stage and their gradients
-back as T point-to-point sends, rank t to rank t (:func:`.plan.send_nbytes`); a stage
-starts a micro-batch once all T have arrived. After the flush, the data groups of every
-(stage, tensor rank) reduce their gradient shard at once (:func:`.plan.data_collectives`),
-as Megatron-LM reduces after the pipeline flush (``overlap_grad_reduce`` off by default,
+the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or 1f1b,
+a flush per step) with a tensor group in place of each stage's device: a micro-batch's
+forward or backward on a stage is the tensor-parallel walk of its layers
+(:func:`.plan.stage_plans`, run by :func:`~simdist.strategies.steps.walk`), every device of
+the group computing its 1/T and every tensor collective on the critical path, holding the
+group until the slowest device has joined (Megatron's synchronous NCCL calls). Activations
+go to the next stage and their gradients back as T point-to-point sends, rank t to rank t
+(:func:`.plan.send_nbytes`); a stage starts a micro-batch once all T have arrived. After
+the flush, the data groups of every (stage, tensor rank) reduce their gradient shard at
+once (:func:`.plan.data_collectives`), as Megatron-LM reduces after the pipeline flush
+(``overlap_grad_reduce`` off by default,
 megatron/core/distributed/distributed_data_parallel_config.py).
 
 The partition (``auto``) balances the stages' micro-batch time on the tensor group (their
@@ -41,7 +42,7 @@ from simdist.strategies.hybrid.plan import (
     device_memory,
     micro_layers,
     send_nbytes,
-    stage_ops,
+    stage_plans,
 )
 from simdist.strategies.pipeline.plan import (
     StageMemory,
@@ -52,7 +53,18 @@ from simdist.strategies.pipeline.plan import (
 )
 from simdist.strategies.pipeline.plan import stage_ops as schedule_ops
 from simdist.strategies.pipeline.strategy import PipelineStrategy
-from simdist.strategies.tensor_parallel.plan import Op, device_grad_nbytes, layer_roles
+from simdist.strategies.steps import (
+    Collective,
+    Compute,
+    GroupRunner,
+    Issue,
+    Plan,
+    Receive,
+    Send,
+    collectives_in_order,
+    walk,
+)
+from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles
 
 #: The collectives a data group runs after the flush.
 OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
@@ -60,7 +72,6 @@ OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
 if TYPE_CHECKING:
     from simdist.cluster import Device
     from simdist.numerics.hybrid import HybridTrainer
-    from simdist.strategies.sharded_plan import Collective
     from simdist.strategies.sync import SyncState
 
 
@@ -124,6 +135,7 @@ class HybridStrategy(PipelineStrategy):
             else []
             for s, n in enumerate(self.shard_nbytes)
         ]
+        self.reduction_plans = [collectives_in_order(r) for r in self.reductions]
         self.busy_s = 0.0
         self.lockstep = self._lockstep()
         self.held = [[0] * self.S for _ in range(self.D)]
@@ -142,9 +154,9 @@ class HybridStrategy(PipelineStrategy):
 
     # -- the plan ------------------------------------------------------------
 
-    def stage_walk(self, first: int, stop: int) -> tuple[list[Op], list[Op]]:
+    def stage_walk(self, first: int, stop: int) -> tuple[Plan, Plan]:
         """A micro-batch's forward and backward on the tensor group of layers [first, stop)."""
-        return stage_ops(self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole)
+        return stage_plans(self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole)
 
     def _partition(self, partition: Any) -> tuple[int, ...]:
         n = len(self.costs.layers)
@@ -183,11 +195,14 @@ class HybridStrategy(PipelineStrategy):
         group = self.groups[0][s]
         forward, backward = self.stage_walk(first, stop)
         total = 0.0
-        for op in forward + backward:
-            if op.kind == "compute":
-                total += op.seconds
-            elif self.T > 1:
-                total += self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
+        for plan in (forward, backward):
+            collectives = plan.collectives
+            for op in plan.program:
+                if isinstance(op, Compute):
+                    total += op.seconds
+                elif isinstance(op, Issue):
+                    c = collectives[op.index]
+                    total += self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op))
         if s < self.S - 1:
             nbytes = send_nbytes(self.boundary_nbytes(stop), self.T, self.sp)
             total += self.send_s(s, nbytes)
@@ -235,8 +250,9 @@ class HybridStrategy(PipelineStrategy):
         reduction after the flush runs on every copy. None otherwise: every copy runs."""
         if self.D == 1 or self.variability or self.stragglers or not self.net.bare_messages:
             return None
-        walked = [op for forward, backward in self.stage_walks for op in forward + backward]
-        collectives = sorted({(op.kind, op.nbytes) for op in walked if op.kind != "compute"})
+        collectives = sorted(
+            {(c.op, c.nbytes) for plans in self.stage_walks for p in plans for c in p.collectives}
+        )
         traffic = [
             [
                 *(
@@ -294,25 +310,12 @@ class HybridStrategy(PipelineStrategy):
         step: int,
         lead: bool = False,
     ) -> Generator[Any, Any, None]:
-        """Stage ``s`` of copy ``r`` runs its schedule: wait for all T inputs, walk the
-        tensor group's ops, send on rank to rank. ``lead``: copy ``r`` leads lock-step
-        copies (:meth:`process`), whose rows are recorded with its own."""
-        group = self.groups[r][s]
-        forward, backward = self.stage_walks[s]
-        last = s == self.S - 1
-        copies = (r, *self.lockstep.leaders[r]) if lead else (r,)  # type: ignore[union-attr]
-        for kind, m in ops:
-            if (kind == "F" and s > 0) or (kind == "B" and not last):
-                inputs = arrivals.setdefault((r, s, kind, m), self._events())
-                yield self.env.all_of(inputs)
-            walk = forward if kind == "F" else backward
-            yield from self.walk(group, walk, step, f"{kind}{m}", (r, s) if lead else None)
-            for c in copies:
-                self._hold(c, s, +1 if kind == "F" else -1)
-            if kind == "F" and not last:
-                self._send_group(r, s, s + 1, "F", m, step, f"A{m}", arrivals, lead)
-            elif kind == "B" and s > 0:
-                self._send_group(r, s, s - 1, "B", m, step, f"G{m}", arrivals, lead)
+        """Stage ``s`` of copy ``r`` runs its passes (:func:`~.pipeline.plan.stage_plan`):
+        wait for all T inputs, walk the tensor group's plan, send on rank to rank.
+        ``lead``: copy ``r`` leads lock-step copies (:meth:`process`), whose rows are
+        recorded with its own."""
+        plan = self.stage_plan(s, ops)
+        yield from walk(plan, StageGroup(self, r, s, arrivals, step, lead))
 
     def _events(self) -> list[Any]:
         return [self.env.event() for _ in range(self.T)]
@@ -372,54 +375,6 @@ class HybridStrategy(PipelineStrategy):
                 self.net.send(src, dst, nbytes, step=step, detail=detail, done=ready[t], then=then)
             )
 
-    def walk(
-        self,
-        group: list[Device],
-        ops: Sequence[Op],
-        step: int,
-        label: str,
-        lead: tuple[int, int] | None = None,
-    ) -> Generator[Any, Any, None]:
-        """One micro-batch's pass on a tensor group: compute shares, collectives between.
-        ``lead``: (copy, stage) of a group that leads lock-step copies."""
-        followers = None if lead is None else self.follower_groups[lead[0]][lead[1]]
-        for op in ops:
-            if op.kind == "compute":
-                detail = f"{label} {op.detail}"
-                if lead is None:
-                    yield from self.span(group, op.seconds, step, detail)
-                else:
-                    yield from self.lead_span(*lead, op.seconds, step, detail)
-            elif self.T > 1:
-                yield self.net.collective(
-                    op.kind,
-                    group,
-                    op.nbytes,
-                    self._algo(op.kind),
-                    step=step,
-                    detail=op.detail,
-                    copies=followers,
-                )
-
-    def span(
-        self, group: list[Device], seconds: float, step: int, detail: str
-    ) -> Generator[Any, Any, None]:
-        """The group computes ``seconds`` each (× pace and straggler factor); the next
-        collective waits for the slowest device."""
-        if seconds <= 0:
-            return
-        start = self.env.now
-        scaled = [(d, self.pace(d, step), self.slowdown(d, step)) for d in group]
-        longest = max(seconds * (pace * factor) for _, pace, factor in scaled)
-        yield self.env.timeout(longest)
-        for d, pace, factor in scaled:
-            done = self.record_scaled(d, start, seconds, factor, step, detail, pace)
-            self.busy_s += seconds * (pace * factor)
-            if done < start + longest:
-                self.recorder.event(
-                    done, start + longest, d.host, d.name, "idle", 0, step, "barrier"
-                )
-
     def lead_span(
         self, r: int, s: int, seconds: float, step: int, detail: str
     ) -> Generator[Any, Any, None]:
@@ -457,9 +412,13 @@ class HybridStrategy(PipelineStrategy):
             yield self._collective(c, group, algo, step)
 
     def _collective(self, c: Collective, group: list[Device], algo: str, step: int) -> Any:
-        start = getattr(self.net, c.op)
-        return start(
-            group, c.nbytes, algo if c.op == "allreduce" else "ring", step=step, detail=c.detail
+        return self.net.collective(
+            c.op,
+            group,
+            c.nbytes,
+            algo if c.op == "allreduce" else "ring",
+            step=step,
+            detail=c.detail,
         )
 
     def process(self) -> Generator[Any, Any, None]:
@@ -500,8 +459,7 @@ class HybridStrategy(PipelineStrategy):
         total = len(self.training_devices) * now
         names = [layer.name for layer in self.costs.layers]
         group = self.groups[0][0]
-        tensor = [op for f, b in self.stage_walks for op in f + b if op.kind != "compute"]
-        tensor = tensor if self.T > 1 else []
+        tensor = [c for plans in self.stage_walks for p in plans for c in p.collectives]
         spec = self.scenario.strategy
         return {
             "hybrid": {
@@ -522,8 +480,7 @@ class HybridStrategy(PipelineStrategy):
             "peak_in_flight_per_stage": list(self.peak_held[0]),
             "tensor_collectives_per_micro_batch": len(tensor),
             "tensor_comm_s_per_micro_batch": sum(
-                self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
-                for op in tensor
+                self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op)) for c in tensor
             ),
             "stage_send_nbytes_per_micro_batch": self.send_nbytes[: self.S - 1],
             "data_nbytes_per_device_per_step": [
@@ -544,3 +501,102 @@ class HybridStrategy(PipelineStrategy):
                 for x in copy[s]
             },
         }
+
+
+class TensorGroup(GroupRunner):
+    """A stage's tensor group walking one micro-batch's pass (compute shares, collectives
+    between); ``lead``: (copy, stage) of a group that leads lock-step copies, whose spans
+    and collectives stand for its followers' (:meth:`HybridStrategy.lead_span`)."""
+
+    def __init__(
+        self,
+        strategy: HybridStrategy,
+        group: list[Device],
+        step: int,
+        label: str,
+        lead: tuple[int, int] | None,
+    ) -> None:
+        super().__init__(strategy, group, step, strategy.scenario.strategy.all_reduce, label)
+        self.hybrid = strategy
+        self.lead = lead
+        self.followers = None if lead is None else strategy.follower_groups[lead[0]][lead[1]]
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        if self.lead is None:
+            yield from super().compute(op)
+            return
+        detail = f"{self.label} {op.detail}"
+        yield from self.hybrid.lead_span(*self.lead, op.seconds, self.step, detail)
+
+    def computed(self, seconds: float) -> None:
+        """The bubble counts every device's busy time."""
+        self.hybrid.busy_s += seconds
+
+    def start(self, index: int, c: Collective) -> Any:
+        """Collective ``c`` over the group (and its lock-step followers' groups)."""
+        del index
+        return self.hybrid.net.collective(
+            c.op,
+            self.group,
+            c.nbytes,
+            self.algorithm_of(c.op),
+            step=self.step,
+            detail=c.detail,
+            copies=self.followers,
+        )
+
+
+class StageGroup:
+    """Stage ``s``'s tensor group of copy ``r`` carrying its passes out (the runner of
+    :func:`~simdist.strategies.steps.walk` for :func:`~.pipeline.plan.stage_plan`): a pass
+    is the walk of the micro-batch's tensor-parallel plan (:class:`TensorGroup`), its
+    messages T sends rank to rank (:meth:`HybridStrategy._send_group`); ``lead``: the
+    group leads lock-step copies."""
+
+    def __init__(
+        self,
+        strategy: HybridStrategy,
+        r: int,
+        s: int,
+        arrivals: dict,
+        step: int,
+        lead: bool,
+    ) -> None:
+        self.h, self.env = strategy, strategy.env
+        self.r, self.s, self.arrivals, self.step, self.lead = r, s, arrivals, step, lead
+        # the copies whose micro-batches this group's passes stand for
+        self.copies = (r, *strategy.lockstep.leaders[r]) if lead else (r,)  # type: ignore[union-attr]
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Micro-batch ``op.unit``'s forward (``F``) or backward (``B``) on the group."""
+        h, s = self.h, self.s
+        forward, backward = h.stage_walks[s]
+        plan = forward if op.phase == "F" else backward
+        lead = (self.r, s) if self.lead else None
+        yield from walk(plan, TensorGroup(h, h.groups[self.r][s], self.step, op.detail, lead))
+        for c in self.copies:
+            h._hold(c, s, +1 if op.phase == "F" else -1)
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """Wait for all T messages of pass ``op.tag``."""
+        inputs = self.arrivals.setdefault((self.r, self.s, *op.tag), self.h._events())
+        yield self.env.all_of(inputs)
+
+    def send(self, op: Send) -> None:
+        """Rank t to rank t of stage ``op.peer``."""
+        kind, m = op.tag
+        h, r, s = self.h, self.r, self.s
+        h._send_group(r, s, op.peer, kind, m, self.step, op.detail, self.arrivals, self.lead)
+
+    def issued_s(self) -> float:
+        return self.env.now
+
+    def start(self, index: int, c: Collective) -> Any:
+        raise TypeError(f"a stage's collectives are its tensor group's; got {c}")
+
+    def waited(self, span: tuple[float, float]) -> None:
+        del span
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Nothing left: the stage's last pass has ended."""
+        yield from ()

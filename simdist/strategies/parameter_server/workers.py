@@ -5,7 +5,9 @@ gradient shard — each defined once here and shared by both modes: the
 asynchronous loop (:mod:`.async_loop`, with failures in :mod:`.recovery`) and
 synchronous steps with backup workers (:mod:`.sync_backup`). How long bytes take
 is the network's: every pull and push is one ``net.send`` between the worker's
-host and a PS task, which contend on the NICs.
+host and a PS task, which contend on the NICs. With ``overlap`` the iteration is one plan
+of typed steps (:func:`layer_plan`: each layer's pulls received, its forward, its
+backward, its shards sent) run by the one walker (:func:`simdist.strategies.steps.walk`).
 
 The loops drive a :class:`ParameterServerWorkers` and count what the run has done in its
 :class:`~.progress.Progress`; none of them imports the strategy that chooses them
@@ -15,7 +17,7 @@ The loops drive a :class:`ParameterServerWorkers` and count what the run has don
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -24,7 +26,7 @@ from simdist.cluster import Device
 from simdist.mesh import Mesh
 from simdist.network import Transfer
 from simdist.strategies.base import LayerCost, Strategy
-from simdist.strategies.layer_step import backward_ready, hand_over_when_ready
+from simdist.strategies.layer_step import backward_ready
 from simdist.strategies.parameter_server.dataflow import (
     Dataflow,
     DataflowServers,
@@ -41,6 +43,15 @@ from simdist.strategies.parameter_server.progress import Progress
 from simdist.strategies.parameter_server.push_compression import PushCompression
 from simdist.strategies.parameter_server.servers import ParameterServers
 from simdist.strategies.parameter_server.staging import Chain, WorkerMoves
+from simdist.strategies.steps import (
+    Collective,
+    Compute,
+    Plan,
+    Receive,
+    Send,
+    Step,
+    walk,
+)
 
 if TYPE_CHECKING:
     from simdist.numerics.deferred import DeferredGradients
@@ -217,8 +228,7 @@ class ParameterServerWorkers(Strategy):
         yield from self.input_wait(devices, self.pipelines[w], step)
         factor = max(self.pace(d, step) * self.slowdown(d, step) for d in devices)
         layers = self.device_costs(devices[0]).layers  # this host's own device class
-        yield from self._forward_layers(devices, layers, pulls, factor, step)
-        yield from self._backward_layers(w, layers, factor, step, then)
+        yield from walk(self.layer_plan, LayerByLayer(self, w, layers, pulls, factor, step, then))
 
     def _pull_layers(self, w: int, step: int) -> list[list[Transfer]]:
         """Worker ``w`` requests every variable shard, layer by layer in forward order: each
@@ -253,114 +263,11 @@ class ParameterServerWorkers(Strategy):
         detail = f"pull ps{shard.ps}"
         return self.moves.pull(ps_host, host, shard.nbytes, step=step, detail=detail)
 
-    def _forward_layers(
-        self,
-        devices: Sequence[Device],
-        layers: Sequence[LayerCost],
-        pulls: Sequence[Sequence[Transfer]],
-        factor: float,
-        step: int,
-    ) -> Generator[Any, Any, None]:
-        """Forward, layer by layer, each after its variables have arrived: the layers whose
-        variables are there run back to back (one ``forward`` span per such run)."""
-        env = self.env
-        run_start, run_s = env.now, 0.0
-        for layer, moves in zip(layers, pulls, strict=True):
-            if any(not move.done.triggered for move in moves):
-                if run_s:
-                    yield env.timeout(run_s * factor)
-                    self._record_run(devices, run_start, run_s, step, "forward")
-                waiting = env.now
-                yield self.net.join(moves)
-                self.record_devices(
-                    devices, waiting, env.now, "idle", step, "waiting for variables"
-                )
-                run_start, run_s = env.now, 0.0
-            run_s += layer.forward_s
-        if run_s:
-            yield env.timeout(run_s * factor)
-            self._record_run(devices, run_start, run_s, step, "forward")
-
-    def _backward_layers(
-        self,
-        w: int,
-        layers: Sequence[LayerCost],
-        factor: float,
-        step: int,
-        then: Callable[[int], None] | None,
-    ) -> Generator[Any, Any, None]:
-        """Backward in reverse layer order, each layer's shards pushed as soon as its
-        gradient is ready (:func:`~simdist.strategies.layer_step.backward_ready`); PS ``ps``
-        applies (``then(ps)``) once all its shards have arrived."""
-        env, net = self.env, self.net
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        waiting_shards = [0] * self.n_ps
-        for shards in self.layer_shards:
-            for i in shards:
-                waiting_shards[self.shards[i].ps] += 1
-
-        def arrived(ps: int) -> None:
-            waiting_shards[ps] -= 1
-            if waiting_shards[ps] == 0 and then is not None:
-                then(ps)
-
-        def landed(i: int) -> None:
-            arrived(self.shards[i].ps)
-            if self.on_update is not None:
-                self.on_update.landed(step, i)
-
-        backward_start, pushes = env.now, []
-        first_push: float | None = None
-        ready, elapsed = backward_ready(layers, [bool(shards) for shards in self.layer_shards])
-
-        def push(k: int) -> None:
-            nonlocal first_push
-            if k == len(ready):  # the end of backward, after the last push
-                return
-            if first_push is None:
-                first_push = env.now
-            shards = self.layer_shards[ready[k][0]]
-
-            def sends() -> list[Any]:
-                return [
-                    move
-                    for i in shards
-                    for move in self.moves.push(
-                        host,
-                        ps_hosts[self.shards[i].ps],
-                        self.shards[i].nbytes,
-                        step=step,
-                        detail=f"push ps{self.shards[i].ps}",
-                        then=partial(landed, i),
-                    )
-                ]
-
-            if self.moves.local_reduce(len(host.devices)):
-                # The layer's gradients all-reduced on the devices, then pushed from the host.
-                layer_bytes = sum(self.shards[i].nbytes for i in shards)
-                reduce = partial(
-                    net.allreduce, host.devices, layer_bytes, "ring", step=step,
-                    detail="local all-reduce",
-                )  # fmt: skip
-                new = [Chain(env, [lambda: [reduce()], sends])]
-            else:
-                new = sends()
-            pushes.extend(new)
-            self.moving[w] = [*self.moving[w], *new]
-
-        targets = [backward_start + seconds * factor for _, seconds in ready]
-        targets.append(backward_start + elapsed * factor)
-        yield from hand_over_when_ready(env, targets, push)
-        self._record_run(host.devices, backward_start, elapsed, step, "backward")
-        yield net.phase(
-            host.devices,
-            pushes,
-            step=step,
-            detail="push",
-            nbytes=self.costs.grad_nbytes * self.moves.pushes_per_worker,
-            start_s=first_push,
-        )
-        self.moving[w] = []
+    @cached_property
+    def layer_plan(self) -> Plan:
+        """A worker's overlapped iteration as typed steps (:func:`layer_plan`)."""
+        ready = [i for i, shards in enumerate(self.layer_shards) if shards][::-1]
+        return layer_plan(self.layer_shards, ready, self.shards)
 
     def _record_run(
         self, devices: Sequence[Device], start_s: float, seconds: float, step: int, detail: str
@@ -396,7 +303,9 @@ class ParameterServerWorkers(Strategy):
         yield from self.compute_phase(devices, step)
         if self.moves.local_reduce(len(devices)):
             nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
-            reduce = self.net.allreduce(devices, nbytes, "ring", step=step, detail=detail)
+            reduce = self.net.collective(
+                "allreduce", devices, nbytes, "ring", step=step, detail=detail
+            )
             self.moving[w] = [reduce]
             yield reduce
             self.moving[w] = []
@@ -497,3 +406,173 @@ class ParameterServerWorkers(Strategy):
         point = self.dataflow.evaluate(params)
         delay = self.eval_delay_s if delay_s is None else delay_s
         self.log.evaluation(self.env.now + delay, step, point)
+
+
+def layer_plan(layer_shards: Sequence[Sequence[int]], ready: Sequence[int], shards: Any) -> Plan:
+    """A worker's overlapped iteration as typed steps: each layer's forward once its
+    variables have arrived (``Receive(i)``: layer ``i``'s pulls), then backward in reverse
+    layer order, one compute per layer whose gradient moves (``ready``, in backward order;
+    ``Compute(k, "backward")`` ends at its gradient) followed by its shards' pushes (one
+    ``Send`` per shard, to its PS), and a last compute to the end of backward."""
+    program: list[Step] = []
+    for i in range(len(layer_shards)):
+        program += [Receive(i), Compute(i, "forward")]
+    for k, layer in enumerate(ready):
+        program.append(Compute(k, "backward"))
+        program += [
+            Send(shards[i].ps, i, shards[i].nbytes, f"push ps{shards[i].ps}")
+            for i in layer_shards[layer]
+        ]
+    program.append(Compute(len(ready), "backward"))
+    return Plan([], program)
+
+
+class LayerByLayer:
+    """A worker's devices carrying :func:`layer_plan` out on the clock (TensorFlow's
+    per-variable transfers overlapped with compute; see
+    :meth:`ParameterServerWorkers.overlapped`).
+
+    Forward: the layers whose variables are there run back to back, one ``forward`` span
+    per such run, the devices ``idle: waiting for variables`` between. Backward: each
+    layer's gradient is ready at its running sum of backward times
+    (:func:`~simdist.strategies.layer_step.backward_ready`) × the slowest device's factor;
+    its shards are pushed then — or, when the host's devices reduce first, after a local
+    all-reduce of the layer, chained (:class:`~.staging.Chain`) while backward goes on. PS
+    ``ps`` applies (``then(ps)``) once all its shards have arrived."""
+
+    def __init__(
+        self,
+        workers: ParameterServerWorkers,
+        w: int,
+        layers: Sequence[LayerCost],
+        pulls: Sequence[Sequence[Transfer]],
+        factor: float,
+        step: int,
+        then: Callable[[int], None] | None,
+    ) -> None:
+        self.p, self.env = workers, workers.env
+        self.w, self.layers, self.pulls, self.factor, self.step = w, layers, pulls, factor, step
+        self.host = workers.cluster.workers[w]
+        self.devices = self.host.devices
+        self.then = then
+        self.run_start, self.run_s = self.env.now, 0.0  # the forward run in progress
+        self.backward_start: float | None = None
+        self.ready: list[tuple[int, float]] = []
+        self.elapsed = 0.0
+        self.pushes: list[Any] = []
+        self.first_push: float | None = None
+        self.local = workers.moves.local_reduce(len(self.devices))
+        self.held: list[Send] = []  # pushes of the layer whose local reduction is to start
+        self.waiting_shards = [0] * workers.n_ps
+        for shards in workers.layer_shards:
+            for i in shards:
+                self.waiting_shards[workers.shards[i].ps] += 1
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """Layer ``op.tag``'s variables: if some have not arrived, the run so far is
+        computed and the devices wait for them."""
+        env, moves = self.env, self.pulls[op.tag]
+        if any(not move.done.triggered for move in moves):
+            yield from self._flush_forward()
+            waiting = env.now
+            yield self.p.net.join(moves)
+            self.p.record_devices(
+                self.devices, waiting, env.now, "idle", self.step, "waiting for variables"
+            )
+            self.run_start, self.run_s = env.now, 0.0
+
+    def _flush_forward(self) -> Generator[Any, Any, None]:
+        if self.run_s:
+            yield self.env.timeout(self.run_s * self.factor)
+            self.p._record_run(self.devices, self.run_start, self.run_s, self.step, "forward")
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """A forward layer joins the run; a backward group ends at its ready time."""
+        env = self.env
+        if op.phase == "forward":
+            self.run_s += self.layers[op.unit].forward_s
+            return
+        if self.backward_start is None:
+            yield from self._flush_forward()
+            self.backward_start = env.now
+            moves = [bool(shards) for shards in self.p.layer_shards]
+            self.ready, self.elapsed = backward_ready(self.layers, moves)
+        self._push_held()
+        k = op.unit
+        seconds = self.ready[k][1] if k < len(self.ready) else self.elapsed
+        target = self.backward_start + seconds * self.factor
+        if target > env.now:
+            yield env.timeout(target - env.now)
+
+    def send(self, op: Send) -> None:
+        """Push shard ``op.tag`` to PS ``op.peer`` (held for the layer's local reduction)."""
+        if self.first_push is None:
+            self.first_push = self.env.now
+        if self.local:
+            self.held.append(op)
+            return
+        new = self._sends([op])
+        self.pushes.extend(new)
+        self.p.moving[self.w] = [*self.p.moving[self.w], *new]
+
+    def _push_held(self) -> None:
+        """The held layer's gradients all-reduced on the devices, then pushed from the host."""
+        if not self.held:
+            return
+        held, self.held = self.held, []
+        p, step = self.p, self.step
+        layer_bytes = sum(op.nbytes for op in held)
+        reduce = partial(
+            p.net.collective, "allreduce", self.devices, layer_bytes, "ring", step=step,
+            detail="local all-reduce",
+        )  # fmt: skip
+        new = [Chain(self.env, [lambda: [reduce()], lambda: self._sends(held)])]
+        self.pushes.extend(new)
+        p.moving[self.w] = [*p.moving[self.w], *new]
+
+    def _sends(self, pushes: Sequence[Send]) -> list[Any]:
+        """Each push: shard ``op.tag``'s gradient to PS ``op.peer``."""
+        p, ps_hosts = self.p, self.p.cluster.ps_hosts
+        return [
+            move
+            for op in pushes
+            for move in p.moves.push(
+                self.host,
+                ps_hosts[op.peer],
+                op.nbytes,
+                step=self.step,
+                detail=op.detail,
+                then=partial(self._landed, op.tag),
+            )
+        ]
+
+    def _landed(self, i: int) -> None:
+        ps = self.p.shards[i].ps
+        self.waiting_shards[ps] -= 1
+        if self.waiting_shards[ps] == 0 and self.then is not None:
+            self.then(ps)
+        if self.p.on_update is not None:
+            self.p.on_update.landed(self.step, i)
+
+    def issued_s(self) -> float:
+        return self.env.now
+
+    def start(self, index: int, c: Collective) -> Any:
+        raise TypeError(f"a worker's iteration issues no collective of its own; got {c}")
+
+    def waited(self, span: tuple[float, float]) -> None:
+        del span
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Backward recorded; the worker waits for its last push to arrive."""
+        p = self.p
+        p._record_run(self.devices, self.backward_start, self.elapsed, self.step, "backward")
+        yield p.net.phase(
+            self.devices,
+            self.pushes,
+            step=self.step,
+            detail="push",
+            nbytes=p.costs.grad_nbytes * p.moves.pushes_per_worker,
+            start_s=self.first_push,
+        )
+        p.moving[self.w] = []

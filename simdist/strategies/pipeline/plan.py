@@ -11,6 +11,8 @@ No SimPy, no JAX: what :mod:`simdist.strategies.pipeline` runs on the clock and
   with ``S − s − 1`` forwards, then alternates one forward and one backward, then drains; so
   at most ``S − s`` micro-batches are in flight on it. pipedream (Narayanan et al. 2019): the
   same one-forward-one-backward order over the whole run's stream of micro-batches, no flush.
+* :func:`stage_plan` — a stage's passes as typed steps (receive, compute, send), which
+  :func:`simdist.strategies.steps.walk` runs on the clock.
 * :func:`partition_auto` — GPipe's partitioning: contiguous layers over ``S`` stages
   minimising the slowest stage, each stage fitting its device; dynamic programming, exact.
 * :func:`stage_memory` — what a stage's device holds at its peak.
@@ -25,14 +27,15 @@ from typing import Literal
 
 from simdist.errors import SimdistError
 from simdist.layers import stage_bounds as bounds
+from simdist.strategies.steps import Compute, Plan, Receive, Send, Step
 
 Schedule = Literal["gpipe", "1f1b", "pipedream"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "pipedream")
-#: One unit of a stage's work: ``("F", m)`` or ``("B", m)`` for micro-batch ``m``.
-Op = tuple[str, int]
+#: One pass of a micro-batch through a stage: ``("F", m)`` or ``("B", m)`` for micro-batch ``m``.
+Pass = tuple[str, int]
 
 
-def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Op]]:
+def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Pass]]:
     """Each stage's ops for ``micro_batches`` micro-batches (0-based), in the order it runs them.
 
     For pipedream ``micro_batches`` is the whole run's stream (steps × micro-batches per step).
@@ -46,7 +49,7 @@ def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Op]]:
     plans = []
     for s in range(S):
         warmup = min(S - s - 1, M)
-        ops: list[Op] = [("F", m) for m in range(warmup)]
+        ops: list[Pass] = [("F", m) for m in range(warmup)]
         for i in range(M - warmup):
             ops += [("F", warmup + i), ("B", i)]
         ops += [("B", m) for m in range(M - warmup, M)]
@@ -54,7 +57,41 @@ def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Op]]:
     return plans
 
 
-def in_flight(ops: Sequence[Op]) -> list[int]:
+def stage_plan(
+    passes: Sequence[Pass],
+    stage: int,
+    stages: int,
+    micro_batches: int,
+    send_nbytes: Sequence[int],
+    rematerialization: bool = False,
+) -> Plan:
+    """Stage ``stage``'s ``passes`` as typed steps: a forward waits for its activation
+    (stages after the first), computes (``Compute(m, "F")``, labelled ``F<m>`` with ``m``
+    counted within its step) and sends its output on; a backward waits for its gradient
+    (stages before the last), recomputes its forward with ``rematerialization``
+    (``Compute(m, "R")``), computes (``Compute(m, "B")``) and sends its input's gradient
+    back. Messages are tagged with the pass that receives them; ``send_nbytes[s]`` is what
+    crosses the boundary after stage ``s``."""
+    s, last = stage, stage == stages - 1
+    program: list[Step] = []
+    for kind, m in passes:
+        local = m % micro_batches
+        if (kind == "F" and s > 0) or (kind == "B" and not last):
+            program.append(Receive((kind, m)))
+        if kind == "F":
+            program.append(Compute(m, "F", detail=f"F{local}"))
+            if not last:
+                program.append(Send(s + 1, ("F", m), send_nbytes[s], f"A{local}"))
+            continue
+        if rematerialization:
+            program.append(Compute(m, "R", detail=f"R{local}"))
+        program.append(Compute(m, "B", detail=f"B{local}"))
+        if s > 0:
+            program.append(Send(s - 1, ("B", m), send_nbytes[s - 1], f"G{local}"))
+    return Plan([], program)
+
+
+def in_flight(ops: Sequence[Pass]) -> list[int]:
     """Micro-batches whose activations a stage holds after each of its ``ops``."""
     held, out = 0, []
     for kind, _ in ops:
@@ -63,7 +100,7 @@ def in_flight(ops: Sequence[Op]) -> list[int]:
     return out
 
 
-def peak_in_flight(ops: Sequence[Op]) -> int:
+def peak_in_flight(ops: Sequence[Pass]) -> int:
     """The most micro-batches a stage holds at once (its stashed activations)."""
     return max(in_flight(ops), default=0)
 

@@ -62,7 +62,9 @@ from simdist.strategies.pipeline.plan import (
     peak_in_flight,
     stage_memory,
     stage_ops,
+    stage_plan,
 )
+from simdist.strategies.steps import Collective, Compute, Plan, Receive, Send, walk
 from simdist.units import format_size
 
 if TYPE_CHECKING:
@@ -328,40 +330,24 @@ class PipelineStrategy(Strategy):
         step_of: Callable[[int], int],
         on_backward: Callable[[int, int], None] | None = None,
     ) -> Generator[Any, Any, None]:
-        """Stage ``s`` of copy ``r`` runs its ops: wait for the input, compute, send on."""
-        device = self.grid[r][s]
-        forward_s, backward_s = self.stage_s[r][s]
-        last = s == self.S - 1
-        pipedream = self.schedule == "pipedream"
-        for kind, m in ops:
-            step = step_of(m)
-            local = m % self.M
-            if (kind == "F" and s > 0) or (kind == "B" and not last):
-                key = (r, s, kind, m)
-                yield arrivals.setdefault(key, self.env.event())
-                del arrivals[key]
-            if kind == "F":
-                yield self.env.timeout(self._span(device, forward_s, step, f"F{local}"))
-                if pipedream:
-                    self.forward_version[s][m] = self.versions[s]
-                    if self.trainer is not None:
-                        self.trainer.forward(s, m)
-                self._hold(r, s, +1)
-                if not last:
-                    self._send(r, s, s + 1, "F", m, step, f"A{local}", arrivals)
-            else:
-                if self.remat:
-                    yield self.env.timeout(self._span(device, forward_s, step, f"R{local}"))
-                yield self.env.timeout(self._span(device, backward_s, step, f"B{local}"))
-                if pipedream:
-                    self._update(s, m, step)
-                    if self.trainer is not None:
-                        self.trainer.backward(s, m)
-                self._hold(r, s, -1)
-                if s > 0:
-                    self._send(r, s, s - 1, "B", m, step, f"G{local}", arrivals)
-                if on_backward is not None:
-                    on_backward(s, m)
+        """Stage ``s`` of copy ``r`` runs its passes ``ops`` (:func:`~.plan.stage_plan`):
+        wait for the input, compute, send on."""
+        plan = self.stage_plan(s, ops)
+        yield from walk(plan, StageDevice(self, r, s, arrivals, step_of, on_backward))
+
+    def stage_plan(self, s: int, ops: Sequence[tuple[str, int]]) -> Plan:
+        """Stage ``s``'s passes ``ops`` as a plan (:func:`~.plan.stage_plan`), built once
+        per stage and list of passes."""
+        cached = self._stage_plans.get(s)
+        if cached is None or cached[0] is not ops:
+            plan = stage_plan(ops, s, self.S, self.M, self.send_nbytes, self.remat)
+            cached = self._stage_plans[s] = (ops, plan)
+        return cached[1]
+
+    @cached_property
+    def _stage_plans(self) -> dict[int, tuple[Sequence[tuple[str, int]], Plan]]:
+        """Each stage's plan, with the passes it was built from (:meth:`stage_plan`)."""
+        return {}
 
     def _update(self, s: int, m: int, step: int) -> None:
         """pipedream: micro-batch ``m``'s backward updates stage ``s``; record its staleness
@@ -385,25 +371,6 @@ class PipelineStrategy(Strategy):
         self.held[r][s] += delta
         self.peak_held[r][s] = max(self.peak_held[r][s], self.held[r][s])
 
-    def _send(
-        self, r: int, s: int, to: int, kind: str, m: int, step: int, detail: str, arrivals: dict
-    ) -> None:
-        """Send micro-batch ``m``'s activation (or its gradient) from stage ``s`` to ``to``.
-
-        The receiving stage may wait already on ``ready``: the message triggers it as its own
-        ``done`` at the arrival, in the step a ``then=ready.succeed`` scheduled it, without
-        a second ``done`` step that nobody listens to."""
-        ready = arrivals.setdefault((r, to, kind, m), self.env.event())
-        nbytes = self.send_nbytes[min(s, to)]
-        self.net.send(
-            self.grid[r][s],
-            self.grid[r][to],
-            nbytes,
-            step=step,
-            detail=detail,
-            done=ready,
-        )
-
     def process(self) -> Generator[Any, Any, None]:
         if self.schedule == "pipedream":
             yield from self._pipedream()
@@ -422,7 +389,8 @@ class PipelineStrategy(Strategy):
             yield self.env.all_of(stages)
             if self.R > 1:
                 reduces = [
-                    self.net.allreduce(
+                    self.net.collective(
+                        "allreduce",
                         list(group),
                         self.stage_grad_nbytes[s],
                         self.scenario.strategy.all_reduce,
@@ -513,3 +481,83 @@ class PipelineStrategy(Strategy):
                 for s, values in enumerate(per_stage)
             ]
         return out
+
+
+class StageDevice:
+    """One stage's device carrying its passes out on the clock (the runner of
+    :func:`~simdist.strategies.steps.walk` for :func:`~.plan.stage_plan`): each pass a
+    compute span (× its pace and straggler factor), messages to and from the neighbouring
+    stages of its copy, and what a pass changes on the stage (micro-batches held,
+    pipedream's weight versions)."""
+
+    def __init__(
+        self,
+        strategy: PipelineStrategy,
+        r: int,
+        s: int,
+        arrivals: dict[tuple, Any],
+        step_of: Callable[[int], int],
+        on_backward: Callable[[int, int], None] | None,
+    ) -> None:
+        self.p, self.env = strategy, strategy.env
+        self.r, self.s = r, s
+        self.device = strategy.grid[r][s]
+        self.seconds = strategy.stage_s[r][s]  # (forward, backward) of a micro-batch
+        self.arrivals, self.step_of, self.on_backward = arrivals, step_of, on_backward
+        self.pipedream = strategy.schedule == "pipedream"
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Micro-batch ``op.unit``'s pass ``op.phase``: ``F`` (forward), ``R`` (its forward
+        again, rematerialized) or ``B`` (backward)."""
+        p, s, m = self.p, self.s, op.unit
+        step = self.step_of(m)
+        seconds = self.seconds[1] if op.phase == "B" else self.seconds[0]
+        yield self.env.timeout(p._span(self.device, seconds, step, op.detail))
+        if op.phase == "F":
+            if self.pipedream:
+                p.forward_version[s][m] = p.versions[s]
+                if p.trainer is not None:
+                    p.trainer.forward(s, m)  # type: ignore[union-attr]
+            p._hold(self.r, s, +1)
+        elif op.phase == "B":
+            if self.pipedream:
+                p._update(s, m, step)
+                if p.trainer is not None:
+                    p.trainer.backward(s, m)  # type: ignore[union-attr]
+            p._hold(self.r, s, -1)
+            if self.on_backward is not None:
+                self.on_backward(s, m)
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """Wait for the message that pass ``op.tag`` needs (the sender may have sent it)."""
+        key = (self.r, self.s, *op.tag)
+        yield self.arrivals.setdefault(key, self.env.event())
+        del self.arrivals[key]
+
+    def send(self, op: Send) -> None:
+        """Send ``op`` to stage ``op.peer`` of this copy. The receiving stage may wait
+        already on its arrival event: the message triggers it as its own ``done`` at the
+        arrival, without a second ``done`` step that nobody listens to."""
+        p = self.p
+        ready = self.arrivals.setdefault((self.r, op.peer, *op.tag), self.env.event())
+        p.net.send(
+            self.device,
+            p.grid[self.r][op.peer],
+            op.nbytes,
+            step=self.step_of(op.tag[1]),
+            detail=op.detail,
+            done=ready,
+        )
+
+    def issued_s(self) -> float:
+        return self.env.now
+
+    def start(self, index: int, c: Collective) -> Any:
+        raise TypeError(f"a pipeline stage runs no collective in its passes; got {c}")
+
+    def waited(self, span: tuple[float, float]) -> None:
+        del span
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Nothing left: the stage's last pass has ended."""
+        yield from ()

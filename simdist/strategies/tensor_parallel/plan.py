@@ -1,6 +1,8 @@
 """Which layers tensor parallelism splits, and one step as a walk of compute and collectives.
 
-Pure (no SimPy, no JAX): the strategy prices the walk on the clock, the tests by hand.
+Pure (no SimPy, no JAX): a step is a :class:`~simdist.strategies.steps.Plan` of typed steps,
+which the strategy walks on the clock (:func:`simdist.strategies.steps.walk`), the tests by
+hand.
 
 Megatron-LM (Shoeybi et al. 2019, arXiv:1909.08053, Sec. 3, Fig. 3) pairs a
 column-parallel linear (each device holds a slice of the output features, needs the whole
@@ -53,9 +55,9 @@ there; every device reads the whole input batch, so no all-gather before it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from simdist.strategies.base import LayerCost
+from simdist.strategies.steps import Collective, Compute, Plan, Step, issue_and_wait
 
 #: Profile layers of a transformer that are one whole Megatron block (fullsize/transformer.py).
 BLOCK_SUFFIXES: tuple[str, ...] = (".attention", ".ffn", ".mlp")
@@ -67,16 +69,6 @@ ROW_PARTS: tuple[str, ...] = ("output",)
 SPLIT: tuple[str, ...] = ("block", "column", "row", "vocab_head")
 STARTS: tuple[str, ...] = ("block", "column", "vocab_head")
 ENDS: tuple[str, ...] = ("block", "row", "vocab_embedding")
-
-
-class Op(NamedTuple):
-    """One part of a tensor group's step: ``compute`` for ``seconds``, or a collective
-    (``allreduce``, ``reduce_scatter``, ``all_gather``) of ``nbytes`` over the group."""
-
-    kind: str
-    seconds: float
-    nbytes: int
-    detail: str
 
 
 def layer_roles(model: str, names: Sequence[str]) -> tuple[str, ...]:
@@ -145,13 +137,16 @@ def _span(kind: str, names: list[str]) -> str:
     return f"{kind} {names[0]}" if len(names) == 1 else f"{kind} {names[0]}..{names[-1]}"
 
 
-class _Walk:
-    """Ops in order; consecutive compute merged into one span (its layers' times summed in
-    order)."""
+class _Builder:
+    """A phase's plan: consecutive compute merged into one span (its layers' times summed
+    in order), each collective issued and waited for at once. Compute spans are numbered
+    from ``first`` (their ``layer``: the span's index in the step)."""
 
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.ops: list[Op] = []
+    def __init__(self, phase: str, first: int = 0) -> None:
+        self.phase = phase
+        self.spans = first
+        self.collectives: list[Collective] = []
+        self.program: list[Step] = []
         self.seconds: list[float] = []
         self.names: list[str] = []
 
@@ -164,31 +159,52 @@ class _Walk:
         label = {"allreduce": "all-reduce", "reduce_scatter": "reduce-scatter"}.get(
             op, "all-gather"
         )
-        self.ops.append(Op(op, 0.0, int(nbytes), f"tensor {label} {self.kind} {layer}"))
+        c = Collective(op, int(nbytes), f"tensor {label} {self.phase} {layer}")
+        issue_and_wait(self.program, self.collectives, c)
 
     def flush(self) -> None:
         if self.seconds:
             total = float(sum(self.seconds))
-            self.ops.append(Op("compute", total, 0, _span(self.kind, self.names)))
+            detail = _span(self.phase, self.names)
+            self.program.append(Compute(self.spans, self.phase, total, detail))
+            self.spans += 1
         self.seconds, self.names = [], []
 
+    def plan(self) -> Plan:
+        self.flush()
+        return Plan(self.collectives, self.program)
 
-def step_ops(
+
+def compute_steps(plan: Plan) -> list[Compute]:
+    """The compute spans of ``plan``, in order."""
+    return [op for op in plan.program if isinstance(op, Compute)]
+
+
+def step_plan(
     layers: Sequence[LayerCost],
     roles: Sequence[str],
     tensor: int,
     sequence_parallel: bool,
     *,
     gather_whole: bool = True,
-) -> list[Op]:
-    """One step of a tensor group: :func:`phase_ops`'s forward then its backward."""
-    forward, backward = phase_ops(
+) -> Plan:
+    """One step of a tensor group: :func:`phase_plans`'s forward then its backward (the
+    backward's compute spans numbered after the forward's)."""
+    forward, backward = phase_plans(
         layers, roles, tensor, sequence_parallel, gather_whole=gather_whole
     )
-    return forward + backward
+    spans = len(compute_steps(forward))
+    shift = len(forward.collectives)
+    program = list(forward.program)
+    for op in backward.program:
+        if isinstance(op, Compute):
+            program.append(op._replace(unit=op.unit + spans))
+        else:
+            program.append(op._replace(index=op.index + shift))  # type: ignore[union-attr]
+    return Plan(forward.collectives + backward.collectives, program)
 
 
-def phase_ops(
+def phase_plans(
     layers: Sequence[LayerCost],
     roles: Sequence[str],
     tensor: int,
@@ -197,9 +213,9 @@ def phase_ops(
     gather_whole: bool = True,
     takes_data: bool = True,
     input_activation_nbytes: int = 0,
-) -> tuple[list[Op], list[Op]]:
+) -> tuple[Plan, Plan]:
     """A tensor group's forward in layer order and its backward in reverse, with the
-    tensor collectives where Megatron puts them (module docstring).
+    tensor collectives where Megatron puts them (module docstring), as two plans.
 
     Backward mirrors forward: an all-gather before a layer in forward is a reduce-scatter
     of its input's gradient after its backward, a reduce-scatter after it an all-gather of
@@ -225,15 +241,14 @@ def phase_ops(
     def input_nbytes(i: int) -> int:
         return layers[i - 1].output_nbytes if i > 0 else input_activation_nbytes
 
-    fwd = _Walk("forward")
+    fwd = _Builder("forward")
     for i, layer in enumerate(layers):
         if gather_before[i]:
             fwd.collective("all_gather", input_nbytes(i), layer.name)
         fwd.compute(layer.name, _seconds(layer, layer.forward_s, roles[i], tensor))
         if roles[i] in ends:
             fwd.collective("reduce_scatter" if sp else "allreduce", layer.output_nbytes, layer.name)
-    fwd.flush()
-    bwd = _Walk("backward")
+    bwd = _Builder("backward")
     for i in reversed(range(len(layers))):
         layer, role = layers[i], roles[i]
         if sp and role in ends:
@@ -243,8 +258,7 @@ def phase_ops(
             bwd.collective("reduce_scatter", input_nbytes(i), layer.name)
         elif not sp and role in starts and (i > 0 or not takes_data):
             bwd.collective("allreduce", input_nbytes(i), layer.name)
-    bwd.flush()
-    return fwd.ops, bwd.ops
+    return fwd.plan(), bwd.plan()
 
 
 def _seconds(layer: LayerCost, seconds: float, role: str, tensor: int) -> float:

@@ -2,14 +2,15 @@
 
 Devices sit on the mesh's ``data`` × ``tensor`` axes, tensor innermost (consecutive
 devices, inside a host: :mod:`simdist.mesh`). Every device of a tensor group walks the same
-step (:func:`~.plan.step_ops`): compute spans of its share of each layer, and the tensor
-collectives on the critical path — each waits for the group's slowest device and holds
-every device until it ends, as Megatron's synchronous NCCL calls do. The D groups walk
-concurrently; after the slowest has finished its backward, each data group (the devices
-holding the same shard in every copy) all-reduces its gradient, T all-reduces at once —
-after backward, not overlapped with it, as Megatron-LM's DistributedDataParallel does by
-default (``overlap_grad_reduce = False``, megatron/core/distributed/
-distributed_data_parallel_config.py). Then every device applies its shard's update.
+step (:func:`~.plan.step_plan`, run by :func:`~simdist.strategies.steps.walk`): compute
+spans of its share of each layer, and the tensor collectives on the critical path — each
+waits for the group's slowest device and holds every device until it ends, as Megatron's
+synchronous NCCL calls do. The D groups walk concurrently; after the slowest has finished
+its backward, each data group (the devices holding the same shard in every copy) all-
+reduces its gradient, T all-reduces at once — after backward, not overlapped with it, as
+Megatron-LM's DistributedDataParallel does by default (``overlap_grad_reduce = False``,
+megatron/core/distributed/ distributed_data_parallel_config.py). Then every device applies
+its shard's update.
 
 Numerics (:mod:`simdist.numerics.tensor_parallel`): the mlp's column/row-parallel pairs as
 sharded matmuls on D × T emulated JAX devices under ``shard_map``, ≡ one_device with the
@@ -24,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
 from simdist.mesh import Mesh
+from simdist.strategies.steps import Compute, GroupRunner, Plan, walk
 from simdist.strategies.sync import SynchronousStrategy, SyncState
 from simdist.strategies.tensor_parallel.plan import (
-    Op,
+    compute_steps,
     device_grad_nbytes,
     layer_roles,
-    step_ops,
+    step_plan,
 )
 
 if TYPE_CHECKING:
@@ -58,8 +60,8 @@ class TensorParallelStrategy(SynchronousStrategy):
         self.gather_whole = model != "mlp"
         self.tensor_groups = [list(g) for g in self.mesh.groups("tensor")]
         self.data_groups = [list(g) for g in self.mesh.groups("data")]
-        self.ops = self.ops_of(self.costs.layers)
-        self._class_ops: dict[str, list[Op]] = {}
+        self.plan = self.plan_of(self.costs.layers)
+        self._class_seconds: dict[str, list[float]] = {}
         leaves = {path: nbytes for path, _, nbytes in self.costs.param_leaves}
         self.grad_nbytes = device_grad_nbytes(layers, self.roles, self.T, leaves)
         if self.workload is not None:
@@ -75,9 +77,9 @@ class TensorParallelStrategy(SynchronousStrategy):
             )
             self.state = self.trainer.init()
 
-    def ops_of(self, layers: Sequence[Any]) -> list[Op]:
+    def plan_of(self, layers: Sequence[Any]) -> Plan:
         """A tensor group's step on layers of these costs."""
-        return step_ops(layers, self.roles, self.T, self.sp, gather_whole=self.gather_whole)
+        return step_plan(layers, self.roles, self.T, self.sp, gather_whole=self.gather_whole)
 
     def requested_execution(self) -> str:
         """The data-parallel trainer the base class builds is replaced by the sharded one;
@@ -93,14 +95,15 @@ class TensorParallelStrategy(SynchronousStrategy):
         """Every device of every tensor group computes."""
         return list(self.mesh.devices)
 
-    def class_ops(self, device: Device) -> list[Op]:
-        """The step as ``device``'s class computes it (its own layer times)."""
-        if not self.costs.per_profile:
-            return self.ops
-        label = device.profile
-        if label not in self._class_ops:
-            self._class_ops[label] = self.ops_of(self.device_costs(device).layers)
-        return self._class_ops[label]
+    def class_seconds(self, device: Device) -> list[float]:
+        """The seconds of each compute span of the step as ``device``'s class computes it
+        (its own layer times)."""
+        label = device.profile if self.costs.per_profile else ""
+        if label not in self._class_seconds:
+            layers = self.device_costs(device).layers if label else self.costs.layers
+            plan = self.plan_of(layers)
+            self._class_seconds[label] = [op.seconds for op in compute_steps(plan)]
+        return self._class_seconds[label]
 
     # -- the clock -----------------------------------------------------------
 
@@ -119,48 +122,19 @@ class TensorParallelStrategy(SynchronousStrategy):
     def walk(self, group: list[Device], step: int) -> Generator[Any, Any, float]:
         """One tensor group's forward and backward, collectives on the critical path;
         returns when it ended."""
-        for k, op in enumerate(self.ops):
-            if op.kind == "compute":
-                yield from self.span(group, k, step)
-            else:
-                collective = getattr(self.net, op.kind)
-                yield collective(group, op.nbytes, self._algo(op.kind), step=step, detail=op.detail)
+        yield from walk(self.plan, TensorGroup(self, group, step))
         return self.env.now
 
     def _algo(self, kind: str) -> str:
         return self.algo if kind == "allreduce" else "ring"
-
-    def span(self, group: list[Device], k: int, step: int) -> Generator[Any, Any, None]:
-        """The group computes op ``k``; the next collective waits for the slowest device."""
-        start, detail = self.env.now, self.ops[k].detail
-        if not (self.variability or self.stragglers or self.costs.per_profile):
-            seconds = self.ops[k].seconds
-            if seconds > 0:
-                yield self.env.timeout(seconds)
-                self.record_devices(group, start, start + seconds, "compute", step, detail)
-            return
-        plan = [
-            (d, self.class_ops(d)[k].seconds, self.pace(d, step), self.slowdown(d, step))
-            for d in group
-        ]
-        longest = max(seconds * (pace * factor) for _, seconds, pace, factor in plan)
-        if longest <= 0:
-            return
-        yield self.env.timeout(longest)
-        for d, seconds, pace, factor in plan:
-            done = self.record_scaled(d, start, seconds, factor, step, detail, pace)
-            if done < start + longest:
-                self.recorder.event(
-                    done, start + longest, d.host, d.name, "idle", 0, step, "barrier"
-                )
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
         """The data groups all-reduce their shards' gradients, all at once (none for D = 1)."""
         if self.D == 1:
             return
         moves = [
-            self.net.allreduce(
-                group, self.grad_nbytes, self.algo, step=step, detail="data all-reduce"
+            self.net.collective(
+                "allreduce", group, self.grad_nbytes, self.algo, step=step, detail="data all-reduce"
             )
             for group in self.data_groups
         ]
@@ -169,16 +143,46 @@ class TensorParallelStrategy(SynchronousStrategy):
     def summary(self) -> dict[str, Any]:
         """The layout, and the tensor collectives of one step (closed forms on group 0)."""
         group = self.tensor_groups[0]
-        moves = [op for op in self.ops if op.kind != "compute"]
+        moves = self.plan.collectives
         return {
             "tensor": self.T,
             "data": self.D,
             "sequence_parallel": self.sp,
             "tensor_collectives_per_step": len(moves),
-            "tensor_comm_nbytes_per_step": sum(op.nbytes for op in moves),
+            "tensor_comm_nbytes_per_step": sum(c.nbytes for c in moves),
             "tensor_comm_s_per_step": sum(
-                self.net.collective_s(op.kind, group, op.nbytes, self._algo(op.kind))
-                for op in moves
+                self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op)) for c in moves
             ),
             "data_allreduce_nbytes": self.grad_nbytes if self.D > 1 else 0,
         }
+
+
+class TensorGroup(GroupRunner):
+    """A tensor group walking its step: each device its own class's span times (×
+    variability and straggler factor), the collectives on the critical path."""
+
+    def __init__(self, strategy: TensorParallelStrategy, group: list[Device], step: int) -> None:
+        super().__init__(strategy, group, step, strategy.algo)
+        self.tp = strategy
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """The group computes span ``op``; the next collective waits for the slowest device."""
+        tp, group, step = self.tp, self.group, self.step
+        start, detail = self.env.now, op.detail
+        if not (tp.variability or tp.stragglers or tp.costs.per_profile):
+            seconds = op.seconds
+            if seconds > 0:
+                yield self.env.timeout(seconds)
+                tp.record_devices(group, start, start + seconds, "compute", step, detail)
+            return
+        plan = [
+            (d, tp.class_seconds(d)[op.unit], tp.pace(d, step), tp.slowdown(d, step)) for d in group
+        ]
+        longest = max(seconds * (pace * factor) for _, seconds, pace, factor in plan)
+        if longest <= 0:
+            return
+        yield self.env.timeout(longest)
+        for d, seconds, pace, factor in plan:
+            done = tp.record_scaled(d, start, seconds, factor, step, detail, pace)
+            if done < start + longest:
+                tp.recorder.event(done, start + longest, d.host, d.name, "idle", 0, step, "barrier")
