@@ -12,7 +12,7 @@ import pytest
 import simpy
 from helpers import tiny
 
-import simdist.engine
+import simdist.assembly
 from simdist.collectives import ring_allreduce_s
 from simdist.engine import simulate
 from simdist.numerics.hybrid import HybridTrainer
@@ -177,8 +177,9 @@ class ToyStrategy(SynchronousStrategy):
 
 
 def test_a_toy_strategy_that_is_a_plan_runs_end_to_end(monkeypatch):
-    # The registry has no test-time entry: the engine is handed the toy for mirrored's kind.
-    monkeypatch.setattr(simdist.engine, "strategy_class", lambda kind: ToyStrategy)
+    # The registry has no test-time entry: the one place that wires a run
+    # (simdist.assembly) is handed the toy for mirrored's kind.
+    monkeypatch.setattr(simdist.assembly, "strategy_class", lambda kind: ToyStrategy)
     data = tiny(**{"strategy": {"kind": "mirrored"}, "cluster.devices_per_host": 4})
     layer = LayerCost("dense", 1e-3, 4e-3, S)
     costs = Costs(
