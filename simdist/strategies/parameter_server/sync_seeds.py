@@ -49,27 +49,16 @@ class PsSyncSeedRun(DeferredRun):
         self.evaluations: dict[int, dict[str, float]] = {}
 
     @property
-    def replicas(self) -> int:
-        """The replicas a worker's batch is computed as (its devices, for BatchNormalization)."""
-        workload = self.strategy.workload
-        return self.strategy.scenario.cluster.devices_per_host if workload.stateful else 1  # type: ignore[union-attr]
-
-    @property
     def key(self) -> Hashable:
         """Runs whose workers' gradients share one program."""
         s = self.strategy
-        return (s.workload.stacked_fn(s.worker_batch, self.replicas), s.worker_batch)  # type: ignore[union-attr]
+        return (s.deferred.program, s.worker_batch)  # type: ignore[union-attr]
 
     @classmethod
     def execute(cls, members: Sequence[DeferredRun]) -> None:
         """Every run's steps, the gradients of each step of all runs in shared waves."""
-        from simdist.numerics.deferred import DeferredGradients
-
         runs = [m for m in members if isinstance(m, PsSyncSeedRun)]
-        first = runs[0].strategy
-        waves = DeferredGradients(
-            first.workload, first.worker_batch, replicas=runs[0].replicas, with_moments=True
-        )
+        waves = runs[0].strategy.deferred  # the first run's own, empty: it computed nothing
         going = list(runs)
         k = 0
         while going:
