@@ -361,7 +361,7 @@ class PipelineTrainer:
         """One training step on ``batch``: the new state and the step's loss, the sum of
         its micro-batches' (each a float, added in order)."""
         (state,), (losses,) = self.step([state], [batch])
-        return state, loss_sum(losses)
+        return state, loss_sum(jax.device_get(losses))
 
 
 def loss_sum(losses: Sequence[Any]) -> float:
