@@ -13,9 +13,12 @@ or, for a run whose loss turns out not to be finite, asks for a second pass
 (``Strategy.rerun_with``), exactly as that run alone would.
 
 Byte-identity is the rule: each run's report equals the report of that run alone
-(tests/test_batched_runs.py). A batched program therefore keeps the widths whose lanes
-are known to equal the one-run programs' bit for bit (the parameter server's 8-wide
-gradient waves: :data:`simdist.strategies.parameter_server.plan.BUCKET`).
+(tests/test_batched_runs.py). A batch computes nothing a run alone does not: each family's
+step is written once, over runs' lanes, and a run alone takes it with one lane
+(:mod:`simdist.numerics.lanes`: the synchronous family's ``SyncTrainer.step``, gpipe and
+1f1b's ``PipelineTrainer.step``); parameter_server ``mode: sync`` puts every run's
+gradients in the 8-wide waves a run alone fills
+(:class:`~simdist.numerics.deferred.DeferredGradients`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Seeds of a gpipe / 1f1b pipeline computed together (simdist.strategies.pipeline.batched)
-give each seed the report of that seed run alone, byte for byte: metrics, events, summary
-and final parameters; a seed whose loss stops being finite stops where it stops alone."""
+with the step a run alone takes, one lane per run, give each seed the report of that seed
+run alone, byte for byte: metrics, events, summary and final parameters; a seed whose loss
+stops being finite stops where it stops alone."""
 
 from __future__ import annotations
 
@@ -76,6 +77,29 @@ def test_seeds_computed_together_report_what_each_reports_alone(monkeypatch, nam
         assert _report(together) == _report(single)
         assert together.summary["steps"] == 6
         assert "test_loss" in set(together.metrics["metric"])
+
+
+def test_a_run_alone_and_its_seeds_take_the_same_step(monkeypatch):
+    # One numerics path: a run alone is one lane of PipelineTrainer.step, its seeds a lane
+    # each, on the stage programs their trainers share.
+    from simdist.numerics.stages import PipelineTrainer
+
+    calls = []
+    step = PipelineTrainer.step
+
+    def spy(self, states, batches):
+        calls.append((len(states), id(self.staged._fns)))
+        return step(self, states, batches)
+
+    monkeypatch.setattr(PipelineTrainer, "step", spy)
+    overrides = [*SMALL[:2], "workload.steps=2", "strategy.stages=2", "strategy.micro_batches=2"]
+    scenarios = [
+        load_scenario(SCENARIOS / "pipeline_gpipe.yaml", overrides, seed=s) for s in (0, 1)
+    ]
+    run(scenarios[0])
+    run_batch(scenarios)
+    assert [width for width, _ in calls] == [1, 1, 2, 2]
+    assert len({programs for _, programs in calls}) == 1
 
 
 def test_a_seed_that_diverges_stops_where_it_stops_alone(monkeypatch):

@@ -1,6 +1,7 @@
 """Seed-batched numerics of the synchronous strategies equal one-seed runs, byte for byte
 (issue 32): :func:`simdist.engine.run_batch` computes the seeds' steps together
-(simdist/strategies/sync_batch.py), and each seed's Result must be :func:`simdist.engine.run`'s.
+(simdist/strategies/sync_batch.py) with the step a run alone takes, one lane per run (issue
+40), and each seed's Result must be :func:`simdist.engine.run`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 from simdist.engine import run, run_batch
 from simdist.scenario import load_scenario
 from simdist.strategies.sync_batch import SyncSeedRun
+from simdist.strategies.sync_trainer import SyncTrainer
 
 
 def fingerprint(result) -> dict[str, str]:
@@ -73,6 +75,24 @@ def test_mirrored_seeds_batched_equal_alone(monkeypatch):
         "train_loss",
     ]
     assert list(metrics[metrics.metric == "test_loss"].step) == [5, 10, 12]
+
+
+def test_a_run_alone_and_its_seeds_take_the_same_step(monkeypatch):
+    # One numerics path: a run alone is one lane of SyncTrainer.step, three seeds are a lane
+    # each (a group of 2, then the rest of 1), all on the one SyncStep their trainers share.
+    calls = []
+    step = SyncTrainer.step
+
+    def spy(self, states, batches):
+        calls.append((len(states), id(self.lanes)))
+        return step(self, states, batches)
+
+    monkeypatch.setattr(SyncTrainer, "step", spy)
+    scenarios = seeds_of("scenarios/mirrored_4dev.yaml", ["workload.steps=3"])
+    run(scenarios[0])
+    run_batch(scenarios)
+    assert [width for width, _ in calls] == [1] * 3 + [2] * 3 + [1] * 3
+    assert len({lanes for _, lanes in calls}) == 1
 
 
 def test_multi_worker_mirrored_seeds_batched_equal_alone(monkeypatch):

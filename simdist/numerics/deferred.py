@@ -1,8 +1,12 @@
 """Gradients of replicas on different parameter versions, evaluated together in buckets.
 
-Asynchronous parameter servers give each worker its own (stale) parameter version; a JAX
-call per worker would cost the engine one dispatch per replica. :class:`DeferredGradients`
-queues them and evaluates one ``vmap`` per bucket.
+Parameter-server workers each compute on the version they pulled; a JAX call per worker would
+cost the engine one dispatch per replica. :class:`DeferredGradients` queues them and
+evaluates one ``vmap`` per bucket. It is ``mode: sync``'s one gradient program: a run alone
+fills a step's waves with its workers' gradients, runs computed together
+(:mod:`simdist.strategies.parameter_server.sync_seeds`) with all of theirs; a lane does not
+depend on the others. (Asynchronous runs replay their dataflow instead:
+:mod:`simdist.strategies.parameter_server.replay`.)
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ class DeferredGradients:
         self.global_batch = int(global_batch)
         self.bucket = int(bucket)
         self.with_moments = with_moments
-        self._fn = workload.stacked_fn(self.global_batch, int(replicas))
+        #: The jitted program a bucket runs (:meth:`Workload.stacked_fn`): the same object
+        #: for every Workload differing only in seed, so runs that share it may share waves.
+        self.program = workload.stacked_fn(self.global_batch, int(replicas))
         self._next = 0
         self._pending: list[tuple[int, Any, Any, Any]] = []
         self._done: dict[int, tuple] = {}
@@ -98,7 +104,7 @@ class DeferredGradients:
                 chunk = items[start : start + k]
                 padded = chunk + [chunk[-1]] * (k - len(chunk))
                 _, ps, xs, ys = zip(*padded, strict=True)
-                out = jax.device_get(self._fn(ps, np.stack(xs), np.stack(ys)))
+                out = jax.device_get(self.program(ps, np.stack(xs), np.stack(ys)))
                 losses, trees = out[0], out[1:] if self.with_moments else out[1:2]
                 self.calls += 1
                 for i, (ticket, *_) in enumerate(chunk):

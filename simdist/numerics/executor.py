@@ -136,6 +136,8 @@ def check_model(
 
 _PROGRAMS: dict[tuple[Any, ...], dict[str, Any]] = {}
 _INIT_PROGRAMS: dict[tuple[Any, tuple[int, ...]], Callable[[Any], Any]] = {}
+#: :meth:`Workload.metric_names` by model and task.
+_METRIC_NAMES: dict[tuple[Any, str], tuple[str, ...]] = {}
 
 
 def init_program(model: Any, input_shape: tuple[int, ...]) -> Callable[[Any], Any]:
@@ -473,6 +475,16 @@ class Workload:
     def evaluate_async(self, params: Any) -> Any:
         """:meth:`evaluate` without waiting for the device: :meth:`evaluated` reads it."""
         return self._evaluate(params, self._x_test, self._y_test)
+
+    def metric_names(self) -> tuple[str, ...]:
+        """The names :meth:`evaluate` returns, in its order, found without evaluating (a run
+        whose numerics are computed later reserves their rows before it has values)."""
+        key = (self.model, self.task)
+        names = _METRIC_NAMES.get(key)
+        if names is None:
+            variables = self.variables(self.params, self.model_state)
+            names = _METRIC_NAMES[key] = tuple(jax.eval_shape(self.evaluate_async, variables))
+        return names
 
     @staticmethod
     def evaluated(out: Any) -> dict[str, float]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
@@ -42,6 +43,7 @@ import optax
 
 from simdist.errors import SimdistError
 from simdist.layers import stage_bounds as bounds
+from simdist.numerics.lanes import side_by_side
 from simdist.numerics.models import MOMENTS, STATE
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ __all__ = [
     "StagedModel",
     "Update",
     "bounds",
+    "loss_sum",
 ]
 
 
@@ -222,21 +225,59 @@ class StagedModel:
 
         return self._fn(("L", int(scale)), make)(params, x, y)
 
-    def micro_batch(self, parts: Sequence[Any], x: Any, y: Any, scale: int) -> tuple:
-        """One micro-batch through every stage and back: ``(loss, [grads per stage], moments)``
-        with the moments of every stage's forward merged into one tree."""
-        acts, moments = [x], {}
-        for s in range(self.stages - 1):
-            a, m = self.forward(s, parts[s], acts[-1])
-            acts.append(a)
-            _merge_moments(moments, m)
-        loss, g_last, g, m = self.last(parts[-1], acts[-1], y, scale)
-        _merge_moments(moments, m)
-        grads: list[Any] = [None] * self.stages
-        grads[-1] = g_last
-        for s in reversed(range(self.stages - 1)):
-            grads[s], g = self.backward(s, parts[s], acts[s], g)
-        return loss, grads, moments
+    def _lanes(self, key: tuple, fn: Callable) -> Callable:
+        """``fn`` over runs' lanes (:func:`~simdist.numerics.lanes.side_by_side`), built once
+        per ``key`` and shared as the stage programs are."""
+        lanes = self._fns.get(("lanes", *key))
+        if lanes is None:
+            lanes = self._fns[("lanes", *key)] = side_by_side(fn)
+        return lanes
+
+    def micro_batch(
+        self, parts: Sequence[Sequence[Any]], xs: Sequence[Any], ys: Sequence[Any], scale: int
+    ) -> tuple[list[Any], list[list[Any]], list[Any]]:
+        """One micro-batch of each run through every stage and back, the runs as lanes of
+        each stage program (a run alone: one lane). Run ``k`` has the stage parameters
+        ``parts[k]`` and the examples ``xs[k]``, ``ys[k]``; per run: its loss (a device
+        scalar), its gradients per stage and the moments of every stage's forward merged
+        into one tree."""
+        last = self.stages - 1
+        acts, moments = [tuple(xs)], [{} for _ in xs]
+        for s in range(last):
+            out = self._lanes(("F", s), lambda p, a, s=s: self.forward(s, p, a))(
+                tuple(p[s] for p in parts), acts[-1]
+            )
+            acts.append(tuple(a for a, _ in out))
+            for into, (_, m) in zip(moments, out, strict=True):
+                _merge_moments(into, m)
+        out = self._lanes(("L", int(scale)), lambda p, a, y: self.last(p, a, y, scale))(
+            tuple(p[last] for p in parts), acts[-1], tuple(ys)
+        )
+        losses = [loss for loss, _, _, _ in out]
+        grads: list[list[Any]] = [[None] * self.stages for _ in xs]
+        g_in = []
+        for k, (_, g_last, g, m) in enumerate(out):
+            grads[k][last] = g_last
+            g_in.append(g)
+            _merge_moments(moments[k], m)
+        for s in reversed(range(last)):
+            out = self._lanes(("B", s), lambda p, a, g, s=s: self.backward(s, p, a, g))(
+                tuple(p[s] for p in parts), acts[s], tuple(g_in)
+            )
+            for k, (g_params, g) in enumerate(out):
+                grads[k][s] = g_params
+                g_in[k] = g
+        return losses, grads, moments
+
+    def summed(self, trees: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+        """Each run's micro-batch gradients ``trees[k]`` added left to right (element-wise,
+        in micro-batch order), the runs as lanes of one program."""
+        count = len(trees[0])
+        return self._lanes(("sum", count), lambda *t: reduce(_add, t))(*zip(*trees, strict=True))
+
+
+def _add(a: Any, b: Any) -> Any:
+    return jax.tree.map(jnp.add, a, b)
 
 
 def _merge_moments(into: dict, moments: Any) -> None:
@@ -276,29 +317,59 @@ class PipelineTrainer:
         """Global batch ``step`` of the data order (the one one_device would take)."""
         return self.workload.batches.batch(step, self.global_batch)
 
-    def gradients(self, params: Any, batch: tuple[Any, Any]) -> tuple[float, Any, Any]:
-        """Mean loss, summed gradient (one tree) and mean moments of the global ``batch``."""
-        x, y = batch
-        parts = self.staged.split(params)
+    def gradients(
+        self, params: Sequence[Any], batches: Sequence[tuple[Any, Any]]
+    ) -> tuple[list[list[Any]], tuple[Any, ...], list[list[Any]]]:
+        """Each run's (parameters ``params[k]``, global batch ``batches[k]``) micro-batches
+        through the stages, the runs as lanes (a run alone: one): per run the micro-batches'
+        losses (device scalars, in order), the summed gradient (one tree) and the
+        micro-batches' moments (the non-empty ones)."""
+        parts = [self.staged.split(p) for p in params]
         pieces = self.replicas * self.micro_batches
-        total_loss, total, moments = 0.0, None, []
-        for piece in _micro_slices(len(x), pieces):
-            loss, grads, m = self.staged.micro_batch(parts, x[piece], y[piece], self.global_batch)
-            tree = self.staged.merge(grads)
-            total = tree if total is None else jax.tree.map(jnp.add, total, tree)
-            total_loss += float(loss)
-            if m:
-                moments.append(m)
-        mean = jax.tree.map(lambda *a: sum(a) / len(a), *moments) if moments else {}
-        return total_loss, total, mean
+        losses: list[list[Any]] = [[] for _ in params]
+        trees: list[list[Any]] = [[] for _ in params]
+        moments: list[list[Any]] = [[] for _ in params]
+        for piece in _micro_slices(len(batches[0][0]), pieces):
+            loss, grads, m = self.staged.micro_batch(
+                parts, [x[piece] for x, _ in batches], [y[piece] for _, y in batches],
+                self.global_batch,
+            )  # fmt: skip
+            for k in range(len(params)):
+                losses[k].append(loss[k])
+                trees[k].append(self.staged.merge(grads[k]))
+                if m[k]:
+                    moments[k].append(m[k])
+        return losses, self.staged.summed(trees), moments
+
+    def step(
+        self, states: Sequence[Any], batches: Sequence[tuple[Any, Any]]
+    ) -> tuple[list[Any], list[list[Any]]]:
+        """One training step of each run (its state ``states[k]``, a ``SyncState`` or any
+        NamedTuple with ``_replace``; its global batch ``batches[k]``) whose trainers share
+        this one's programs (a run alone: one): the new states and each run's micro-batch
+        losses (device scalars, in order). Each run's update is its own call."""
+        losses, grads, moments = self.gradients([s.params for s in states], batches)
+        new = []
+        for state, tree, mine in zip(states, grads, moments, strict=True):
+            params, opt_state = self.workload.apply(state.params, state.opt_state, tree)
+            mean = jax.tree.map(lambda *a: sum(a) / len(a), *mine) if mine else {}
+            model_state = self.workload.update_state(state.model_state, mean)
+            new.append(state._replace(params=params, opt_state=opt_state, model_state=model_state))
+        return new, losses
 
     def update(self, state: Any, batch: tuple[Any, Any]) -> tuple[Any, float]:
-        """One training step on ``batch``: the new ``state`` (a ``SyncState``: params,
-        optimizer state, model state; any NamedTuple with ``_replace``) and the mean loss."""
-        loss, grads, moments = self.gradients(state.params, batch)
-        params, opt_state = self.workload.apply(state.params, state.opt_state, grads)
-        model_state = self.workload.update_state(state.model_state, moments)
-        return state._replace(params=params, opt_state=opt_state, model_state=model_state), loss
+        """One training step on ``batch``: the new state and the step's loss, the sum of
+        its micro-batches' (each a float, added in order)."""
+        (state,), (losses,) = self.step([state], [batch])
+        return state, loss_sum(jax.device_get(losses))
+
+
+def loss_sum(losses: Sequence[Any]) -> float:
+    """A step's loss from its micro-batches' (in order): each as a float, added left to right."""
+    total = 0.0
+    for loss in losses:
+        total += float(loss)
+    return total
 
 
 @dataclass(frozen=True)

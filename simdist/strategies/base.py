@@ -432,7 +432,10 @@ class Strategy(DeviceSpans, ABC):
         self.steps_done = done
         if loss is not None:
             if self.defer:  # its values come later, computed with other runs' (run_batch)
-                self.reserved_steps.append(reserve_step(self, now, done))
+                delay = self.evaluation_delay(done)
+                stamp = None if delay is None else now + delay
+                reserved = reserve_step(self.recorder, self.workload, now, done, stamp)
+                self.reserved_steps.append(reserved)
                 self.on_step(done)
                 return True
             if (
@@ -451,12 +454,21 @@ class Strategy(DeviceSpans, ABC):
             if not math.isfinite(loss):
                 self.diverged_at = done
                 return False
-            if self.eval_due(done):
-                self.evaluate(done, params())
-            elif done == self.total_steps and self.scenario.workload.eval_every == 0:
-                self.evaluate(done, params(), delay_s=0.0)
+            delay = self.evaluation_delay(done)
+            if delay is not None:
+                self.evaluate(done, params(), delay_s=delay)
         self.on_step(done)
         return True
+
+    def evaluation_delay(self, done: int) -> float | None:
+        """Seconds from the end of step ``done`` to the stamp of its evaluation, None when it
+        has none: ``eval_delay_s`` at an evaluation point (:meth:`eval_due`), 0 for the free
+        final evaluation of ``eval_every: 0``."""
+        if self.eval_due(done):
+            return self.eval_delay_s
+        if done == self.total_steps and self.scenario.workload.eval_every == 0:
+            return 0.0
+        return None
 
     def settle_loss(self) -> bool:
         """Wait for the loss :meth:`end_step` left pending and record it; False when it is

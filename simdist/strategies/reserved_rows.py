@@ -6,8 +6,8 @@ Under :func:`simdist.engine.run_batch` a strategy that defers its numerics
 the rows that step would write (its loss, an evaluation when one is due) are reserved in
 the same order with the same stamps (:meth:`simdist.recorder.Recorder.metric_later`), so
 the metrics frame is the one of a run that computed as it went once they are filled in.
-No JAX here: the evaluation's metric names come from :mod:`simdist.numerics.seed_batch`
-only when an evaluation is reserved.
+No JAX here: the evaluation's metric names come from the workload
+(:meth:`~simdist.numerics.executor.Workload.metric_names`) only when an evaluation is reserved.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from simdist.strategies.base import Strategy
+    from simdist.numerics.executor import Workload
+    from simdist.recorder import Recorder
 
 __all__ = ["DEFERRED", "ReservedStep", "reserve_step"]
 
@@ -32,19 +33,16 @@ class ReservedStep(NamedTuple):
     eval_rows: tuple[tuple[str, int], ...]
 
 
-def reserve_step(strategy: Strategy, now: float, done: int) -> ReservedStep:
-    """The rows :meth:`Strategy.end_step` would write for step ``done`` at ``now`` (its
-    loss; the evaluation of :meth:`Strategy.evaluate` when one is due), reserved in order."""
-    recorder = strategy.recorder
+def reserve_step(
+    recorder: Recorder, workload: Workload, now: float, done: int, eval_stamp: float | None
+) -> ReservedStep:
+    """The rows :meth:`Strategy.end_step` would write for step ``done`` at ``now``: its
+    loss, then, when the step ends with an evaluation stamped ``eval_stamp``, each metric of
+    ``workload``'s evaluation, reserved in order."""
     loss_row = recorder.metric_later(now, done, "train_loss")
-    if strategy.eval_due(done):
-        stamp = now + strategy.eval_delay_s
-    elif done == strategy.total_steps and strategy.scenario.workload.eval_every == 0:
-        stamp = now
-    else:
+    if eval_stamp is None:
         return ReservedStep(done, loss_row, ())
-    from simdist.numerics.seed_batch import metric_names
-
-    names = metric_names(strategy.workload)  # type: ignore[arg-type]
-    rows = tuple((name, recorder.metric_later(stamp, done, name)) for name in names)
+    rows = tuple(
+        (name, recorder.metric_later(eval_stamp, done, name)) for name in workload.metric_names()
+    )
     return ReservedStep(done, loss_row, rows)

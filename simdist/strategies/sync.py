@@ -333,10 +333,20 @@ class SynchronousStrategy(Strategy):
 
     def defers(self) -> bool:
         """Whether this run's steps can be computed with other runs' (``simdist compare
-        --seeds``): :func:`simdist.strategies.sync_batch.can_defer`."""
-        from simdist.strategies.sync_batch import can_defer
-
-        return can_defer(self)
+        --seeds``; :mod:`.sync_batch`): plain data-parallel steps (:class:`SyncTrainer`,
+        ``batched``, no compression) that follow one another from the first to the last (no
+        failures, no checkpoints to restore)."""
+        trainer, scenario = self.trainer, self.scenario
+        return (
+            type(trainer) is SyncTrainer
+            and self.state is not None
+            and trainer.compression is None
+            and trainer.execution == "batched"
+            and not scenario.faults.failures
+            and scenario.checkpoint is None
+            and self.stop_at is None
+            and self.may_rerun
+        )
 
 
 class BucketsReady:

@@ -7,6 +7,7 @@ drives it is :mod:`simdist.strategies.sync`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simdist.errors import SimdistError
@@ -14,6 +15,7 @@ from simdist.errors import SimdistError
 if TYPE_CHECKING:
     from simdist.numerics.compression import Compression
     from simdist.numerics.executor import Workload
+    from simdist.numerics.sync_step import SyncStep
 
 
 class SyncState(NamedTuple):
@@ -144,15 +146,54 @@ class SyncTrainer:
 
         JAX dispatches asynchronously, so the caller (the simulation of the next
         step) runs while the device computes this one; reading the loss waits.
+        A run alone is one lane of :meth:`step`.
         """
-        comp = state.compression
-        if self.compression is None:
-            loss, grads, moments = self.gradients(state.params, batch)
+        (state,), (loss,) = self.step([state], [batch])
+        return state, loss
+
+    @property
+    def lanes(self) -> SyncStep:
+        """This trainer's step programs (:class:`~simdist.numerics.sync_step.SyncStep`),
+        shared by every trainer of the same programs: the seeds of one scenario."""
+        from simdist.numerics.sync_step import SyncStep
+
+        key = ("sync_step", self.global_batch, self.replicas, self.execution)
+        return self.workload.shared_program(key, lambda: SyncStep(self.workload, self.gradients))
+
+    def step(
+        self, states: Sequence[SyncState], batches: Sequence[tuple[Any, Any]]
+    ) -> tuple[list[SyncState], list[Any]]:
+        """One step of each of ``len(states)`` runs whose trainers share this one's programs
+        (a run alone: one): each run's new state and its loss (device scalars, not waited
+        for), every part a program over the runs' lanes (:class:`SyncStep`).
+
+        The gradients of a real all-reduce across devices (``execution: devices``) or of
+        compressed replicas are computed outside the lanes, one run at a time."""
+        lanes = self.lanes
+        params = tuple(state.params for state in states)
+        if self.compression is None and self.execution == "batched":
+            out = lanes.gradients(params, tuple(batches))
+            comps = [state.compression for state in states]
         else:
-            loss, grads, moments, comp = self.compressed_gradients(state.params, comp, batch)
-        params, opt_state = self.workload.apply(state.params, state.opt_state, grads)
-        model_state = self.workload.update_state(state.model_state, moments)
-        return SyncState(params, opt_state, model_state, comp), loss
+            (state,), (batch,) = states, batches
+            if self.compression is None:
+                out, comps = (self.gradients(state.params, batch),), [None]
+            else:
+                *grads, comp = self.compressed_gradients(state.params, state.compression, batch)
+                out, comps = (tuple(grads),), [comp]
+        applied = lanes.apply(
+            params,
+            tuple(state.opt_state for state in states),
+            tuple(o[1] for o in out),
+            (lanes.scale,) * len(states),
+        )
+        model_states = tuple(state.model_state for state in states)
+        if lanes.update is not None:
+            model_states = lanes.update(model_states, tuple(o[2] for o in out))
+        new = [
+            SyncState(p, o, m, c) for (p, o), m, c in zip(applied, model_states, comps, strict=True)
+        ]
+        return new, [o[0] for o in out]
 
     def compressed_gradients(
         self, params: Any, comp: Any, batch: tuple[Any, Any]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import simpy
 
 from simdist.seeds import rng
-from simdist.strategies.parameter_server.sync_mean import apply_mean, mean_gradient
+from simdist.strategies.parameter_server.sync_mean import apply_mean, apply_step
 from simdist.strategies.reserved_rows import DEFERRED
 
 if TYPE_CHECKING:
@@ -125,10 +125,11 @@ class SyncWithBackups:
         """Every PS applies its shard of the mean accepted gradient; return the mean loss
         (None timing-only; :data:`DEFERRED` when computed later with other runs')."""
         s = self.strategy
-        loss = mean = moments = None
+        loss = None
         if self.seeds is not None:  # the same, later (sync_seeds); the versions move now
             self.seeds.accepted.append([arrival.worker for arrival in accepted])
             loss = DEFERRED
+            apply_mean(s.servers, None, None)
         elif s.numeric:
             results = [s.gradient(a.ticket) for a in accepted if a.ticket is not None]
             if s.compressors is not None:  # what each worker pushed, decompressed by the PS
@@ -136,8 +137,9 @@ class SyncWithBackups:
                     (loss, s.compressors.compress(arrival.worker, grads), moments)
                     for arrival, (loss, grads, moments) in zip(accepted, results, strict=True)
                 ]
-            loss, mean, moments = mean_gradient(results)
-        apply_mean(s.servers, mean, moments)
+            loss = apply_step(s.servers, results)
+        else:  # timing only: the versions move
+            apply_mean(s.servers, None, None)
         version = s.servers.versions[0]
         for arrival in accepted:
             s.progress.staleness.append(0)

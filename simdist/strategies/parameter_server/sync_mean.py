@@ -1,7 +1,9 @@
 """A synchronous parameter-server step's update: the mean of the accepted gradients, applied.
 
-Shared by the step-by-step loop (:mod:`.sync_backup`) and the runs computed together
-(:mod:`.sync_seeds`), so both apply the same arithmetic in the same order.
+:func:`apply_step` is the one update of ``mode: sync``: a run alone applies it step by step
+(:mod:`.sync_backup`), runs computed together each apply it to their own servers
+(:mod:`.sync_seeds`), with the gradients of the same program
+(:class:`~simdist.numerics.deferred.DeferredGradients`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from simdist.strategies.parameter_server.servers import ParameterServers
 
-__all__ = ["apply_mean", "mean_gradient"]
+__all__ = ["apply_mean", "apply_step", "mean_gradient"]
 
 
 def mean_gradient(results: list[tuple[float, Any, Any]]) -> tuple[float, Any, Any]:
@@ -36,3 +38,11 @@ def apply_mean(servers: ParameterServers, mean: Any, moments: Any) -> None:
         else:
             shard = servers.split(mean, ps)
             servers.apply(ps, shard, moments=servers.split_moments(moments, ps))
+
+
+def apply_step(servers: ParameterServers, results: list[tuple[float, Any, Any]]) -> float:
+    """Every PS applies its shard of the mean of a step's accepted ``results`` (each
+    ``(loss, grads, moments)``, in the order they are averaged); the step's mean loss."""
+    loss, mean, moments = mean_gradient(results)
+    apply_mean(servers, mean, moments)
+    return loss

@@ -9,9 +9,11 @@ parameter servers, noting each step's accepted workers, and leaves a
 accepted gradients of step k go into the same 8-wide
 :class:`~simdist.numerics.deferred.DeferredGradients` program a run alone uses (a gradient's
 lane does not depend on its neighbours or its place: checked), then each run averages and
-applies them on its own parameter servers exactly as
-:meth:`.sync_backup.SyncWithBackups.apply` does (:func:`.sync_mean.mean_gradient`,
-:func:`.sync_mean.apply_mean`). tests/test_batched_sync.py checks the reports byte for byte.
+applies them on its own parameter servers with the update a run alone applies
+(:func:`.sync_mean.apply_step`). tests/test_batched_sync.py checks the reports byte for byte.
+
+Which runs defer is the strategy's to say (:meth:`.workers.ParameterServerWorkers.defers`);
+this module does not know it.
 """
 
 from __future__ import annotations
@@ -23,24 +25,10 @@ from typing import TYPE_CHECKING, Any
 from simdist.batched_runs import DeferredRun
 from simdist.strategies.base import Replayed
 from simdist.strategies.parameter_server.servers import ParameterServers
-from simdist.strategies.parameter_server.sync_mean import apply_mean, mean_gradient
+from simdist.strategies.parameter_server.sync_mean import apply_step
 
 if TYPE_CHECKING:
     from simdist.strategies.parameter_server.workers import ParameterServerWorkers
-
-
-def can_defer(strategy: ParameterServerWorkers) -> bool:
-    """Whether a parameter-server run can leave its numerics to :class:`PsSyncSeedRun`:
-    ``mode: sync`` with numerics and no compression (``mode: sync`` has neither failures
-    nor checkpoints)."""
-    return (
-        strategy.options.mode == "sync"
-        and strategy.numeric
-        and strategy.deferred is not None
-        and strategy.compressors is None
-        and strategy.stop_at is None
-        and strategy.may_rerun
-    )
 
 
 class PsSyncSeedRun(DeferredRun):
@@ -57,33 +45,20 @@ class PsSyncSeedRun(DeferredRun):
         strategy.servers = ParameterServers(strategy.shards, strategy.n_ps)
         self.accepted: list[list[int]] = []
         self.rows: list[dict[str, Any]] = []
-        # Worker w's iteration-th batch is global batch iteration·W + w (ParameterServerWorkers).
-        self.batches = strategy.workload.batches  # type: ignore[union-attr]
         self.losses: list[float] = []
         self.evaluations: dict[int, dict[str, float]] = {}
-
-    @property
-    def replicas(self) -> int:
-        """The replicas a worker's batch is computed as (its devices, for BatchNormalization)."""
-        workload = self.strategy.workload
-        return self.strategy.scenario.cluster.devices_per_host if workload.stateful else 1  # type: ignore[union-attr]
 
     @property
     def key(self) -> Hashable:
         """Runs whose workers' gradients share one program."""
         s = self.strategy
-        return (s.workload.stacked_fn(s.worker_batch, self.replicas), s.worker_batch)  # type: ignore[union-attr]
+        return (s.deferred.program, s.worker_batch)  # type: ignore[union-attr]
 
     @classmethod
     def execute(cls, members: Sequence[DeferredRun]) -> None:
         """Every run's steps, the gradients of each step of all runs in shared waves."""
-        from simdist.numerics.deferred import DeferredGradients
-
         runs = [m for m in members if isinstance(m, PsSyncSeedRun)]
-        first = runs[0].strategy
-        waves = DeferredGradients(
-            first.workload, first.worker_batch, replicas=runs[0].replicas, with_moments=True
-        )
+        waves = runs[0].strategy.deferred  # the first run's own, empty: it computed nothing
         going = list(runs)
         k = 0
         while going:
@@ -100,15 +75,11 @@ class PsSyncSeedRun(DeferredRun):
         """Queue the gradients of step ``k``'s accepted workers, at version k."""
         s = self.strategy
         params = self.servers.assemble(self.servers.values)  # type: ignore[arg-type]
-        n, size = s.n_workers, s.worker_batch
-        return [
-            waves.submit(params, *self.batches.batch(k * n + w, size)) for w in self.accepted[k]
-        ]
+        return [waves.submit(params, *s.batch_of(w, k)) for w in self.accepted[k]]
 
     def apply(self, k: int, results: list[tuple]) -> None:
         """Average and apply step ``k``'s gradients; evaluate when step ``k`` reserved it."""
-        loss, mean, moments = mean_gradient([(float(r[0]), r[1], r[2]) for r in results])
-        apply_mean(self.servers, mean, moments)
+        loss = apply_step(self.servers, [(float(r[0]), r[1], r[2]) for r in results])
         self.losses.append(loss)
         if math.isfinite(loss) and self.strategy.reserved_steps[k].eval_rows:
             workload = self.strategy.workload

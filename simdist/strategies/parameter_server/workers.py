@@ -153,10 +153,16 @@ class ParameterServerWorkers(Strategy):
         )
 
     def defers(self) -> bool:
-        """``mode: sync`` runs can compute with other runs' (:mod:`.sync_seeds`)."""
-        from simdist.strategies.parameter_server.sync_seeds import can_defer
-
-        return can_defer(self)
+        """``mode: sync`` runs with numerics and no compression can compute with other runs'
+        (:mod:`.sync_seeds`; ``mode: sync`` has neither failures nor checkpoints)."""
+        return (
+            self.options.mode == "sync"
+            and self.numeric
+            and self.deferred is not None
+            and self.compressors is None
+            and self.stop_at is None
+            and self.may_rerun
+        )
 
     @property
     def numeric(self) -> bool:
@@ -367,7 +373,7 @@ class ParameterServerWorkers(Strategy):
 
     # -- numerics ----------------------------------------------------------
 
-    def _batch(self, w: int, iteration: int) -> tuple[Any, Any]:
+    def batch_of(self, w: int, iteration: int) -> tuple[Any, Any]:
         """Worker ``w``'s ``iteration``-th batch: global batch ``iteration·W + w``.
 
         A pure function of (seed, w, iteration), independent of timing; with one
@@ -384,7 +390,7 @@ class ParameterServerWorkers(Strategy):
         """
         if self.dataflow is not None:
             return self.dataflow.ticket(iteration * self.n_workers + w, values)
-        x, y = self._batch(w, iteration)
+        x, y = self.batch_of(w, iteration)
         return self.deferred.submit(self.servers.assemble(values), x, y)
 
     def gradient(self, ticket: int) -> tuple[float, Any, Any]:

@@ -39,7 +39,7 @@ summary.json's ``staleness_per_stage``; summary.json's ``memory_per_device`` is 
 
 Numerics: :mod:`simdist.numerics.stages` (gpipe and 1f1b ≡ one_device on the global batch;
 pipedream with weight stashing and per-stage weight versions); gpipe and 1f1b seeds computed
-together, bit for bit, by :mod:`.batched`.
+together, as lanes of the same stage programs, by :mod:`.batched`.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from simdist.strategies.pipeline.plan import (
     stage_ops,
     stage_plan,
 )
+from simdist.strategies.reserved_rows import DEFERRED
 from simdist.strategies.steps import Collective, Compute, Plan, Receive, Send, walk
 from simdist.units import format_size
 
@@ -286,10 +287,17 @@ class PipelineStrategy(Strategy):
 
     def defers(self) -> bool:
         """gpipe and 1f1b runs leave their numerics to be computed with other runs'
-        (:mod:`.batched`)."""
-        from simdist.strategies.pipeline.batched import can_defer
+        (:mod:`.batched`). Not pipedream (an update per micro-batch, as the schedule orders
+        them), a subclass with its own trainer (hybrid), models with BatchNormalization (not
+        checked bit for bit), runs with failures."""
+        from simdist.numerics.stages import PipelineTrainer
 
-        return can_defer(self)
+        return (
+            type(self.trainer) is PipelineTrainer
+            and self.state is not None
+            and not self.workload.stateful
+            and not self.scenario.faults.failures
+        )
 
     @property
     def final_params(self) -> Any | None:
@@ -375,7 +383,6 @@ class PipelineStrategy(Strategy):
         if self.schedule == "pipedream":
             yield from self._pipedream()
             return
-        deferred = self.deferred_run = DeferredPipeline(self) if self.defer else None
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: dict[tuple, Any] = {}
@@ -402,13 +409,14 @@ class PipelineStrategy(Strategy):
                 ]
                 yield self.env.all_of(reduces)
             loss = None
-            if deferred is not None:
-                deferred.end_step(start, step + 1)
-                continue
-            if self.trainer is not None:
+            if self.defer:  # computed with other runs' after the simulation (.batched)
+                loss = DEFERRED
+            elif self.trainer is not None:
                 self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))
             if not self.end_step(start, step + 1, loss, lambda: self.final_params):
                 return
+        if self.defer:
+            self.deferred_run = DeferredPipeline(self)
 
     def _pipedream(self) -> Generator[Any, Any, None]:
         """One stream of micro-batches, no flush; step k ends with micro-batch kM + M − 1's
