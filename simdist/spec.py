@@ -192,6 +192,16 @@ class StrategySpecBase(Spec):
     """
 
     kind: str
+    #: Activation recomputation (Korthikanti et al. 2022, Sec. 5): ``selective`` recomputes
+    #: the attention core, ``full`` keeps the input of every ``recompute_layers`` blocks
+    #: (Megatron's ``--recompute-granularity`` and ``--recompute-num-layers``) and computes
+    #: their forward again in the backward pass.
+    recompute: Literal["none", "selective", "full"] = Field("none", examples=["full"])
+    recompute_layers: PositiveInt = Field(1, examples=["1"])
+    #: The precision gradients are reduced in under mixed precision (fp16 / bf16): the
+    #: training precision by default, as Megatron and DeepSpeed do; ``fp32`` as Megatron's
+    #: ``--accumulate-allreduce-grads-in-fp32``.
+    grad_reduce: Literal["precision", "fp32"] = Field("precision", examples=["fp32"])
 
     # Whether a TF_CONFIG ``chief`` task trains like a worker (it does in every synchronous
     # strategy; in parameter_server it only coordinates, as TF's ClusterCoordinator).
@@ -200,6 +210,12 @@ class StrategySpecBase(Spec):
     # whatever the cluster is wired as. Its class's ``topology``, read from the scenario's
     # section without importing the class (whose module may import SimPy).
     wiring: ClassVar[str] = "switch"
+    # Whether the devices hold the optimizer state and run the optimizer step (not when
+    # parameter servers or the host CPU of central storage do): read by the memory model.
+    optimizer_on_device: ClassVar[bool] = True
+    # How memory advice names this strategy when it splits a replica over devices (e.g.
+    # "zero (stage 1, 2 or 3)"); empty for a strategy that keeps whole replicas.
+    splits_replica: ClassVar[str] = ""
 
     @classmethod
     def kinds(cls) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ compute times; the simulation does not need it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -59,6 +59,7 @@ class Spec(StrategySpecBase):
     """
 
     kind: Literal["central_storage"]
+    optimizer_on_device: ClassVar[bool] = False  # the host CPU applies the update
     execution: Execution = "auto"
     reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth", examples=["25.6GB/s"])
 

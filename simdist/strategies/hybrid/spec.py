@@ -22,7 +22,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -51,6 +51,7 @@ class Spec(StrategySpecBase):
     """Data × pipeline × tensor parallelism on the device mesh, with ZeRO over data."""
 
     kind: Literal["hybrid"]
+    splits_replica: ClassVar[str] = "hybrid"
     mesh: MeshSpec = Field(default_factory=MeshSpec)
     # The axes from outermost (across hosts) to innermost (inside a host).
     placement: list[Axis] = Field(list(DEFAULT_ORDER), examples=["[data, pipeline, tensor]"])
@@ -93,6 +94,7 @@ class Spec(StrategySpecBase):
             gradients=t * (d if self.zero >= 2 else 1),
             optimizer=t * (d if self.zero >= 1 else 1),
             activations=t if self.sequence_parallel else 1,
+            tensor=t,
         )
 
     def mesh_of(self, devices: list) -> Mesh:

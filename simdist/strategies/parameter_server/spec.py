@@ -22,6 +22,7 @@ class Spec(StrategySpecBase):
     """Workers pull variables from PS tasks and push gradients; async by default."""
 
     kind: Literal["parameter_server"]
+    optimizer_on_device: ClassVar[bool] = False  # the servers apply the updates
     # round_robin: ParameterServerStrategy / replica_device_setter's default; min_size:
     # min_max_variable_partitioner; greedy: GreedyLoadBalancingStrategy (partition.py).
     partitioner: Literal["round_robin", "min_size", "greedy"] = Field(

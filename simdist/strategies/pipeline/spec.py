@@ -6,7 +6,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,7 @@ class Spec(StrategySpecBase):
     """Pipeline (and model) parallelism: S stages × R data-parallel pipeline copies."""
 
     kind: Literal["pipeline"]
+    splits_replica: ClassVar[str] = "pipeline"
     stages: PositiveInt = Field(1, examples=["4"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
     schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
