@@ -221,12 +221,17 @@ class ActivationTable:
         kept: dict[str, list[float]] = {INPUTS: [], SCORES: [], MASKS: []}
         freed, work, group_of = [], [], []
         group_total: dict[int, float] = {}
+        seen: dict[int, dict[str, float]] = {}  # a transformer's blocks share their tuples
         for layer in layers:
-            own = {INPUTS: 0.0, SCORES: 0.0, MASKS: 0.0}
-            for tensor in layer.stored:
-                if tensor.kind == SCORES and flash:
-                    continue
-                own[tensor.kind] += stored_nbytes(tensor, act_nbytes, sharding)
+            known = seen.get(id(layer.stored))
+            if known is None:
+                known = {INPUTS: 0.0, SCORES: 0.0, MASKS: 0.0}
+                for tensor in layer.stored:
+                    if tensor.kind == SCORES and flash:
+                        continue
+                    known[tensor.kind] += stored_nbytes(tensor, act_nbytes, sharding)
+                seen[id(layer.stored)] = known
+            own = dict(known)
             total = sum(own.values())
             group = None
             if recompute == "full" and layer.block is not None:

@@ -16,6 +16,7 @@ zoo model costed at batch 1), so nothing here needs JAX. Refusals are
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import ScenarioError, SimdistError
@@ -93,10 +94,10 @@ def _check_device(
     w = scenario.workload
     batch = int(w.batch_size)
 
+    layers = ReplicaLayers.of_footprint(footprint, batch)
+
     def need(b: int) -> DeviceMemory:
-        return scenario_memory(
-            scenario, ReplicaLayers.of_footprint(footprint, b), profile.precision
-        )
+        return scenario_memory(scenario, replace(layers, batch=b), profile.precision)
 
     held = need(batch)
     if capacity <= 0 or held.total <= capacity:  # fits, or not known

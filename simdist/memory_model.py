@@ -51,7 +51,6 @@ from simdist.activation_memory import (
     Activations,
     ActivationTable,
     LayerTensors,
-    activations,
     gpt_layer_tensors,
     layer_tensors_of_outputs,
     stored_nbytes,
@@ -145,6 +144,16 @@ class ReplicaLayers:
     layer_params: tuple[int, ...]
     tensors: tuple[LayerTensors, ...]
     batch: int
+    # ActivationTables made of these layers, by their settings (shared by ``replace``).
+    tables: dict[tuple, ActivationTable] = field(default_factory=dict, compare=False, repr=False)
+
+    def table(self, **settings: Any) -> ActivationTable:
+        """The :class:`~simdist.activation_memory.ActivationTable` of these layers under
+        ``settings`` (its keyword arguments), made once: it does not depend on the batch."""
+        key = tuple(sorted(settings.items()))
+        if key not in self.tables:
+            self.tables[key] = ActivationTable(self.tensors, **settings)
+        return self.tables[key]
 
     @classmethod
     def of_footprint(cls, footprint: Footprint, batch: int) -> ReplicaLayers:
@@ -263,15 +272,13 @@ def device_memory(
         sharding=sharding,
         optimizer_on_device=optimizer_on_device,
     )
-    held = activations(
-        layers.tensors,
-        examples=layers.batch,
+    held = layers.table(
         act_nbytes=ELEMENT_NBYTES.get(precision, FLOAT32_NBYTES),
         sharding=sharding,
         flash=flash,
         recompute=recompute,
         recompute_layers=recompute_layers,
-    )
+    ).span(examples=layers.batch)
     return DeviceMemory(params, grads, opt, held.total, held)
 
 
