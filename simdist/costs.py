@@ -404,7 +404,10 @@ def _device_costs(
         compute_s += math.fsum(extra)
     element, grad = wire
     return DeviceCosts(
-        optimizer_step_s=optimizer_step_seconds(scenario, profile, device, grad),
+        # A measured step (compute_time, examples_per_s) already holds its optimizer step.
+        optimizer_step_s=(
+            0.0 if measured is not None else optimizer_step_seconds(scenario, profile, device, grad)
+        ),
         compute_s=compute_s,
         layers=tuple(
             LayerCost(
