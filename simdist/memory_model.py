@@ -208,12 +208,19 @@ def model_tensors(scenario: Scenario) -> list[LayerTensors] | None:
     return gpt_layer_tensors(**sizes, tokens=tokens)
 
 
-def state_nbytes_per_param(precision: str, optimizer: str) -> tuple[int, int, int]:
-    """Bytes per parameter of the parameters, gradients and optimizer state (module doc)."""
+def state_nbytes_per_param(
+    precision: str, optimizer: str, fp32_grads: bool = False
+) -> tuple[int, int, int]:
+    """Bytes per parameter of the parameters, gradients and optimizer state (module doc).
+
+    ``fp32_grads``: mixed precision with float32 gradient buffers (``grad_reduce: fp32``,
+    Megatron's ``--accumulate-allreduce-grads-in-fp32``: its ``main_grad``), 4 bytes a
+    gradient; Megatron's theoretical_memory_usage.py counts 18 bytes a parameter so."""
     copies = OPTIMIZER_COPIES.get(optimizer, 2)
     if precision in MIXED_PRECISIONS:
         half = ELEMENT_NBYTES[precision]
-        return half, half, FLOAT32_NBYTES * (1 + copies)
+        grads = FLOAT32_NBYTES if fp32_grads else half
+        return half, grads, FLOAT32_NBYTES * (1 + copies)
     return FLOAT32_NBYTES, FLOAT32_NBYTES, FLOAT32_NBYTES * copies
 
 
@@ -224,10 +231,11 @@ def model_state_nbytes(
     optimizer: str,
     sharding: Sharding,
     optimizer_on_device: bool = True,
+    fp32_grads: bool = False,
 ) -> tuple[int, int, int]:
     """One device's parameters, gradients and optimizer state for ``params`` parameters
     (Ψ), each split as ``sharding`` says (⌈Ψ / N⌉ elements a device)."""
-    per_params, per_grads, per_opt = state_nbytes_per_param(precision, optimizer)
+    per_params, per_grads, per_opt = state_nbytes_per_param(precision, optimizer, fp32_grads)
     return (
         per_params * math.ceil(params / sharding.params),
         per_grads * math.ceil(params / sharding.gradients),
@@ -262,6 +270,7 @@ def device_memory(
     recompute: str = "none",
     recompute_layers: int = 1,
     flash: bool = False,
+    fp32_grads: bool = False,
 ) -> DeviceMemory:
     """What one device of a replica holds at its peak: its share of the model state and of
     the activations, at ``precision`` (module doc)."""
@@ -271,6 +280,7 @@ def device_memory(
         optimizer=optimizer,
         sharding=sharding,
         optimizer_on_device=optimizer_on_device,
+        fp32_grads=fp32_grads,
     )
     held = layers.table(
         act_nbytes=ELEMENT_NBYTES.get(precision, FLOAT32_NBYTES),
@@ -295,6 +305,7 @@ def scenario_memory(scenario: Scenario, layers: ReplicaLayers, precision: str) -
         recompute=spec.recompute,
         recompute_layers=spec.recompute_layers,
         flash=scenario.workload.attention == "flash",
+        fp32_grads=spec.grad_reduce == "fp32",
     )
     extra = spec.extra_state_copies()
     if not extra:
@@ -324,6 +335,7 @@ class StagedReplica:
         self.optimizer = scenario.workload.optimizer.name
         self.sharding = spec.sharding(scenario.cluster)
         self.on_device = spec.optimizer_on_device
+        self.fp32_grads = spec.grad_reduce == "fp32"
         self.act_nbytes = ELEMENT_NBYTES.get(precision, FLOAT32_NBYTES)
         common = {
             "act_nbytes": self.act_nbytes,
@@ -354,6 +366,7 @@ class StagedReplica:
             optimizer=self.optimizer,
             sharding=self.sharding,
             optimizer_on_device=self.on_device,
+            fp32_grads=self.fp32_grads,
         )
         opt += self.extra * FLOAT32_NBYTES * psi
         if rematerialization:

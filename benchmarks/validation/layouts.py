@@ -96,21 +96,6 @@ def gpt_scenario(
     )
 
 
-def recomputed_step_s(
-    summary: dict[str, Any], split: int, batch: int, shape: tuple[int, int, int, int, int]
-) -> float:
-    """A simulated iteration with the recomputed forward that Megatron and ZeRO-R run and
-    simdist's strategies do not schedule: one device's compute time (a copy's, split
-    ``split`` ways) × (96-formula − 72-formula) / 72-formula of :func:`gpt_flops` for
-    ``batch`` sequences of ``shape`` — the extra forward at the rate of the rest of the
-    compute, from Narayanan et al.'s own formulas, the same for every row."""
-    layers, hidden, _, seq, vocab = shape
-    full = gpt_flops(batch, layers, hidden, True, seq, vocab)
-    extra = full / gpt_flops(batch, layers, hidden, False, seq, vocab) - 1
-    step_s = summary["simulated_time_s"] / summary["steps"]
-    return step_s + summary["compute_s_per_replica_step"] / split * extra
-
-
 def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int) -> Any:
     """Timing-only ``gpt`` on ``gpus`` A100s: tensor groups of ``t`` inside a node (plain data
     parallelism when ``t`` is 1), × ``gpus / t`` data-parallel copies."""
@@ -118,6 +103,7 @@ def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int
         strategy: dict[str, Any] = {"kind": "multi_worker_mirrored", "communication": "nccl"}
     else:
         strategy = {"kind": "tensor_parallel", "tensor": t, "data": gpus // t}
+    strategy["recompute"] = "full"  # Megatron's runs recompute every block (Sec. 5.1)
     return gpt_scenario(
         f"validate_gpt_{layers}x{hidden}_t{t}_n{gpus}",
         (layers, hidden, heads, SEQ_LEN, VOCAB),
@@ -130,14 +116,10 @@ def scenario(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int
 @cache
 def megatron_tflops(layers: int, hidden: int, heads: int, t: int, gpus: int, batch: int) -> float:
     """Achieved TFLOP/s per GPU as Table 1 counts it: the recomputation formula's FLOPs of an
-    iteration / (iteration time × GPUs).
-
-    The recomputed forward that Megatron runs is added to the simulated iteration
-    (:func:`recomputed_step_s`, the replica's compute split ``t`` ways).
-    """
+    iteration / (iteration time × GPUs). The scenario recomputes every block
+    (``recompute: full``), so its clock holds the extra forward."""
     summary = run(scenario(layers, hidden, heads, t, gpus, batch)).summary
-    shape = (layers, hidden, heads, SEQ_LEN, VOCAB)
-    step_s = recomputed_step_s(summary, t, batch // (gpus // t), shape)
+    step_s = summary["simulated_time_s"] / summary["steps"]
     return gpt_flops(batch, layers, hidden) / step_s / gpus / 1e12
 
 
