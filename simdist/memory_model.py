@@ -72,6 +72,8 @@ __all__ = [
     "ReplicaLayers",
     "StagedReplica",
     "device_memory",
+    "float32_nbytes",
+    "host_held",
     "memory_per_device",
     "model_state_nbytes",
     "model_tensors",
@@ -411,42 +413,18 @@ def memory_per_device(
 
 
 def off_device_memory(scenario: Scenario, costs: Costs, cluster: Cluster) -> dict[str, dict]:
-    """summary.json's ``memory_off_device``: what holds the optimizer off the devices, in
-    float32. Each parameter-server task its partition (its variables, BatchNormalization's
-    moving statistics included; one gradient buffer and the optimizer's copies of its
-    trainable ones), or central storage's host CPU the whole model (the variables, the
-    reduced gradient, the optimizer state). Empty for every other strategy."""
-    kind = scenario.strategy.kind
-    copies = OPTIMIZER_COPIES.get(scenario.workload.optimizer.name, 2)
+    """summary.json's ``memory_off_device``: what the strategy's spec says holds the
+    optimizer off the devices (``StrategySpecBase.off_device_memory``); empty for most."""
+    return scenario.strategy.off_device_memory(scenario, costs, cluster)
 
-    def held(variables: int, trainable: int) -> dict[str, Any]:
-        return DeviceMemory(variables, trainable, copies * trainable, 0).as_dict()
 
-    widen = FLOAT32_NBYTES / max(1, costs.element_nbytes)  # held in float32 off the devices
-    if kind == "central_storage":
-        nbytes = round(costs.param_nbytes * widen)
-        return {f"{cluster.workers[0].name}/host-cpu": held(nbytes, nbytes)}
-    if kind != "parameter_server":
-        return {}
-    from simdist.strategies.parameter_server.partition import batch_norm_state_leaves, partition
+def host_held(variables: int, trainable: int, optimizer: str) -> dict[str, Any]:
+    """What a host holding ``variables`` bytes (``trainable`` of them trained) keeps in
+    float32: the variables, one gradient buffer and the optimizer's copies."""
+    copies = OPTIMIZER_COPIES.get(optimizer, 2)
+    return DeviceMemory(variables, trainable, copies * trainable, 0).as_dict()
 
-    spec, leaves = scenario.strategy, costs.param_leaves
-    state = batch_norm_state_leaves(leaves)
-    untrained = {path for path, _, _ in state}
-    shards = partition(
-        [*leaves, *state],
-        len(cluster.ps_hosts),
-        spec.partitioner,
-        spec.min_shard_bytes,
-        spec.max_shards,
-    )
-    variables = [0] * len(cluster.ps_hosts)
-    trainable = [0] * len(cluster.ps_hosts)
-    for shard in shards:
-        nbytes = round(shard.nbytes * widen)
-        variables[shard.ps] += nbytes
-        trainable[shard.ps] += 0 if shard.path in untrained else nbytes
-    return {
-        host.name: held(v, t)
-        for host, v, t in zip(cluster.ps_hosts, variables, trainable, strict=True)
-    }
+
+def float32_nbytes(costs: Costs, nbytes: int) -> int:
+    """``nbytes`` counted at ``costs.element_nbytes`` an element, in float32."""
+    return round(nbytes * FLOAT32_NBYTES / max(1, costs.element_nbytes))

@@ -138,12 +138,7 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
     """What a run checks as it costs its clock model: a surrogate under parameter servers,
     the profile file, the model's shapes, the pipeline's stages and every device's memory
     (:mod:`simdist.device_memory`). Returns the clock model's layer count."""
-    from simdist.device_memory import (
-        check_device_memory,
-        check_hybrid,
-        check_pipeline,
-        clock_field,
-    )
+    from simdist.device_memory import clock_field
 
     w = scenario.workload
     if scenario.numerics and w.surrogate and scenario.strategy.kind == "parameter_server":
@@ -159,12 +154,7 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
 
         ensure_devices(scenario.numeric_devices)
     footprint = _footprint(scenario, source)
-    if scenario.strategy.kind == "pipeline":
-        check_pipeline(scenario, footprint, source, total_steps)
-    elif scenario.strategy.kind == "hybrid":
-        check_hybrid(scenario, footprint, source)
-    else:
-        check_device_memory(scenario, footprint, source)
+    scenario.strategy.check_memory(scenario, footprint, source, total_steps)
     return len(footprint.layer_names)
 
 

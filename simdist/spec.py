@@ -245,6 +245,22 @@ class StrategySpecBase(Spec):
         optimizer state by the memory model. None by default."""
         return 0
 
+    def check_memory(self, scenario: Any, footprint: Any, source: str, total_steps: int) -> None:
+        """Refuse, before the run, a layout one of whose devices cannot hold its share
+        (:func:`simdist.device_memory.check_device_memory`: a replica split as
+        :meth:`sharding` says). A strategy that places its devices otherwise (pipeline
+        stages) overrides it."""
+        from simdist.device_memory import check_device_memory
+
+        del total_steps
+        check_device_memory(scenario, footprint, source)
+
+    def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
+        """summary.json's ``memory_off_device``: what holds the optimizer state off the
+        training devices (parameter servers, a host CPU), by holder. None by default."""
+        del scenario, costs, cluster
+        return {}
+
     def check(self, scenario: Any) -> None:
         """Cross-check this strategy against the rest of a ``Scenario``; raise :func:`fail`.
 

@@ -228,6 +228,9 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
         ("compute per replica step", format_duration(s["compute_s_per_replica_step"])),
         ("parameters", format_size(s["param_bytes"])),
     ]
+    memory = memory_line(s.get("memory_per_device") or {})
+    if memory:
+        rows.append(("peak memory (fullest device)", memory))
     if s.get("numerics", True) and not s.get("diverged"):
         # collapsed: finite, but learned nothing (summary.collapse_reason says why)
         reason = s.get("collapse_reason")
@@ -235,6 +238,31 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
     if s.get("diverged"):
         rows.append(("**diverged**", f"loss not finite at step {s.get('diverged_at_step')}"))
     return rows
+
+
+def memory_line(per_device: Mapping[str, Mapping[str, Any]]) -> str:
+    """The fullest device's peak, its activations by kind and what recomputation freed
+    (summary.json's ``memory_per_device``); empty when there is none."""
+    if not per_device:
+        return ""
+    name, held = max(per_device.items(), key=lambda item: item[1].get("total", 0))
+    text = f"{format_size(held.get('total', 0))} on {name}"
+    kinds = held.get("activations_by_kind") or {}
+    if kinds:
+        parts = [
+            f"{label} {format_size(kinds.get(key, 0))}"
+            for key, label in (
+                ("stored_inputs", "stored inputs"),
+                ("attention_scores", "attention scores"),
+                ("masks", "masks"),
+                ("recompute_working_set", "recomputed"),
+            )
+            if kinds.get(key)
+        ]
+        freed = kinds.get("freed_by_recompute", 0)
+        text += f"; activations {', '.join(parts) or '0 B'}"
+        text += f"; recomputation freed {format_size(freed)}" if freed else ""
+    return text
 
 
 def staleness_by_worker(updates: pd.DataFrame | None, most: int = 8) -> str:

@@ -22,7 +22,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -100,6 +100,15 @@ class Spec(StrategySpecBase):
     def mesh_of(self, devices: list) -> Mesh:
         """The mesh of ``devices`` (any hashables) in this section's placement."""
         return Mesh.of(devices, self.sizes, self.placement)
+
+    def check_memory(
+        self, scenario: Scenario, footprint: Any, source: str, total_steps: int
+    ) -> None:
+        """Each stage against its devices (:func:`simdist.device_memory.check_hybrid`)."""
+        from simdist.device_memory import check_hybrid
+
+        del total_steps
+        check_hybrid(scenario, footprint, source)
 
     def check(self, scenario: Scenario) -> None:
         """D × P × T = the cluster's devices, a placement of the three axes, tensor groups

@@ -6,7 +6,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -34,6 +34,14 @@ class Spec(StrategySpecBase):
         """R data-parallel copies of the pipeline (each on S devices)."""
         del cluster
         return self.pipeline_replicas
+
+    def check_memory(
+        self, scenario: Scenario, footprint: Any, source: str, total_steps: int
+    ) -> None:
+        """Each stage against its devices (:func:`simdist.device_memory.check_pipeline`)."""
+        from simdist.device_memory import check_pipeline
+
+        check_pipeline(scenario, footprint, source, total_steps)
 
     def check(self, scenario: Scenario) -> None:
         """Enough devices for S×R; a partition list of S counts; M dividing the batch;
