@@ -256,16 +256,21 @@ class PipelineStrategy(Strategy):
         """The devices that hold stage ``s`` (one per data-parallel copy)."""
         return [row[s] for row in self.grid]
 
+    def stage_update_s(self, device: Device, s: int) -> float:
+        """Seconds of ``device``'s optimizer step over stage ``s``'s own parameters."""
+        total = self._layer_sum("param_nbytes", 0, len(self.costs.layers))
+        first, stop = self.bounds[s]
+        share = self._layer_sum("param_nbytes", first, stop) / total if total else 0.0
+        return self.optimizer_step_s(device, share)
+
     def stage_optimizer_step(self, step: int) -> Generator[Any, Any, None]:
         """Every stage's devices update their own layers' parameters (the spec's optimizer
         sharding over them), after the flush and the gradient reduction."""
-        total = self._layer_sum("param_nbytes", 0, len(self.costs.layers))
         devices, seconds = [], []
-        for s, (a, b) in enumerate(self.bounds):
-            share = self._layer_sum("param_nbytes", a, b) / total if total else 0.0
+        for s in range(self.S):
             for device in self._stage_devices(s):
                 devices.append(device)
-                seconds.append(self.optimizer_step_s(device, share))
+                seconds.append(self.stage_update_s(device, s))
         yield from self.optimizer_step(devices, step, seconds)
 
     # -- numerics ------------------------------------------------------------
@@ -361,6 +366,13 @@ class PipelineStrategy(Strategy):
                     yield self.env.timeout(self._span(device, forward_s, step, f"R{local}"))
                 yield self.env.timeout(self._span(device, backward_s, step, f"B{local}"))
                 if pipedream:
+                    update_s = self.stage_update_s(device, s)
+                    if update_s > 0:  # each micro-batch's backward updates its stage
+                        end = self.env.now + update_s
+                        self.record_devices(
+                            [device], self.env.now, end, "apply", step, "optimizer step"
+                        )
+                        yield self.env.timeout(update_s)
                     self._update(s, m, step)
                     if self.trainer is not None:
                         self.trainer.backward(s, m)
