@@ -2,12 +2,14 @@
 
 Every strategy: each device's share of a replica — parameters, gradients, optimizer state
 (unless parameter servers or the host CPU hold it) and one batch's activations, split as
-the strategy's :class:`~simdist.sharding.Sharding` says, at each device class's precision
-(:mod:`simdist.memory_model`, which summary.json's ``memory_per_device`` also reports). A
-pipeline: the stage and partition counts against the model's layers, and each stage against
-its device, as :class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
-(:func:`simdist.strategies.pipeline.plan.stage_memory`; an ``auto`` partition is refused
-when no partition fits, the only case in which it fails).
+the strategy's :class:`~simdist.sharding.Sharding` says, with its recomputation, at each
+device class's precision (:mod:`simdist.memory_model`, which summary.json's
+``memory_per_device`` also reports). Each strategy's spec picks its check
+(``StrategySpecBase.check_memory``): a pipeline checks the stage and partition counts
+against the model's layers, and each stage against its device, as
+:class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
+(:class:`simdist.memory_model.StagedReplica`; an ``auto`` partition is refused when no
+partition fits, the only case in which it fails).
 
 The layers come from a :class:`~simdist.numerics.memory.Footprint` (a profile file, or the
 zoo model costed at batch 1), so nothing here needs JAX. Refusals are
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from simdist.profiles import DeviceProfile
     from simdist.scenario.schema import Scenario
 
-__all__ = ["check_device_memory", "check_pipeline", "clock_field"]
+__all__ = ["check_device_memory", "check_hybrid", "check_pipeline", "clock_field"]
 
 
 def clock_field(scenario: Scenario) -> str:

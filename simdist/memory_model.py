@@ -1,11 +1,14 @@
 """The memory model: the bytes each training device holds at its peak, for every strategy.
 
-Pure arithmetic (no SimPy, no JAX) on a replica's layers — parameter bytes and output bytes
-on the per-replica batch, counted in float32 as profiles count them — and on the
-:class:`~simdist.sharding.Sharding` a strategy's spec declares. The same functions serve
-the check before a run (:mod:`simdist.device_memory`, from a
-:class:`~simdist.numerics.memory.Footprint`) and summary.json's ``memory_per_device``
-after it (from the run's :class:`~simdist.strategies.base.Costs`), so both say the same.
+Pure arithmetic (no SimPy, no JAX) on a replica's layers (:class:`ReplicaLayers`: the
+parameter count Ψ and each layer's stored tensors per example) and on the
+:class:`~simdist.sharding.Sharding` a strategy's spec declares; where a strategy differs
+(its optimizer off the devices, more state copies, stages) its spec says so through hooks
+(``optimizer_on_device``, ``extra_state_copies``, ``check_memory``, ``off_device_memory``),
+never by its name. The same functions serve the check before a run
+(:mod:`simdist.device_memory`, from a :class:`~simdist.numerics.memory.Footprint`) and
+summary.json's ``memory_per_device`` after it (from the run's
+:class:`~simdist.strategies.base.Costs`), so both say the same.
 
 Model state, after ZeRO's accounting (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations
 Toward Training Trillion Parameter Models", Sec. 3.1 and Fig. 1), for Ψ parameters:
@@ -23,9 +26,10 @@ pads its flat buffers (each device holds ⌈Ψ / N⌉ elements): ZeRO stage 1 (o
 4Ψ + KΨ/N in mixed precision, stage 2 (gradients and optimizer N) 2Ψ + (2 + K)Ψ/N, stage 3
 (all three N) (4 + K)Ψ/N. Strategies whose optimizer runs elsewhere (parameter servers,
 central storage's host CPU) hold no optimizer state on their devices; what those hold is
-:func:`off_device_memory`. A strategy that keeps more parameter-sized float32 buffers per
-device (``StrategySpecBase.extra_state_copies``: local_sgd's anchor and outer momentum, 4Ψ
-each) has them counted with the optimizer state.
+:func:`off_device_memory`. Under ``grad_reduce: fp32`` the gradients are float32 buffers
+(4Ψ: Megatron's ``main_grad``, 18 bytes a parameter with Adam). A strategy that keeps
+more parameter-sized float32 buffers per device (``StrategySpecBase.extra_state_copies``:
+local_sgd's anchor and outer momentum, 4Ψ each) has them counted with the optimizer state.
 
 Activations (:mod:`simdist.activation_memory`): every tensor each layer stores for its
 backward pass on the per-replica batch, at the precision it is stored in (activations at the
@@ -51,6 +55,7 @@ from simdist.activation_memory import (
     Activations,
     ActivationTable,
     LayerTensors,
+    Stored,
     gpt_layer_tensors,
     layer_tensors_of_outputs,
     stored_nbytes,
@@ -79,6 +84,7 @@ __all__ = [
     "model_tensors",
     "off_device_memory",
     "optimizer_step_nbytes",
+    "saved_tensors",
     "scenario_memory",
     "state_nbytes_per_param",
 ]
@@ -161,7 +167,7 @@ class ReplicaLayers:
     def of_footprint(cls, footprint: Footprint, batch: int) -> ReplicaLayers:
         """A :class:`~simdist.numerics.memory.Footprint` on a per-replica batch."""
         per = [math.ceil(n / FLOAT32_NBYTES) for n in footprint.layer_param_nbytes]
-        tensors = footprint.layer_tensors
+        tensors = footprint.layer_tensors or saved_tensors(footprint)
         if not tensors:
             scale = 1.0 if footprint.per_example else 1.0 / max(1, batch)
             tensors = tuple(
@@ -194,15 +200,38 @@ class ReplicaLayers:
         return cls(psi, per, tuple(tensors), batch)
 
 
+def saved_tensors(footprint: Footprint) -> tuple[LayerTensors, ...]:
+    """A full-size model's layers as what each saves for its backward (its footprint's
+    ``layer_stored_nbytes``, float32, at the training precision here), each layer its own
+    recomputation unit keeping its input; empty when the footprint does not say."""
+    stored = footprint.layer_stored_nbytes
+    if not stored:
+        return ()
+    inputs = [footprint.example_nbytes, *footprint.layer_output_nbytes[:-1]]
+    out = []
+    for i, (name, nbytes, x) in enumerate(zip(footprint.layer_names, stored, inputs, strict=True)):
+        kept = Stored("input", round(x / FLOAT32_NBYTES))
+        saved = Stored("saved for the backward", round(nbytes / FLOAT32_NBYTES))
+        out.append(LayerTensors(name, (saved,), kept, i))
+    return tuple(out)
+
+
 def model_tensors(scenario: Scenario) -> list[LayerTensors] | None:
-    """The clock model's stored tensors per example when simdist knows them from its sizes
-    (a gpt or GPT-2, :func:`simdist.activation_memory.gpt_layer_tensors`); None else."""
-    from simdist.catalog import GPT_DEFAULTS
+    """The clock model's stored tensors per example where simdist knows them: from its sizes
+    (a gpt or GPT-2, :func:`simdist.activation_memory.gpt_layer_tensors`), or what each
+    layer of another full-size model saves for its backward (its recorded footprint,
+    :func:`saved_tensors`); None else."""
+    from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS
 
     w = scenario.workload
     if w.profile is not None:
         return None
     spec = w.clock_model
+    if spec.name in FULLSIZE_MODELS and spec.name not in ("gpt", "gpt2"):
+        from simdist.numerics.memory import clock_footprint
+
+        shape = tuple(int(d) for d in w.input_shape) if w.input_shape else None
+        return list(saved_tensors(clock_footprint(spec, shape, None))) or None
     if spec.name not in ("gpt", "gpt2"):
         return None
     sizes = spec.gpt_sizes() or dict(GPT_DEFAULTS)

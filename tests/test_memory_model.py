@@ -374,5 +374,7 @@ def test_a_tensor_parallel_layout_that_does_not_fit_exits_2_before_running(
         assert "and a v100 has 16 GB" in errors[0], errors[0]
         others = errors[0].partition("or with another strategy (kind ")[2]
         assert "split it further (more devices in the tensor_parallel layout)" in errors[0]
-        assert others.startswith("pipeline, zero (stage 1, 2 or 3), fsdp") and "tensor" not in others
+        assert (
+            others.startswith("pipeline, zero (stage 1, 2 or 3), fsdp") and "tensor" not in others
+        )
     assert not out.exists()

@@ -161,17 +161,16 @@ Megatron-LM's Table 1 (Narayanan et al. 2021) gives the achieved TFLOP/s per A10
 models from 1.7B to 1T parameters; the four rows without pipeline parallelism run here as
 simdist's configurable ``gpt`` (its parameter count is the paper's formula exactly, plus the
 final LayerNorm, and XLA's FLOPs are within 1 % of its FLOP formula) under data parallelism
-(t = 1) or Megatron tensor parallelism (t = 2, 4, 8 inside a node) on DGX A100 nodes. The
+(t = 1) or Megatron tensor parallelism (t = 2, 4, 8 inside a node) on DGX A100 nodes, with
+``recompute: full`` (Megatron recomputes every block: its FLOPs are counted with the
+96-formula, and the recomputed forward is on simdist's clock) and fp16 collectives. The
 ``a100`` fp16 efficiency (0.52) *is* Megatron-2's: it comes from the 1T row of the same
 table (163 TFLOP/s, the calibration row), so the rows here are predictions from it, not fits.
-simdist predicts 161, 147, 133 and 125 TFLOP/s against 137, 138, 142 and 135: the rows with
-tensor parallelism land within 7 %, below the published value as the tensor all-reduces
-(2 per block forward, 2 backward, over NVLink) grow with t; the 1.7B row without tensor
-parallelism misses by +18 %: simdist charges one flat efficiency to every GEMM, where the
-1.7B model's narrow matmuls (h = 2304 against the 1T model's 25,600) reach a lower share of
-the peak on a real A100 — the paper's rows rise from 44 % to 52 % of peak with model size.
-The recomputed forward Megatron runs is added from the paper's formulas
-(simdist's data- and tensor-parallel strategies do not schedule it). ZeRO's published
+simdist predicts 160, 153, 145 and 141 TFLOP/s against 137, 138, 142 and 135: the rows with
+tensor parallelism land within 11 %; the 1.7B row without tensor parallelism is +17 %:
+simdist charges one flat efficiency to every GEMM, where the 1.7B model's narrow matmuls
+(h = 2304 against the 1T model's 25,600) reach a lower share of the peak on a real A100 —
+the paper's rows rise from 44 % to 52 % of peak with model size. ZeRO's published
 throughput (Rajbhandari et al. 2020: 15 PFLOP/s, 38 TFLOP/s per V100, for a 100B model on
 400 GPUs), ZeRO stage 2 with 16-way Megatron model parallelism, is the next family.
 """
