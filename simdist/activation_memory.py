@@ -205,7 +205,8 @@ class ActivationTable:
     ``recompute``: ``none``; ``selective`` (the attention core's tensors are recomputed:
     each is freed, one layer's exist again while it is recomputed); ``full`` (each group of
     ``recompute_layers`` consecutive blocks keeps its first layer's input and frees the
-    rest; one group's activations exist again while it is recomputed for its backward).
+    rest; one group's activations but that input exist again while it is recomputed for
+    its backward).
     """
 
     def __init__(
@@ -221,6 +222,7 @@ class ActivationTable:
         kept: dict[str, list[float]] = {INPUTS: [], SCORES: [], MASKS: []}
         freed, work, group_of = [], [], []
         group_total: dict[int, float] = {}
+        group_kept: dict[int, float] = {}
         seen: dict[int, dict[str, float]] = {}  # a transformer's blocks share their tuples
         for layer in layers:
             known = seen.get(id(layer.stored))
@@ -239,6 +241,7 @@ class ActivationTable:
                 first = group not in group_total
                 group_total[group] = group_total.get(group, 0.0) + total
                 keep = stored_nbytes(layer.input, act_nbytes, sharding) if first else 0.0
+                group_kept[group] = group_kept.get(group, 0.0) + keep
                 own = {INPUTS: keep, SCORES: 0.0, MASKS: 0.0}
                 freed.append(total - keep)
                 work.append(0.0)
@@ -253,8 +256,8 @@ class ActivationTable:
             for kind, value in own.items():
                 kept[kind].append(value)
         for i, group in enumerate(group_of):
-            if group is not None:
-                work[i] = group_total[group]
+            if group is not None:  # its input is kept already: the rest comes back
+                work[i] = max(0.0, group_total[group] - group_kept[group])
         self._running = {
             kind: list(accumulate(values, initial=0.0)) for kind, values in kept.items()
         }

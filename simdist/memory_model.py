@@ -401,16 +401,12 @@ class StagedReplica:
         )
         opt += self.extra * FLOAT32_NBYTES * psi
         if rematerialization:
-            whole = self.whole.span(first, stop, examples=self.micro)
-            kept = (
-                stored_nbytes(self.inputs[first], self.act_nbytes, self.sharding)
-                * self.micro
-                * peak
-            )
+            whole = self.whole.span(first, stop, examples=self.micro).total
+            one = stored_nbytes(self.inputs[first], self.act_nbytes, self.sharding) * self.micro
             held = Activations(
-                stored_inputs=math.ceil(kept),
-                recompute_working_set=whole.total if peak else 0,
-                freed_by_recompute=max(0, whole.total * peak - math.ceil(kept)),
+                stored_inputs=math.ceil(one * peak),
+                recompute_working_set=max(0, whole - math.ceil(one)) if peak else 0,
+                freed_by_recompute=max(0, whole * peak - math.ceil(one * peak)),
             )
         else:
             held = self.table.span(first, stop, examples=self.micro, in_flight=peak)

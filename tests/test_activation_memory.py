@@ -66,7 +66,7 @@ def test_full_recomputation_keeps_the_layer_input() -> None:
     assert layer_bytes(Sharding(), recompute="full") == 2 * SBH
     assert layer_bytes(Sharding(activations=T, tensor=T), recompute="full") == 2 * SBH // T
     held = activations(BLOCK, examples=1, act_nbytes=2, sharding=Sharding(), recompute="full")
-    assert held.recompute_working_set == 34 * SBH + SCORES
+    assert held.recompute_working_set == 32 * SBH + SCORES  # all but the kept input
     assert held.freed_by_recompute == 32 * SBH + SCORES
 
 
@@ -96,7 +96,7 @@ def test_layers_per_checkpoint_keep_one_input_per_group() -> None:
     )
     held = table.span(examples=1)
     assert held.stored_inputs == 2 * 2 * SBH
-    assert held.recompute_working_set == 2 * (34 * SBH + SCORES)
+    assert held.recompute_working_set == 2 * (34 * SBH + SCORES) - 2 * SBH
 
 
 def test_layers_known_by_outputs_store_their_inputs() -> None:
@@ -106,7 +106,7 @@ def test_layers_known_by_outputs_store_their_inputs() -> None:
     assert held.total == 3 * 4 * (4 + 16 + 8)
     full = activations(tensors, examples=3, act_nbytes=4, sharding=Sharding(), recompute="full")
     assert full.stored_inputs == 3 * 4 * (4 + 16)  # each layer is its own checkpoint
-    assert full.recompute_working_set == 3 * 4 * (16 + 8)  # the last layer, recomputed
+    assert full.recompute_working_set == 3 * 4 * 8  # the last layer's output, recomputed
 
 
 def gpt_scenario(strategy: dict, devices: int = 8) -> object:
@@ -188,4 +188,4 @@ def test_saved_bytes_become_the_layers_stored_tensors() -> None:
     )
     parts = full.activation_parts
     assert parts.stored_inputs == 2 * (40 + 400) // 2
-    assert parts.recompute_working_set == 2 * 2000 // 2
+    assert parts.recompute_working_set == 2 * (2000 - 400) // 2

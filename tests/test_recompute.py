@@ -141,3 +141,19 @@ def test_a_layout_refused_for_its_activations_fits_with_full_recomputation(tmp_p
     data = dict(GPT_ON_V100S, strategy={"kind": "zero", "stage": 3, "recompute": "full"})
     path.write_text(yaml.safe_dump(data))
     assert _validate(path) == (0, [])
+
+
+def test_a_pipeline_stage_keeps_its_checkpoints_with_one_micro_batch(tmp_path: Path) -> None:
+    """Three layers on two stages, one micro-batch: stage 1 keeps the inputs of fc2 and fc3
+    and fc3's output (512 B each). Known only by their outputs, layers keep no more than
+    their inputs, so recompute: full frees fc3's output and brings it back while fc3 is
+    recomputed: the same peak, and the clock pays the forward."""
+    none = run(scenario(tmp_path, "pipeline", "none", stages=2, partition=[1, 2]))
+    full = run(scenario(tmp_path, "pipeline", "full", stages=2, partition=[1, 2]))
+    plain = none.summary["memory_per_device"]["worker0/gpu1"]
+    kept = full.summary["memory_per_device"]["worker0/gpu1"]
+    assert plain["activations"] == kept["activations"] == 512 + 512 + 512
+    by_kind = kept["activations_by_kind"]
+    assert by_kind["stored_inputs"] == 512 + 512
+    assert by_kind["recompute_working_set"] == by_kind["freed_by_recompute"] == 512
+    assert full.summary["simulated_time_s"] > none.summary["simulated_time_s"]
