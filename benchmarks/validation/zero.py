@@ -188,7 +188,7 @@ split over the MP group): with Korthikanti's activations, fp16 collectives and 2
 of model state, every layout fits its 32 GB. Gradients, parameter gathers and tensor
 collectives move fp16 bytes, as DeepSpeed's.
 
-simdist lands within 15 % on 9 of the 13 rows. The MP = 16 rows at large batch come out
+simdist lands within 15 % on 8 of the 13 rows. The MP = 16 rows at large batch come out
 -10 % to -19 %: the paper reports 36.5-39.0 TFLOP/s per GPU, at or above what simdist
 computes with no communication at all (36.5-36.8 TFLOP/s for these models at efficiency
 0.30), and simdist adds the tensor collectives (over NVSwitch) and the data axis's ZeRO-2
