@@ -74,7 +74,7 @@ def devices_needed(paths: list[Path]) -> int:
     needed = 1
     for path in paths:
         scenario = load_scenario(path)
-        for one in [job.scenario for job in scenario.jobs] if scenario.jobs else [scenario]:
+        for one in scenario.job_scenarios or [scenario]:
             if one.runs_on_devices:
                 needed = max(needed, one.numeric_devices)
     return needed

@@ -5,8 +5,8 @@ keeps time. This module makes it: the clock model's layer profile (XLA's cost an
 of a zoo model, or a profile file) priced by the roofline of each device class or
 calibrated to a measured step, and the sizes of the parameters, the optimizer state and
 an example, from the run's Workload or derived without allocating anything. Profiles,
-data sets and abstract parameter shapes are kept per process (:func:`remember`), as
-sweeps and benchmarks cost the same model many times.
+data sets and abstract parameter shapes are kept per process
+(:func:`simdist.memo.remember`), as sweeps and benchmarks cost the same model many times.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simdist.cluster import Cluster
+from simdist.memo import remember
 from simdist.profiles import DeviceProfile
 from simdist.roofline import calibrate, layer_times, step_time
 from simdist.scenario import Scenario
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
 #: (path, shape, nbytes) of each parameter leaf, as :attr:`Costs.param_leaves` lists them.
 Leaves = tuple[tuple[str, tuple[int, ...], int], ...]
 
-#: Entries each process-wide cache keeps (the engine's workloads, profiles, data sets).
-_CACHE_SIZE = 4
-
 
 def file_stamp(path: Path | None) -> list[Any] | None:
     """``path``, its size and modification time: a cache key part that changes with the file."""
@@ -44,17 +42,6 @@ def file_stamp(path: Path | None) -> list[Any] | None:
         return None
     stat = Path(path).stat()
     return [str(path), stat.st_size, stat.st_mtime_ns]
-
-
-def remember(cache: OrderedDict[str, Any], key: str, make: Callable[[], Any]) -> Any:
-    """``cache[key]``, made by ``make()`` when missing; the least recently used go first."""
-    value = cache.pop(key, None)
-    if value is None:
-        value = make()
-    cache[key] = value
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
-    return value
 
 
 def full_size(model: ModelSpec | None) -> bool:

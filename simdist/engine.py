@@ -21,17 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import simpy
 
-from simdist.cluster import Cluster
-from simdist.costs import file_stamp, full_size, measure_costs, remember
+from simdist.assembly import build_floor, place, until_settled
+from simdist.costs import file_stamp, full_size, measure_costs
 from simdist.errors import SimdistError
+from simdist.memo import remember
 from simdist.memory_model import memory_per_device, off_device_memory
-from simdist.network import Network, build_topology, protocol_of
+from simdist.network import Network
 from simdist.network.telemetry import link_frames, network_links
 from simdist.recorder import Recorder
 from simdist.scenario import Scenario, load_scenario
-from simdist.strategies import strategy_class
 from simdist.strategies.base import Costs, Replayed
 from simdist.strategies.sync import resolve_execution
 from simdist.summary import build_summary
@@ -128,9 +127,6 @@ def cached_workload(scenario: Scenario) -> Workload:
         sort_keys=True,
     )
     return remember(_workloads, key, lambda: build_workload(scenario))
-
-
-_PS = ("parameter_server",)
 
 
 def prepare_devices(scenario: Scenario) -> None:
@@ -230,8 +226,8 @@ def run_batch(
 
 
 def _checked(scenario: Scenario) -> Scenario:
-    """``scenario`` if the engine can run it (not ``jobs:``, no PS surrogate); devices
-    asked of JAX before its backend starts."""
+    """``scenario`` if the engine can run it (not ``jobs:``); devices asked of JAX before
+    its backend starts."""
     if scenario.jobs is not None:
         raise SimdistError(
             f"{scenario.name}: a scenario with jobs: (several jobs on one cluster) runs with "
@@ -239,14 +235,6 @@ def _checked(scenario: Scenario) -> Scenario:
         )
     if scenario.numerics:
         prepare_devices(scenario)
-    if scenario.numerics and scenario.workload.surrogate and scenario.strategy.kind in _PS:
-        # Parameter servers hold the trained model's variables, partitioned by the clock
-        # model's: the two cannot both be right.
-        raise SimdistError(
-            f"{scenario.name}: a surrogate (workload.timing_model or workload.profile with "
-            "numerics on) cannot run under parameter_server, whose servers hold the trained "
-            "model's variables; run it timing-only with numerics: false"
-        )
     return scenario
 
 
@@ -305,12 +293,11 @@ def simulate(
     hand-made :class:`Costs`.
     """
     with gc_paused():
-        sim = simulate_pass(scenario, costs, workload, on_step=on_step, on_time=on_time)
-        if sim.strategy.rerun_with is not None:
-            # A divergence found after the fact (parameter_server's dataflow replay, a
-            # synchronous step's loss read one step late): simulate again, stopping there.
-            again = sim.strategy.rerun_with
-            return simulate(scenario, costs, again, on_step=on_step, on_time=on_time)
+        sim = until_settled(
+            lambda w: simulate_pass(scenario, costs, w, on_step=on_step, on_time=on_time),
+            workload,
+            lambda sim: sim.strategy.rerun_with,
+        )
         return finish(sim)
 
 
@@ -323,15 +310,12 @@ def simulate_pass(
     on_time: Callable[[float], None] | None = None,
     defer: bool = False,
 ) -> Simulated:
-    """The SimPy pass of :func:`simulate`, up to the end of training. With ``defer`` a
-    strategy that :meth:`~Strategy.defers` leaves its numerics in ``strategy.deferred_run``
-    (:func:`run_batch` computes them). Call it with the cyclic collector paused."""
-    env = simpy.Environment()
-    recorder = Recorder()
-    cls = strategy_class(scenario.strategy.kind)
-    cluster = Cluster(scenario.cluster)
-    topology = build_topology(cls.topology, env, cluster, scenario)
-    network = Network(env, topology, recorder, protocol_of(scenario.cluster.network))
+    """The SimPy pass of :func:`simulate`, up to the end of training, wired by
+    :mod:`simdist.assembly`. With ``defer`` a strategy that :meth:`~Strategy.defers` leaves
+    its numerics in ``strategy.deferred_run`` (:func:`run_batch` computes them). Call it
+    with the cyclic collector paused."""
+    floor = build_floor(scenario, [scenario.strategy.kind])
+    env = floor.env
     if on_time is not None:
         step_done = on_step
 
@@ -340,15 +324,14 @@ def simulate_pass(
             if step_done is not None:
                 step_done(step)
 
-    strategy = cls(scenario, env, cluster, network, recorder, workload, costs, on_step=on_step)
-    if defer and strategy.defers():
-        strategy.defer = True
-    main = env.process(strategy.process())
+    run = place(floor, scenario, floor.cluster, workload, costs, on_step=on_step, defer=defer)
     # Until training ends: background processes (failure renewals, a checkpoint
     # being written) must not move the clock past the last step.
-    env.run(until=main)
+    env.run(until=run.main)
     plain = workload.workload if isinstance(workload, Replayed) else workload
-    return Simulated(scenario, costs, plain, strategy, recorder, network, float(env.now))
+    return Simulated(
+        scenario, costs, plain, run.strategy, run.recorder, run.network, float(env.now)
+    )
 
 
 def finish(sim: Simulated) -> Result:

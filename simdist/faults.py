@@ -26,13 +26,15 @@ from simdist.seeds import rng
 if TYPE_CHECKING:  # imported on first use: `simdist validate` never needs NumPy
     import numpy as np
 
+    from simdist.scenario.effects import FailureSpec, StragglerSpec
+
 _BLOCK = 256  # steps drawn at once per stream
 
 
 class Stragglers:
     """Slowdown factor of every (host, device, step) from the scenario's straggler entries."""
 
-    def __init__(self, specs: Sequence[Any], seed: int, devices_per_host: int) -> None:
+    def __init__(self, specs: Sequence[StragglerSpec], seed: int, devices_per_host: int) -> None:
         self.specs = list(specs)
         self.seed = seed
         self.devices_per_host = devices_per_host
@@ -43,7 +45,7 @@ class Stragglers:
     def __bool__(self) -> bool:
         return bool(self.specs)
 
-    def _targets(self, spec: Any, host: int, local: int) -> bool:
+    def _targets(self, spec: StragglerSpec, host: int, local: int) -> bool:
         if spec.worker is not None:
             return spec.worker == host
         if spec.device is not None:
@@ -80,7 +82,7 @@ class Stragglers:
         return result
 
 
-def failure_times(spec: Any, seed: int, entry: int) -> Iterator[float]:
+def failure_times(spec: FailureSpec, seed: int, entry: int) -> Iterator[float]:
     """Simulated times at which failure entry ``entry`` fires, in increasing order.
 
     ``at``: once. ``mtbf``: a renewal process — up-times are exponential with
@@ -134,7 +136,7 @@ class ProgressWatch:
 class FailureSchedule:
     """The merged failure times of several entries, consumed in time order."""
 
-    def __init__(self, specs: Sequence[Any], seed: int, roles: Sequence[str]) -> None:
+    def __init__(self, specs: Sequence[FailureSpec], seed: int, roles: Sequence[str]) -> None:
         self._streams = [
             (i, spec, failure_times(spec, seed, i))
             for i, spec in enumerate(specs)
@@ -170,7 +172,7 @@ class FailureSchedule:
         while (head := self.peek()) is not None and head[0] < t_s:
             self._advance(head[1])
 
-    def _advance(self, spec: Any) -> None:
+    def _advance(self, spec: FailureSpec) -> None:
         for k, (_, i, s) in enumerate(self._next):
             if s is spec:
                 following = next(self._times[i], None)

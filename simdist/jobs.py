@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import simpy
 
+from simdist.assembly import Floor, Placed, TopologyFactory, build_floor, place, until_settled
 from simdist.cluster import Cluster
 from simdist.costs import measure_costs
 from simdist.engine import (
@@ -41,11 +42,9 @@ from simdist.engine import (
     surrogate_note,
 )
 from simdist.errors import SimdistError
-from simdist.network import Network, Topology, build_topology, protocol_of
 from simdist.network.telemetry import link_frames
 from simdist.recorder import Recorder
 from simdist.scenario import Scenario
-from simdist.strategies import strategy_class
 from simdist.strategies.base import Costs
 from simdist.summary import SUMMARY_VERSION
 
@@ -68,15 +67,12 @@ INTERFERENCE_COLUMNS = (
     "slowdown",
 )
 
-#: Builds the shared topology (tests give a hand-made one): (env, cluster, scenario).
-TopologyFactory = Callable[[simpy.Environment, Cluster, Scenario], Topology]
-
 
 @dataclass(frozen=True)
 class JobRun:
     """What one job brings to a shared run: its own scenario, costs and workload."""
 
-    scenario: Scenario  # the job as a scenario of its own (JobSpec.scenario)
+    scenario: Scenario  # the job as a scenario of its own (Scenario.job_scenarios)
     costs: Costs
     workload: Workload | None = None  # None: timing only
 
@@ -129,66 +125,53 @@ def simulate_jobs(
     job's Result is taken when its training process ends, at its own end time.
     ``on_step(step)`` and ``on_time(simulated_s)`` follow every job's steps.
     """
-    env = simpy.Environment()
-    cluster = Cluster(scenario.cluster)
-    kinds = {strategy_class(run.scenario.strategy.kind).topology for run in runs}
-    if make_topology is not None:
-        topology = make_topology(env, cluster, scenario)
-    elif len(kinds) == 1:
-        topology = build_topology(kinds.pop(), env, cluster, scenario)
-    else:  # refused when the scenario is loaded (simdist.scenario.jobs)
-        raise SimdistError(f"{scenario.name}: the jobs need different topologies {kinds}")
-    protocol = protocol_of(scenario.cluster.network)
 
-    def stepped(step: int) -> None:
-        if on_time is not None:
-            on_time(env.now)
-        if on_step is not None:
-            on_step(step)
+    def together(runs: Sequence[JobRun]) -> tuple[Sequence[JobRun], Floor, dict, dict]:
+        floor = build_floor(scenario, [r.scenario.strategy.kind for r in runs], make_topology)
+        env = floor.env
 
-    results: dict[str, Result] = {}
-    strategies: dict[str, Strategy] = {}
-    mains = []
-    for run in runs:
-        js = run.scenario
-        recorder = Recorder()
-        view = Cluster(js.cluster)
-        network = Network(env, topology, recorder, protocol)
-        cls = strategy_class(js.strategy.kind)
-        strategy = cls(js, env, view, network, recorder, run.workload, run.costs, on_step=stepped)
-        strategies[js.name] = strategy
-        main = env.process(strategy.process())
-        machines = set(view.machines)  # its links: its machines' NICs and intra-host links
-        own = [link for link in topology.links() if link.host in machines]
+        def stepped(step: int) -> None:
+            if on_time is not None:
+                on_time(env.now)
+            if on_step is not None:
+                on_step(step)
 
-        def ended(
-            _: simpy.Event,
-            run: JobRun = run,
-            strategy: Strategy = strategy,
-            own: list[Link] = own,
-            recorder: Recorder = recorder,
-        ) -> None:
-            result = _result(run, strategy, recorder, float(env.now), own)
-            if len(runs) > 1:
-                result.summary = {"_shared": _company(scenario, run, runs), **result.summary}
-            results[run.scenario.name] = result
+        results: dict[str, Result] = {}
+        strategies: dict[str, Strategy] = {}
+        mains = []
+        for run in runs:
+            js = run.scenario
+            view = Cluster(js.cluster)
+            job = place(floor, js, view, run.workload, run.costs, on_step=stepped)
+            strategies[js.name] = job.strategy
+            machines = set(view.machines)  # its links: its machines' NICs and intra-host links
+            own = [link for link in floor.topology.links() if link.host in machines]
 
-        main.callbacks.append(ended)
-        mains.append(main)
-    with gc_paused():
-        env.run(until=env.all_of(mains))
-    rerun = {name: s.rerun_with for name, s in strategies.items() if s.rerun_with is not None}
-    if rerun:
-        # A job found to diverge after the fact (its dataflow replay, a loss read a step
-        # late) stops earlier than it ran, which changes what the others shared: every job
-        # is simulated again, that one stopping where it diverged (engine.simulate's rule).
-        again = [replace(run, workload=rerun.get(run.scenario.name, run.workload)) for run in runs]
-        return simulate_jobs(
-            scenario, again, on_step=on_step, on_time=on_time, make_topology=make_topology
-        )
-    end_s = float(env.now)
+            def ended(
+                _: simpy.Event, run: JobRun = run, job: Placed = job, own: list[Link] = own
+            ) -> None:
+                result = _result(run, job.strategy, job.recorder, float(env.now), own)
+                if len(runs) > 1:
+                    result.summary = {"_shared": _company(scenario, run, runs), **result.summary}
+                results[run.scenario.name] = result
+
+            job.main.callbacks.append(ended)
+            mains.append(job.main)
+        with gc_paused():
+            env.run(until=env.all_of(mains))
+        return runs, floor, results, strategies
+
+    def diverged(done: tuple[Sequence[JobRun], Floor, dict, dict]) -> list[JobRun] | None:
+        runs, _, _, strategies = done
+        rerun = {name: s.rerun_with for name, s in strategies.items() if s.rerun_with is not None}
+        if not rerun:
+            return None
+        return [replace(run, workload=rerun.get(run.scenario.name, run.workload)) for run in runs]
+
+    runs, floor, results, _ = until_settled(together, runs, diverged)
+    end_s = float(floor.env.now)
     ordered = {run.scenario.name: results[run.scenario.name] for run in runs}
-    return SharedRun(ordered, link_frames(topology.links(), end_s), end_s)
+    return SharedRun(ordered, link_frames(floor.topology.links(), end_s), end_s)
 
 
 def _company(scenario: Scenario, run: JobRun, runs: Sequence[JobRun]) -> str:
@@ -218,22 +201,12 @@ def job_runs(scenario: Scenario) -> list[JobRun]:
     if scenario.jobs is None:
         raise SimdistError(f"{scenario.name}: the scenario has no jobs")
     runs = []
-    devices = [
-        job.scenario.numeric_devices for job in scenario.jobs if job.scenario.runs_on_devices
-    ]
+    devices = [js.numeric_devices for js in scenario.job_scenarios if js.runs_on_devices]
     if devices:
         from simdist.numerics.executor import ensure_devices
 
         ensure_devices(max(devices))
-    for job in scenario.jobs:
-        js = job.scenario
-        if js.numerics and js.workload.surrogate and js.strategy.kind == "parameter_server":
-            raise SimdistError(
-                f"{scenario.name}: job {js.name}: a surrogate (workload.timing_model or "
-                "workload.profile with numerics on) cannot run under parameter_server, whose "
-                "servers hold the trained model's variables; run it timing-only with "
-                "numerics: false"
-            )
+    for js in scenario.job_scenarios:
         workload = cached_workload(js) if needs_workload(js) else None
         costs = measure_costs(js, workload)
         runs.append(JobRun(js, costs, workload if js.numerics else None))
@@ -329,13 +302,14 @@ def jobs_summary(scenario: Scenario, together: SharedRun, table: pd.DataFrame) -
     assert scenario.jobs is not None
     network = scenario.cluster.network
     jobs = []
-    for job, row in zip(scenario.jobs, table.itertuples(index=False), strict=True):
+    rows = zip(scenario.jobs, scenario.job_scenarios, table.itertuples(index=False), strict=True)
+    for job, js, row in rows:
         own = together.results[job.name].summary
         jobs.append(
             {
                 "name": job.name,
                 "strategy": job.strategy.kind,
-                "seed": job.scenario.seed,
+                "seed": js.seed,
                 "hosts": list(job.hosts),
                 "ps": list(job.ps),
                 "steps": int(row.steps),

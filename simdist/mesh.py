@@ -14,17 +14,22 @@ parallelism up to the GPUs of one server, pipelines across servers (Narayanan et
 takeaway #1) — and ``data`` first, across hosts, where one all-reduce per step crosses
 the network.
 
-Pure Python: no SimPy, no JAX. Devices are any hashable values (cluster
-:class:`~simdist.cluster.Device`\\ s, or plain numbers in tests).
+Pure Python: no SimPy, no JAX at import. Devices are any hashable values (cluster
+:class:`~simdist.cluster.Device`\\ s, or plain numbers in tests); a mesh of JAX devices
+becomes JAX's own with :meth:`Mesh.to_jax`, so every numerics module lays its devices out
+by this one rule.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from simdist.errors import SimdistError
+
+if TYPE_CHECKING:
+    import jax
 
 T = TypeVar("T", bound=Hashable)
 
@@ -146,6 +151,16 @@ class Mesh(Generic[T]):
         """Whether every group along ``axis`` lies inside one host (``host_of(device)``):
         what tensor parallelism wants, its collectives coming every layer."""
         return all(len({host_of(device) for device in group}) == 1 for group in self.groups(axis))
+
+    def to_jax(self) -> jax.sharding.Mesh:
+        """This mesh as a ``jax.sharding.Mesh`` (its devices JAX devices): the same axis
+        names and sizes, the same row-major layout."""
+        import numpy as np
+        from jax.sharding import Mesh as JaxMesh
+
+        grid = np.empty(len(self.devices), dtype=object)
+        grid[:] = self.devices
+        return JaxMesh(grid.reshape([size for _, size in self.axes]), self.names)
 
     def __len__(self) -> int:
         return len(self.devices)

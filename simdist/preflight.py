@@ -135,20 +135,9 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
 
 
 def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
-    """What a run checks as it costs its clock model: a surrogate under parameter servers,
-    the profile file, the model's shapes, the pipeline's stages and every device's memory
-    (:mod:`simdist.device_memory`). Returns the clock model's layer count."""
-    from simdist.device_memory import clock_field
-
-    w = scenario.workload
-    if scenario.numerics and w.surrogate and scenario.strategy.kind == "parameter_server":
-        raise ScenarioError(
-            source,
-            clock_field(scenario),
-            "a surrogate clock (timing_model or profile with numerics on) cannot run under "
-            "parameter_server, whose servers hold the trained model's variables; run it "
-            "timing-only with numerics: false",
-        )
+    """What a run checks as it costs its clock model: the profile file, the model's shapes,
+    the pipeline's stages and every device's memory (the strategy spec's ``check_memory``,
+    :mod:`simdist.device_memory`). Returns the clock model's layer count."""
     if scenario.runs_on_devices:  # the footprint may start JAX: with the run's devices
         from simdist.numerics.executor import ensure_devices
 
@@ -172,7 +161,7 @@ def preflight(
     file) for a global batch larger than the training set (with numerics on), a data
     file that cannot be used, and what a run would refuse as it costs its clock model: a
     profile file it cannot read, an input shape the model cannot take, pipeline stages and
-    partitions that do not match the layers, a surrogate under parameter_server, and a
+    partitions that do not match the layers, and a
     replica or pipeline stage that does not fit its device's memory
     (:mod:`simdist.device_memory`); :class:`~simdist.errors.SimdistError` for an ``out``
     that cannot be a report folder. Both ``simdist run`` and ``simdist validate`` call it,
@@ -292,9 +281,9 @@ def _preflight_jobs(
     if out is not None:
         check_output_folder(Path(out))
     total, wall, warnings = 0, 0.0, []
-    for i, job in enumerate(scenario.jobs):
+    for i, js in enumerate(scenario.job_scenarios):
         try:
-            checked = preflight(job.scenario, source=source, data=data, ends=False)
+            checked = preflight(js, source=source, data=data, ends=False)
         except ScenarioError as exc:
             raise ScenarioError(exc.source, job_field(i, exc.field), exc.message) from None
         total += checked.total_steps or 0

@@ -216,6 +216,10 @@ class StrategySpecBase(Spec):
     # How memory advice names this strategy when it splits a replica over devices (e.g.
     # "zero (stage 1, 2 or 3)"); empty for a strategy that keeps whole replicas.
     splits_replica: ClassVar[str] = ""
+    # Whether ``simdist tradeoff`` starts from a scenario of this kind: its options then
+    # express the study's synchronous and asynchronous variants (``strategy.mode``,
+    # ``backup_workers``, ``staleness_bound``: simdist.tradeoff_variants.strategy_overrides).
+    tradeoff_base: ClassVar[bool] = False
 
     @classmethod
     def kinds(cls) -> tuple[str, ...]:

@@ -446,10 +446,10 @@ def _study_runs(
         runs = tradeoff_runs(seeds, compute_time=compute_time, **given)
     except ValueError as exc:
         raise SimdistError(f"tradeoff: {exc}") from None
-    kind = base.strategy.kind
-    if kind != "parameter_server":
+    if not base.strategy.tradeoff_base:
         raise SimdistError(
-            f"tradeoff: the scenario's strategy is {kind}; expected a parameter_server "
-            "scenario (sync, backups, SSP and async are its modes), e.g. scenarios/ps_4w2s.yaml"
+            f"tradeoff: the scenario's strategy is {base.strategy.kind}; expected a "
+            "parameter_server scenario (sync, backups, SSP and async are its modes), e.g. "
+            "scenarios/ps_4w2s.yaml"
         )
     return runs

@@ -9,6 +9,8 @@ gradients one of its updates applies.
 
 from __future__ import annotations
 
+from simdist.compressors import COMPRESSORS
+
 __all__ = [
     "ALLREDUCE",
     "LOCAL_SGD",
@@ -62,13 +64,13 @@ def compressed_strategy(variant: str) -> tuple[str, str]:
     """
     method, *rest = variant.split(":")
     fields = [f"method: {method}"]
+    known = COMPRESSORS.get(method)
+    size_option = known.size_option if known is not None else None
     for part in rest:
         if part == "noef":
             fields.append("error_feedback: false")
-        elif method == "topk":
-            fields.append(f"ratio: {part}")
-        elif method == "powersgd":
-            fields.append(f"rank: {part}")
+        elif size_option is not None:
+            fields.append(f"{size_option}: {part}")
         else:
             raise ValueError(
                 f"compression: got {variant!r}; only topk takes a ratio and powersgd a rank, "

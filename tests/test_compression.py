@@ -12,14 +12,17 @@ import pytest
 
 from simdist.engine import simulate
 from simdist.errors import ScenarioError
-from simdist.numerics.compressed_sizes import powersgd_factors
-from simdist.numerics.compression import compression, orthogonalise, powersgd_round
+from simdist.compressors import METHODS
+from simdist.compressors.base import powersgd_factors
+from simdist.compressors.methods import orthogonalise, powersgd_round
+from simdist.numerics.compression import compression
 from simdist.profiles import DEVICE_PROFILES
 from simdist.runs import run
 from simdist.scenario import dump_scenario, load_scenario
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.compression import (
     CompressionSpec,
+    Method,
     compressor_s,
     compressor_work,
     wire,
@@ -339,3 +342,11 @@ def test_fp16_training_stays_within_half_precision_of_uncompressed():
     )
     leaves = zip(jax.tree.leaves(plain.params), jax.tree.leaves(half.params), strict=True)
     assert any(not np.array_equal(a, b) for a, b in leaves)  # the casts did happen
+
+
+def test_the_scenario_offers_exactly_the_registered_compressors():
+    import typing
+
+    assert typing.get_args(Method) == METHODS
+    with pytest.raises(ValueError, match="expected one of"):
+        compression("gzip")

@@ -5,10 +5,14 @@ The graph is read from the source with ``ast``, not by importing: every ``import
 deferred into a function body to dodge a circle is still an edge. Relative imports are
 resolved against the file's package, and ``from pkg import name`` is an edge to
 ``pkg.name`` when that is a module of simdist, else to ``pkg`` itself. Imports under
-``if TYPE_CHECKING:`` are for the type checker only and never run, so they are not edges.
+``if TYPE_CHECKING:`` are for the type checker only and never run, so they are not edges
+of the run-time graph; the *typed* graph counts them too.
 
-A circle between files means neither can be read, tested or replaced alone; a private
-name (``_x``) imported from another module is a contract its owner never offered.
+A circle between files means neither can be read, tested or replaced alone: none in the
+run-time graph, and no two modules that import each other even for the type checker (a
+pair that needs each other's types is one idea split in two, or a type on the wrong
+floor). A private name (``_x``) imported from another module is a contract its owner never
+offered.
 """
 
 from __future__ import annotations
@@ -63,11 +67,13 @@ def run_time_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imports_of(name: str, path: Path) -> list[Import]:
-    """The run-time imports of the module ``name`` (at ``path``), relative ones resolved."""
+def imports_of(name: str, path: Path, typed: bool = False) -> list[Import]:
+    """The run-time imports of the module ``name`` (at ``path``), relative ones resolved;
+    with ``typed``, those under ``if TYPE_CHECKING:`` too."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = []
-    for node in run_time_nodes(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree) if typed else run_time_nodes(tree):
         if isinstance(node, ast.Import):
             found += [Import(a.name, None, node.lineno, a.asname or a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -80,12 +86,13 @@ def imports_of(name: str, path: Path) -> list[Import]:
     return found
 
 
-def graph(root: Path = PACKAGE) -> dict[str, dict[str, list[Import]]]:
-    """Module -> the modules of the package it imports, each with the statements that do."""
+def graph(root: Path = PACKAGE, typed: bool = False) -> dict[str, dict[str, list[Import]]]:
+    """Module -> the modules of the package it imports, each with the statements that do
+    (with ``typed``, the imports for the type checker too)."""
     known = modules(root)
     edges: dict[str, dict[str, list[Import]]] = {name: {} for name in known}
     for name, path in known.items():
-        for imp in imports_of(name, path):
+        for imp in imports_of(name, path, typed):
             target = imp.module
             if imp.name is not None and f"{imp.module}.{imp.name}" in known:
                 target = f"{imp.module}.{imp.name}"
@@ -127,6 +134,11 @@ def cycles(edges: dict[str, dict[str, list[Import]]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return sorted(found)
+
+
+def pairs(edges: dict[str, dict[str, list[Import]]]) -> list[list[str]]:
+    """Every two modules that import each other, sorted."""
+    return sorted([a, b] for a in edges for b in edges[a] if a < b and a in edges[b])
 
 
 def describe(component: list[str], edges: dict[str, dict[str, list[Import]]]) -> str:
@@ -197,6 +209,9 @@ def test_the_walker_sees_every_kind_of_import(tmp_path: Path) -> None:
         "pkg.typed_only": ["pkg.top"],
     }
     assert cycles(edges) == [["pkg.sub.leaf", "pkg.top"]]
+    typed = graph(pkg, typed=True)
+    assert sorted(typed["pkg.top"]) == ["pkg.sub.leaf", "pkg.typed_only"]
+    assert pairs(typed) == [["pkg.sub.leaf", "pkg.top"], ["pkg.top", "pkg.typed_only"]]
     assert private_imports(pkg) == [
         "pkg.sub.leaf:2 uses pkg.top._hidden",
         "pkg.typed_only:3 uses pkg.top._hidden",
@@ -210,6 +225,14 @@ def test_no_import_circle_between_files() -> None:
     assert not found, "import circles:\n" + "\n".join(describe(c, edges) for c in found)
 
 
+def test_no_two_modules_import_each_other_even_for_the_type_checker() -> None:
+    edges = graph(typed=True)
+    found = pairs(edges)
+    assert not found, "modules importing each other:\n" + "\n".join(
+        describe(pair, edges) for pair in found
+    )
+
+
 def test_no_private_name_imported_from_another_module() -> None:
     found = private_imports()
     assert not found, "private names imported across modules:\n" + "\n".join(found)
@@ -220,3 +243,67 @@ def test_the_api_is_a_front_door_only() -> None:
     close a circle through it (its names load lazily from them)."""
     importers = sorted(name for name, targets in graph().items() if "simdist.api" in targets)
     assert importers == ["simdist", "simdist.cli.compare", "simdist.cli.run"]
+
+
+def strategy_name_checks(root: Path = PACKAGE) -> list[str]:
+    """Every place outside ``strategies/`` that decides by a strategy's name, as
+    'module:line code': a comparison with a kind name (``==``, ``!=``, ``in``), a table keyed
+    by two kind names or more (one may be a mesh axis, ``pipeline``, or an option,
+    ``local_sgd``), or a ``case`` on one. What a strategy does differently is its own
+    module's business, asked through its ``Spec``."""
+    from simdist.scenario.strategy import STRATEGIES
+
+    kinds = set(STRATEGIES)
+
+    def names(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value] if node.value in kinds else []
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return [name for element in node.elts for name in names(element)]
+        return []
+
+    found = []
+    for name, path in modules(root).items():
+        if name.startswith(f"{root.name}.strategies"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            sides: list[ast.AST] = []
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+            elif isinstance(node, ast.Dict):
+                keys = [key for key in node.keys if key is not None]
+                sides = keys if len(names(ast.Tuple(elts=keys))) > 1 else []
+            elif isinstance(node, ast.MatchValue):
+                sides = [node.value]
+            if any(names(side) for side in sides):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)[:80]}")
+    return sorted(found)
+
+
+def test_the_name_check_finder_sees_comparisons_tables_and_cases(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "strategies").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "strategies" / "__init__.py").write_text("KIND = 'zero' == 'zero'\n")
+    (pkg / "rules.py").write_text(
+        "def f(kind, s):\n"
+        "    a = kind == 'parameter_server'\n"
+        "    b = kind in ('pipeline', 'hybrid')\n"
+        "    c = {'zero': 1, 'fsdp': 2}\n"
+        "    d = {'data': 2, 'pipeline': 4}\n"
+        "    match s:\n"
+        "        case 'tpu':\n"
+        "            pass\n"
+        "    return kind == 'ring'\n"
+    )
+    assert strategy_name_checks(pkg) == [
+        "pkg.rules:2 kind == 'parameter_server'",
+        "pkg.rules:3 kind in ('pipeline', 'hybrid')",
+        "pkg.rules:4 {'zero': 1, 'fsdp': 2}",
+        "pkg.rules:7 'tpu'",
+    ]
+
+
+def test_no_strategy_name_is_compared_outside_the_strategies() -> None:
+    found = strategy_name_checks()
+    assert not found, "strategy names decided on outside simdist/strategies/:\n" + "\n".join(found)

@@ -110,7 +110,7 @@ def costs(steps=STEPS, compute_s=C):
 
 
 def runs(s, steps=STEPS):
-    return [JobRun(j.scenario, costs(steps)) for j in s.jobs]
+    return [JobRun(js, costs(steps)) for js in s.job_scenarios]
 
 
 def times(shared):
@@ -204,8 +204,8 @@ def test_a_job_alone_equals_a_run_of_its_own_scenario():
         ps=1,
     )
     shared = simulate_jobs(s, runs(s))
-    for j in s.jobs:
-        own = simulate(j.scenario, costs())
+    for j, js in zip(s.jobs, s.job_scenarios, strict=True):
+        own = simulate(js, costs())
         mine = shared.results[j.name]
         pd.testing.assert_frame_equal(mine.events, own.events)
         pd.testing.assert_frame_equal(mine.metrics, own.metrics)
@@ -248,7 +248,7 @@ def test_a_job_found_to_diverge_after_the_fact_stops_there_in_the_shared_run(div
         assert np.isfinite(mine.tables["updates"]["loss"]).all()
     assert other.summary["diverged"] is False
     if diverging == "ring":
-        alone = engine.run(loaded.jobs[0].scenario)
+        alone = engine.run(loaded.job_scenarios[0])
         assert mine.summary["diverged_at_step"] == alone.summary["diverged_at_step"]
 
 
@@ -263,7 +263,7 @@ def test_adding_a_job_changes_no_draw_of_another():
     a = {**job("a", ["worker2", "worker3"], RING), "faults": STRAGGLING}
     other = job("other", 2, "parameter_server", ps=1)
     alone, both = scenario([a]), scenario([other, copy.deepcopy(a)], ps=1)
-    assert alone.jobs[0].scenario.seed == both.jobs[1].scenario.seed == job_seed(0, "a")
+    assert alone.job_scenarios[0].seed == both.job_scenarios[1].seed == job_seed(0, "a")
     assert job_seed(0, "a") != job_seed(0, "other") != job_seed(1, "a")
     first = simulate_jobs(alone, runs(alone)).results["a"]
     second = simulate_jobs(both, runs(both)).results["a"]
@@ -302,7 +302,7 @@ def test_a_two_job_run_writes_a_report_per_job_and_the_interference_table(tmp_pa
         for file in ("events.csv", "metrics.csv", "summary.json", "report.md", "trace.json"):
             assert (folder / file).is_file()
         loaded = api.load_report(folder)
-        assert loaded.scenario == s.jobs[[j.name for j in s.jobs].index(name)].scenario
+        assert loaded.scenario == s.job_scenarios[[j.name for j in s.jobs].index(name)]
         pd.testing.assert_frame_equal(loaded.events, result.jobs[name].events)
     table = api.read_table(out / "interference.csv")
     assert list(table["job"]) == ["ring", "ps"] and list(table["steps"]) == [4, 8]
@@ -318,7 +318,7 @@ def test_a_two_job_run_writes_a_report_per_job_and_the_interference_table(tmp_pa
     # the scenario folder's scenario.yaml loads back to the same scenario, jobs and all
     again = scenario_from_text((out / "scenario.yaml").read_text())
     assert dump_scenario(again) == dump_scenario(s)
-    assert [j.scenario for j in again.jobs] == [j.scenario for j in s.jobs]
+    assert again.job_scenarios == s.job_scenarios
 
 
 def test_the_cli_runs_and_validates_a_scenario_with_jobs(tmp_path):
@@ -349,7 +349,7 @@ def test_the_teaching_scenario_loads():
         ["jobs.0.hosts=[worker0, worker1, worker2, worker3]", "jobs.1.strategy.staleness_bound=1"],
     )
     assert moved.jobs[1].hosts == ["worker4", "worker5", "worker6", "worker7"]
-    assert moved.jobs[1].scenario.strategy.staleness_bound == 1
+    assert moved.job_scenarios[1].strategy.staleness_bound == 1
 
 
 # ---------------------------------------------------------------- a scenario without jobs
@@ -477,11 +477,12 @@ def test_colocated_ps_tasks_sit_on_their_own_job_hosts():
         ps_placement="colocated",
     )
     assert s.cluster.ps_placement == ["worker0", "worker2"]
-    assert [j.scenario.cluster.ps_placement for j in s.jobs] == [["worker0"], ["worker2"]]
+    assert [js.cluster.ps_placement for js in s.job_scenarios] == [["worker0"], ["worker2"]]
     shared = simulate_jobs(s, runs(s))
-    for j in s.jobs:  # the PS task has no NIC of its own: it uses its job's first host's
+    # The PS task has no NIC of its own: it uses its job's first host's.
+    for j, js in zip(s.jobs, s.job_scenarios, strict=True):
         mine = shared.results[j.name]
-        pd.testing.assert_frame_equal(mine.events, simulate(j.scenario, costs()).events)
+        pd.testing.assert_frame_equal(mine.events, simulate(js, costs()).events)
         links = mine.tables["links"].set_index("link")
         assert list(links.index) == [
             f"{h}/{side}" for h in j.hosts for side in ("intra", "nic/rx", "nic/tx")

@@ -104,3 +104,16 @@ def test_bad_lookups():
         mesh.at(data=2, tensor=0)
     with pytest.raises(SimdistError, match="names"):
         mesh.at(data=0)
+
+
+def test_a_mesh_of_jax_devices_is_jaxs_mesh_in_the_same_layout():
+    import jax
+
+    devices = jax.devices()[:4]
+    if len(devices) < 4:
+        pytest.skip("needs 4 emulated devices")
+    mesh = Mesh.of(devices, {"data": 2, "tensor": 2})
+    jax_mesh = mesh.to_jax()
+    assert jax_mesh.axis_names == ("data", "tensor")
+    assert dict(jax_mesh.shape) == {"data": 2, "tensor": 2}
+    assert [list(row) for row in jax_mesh.devices] == [devices[:2], devices[2:]]

@@ -10,7 +10,7 @@ from helpers import tiny
 from simdist.cluster import effective_profile
 from simdist.costs import clock_profile, measure_costs
 from simdist.engine import run
-from simdist.errors import SimdistError
+from simdist.errors import ScenarioError, SimdistError
 from simdist.layers import LayerProfile, ModelProfile
 from simdist.profiles import DEVICE_PROFILES, PRECISIONS, DeviceProfile, PrecisionPeak
 from simdist.roofline import calibrate, compulsory_traffic, layer_times, step_time
@@ -237,8 +237,20 @@ def test_a_surrogate_trains_the_small_model_while_the_clock_follows_the_big_one(
     assert '"_surrogate"' in (out / "summary.json").read_text().splitlines()[1]
     head = (out / "report.md").read_text().splitlines()[:3]
     assert head[2].startswith("> **Surrogate timing**") and "resnet50" in head[2]
-    with pytest.raises(SimdistError, match="parameter_server"):
-        run(scenario_from_dict({**data, "strategy": {"kind": "parameter_server"}}))
+    # The parameter_server spec refuses it as the scenario loads, naming the clock's field.
+    with pytest.raises(ScenarioError, match="parameter_server") as refused:
+        scenario_from_dict({**data, "strategy": {"kind": "parameter_server"}})
+    assert "workload.timing_model" in str(refused.value)
+    assert "run it timing-only with numerics: false" in str(refused.value)
+    timing_only = scenario_from_dict(
+        {
+            **data,
+            "strategy": {"kind": "parameter_server"},
+            "numerics": False,
+            "cluster": {**data["cluster"], "ps": 1, "devices_per_host": 1},
+        }
+    )
+    assert timing_only.workload.surrogate
 
 
 def test_a_layers_csv_runs_a_model_that_is_not_in_the_zoo(tmp_path):

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from simdist.cluster import Cluster
 from simdist.collectives import busbw_Bps
 from simdist.network.leaf_spine import standalone_topology
-from simdist.scenario.cluster import NetworkSpec
+from simdist.scenario.cluster import ClusterSpec, NetworkSpec
 from validation import Case
 
 TITLE = "collectives"
@@ -63,9 +64,9 @@ def busbw_GBps(
     """nccl-tests' busbw (GB/s) of a ring all-reduce of ``nbytes`` over every device of
     ``hosts`` hosts, each with one NIC of ``nic_Gbps`` line rate, under ``protocol``."""
     network = NetworkSpec.model_validate({"protocol": protocol, "intra_host": intra_host})
+    spec = {"hosts": hosts, "devices_per_host": devices_per_host, "device": {"profile": "v100"}}
     topology = standalone_topology(
-        hosts,
-        devices_per_host,
+        Cluster(ClusterSpec.model_validate(spec)),
         network,
         nic_latency_s=latency_s,
         nic_bandwidth_Bps=nic_Gbps * 1e9 / 8,

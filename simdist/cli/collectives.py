@@ -148,9 +148,11 @@ def topology_table(
     same closed form, with the bottleneck's α and B), and the ``note`` names the racks
     and the effective bandwidth.
     """
+    from simdist.cluster import Cluster
     from simdist.collectives import algbw_Bps, busbw_Bps
     from simdist.collectives.table import check_algorithms, skip_reason
     from simdist.network.leaf_spine import standalone_topology
+    from simdist.scenario.cluster import ClusterSpec
     from simdist.units import format_bandwidth
 
     check_algorithms(op, algos)
@@ -170,9 +172,9 @@ def topology_table(
                     rows.append(row)
                     continue
                 if n not in topologies:
+                    spec = {"hosts": n // d, "devices_per_host": d, "device": {"profile": "v100"}}
                     topologies[n] = standalone_topology(
-                        n // d,
-                        d,
+                        Cluster(ClusterSpec.model_validate(spec)),
                         network,
                         nic_latency_s=latency_s,
                         nic_bandwidth_Bps=bandwidth_Bps,

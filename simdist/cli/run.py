@@ -245,8 +245,8 @@ def validate(
     if loaded.jobs is not None:
         jobs = "; ".join(
             f"{job.name}: {job.strategy.kind} on {len(job.hosts)} host(s), "
-            f"{job.scenario.replicas} replica(s), global batch {job.scenario.global_batch}"
-            for job in loaded.jobs
+            f"{js.replicas} replica(s), global batch {js.global_batch}"
+            for job, js in zip(loaded.jobs, loaded.job_scenarios, strict=True)
         )
         console.print(
             f"[green]ok[/] {scenario}: {loaded.name} — {len(loaded.jobs)} jobs ({jobs})",

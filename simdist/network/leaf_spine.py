@@ -424,8 +424,7 @@ def _options(
 
 
 def standalone_topology(
-    hosts: int,
-    devices_per_host: int,
+    cluster: Cluster,
     network: NetworkSpec,
     *,
     nic_latency_s: float,
@@ -433,17 +432,11 @@ def standalone_topology(
     intra_latency_s: float,
     intra_bandwidth_Bps: float,
 ) -> LeafSpineTopology:
-    """``hosts`` GPU hosts of ``devices_per_host`` each, wired as ``network`` (a scenario's
-    ``cluster.network`` section) says and priced with its transport, on a clock of their
-    own: for pricing collectives outside a run (``simdist collectives``)."""
+    """``cluster``'s hosts wired as ``network`` (a scenario's ``cluster.network`` section)
+    says and priced with its transport, on a clock of their own: for pricing collectives
+    outside a run (``simdist collectives``)."""
     import simpy
 
-    from simdist.scenario.cluster import ClusterSpec
-
-    spec = ClusterSpec.model_validate(
-        {"hosts": hosts, "devices_per_host": devices_per_host, "device": {"profile": "v100"}}
-    )
-    cluster = Cluster(spec)
     links = ((nic_latency_s, nic_bandwidth_Bps), (intra_latency_s, intra_bandwidth_Bps))
     one_leaf = 0 if network.topology == "leaf_spine" else len(cluster.machines)
     options = _options(links, network, one_leaf)

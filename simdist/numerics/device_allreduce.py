@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
+from simdist.mesh import Mesh
 
 #: The named axis of replicas: the ``vmap`` axis ("batched") and the device mesh's ("devices").
 REPLICA_AXIS = "replica"
@@ -103,7 +103,7 @@ def all_reduced_on_devices(loss_and_grad: Callable[..., tuple], n: int) -> Calla
     shortfall = device_shortfall(replica_backend(), len(devices), n)
     if shortfall is not None:
         raise SimdistError(shortfall)
-    mesh = Mesh(np.array(devices[:n]), (REPLICA_AXIS,))
+    mesh = Mesh(devices[:n], [(REPLICA_AXIS, n)]).to_jax()
 
     def per_device(p: Any, xs: jax.Array, ys: jax.Array) -> tuple:
         # Each device holds a [1, b, ...] block of the replica axis. With

@@ -24,20 +24,24 @@ replayed here; the clock has it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
+from simdist.mesh import Mesh
 from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
 from simdist.numerics.tensor_parallel import DATA, TENSOR, dense, dense_specs, loss_sum, mlp_roles
 
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
-def stage_meshes(data: int, tensor: int, stages: int) -> list[Mesh]:
+
+def stage_meshes(data: int, tensor: int, stages: int) -> list[jax.sharding.Mesh]:
     """P meshes of D × T devices each, on the first D·T·P JAX devices."""
     devices = replica_devices()
     n = data * tensor * stages
@@ -46,13 +50,13 @@ def stage_meshes(data: int, tensor: int, stages: int) -> list[Mesh]:
         raise SimdistError(f"strategy hybrid: {shortfall}")
     block = data * tensor
     return [
-        Mesh(np.array(devices[p * block : (p + 1) * block]).reshape(data, tensor), (DATA, TENSOR))
+        Mesh(devices[p * block : (p + 1) * block], [(DATA, data), (TENSOR, tensor)]).to_jax()
         for p in range(stages)
     ]
 
 
 def stage_function(
-    layers: Sequence[int], roles: Sequence[str], n_dense: int, mesh: Mesh
+    layers: Sequence[int], roles: Sequence[str], n_dense: int, mesh: jax.sharding.Mesh
 ) -> tuple[dict, Callable[[Any, jax.Array], jax.Array]]:
     """Stage ``layers`` (dense-layer indices) as ``(specs, fn(params, x))``, jitted, under
     ``shard_map`` on ``mesh``: rows split over ``data``, the output whole on the group.
@@ -76,7 +80,7 @@ def stage_function(
 
 def stage_functions(
     data: int, tensor: int, counts: Sequence[int]
-) -> tuple[list[Mesh], list[tuple[dict, Callable[[Any, jax.Array], jax.Array]]]]:
+) -> tuple[list[jax.sharding.Mesh], list[tuple[dict, Callable[[Any, jax.Array], jax.Array]]]]:
     """The stages' meshes and :func:`stage_function` s of an mlp of ``sum(counts)`` dense
     layers cut into stages of ``counts`` layers."""
     n_dense = sum(counts)
@@ -96,7 +100,7 @@ class HybridTrainer:
 
     def __init__(
         self,
-        workload: Any,
+        workload: Workload,
         mesh: dict[str, int],
         counts: Sequence[int],
         micro_batches: int,
@@ -140,7 +144,7 @@ class HybridTrainer:
         return total
 
     @staticmethod
-    def _place(params: Any, specs: dict, mesh: Mesh) -> Any:
+    def _place(params: Any, specs: dict, mesh: jax.sharding.Mesh) -> Any:
         """A stage's parameters split over its mesh (their gradients come back whole)."""
         return {
             k: jax.tree.map(

@@ -167,14 +167,13 @@ class LocalSGD:
     def mesh(self) -> Any:
         """The JAX mesh of the k devices (refused, with the fix, when too few exist)."""
         if self._mesh is None:
-            import numpy as np
-            from jax.sharding import Mesh
+            from simdist.mesh import Mesh
 
             devices = replica_devices()
             shortfall = device_shortfall(replica_backend(), len(devices), self.k)
             if shortfall is not None:
                 raise SimdistError(shortfall)
-            self._mesh = Mesh(np.array(devices[: self.k]), (REPLICA_AXIS,))
+            self._mesh = Mesh(devices[: self.k], [(REPLICA_AXIS, self.k)]).to_jax()
         return self._mesh
 
     def init(self) -> LocalState:

@@ -31,11 +31,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.flatten_util import ravel_pytree
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from simdist.mesh import Mesh
 from simdist.numerics.device_allreduce import (
     REPLICA_AXIS,
     device_shortfall,
@@ -92,7 +92,7 @@ class ShardedStep:
         self.optimizer = optimizer
         self._loss_and_grad = loss_and_grad
         self._fn: Callable | None = None
-        self._mesh: Mesh | None = None
+        self._mesh: jax.sharding.Mesh | None = None
 
     def _per_device(self, p: Any, opt: Any, x: Any, y: Any) -> tuple:
         s = self.shards
@@ -126,7 +126,7 @@ class ShardedStep:
             )
         return flat, opt
 
-    def mesh(self) -> Mesh:
+    def mesh(self) -> jax.sharding.Mesh:
         """The JAX mesh of the ``n`` devices (refused, with the fix, when too few exist)."""
         if self._mesh is None:
             devices = replica_devices()
@@ -135,7 +135,8 @@ class ShardedStep:
                 from simdist.errors import SimdistError
 
                 raise SimdistError(shortfall)
-            self._mesh = Mesh(np.array(devices[: self.shards.n]), (REPLICA_AXIS,))
+            n = self.shards.n
+            self._mesh = Mesh(devices[:n], [(REPLICA_AXIS, n)]).to_jax()
         return self._mesh
 
     def __call__(self, flat: Any, opt: Any, xs: Any, ys: Any) -> tuple:

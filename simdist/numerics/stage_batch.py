@@ -31,7 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from simdist.costs import remember
+from simdist.memo import remember
 from simdist.numerics.models import STATE
 from simdist.numerics.stages import StagedModel
 

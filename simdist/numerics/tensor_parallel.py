@@ -34,18 +34,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
+from simdist.mesh import Mesh
 from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
+
+if TYPE_CHECKING:
+    from simdist.numerics.executor import Workload
 
 TENSOR = "tensor"
 DATA = "data"
@@ -61,13 +64,13 @@ class ShardedModel(NamedTuple):
     split_rows: bool = False
 
 
-def tensor_mesh(data: int, tensor: int) -> Mesh:
+def tensor_mesh(data: int, tensor: int) -> jax.sharding.Mesh:
     """The first D × T JAX devices as a ``data`` × ``tensor`` mesh (tensor innermost)."""
     devices = replica_devices()
     shortfall = device_shortfall(replica_backend(), len(devices), data * tensor)
     if shortfall is not None:
         raise SimdistError(f"strategy tensor_parallel: {shortfall}")
-    return Mesh(np.array(devices[: data * tensor]).reshape(data, tensor), (DATA, TENSOR))
+    return Mesh(devices[: data * tensor], [(DATA, data), (TENSOR, tensor)]).to_jax()
 
 
 def mlp_roles(n_dense: int) -> list[str]:
@@ -218,7 +221,7 @@ def loss_sum(out: jax.Array, y: jax.Array, task: str) -> jax.Array:
 
 
 def sharded_value_and_grad(
-    model: ShardedModel, mesh: Mesh, task: str, global_batch: int
+    model: ShardedModel, mesh: jax.sharding.Mesh, task: str, global_batch: int
 ) -> Callable[[Any, Any, Any], tuple[jax.Array, Any]]:
     """Jitted ``(params, x, y) -> (loss, grads)`` of the global batch, every device on its
     parameter slices and its data shard (module docstring)."""
@@ -237,7 +240,7 @@ def sharded_value_and_grad(
     return jax.jit(jax.value_and_grad(mapped))
 
 
-def place(params: Any, specs: Any, mesh: Mesh) -> Any:
+def place(params: Any, specs: Any, mesh: jax.sharding.Mesh) -> Any:
     """``params`` split over ``mesh`` as ``specs`` say."""
     return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), params, specs)
 
@@ -248,7 +251,7 @@ class TensorParallelTrainer:
 
     def __init__(
         self,
-        workload: Any,
+        workload: Workload,
         data: int,
         tensor: int,
         per_replica_batch: int,

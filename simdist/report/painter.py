@@ -29,36 +29,18 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import pandas as pd
+from simdist.report.drawn import Drawn
 
+if TYPE_CHECKING:
     from simdist.engine import Result
-    from simdist.scenario import Scenario
 
 #: ``SIMDIST_PLOT_PROCESS=0`` draws every plot in-process.
 ENV = "SIMDIST_PLOT_PROCESS"
 #: The report's Chrome trace, which the painter writes too (:func:`file_jobs`).
 TRACE = "trace.json"
-
-
-@dataclass
-class Drawn:
-    """What the plots read of a run's result: a picklable view of it."""
-
-    metrics: pd.DataFrame
-    events: pd.DataFrame
-    tables: dict[str, pd.DataFrame]
-    summary: dict[str, Any]
-    scenario: Scenario
-
-    @classmethod
-    def of(cls, result: Result) -> Drawn:
-        """The view of ``result`` the plots read (its params stay in this process)."""
-        return cls(result.metrics, result.events, result.tables, result.summary, result.scenario)
 
 
 def plot_jobs(result: Result | Drawn, folder: Path) -> list[Callable[[], list[str]]]:

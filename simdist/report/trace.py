@@ -49,7 +49,7 @@ from simdist.report.tracks import Track, host_roles, timeline_spans
 
 if TYPE_CHECKING:
     from simdist.engine import Result
-    from simdist.report.painter import Drawn
+    from simdist.report.drawn import Drawn
     from simdist.scenario import Scenario
 
 #: What each role's process is called: ``w0 (worker)``, ``ps0 (parameter server)``.

@@ -9,24 +9,18 @@ again on its hosts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from simdist.scenario.cluster import ClusterSpec
 from simdist.scenario.fields import MAX_DEVICES
 from simdist.scenario.messages import EXAMPLES
 from simdist.spec import fail, show
 
-if TYPE_CHECKING:
-    from simdist.scenario.schema import Scenario
-
 __all__ = ["check_ps_placement", "check_size", "resolve_hosts"]
 
 
-def resolve_hosts(s: Scenario) -> None:
+def resolve_hosts(c: ClusterSpec, chief_trains: bool) -> None:
     """Name the worker hosts in ``cluster.worker_names`` (listed hosts by their ``name``,
     else the TF_CONFIG-style lists, else ``worker0``, ``worker1``, ...; a chief that trains
     first) and count them in ``cluster.hosts``; no two tasks may share a name."""
-    c = s.cluster
-    chief_trains = s.chief_trains
     given_workers = "worker_names" in c.model_fields_set
     if c.host_specs is not None:
         names = [h.name or f"worker{i}" for i, h in enumerate(c.host_specs)]
@@ -64,9 +58,8 @@ def resolve_hosts(s: Scenario) -> None:
     c.hosts = len(names)
 
 
-def check_ps_placement(s: Scenario) -> None:
+def check_ps_placement(c: ClusterSpec) -> None:
     """``cluster.ps_placement`` places existing PS tasks on existing worker machines."""
-    c = s.cluster
     placement = c.ps_placement
     if placement == "separate":
         return
@@ -93,11 +86,11 @@ def check_ps_placement(s: Scenario) -> None:
                 )
 
 
-def check_size(s: Scenario) -> None:
-    """A cluster one process can build: at most MAX_DEVICES devices (the strategy has set
-    ``devices_per_host`` where it decides it, as the tpu's topology does)."""
-    c = s.cluster
-    devices = max(c.n_devices, s.replicas)
+def check_size(c: ClusterSpec, replicas: int) -> None:
+    """A cluster one process can build: at most MAX_DEVICES devices, counting the strategy's
+    ``replicas`` too (it has set ``devices_per_host`` where it decides it, as the tpu's
+    topology does)."""
+    devices = max(c.n_devices, replicas)
     if devices > MAX_DEVICES:
         counted = (
             f"{c.hosts:,} hosts x {c.devices_per_host:,} devices is {devices:,} devices"

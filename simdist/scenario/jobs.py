@@ -17,9 +17,9 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 
 from simdist.scenario.cluster import HOST_NAME_RE, ClusterSpec
 from simdist.scenario.effects import CheckpointSpec, FaultsSpec, InputSpec
@@ -30,14 +30,14 @@ from simdist.scenario.strategy import StrategySpec, default_strategy
 from simdist.scenario.workload import WorkloadSpec
 from simdist.spec import Int, Spec, fail, show
 
-if TYPE_CHECKING:
-    from simdist.scenario.schema import Scenario
+#: The scenario class a job's own scenario is validated as (the class holding ``jobs:``).
+ScenarioT = TypeVar("ScenarioT", bound=BaseModel)
 
 #: The sections of a run that each job has for itself; the scenario may not give them.
 JOB_SECTIONS = ("workload", "strategy", "faults", "checkpoint", "input")
 
 #: Scenario fields a job's own scenario takes from the scenario with the jobs.
-_SHARED = ("numerics",)
+SHARED = ("numerics",)
 
 
 # A job's name names its report subfolder beside the scenario's own files: no dots.
@@ -102,7 +102,6 @@ class JobSpec(Spec):
     faults: FaultsSpec = Field(default_factory=FaultsSpec)
     checkpoint: CheckpointSpec | None = None
     input: InputSpec | None = None
-    _scenario: Any = PrivateAttr(None)
 
     @field_validator("name")
     @classmethod
@@ -115,21 +114,25 @@ class JobSpec(Spec):
             )
         return value
 
-    @property
-    def scenario(self) -> Scenario:
-        """This job as a scenario of its own (set when the enclosing scenario validates)."""
-        assert self._scenario is not None, "a JobSpec is resolved by its Scenario"
-        return self._scenario
 
+def resolve_jobs(
+    jobs: list[JobSpec],
+    cluster: ClusterSpec,
+    seed: int,
+    shared: dict[str, Any],
+    scenario_class: type[ScenarioT],
+    context: dict[str, Any] | None,
+) -> list[ScenarioT]:
+    """Resolve and check ``jobs`` on ``cluster`` in place; each job as a scenario of its own.
 
-def resolve_jobs(s: Scenario, context: dict[str, Any] | None) -> None:
-    """Resolve and check the jobs of ``s`` in place; raise :func:`fail` at the first problem.
-
-    ``context`` is the validation context (the scenario file's folder, for relative paths
-    in a job's workload).
+    ``seed`` is the scenario's (each job's is drawn from it: :func:`simdist.seeds.job_seed`),
+    ``shared`` the fields every job takes from it (:data:`SHARED`); each job's scenario is
+    validated as ``scenario_class``, the class holding ``jobs:``, which this module need not
+    import. ``context`` is the validation context (the scenario file's folder, for relative
+    paths in a job's workload). Raises :func:`fail` at the first problem.
     """
-    c = s.cluster
-    if not s.jobs:
+    c = cluster
+    if not jobs:
         raise fail(
             "jobs",
             "got an empty list; expected at least one job, e.g. jobs: [{name: a, hosts: 2, "
@@ -141,11 +144,11 @@ def resolve_jobs(s: Scenario, context: dict[str, Any] | None) -> None:
             "the scenario has jobs:, and each job's first host is its chief; list the chief "
             "in cluster.worker (or count it in cluster.hosts) and name it first in its job",
         )
-    resolve_hosts(s)
-    check_ps_placement(s)
-    check_size(s)
+    resolve_hosts(c, chief_trains=False)
+    check_ps_placement(c)
+    check_size(c, replicas=0)
     seen: dict[str, int] = {}
-    for i, job in enumerate(s.jobs):
+    for i, job in enumerate(jobs):
         if job.name in seen:
             raise fail(
                 f"jobs[{i}].name",
@@ -154,10 +157,12 @@ def resolve_jobs(s: Scenario, context: dict[str, Any] | None) -> None:
             )
         seen[job.name] = i
     for key, names in (("hosts", c.worker_names), ("ps", c.ps_names)):
-        _assign(s.jobs, key, list(names))
-    _place_ps(s)
-    for i, job in enumerate(s.jobs):
-        job._scenario = _job_scenario(s, i, job, context)
+        _assign(jobs, key, list(names))
+    _place_ps(jobs, c)
+    return [
+        _job_scenario(seed, shared, c, scenario_class, i, job, context)
+        for i, job in enumerate(jobs)
+    ]
 
 
 def _assign(jobs: list[JobSpec], key: str, names: list[str]) -> None:
@@ -202,16 +207,14 @@ def _assign(jobs: list[JobSpec], key: str, names: list[str]) -> None:
         free = free[given:]
 
 
-def _place_ps(s: Scenario) -> None:
+def _place_ps(jobs: list[JobSpec], c: ClusterSpec) -> None:
     """Check ``cluster.ps_placement`` against the jobs; ``colocated`` becomes a list.
 
     A co-located PS task shares a worker machine's NIC, so it must sit on a host of its own
     job. ``colocated`` places each job's PS tasks on that job's hosts in turn (PS task k of
     a job on its host k mod hosts: TF's layout, job by job).
     """
-    c = s.cluster
-    assert s.jobs is not None
-    job_of_ps = {p: i for i, job in enumerate(s.jobs) for p in job.ps}
+    job_of_ps = {p: i for i, job in enumerate(jobs) for p in job.ps}
     if c.ps_placement == "separate":
         return
     if c.ps_placement == "colocated":
@@ -223,15 +226,13 @@ def _place_ps(s: Scenario) -> None:
                 f"{idle[0]} is in no job; give it to a job, or name its machine, e.g. "
                 f"ps_placement: [{', '.join(c.worker_names[i % c.hosts] for i in range(c.ps))}]",
             )
-        machines = {
-            p: job.hosts[k % len(job.hosts)] for job in s.jobs for k, p in enumerate(job.ps)
-        }
+        machines = {p: job.hosts[k % len(job.hosts)] for job in jobs for k, p in enumerate(job.ps)}
         c.ps_placement = [machines[p] for p in c.ps_names]
         return
     for k, (p, machine) in enumerate(zip(c.ps_names, c.ps_placement, strict=True)):
         i = job_of_ps.get(p)
-        if i is not None and machine not in s.jobs[i].hosts:
-            job = s.jobs[i]
+        if i is not None and machine not in jobs[i].hosts:
+            job = jobs[i]
             raise fail(
                 f"cluster.ps_placement[{k}]",
                 f"got {machine!r} for {p}, a parameter-server task of job {job.name!r} "
@@ -278,12 +279,16 @@ def _sub_cluster(c: ClusterSpec, hosts: list[str], ps: list[str]) -> ClusterSpec
     return sub
 
 
-def _job_scenario(s: Scenario, i: int, job: JobSpec, context: dict[str, Any] | None) -> Scenario:
-    """Job ``i`` as a validated scenario of its own; its first problem raised at ``jobs[i]``.
-
-    It is validated as the same class as ``s`` (a :class:`Scenario`), taken from ``s`` so
-    that this module, which that class's ``jobs:`` field imports, need not import it back.
-    """
+def _job_scenario(
+    seed: int,
+    shared: dict[str, Any],
+    cluster: ClusterSpec,
+    scenario_class: type[ScenarioT],
+    i: int,
+    job: JobSpec,
+    context: dict[str, Any] | None,
+) -> ScenarioT:
+    """Job ``i`` as a validated scenario of its own; its first problem raised at ``jobs[i]``."""
     from simdist.seeds import job_seed
 
     topology = type(job.strategy).wiring
@@ -296,12 +301,11 @@ def _job_scenario(s: Scenario, i: int, job: JobSpec, context: dict[str, Any] | N
         )
     data: dict[str, Any] = {
         "name": job.name,
-        "seed": job_seed(s.seed, job.name),
-        "cluster": _sub_cluster(s.cluster, list(job.hosts), list(job.ps)),
-        **{key: getattr(s, key) for key in _SHARED},
+        "seed": job_seed(seed, job.name),
+        "cluster": _sub_cluster(cluster, list(job.hosts), list(job.ps)),
+        **shared,
         **{key: getattr(job, key) for key in JOB_SECTIONS if getattr(job, key) is not None},
     }
-    scenario_class = type(s)
     try:
         return scenario_class.model_validate(data, context=context)
     except ValidationError as exc:

@@ -17,7 +17,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from simdist.catalog import DATASETS, FULLSIZE_MODELS, MODELS, OPTIMIZERS, SCHEDULES
 from simdist.scenario.cluster import (
@@ -124,6 +131,7 @@ class Scenario(Spec):
     jobs: list[JobSpec] | None = Field(
         None, examples=["[{name: a, hosts: 2, workload: {...}, strategy: multi_worker_mirrored}]"]
     )
+    _job_scenarios: list[Scenario] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -160,21 +168,29 @@ class Scenario(Spec):
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> Scenario:
         if self.jobs is not None:
-            from simdist.scenario.jobs import resolve_jobs
+            from simdist.scenario.jobs import SHARED, resolve_jobs
 
-            resolve_jobs(self, info.context)
+            shared = {key: getattr(self, key) for key in SHARED}
+            self._job_scenarios = resolve_jobs(
+                self.jobs, self.cluster, self.seed, shared, type(self), info.context
+            )
             return self
         if self.workload is None:
             raise fail("workload", f"got null; expected a mapping, e.g. {EXAMPLES['workload']}")
         _check_workload(self)
-        resolve_hosts(self)
+        resolve_hosts(self.cluster, self.chief_trains)
         self.strategy.check(self)
         _check_network(self)
-        check_ps_placement(self)
+        check_ps_placement(self.cluster)
         _resolve_batch(self)
-        check_size(self)
+        check_size(self.cluster, self.replicas)
         _check_faults(self)
         return self
+
+    @property
+    def job_scenarios(self) -> list[Scenario]:
+        """Each job of ``jobs:`` as a scenario of its own, in order (empty without jobs)."""
+        return self._job_scenarios
 
     @property
     def replicas(self) -> int:

@@ -1,45 +1,26 @@
-"""``strategy.compression``: what a compressed gradient costs on the wire and on the device.
+"""``strategy.compression``: the scenario section, and what a compressed group of gradient
+tensors costs on the wire and on the device.
 
-The numerics (the compressors themselves) are :mod:`simdist.numerics.compression`; this
-module holds the scenario section and prices a group of gradient tensors (a DDP bucket, a
-Horovod fused buffer, or the whole gradient):
+The methods themselves (wire bytes, work, reductions, and their sources) are objects of the
+registry :mod:`simdist.compressors`; this module prices a group of gradient tensors (a DDP
+bucket, a Horovod fused buffer, or the whole gradient) with the spec's compressor:
 
-* which collectives carry it, and their bytes (:func:`wire`). Compression is per tensor —
-  each parameter tensor is compressed on its own (top-k's k, PowerSGD's factors, sign's
-  scale are per tensor, as in PyTorch's powerSGD_hook.py, which factors each tensor of a
-  bucket and all-reduces the bucket's P's together, then its Q's) — and the bytes of a
-  group's tensors travel together in the group's collectives:
-
-  - ``none``: one all-reduce of 4 bytes per entry; ``fp16``/``bf16``: 2 bytes per entry.
-  - ``topk``: an all-gather of every replica's k values (4 bytes) and k int32 indices
-    (4 bytes) per tensor: sparse parts cannot be summed by an all-reduce (their indices
-    differ), so DGC and Horovod gather them (Lin et al. 2018, arXiv:1712.01887; Renggli et
-    al. 2019, SparCML, arXiv:1802.08021, on sparse all-gathers).
-  - ``sign``: an all-gather of every replica's ⌈d/8⌉ bytes of signs and one 4-byte scale
-    per tensor (majority vote or a sum of scaled signs both need every replica's signs:
-    Bernstein et al. 2018, signSGD with majority vote, arXiv:1810.05291).
-  - ``powersgd``: three all-reduces (powerSGD_hook.py: the uncompressed tensors, then the
-    P's, then the Q's): ``4·d`` bytes of the tensors it leaves whole, ``4·m·r`` of the
-    P's, ``4·n·r`` of the Q's.
-
-  ``Network.all_gather`` takes the bytes gathered in all (each replica holds 1/N of them).
+* which collectives carry it, and their bytes (:func:`wire`);
 * how long the compressor computes on each replica before the collectives
   (:func:`compressor_s`): the roofline of its passes over the tensors,
   ``max(FLOPs / (peak × efficiency), bytes / achieved bandwidth) + launch`` on the
-  device's profile — PowerSGD's three matmuls (M Q, Mᵀ P̂, P̂ Qᵀ: 2·m·n·r FLOPs each) and
-  its Gram–Schmidt (≈ 4·m·r² FLOPs); the others memory-bound passes over the gradient
-  (top-k's selection reads the tensor, error feedback reads and writes the residual).
+  device's profile.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from simdist.numerics.compressed_sizes import powersgd_factors, topk_count
+from simdist.compressors import COMPRESSORS, Compressor, compressor
+from simdist.compressors.base import DEFAULT_RANK, DEFAULT_RATIO, ENTRY_NBYTES, WirePart
 from simdist.spec import Float, Int, Spec, fail
 
 if TYPE_CHECKING:
@@ -47,22 +28,12 @@ if TYPE_CHECKING:
 
     from simdist.cluster import Device
     from simdist.network import Network
+    from simdist.numerics.compression import Compression
     from simdist.profiles import DeviceProfile
     from simdist.strategies.base import Costs, LayerCost
     from simdist.strategies.bucketing import Bucket
 
-Method = Literal["none", "fp16", "bf16", "topk", "powersgd", "sign"]
-
-#: Top-k's default share of entries sent: a choice, not a published default (DGC, Lin et al.
-#: 2018, sends 0.1 % after a warm-up of denser steps); at 1 % the digits MLP of
-#: scenarios/powersgd_mwm.yaml reaches the uncompressed run's test accuracy.
-DEFAULT_RATIO = 0.01
-#: PyTorch PowerSGDState's default ``matrix_approximation_rank`` (powerSGD_hook.py).
-DEFAULT_RANK = 1
-#: Bytes of an entry as the replicas compute it (float32), of a top-k index (int32).
-ENTRY_NBYTES = 4
-INDEX_NBYTES = 4
-HALF_NBYTES = 2
+Method = Literal["none", "fp16", "bf16", "topk", "powersgd", "sign"]  # COMPRESSORS' keys
 
 
 class CompressionSpec(Spec):
@@ -82,13 +53,14 @@ class CompressionSpec(Spec):
     @model_validator(mode="after")
     def _fields_of_method(self) -> CompressionSpec:
         m = self.method
-        if self.ratio is not None and m != "topk":
+        size_option = COMPRESSORS[m].size_option
+        if self.ratio is not None and size_option != "ratio":
             raise fail(
                 "ratio",
                 f"is top-k's share of entries sent, and method is {m}; remove ratio"
                 + (" (PowerSGD's size is its rank, e.g. rank: 2)" if m == "powersgd" else ""),
             )
-        if self.rank is not None and m != "powersgd":
+        if self.rank is not None and size_option != "rank":
             raise fail(
                 "rank",
                 f"is PowerSGD's rank, and method is {m}; remove rank"
@@ -98,10 +70,12 @@ class CompressionSpec(Spec):
             raise fail("ratio", f"got {self.ratio}; expected a share in (0, 1], e.g. ratio: 0.01")
         if self.rank is not None and self.rank < 1:
             raise fail("rank", f"got {self.rank}; expected an integer >= 1, e.g. rank: 2")
-        if self.error_feedback is not None and m not in ("topk", "powersgd", "sign"):
+        if self.error_feedback is not None and not COMPRESSORS[m].keeps_residuals:
+            keeping = [name for name, cls in COMPRESSORS.items() if cls.keeps_residuals]
             raise fail(
                 "error_feedback",
-                f"applies to topk, powersgd and sign, and method is {m}; remove it",
+                f"applies to {', '.join(keeping[:-1])} and {keeping[-1]}, and method is {m}; "
+                "remove it",
             )
         return self
 
@@ -125,19 +99,20 @@ class CompressionSpec(Spec):
         """Whether residuals are kept (default true)."""
         return True if self.error_feedback is None else bool(self.error_feedback)
 
+    @property
+    def compressor(self) -> Compressor:
+        """The method's compressor with this section's parameters."""
+        return compressor(
+            self.method,
+            ratio=self.topk_ratio,
+            rank=self.powersgd_rank,
+            error_feedback=self.feedback,
+        )
+
 
 def compression_field() -> Any:
     """``strategy.compression``: absent (or ``method: none``) sends the gradient as is."""
     return Field(None, examples=["{method: powersgd, rank: 2}"])
-
-
-class Collective(NamedTuple):
-    """One collective of a compressed group: ``op`` (``allreduce``, ``all_gather``), its
-    bytes as :class:`~simdist.network.Network` takes them, and what it carries."""
-
-    op: str
-    nbytes: int
-    what: str
 
 
 Shape = tuple[int, ...]
@@ -162,61 +137,21 @@ def group_shapes(
     return shapes
 
 
-def wire(spec: CompressionSpec, shapes: Sequence[Shape], replicas: int) -> list[Collective]:
-    """The collectives that carry tensors of ``shapes`` compressed by ``spec`` (module doc)."""
-    sizes = [math.prod(s) for s in shapes]
-    method = spec.method
-    if method == "none":
-        return [Collective("allreduce", ENTRY_NBYTES * sum(sizes), "gradient")]
-    if method in ("fp16", "bf16"):
-        return [Collective("allreduce", HALF_NBYTES * sum(sizes), method)]
-    if method == "topk":
-        per_replica = sum(
-            topk_count(spec.topk_ratio, d) * (ENTRY_NBYTES + INDEX_NBYTES) for d in sizes
-        )
-        return [Collective("all_gather", replicas * per_replica, "top-k values+indices")]
-    if method == "sign":
-        per_replica = sum(math.ceil(d / 8) + ENTRY_NBYTES for d in sizes)
-        return [Collective("all_gather", replicas * per_replica, "signs+scales")]
-    whole, p_entries, q_entries = 0, 0, 0
-    for shape, d in zip(shapes, sizes, strict=True):
-        f = powersgd_factors(shape, spec.powersgd_rank)
-        if f is None:
-            whole += d
-        else:
-            m, n, r = f
-            p_entries += m * r
-            q_entries += n * r
-    out = [
-        Collective("allreduce", ENTRY_NBYTES * whole, "uncompressed"),
-        Collective("allreduce", ENTRY_NBYTES * p_entries, "P"),
-        Collective("allreduce", ENTRY_NBYTES * q_entries, "Q"),
-    ]
-    return [c for c in out if c.nbytes > 0]
+def wire(spec: CompressionSpec, shapes: Sequence[Shape], replicas: int) -> list[WirePart]:
+    """The collectives that carry tensors of ``shapes`` compressed by ``spec``
+    (:mod:`simdist.compressors.methods`)."""
+    return spec.compressor.collectives(shapes, replicas)
 
 
 def compressor_work(spec: CompressionSpec, shapes: Sequence[Shape]) -> tuple[float, float]:
     """(FLOPs, bytes of memory traffic) one replica spends compressing and decompressing
-    tensors of ``shapes`` (module docstring)."""
+    tensors of ``shapes`` (:mod:`simdist.compressors.methods`)."""
     flops, nbytes = 0.0, 0.0
-    ef = spec.feedback and spec.method in ("topk", "powersgd", "sign")
+    comp = spec.compressor
     for shape in shapes:
-        d = math.prod(shape)
-        full = ENTRY_NBYTES * d
-        factors = powersgd_factors(shape, spec.powersgd_rank)
-        if ef and (spec.method != "powersgd" or factors is not None):
-            nbytes += 4 * full  # p = g + e: read both, write p; the residual written back
-        if spec.method in ("fp16", "bf16"):  # cast down, and the sum cast back up
-            nbytes += 2 * (full + HALF_NBYTES * d)
-        elif spec.method == "topk":  # the selection reads p; the scatter of the sum writes
-            nbytes += 2 * full
-        elif spec.method == "sign":  # read p, write bits; decode writes the sum
-            nbytes += 2 * full + math.ceil(d / 8)
-        elif spec.method == "powersgd":
-            if factors is not None:  # tensors sent whole cost nothing to compress
-                m, n, r = factors
-                flops += 3 * 2.0 * m * n * r + 4.0 * m * r * r
-                nbytes += 3 * full + ENTRY_NBYTES * 2 * (m + n) * r
+        f, b = comp.work(shape)
+        flops += f
+        nbytes += b
     return flops, nbytes
 
 
@@ -244,9 +179,9 @@ class CompressedWire:
         self.device = device
         #: The whole gradient as one group (a step that does not overlap backward).
         self.whole = Bucket(0, len(costs.layers), costs.grad_nbytes)
-        self._plans: dict[tuple[int, int], tuple[float, list[Collective]]] = {}
+        self._plans: dict[tuple[int, int], tuple[float, list[WirePart]]] = {}
 
-    def of(self, group: Bucket) -> tuple[float, list[Collective]]:
+    def of(self, group: Bucket) -> tuple[float, list[WirePart]]:
         """Compressor seconds on each replica, and the collectives, of ``group``."""
         key = (group.first, group.stop)
         if key not in self._plans:
@@ -300,3 +235,15 @@ class CompressedWire:
             "uncompressed_nbytes": self.costs.grad_nbytes,
             "compressor_s": seconds,
         }
+
+
+def compression_of(spec: CompressionSpec | None, replicas: int) -> Compression | None:
+    """The numerics' compressor ``strategy.compression`` names (None without one, or with
+    one replica: nothing goes on the wire)."""
+    if spec is None or not spec.active or replicas == 1:
+        return None
+    from simdist.numerics.compression import compression
+
+    return compression(
+        spec.method, ratio=spec.topk_ratio, rank=spec.powersgd_rank, error_feedback=spec.feedback
+    )

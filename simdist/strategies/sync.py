@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from simdist.faults import FailureSchedule, ProgressWatch
 from simdist.strategies.base import Strategy
 from simdist.strategies.bucketing import Bucket, gradient_buckets
-from simdist.strategies.compression import CompressedWire
+from simdist.strategies.compression import CompressedWire, compression_of
 from simdist.strategies.layer_step import (
     backward_s,
     forward_s,
@@ -58,8 +58,6 @@ class SynchronousStrategy(Strategy):
         self.trainer: SyncTrainer | None = None
         self.state: SyncState | None = None
         if self.workload is not None:
-            from simdist.numerics.compression import compression_of
-
             execution = resolve_execution(self.requested_execution(), self.scenario.replicas)
             self.trainer = SyncTrainer(
                 self.workload,

@@ -30,19 +30,10 @@ overestimate of the worker's share).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from simdist.numerics.compressed_sizes import powersgd_factors, topk_count
-from simdist.strategies.compression import (
-    ENTRY_NBYTES,
-    HALF_NBYTES,
-    INDEX_NBYTES,
-    CompressionSpec,
-    compressor_s,
-    compressor_work,
-)
+from simdist.strategies.compression import CompressionSpec, compressor_s, compressor_work
 from simdist.strategies.parameter_server.partition import Shard
 
 if TYPE_CHECKING:
@@ -60,20 +51,7 @@ def piece_shape(shard: Shard, shape: Shape) -> Shape:
 
 def compressed_nbytes(spec: CompressionSpec, shape: Shape) -> int:
     """Bytes a worker sends for one piece of ``shape`` (module docstring)."""
-    d = math.prod(shape)
-    method = spec.method
-    if method in ("fp16", "bf16"):
-        return HALF_NBYTES * d
-    if method == "topk":
-        return topk_count(spec.topk_ratio, d) * (ENTRY_NBYTES + INDEX_NBYTES)
-    if method == "sign":
-        return math.ceil(d / 8) + ENTRY_NBYTES
-    if method == "powersgd":
-        f = powersgd_factors(shape, spec.powersgd_rank)
-        if f is not None:
-            m, n, r = f
-            return ENTRY_NBYTES * (m + n) * r
-    return ENTRY_NBYTES * d
+    return spec.compressor.push_nbytes(shape)
 
 
 class PushCompression:

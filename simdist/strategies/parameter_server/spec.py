@@ -55,6 +55,7 @@ class Spec(StrategySpecBase):
 
     # The chief coordinates (TF's ClusterCoordinator) and does not train.
     chief_trains: ClassVar[bool] = False
+    tradeoff_base: ClassVar[bool] = True  # its modes are the study's sync, SSP and async
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
@@ -89,9 +90,20 @@ class Spec(StrategySpecBase):
         }
 
     def check(self, scenario: Scenario) -> None:
-        """At least one PS task. ``mode: sync`` takes no staleness options, and is simulated
-        without checkpoints and failures; backup workers need sync and fewer than workers."""
+        """No surrogate clock with numerics on; at least one PS task. ``mode: sync`` takes
+        no staleness options, and is simulated without checkpoints and failures; backup
+        workers need sync and fewer than workers."""
         c = scenario.cluster
+        w = scenario.workload
+        if scenario.numerics and w.surrogate:
+            # The servers hold the trained model's variables, partitioned by the clock
+            # model's: the two cannot both be right.
+            raise fail(
+                "workload.profile" if w.profile is not None else "workload.timing_model",
+                "a surrogate clock (timing_model or profile with numerics on) cannot run "
+                "under parameter_server, whose servers hold the trained model's variables; "
+                "run it timing-only with numerics: false",
+            )
         if c.ps < 1:
             raise fail(
                 "cluster.ps",
