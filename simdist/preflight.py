@@ -143,7 +143,10 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
 
         ensure_devices(scenario.numeric_devices)
     footprint = _footprint(scenario, source)
-    scenario.strategy.check_memory(scenario, footprint, source, total_steps)
+    if not scenario.strategy.check_memory(scenario, footprint, source, total_steps):
+        from simdist.device_memory import check_device_memory
+
+        check_device_memory(scenario, footprint, source)
     return len(footprint.layer_names)
 
 

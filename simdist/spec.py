@@ -249,15 +249,13 @@ class StrategySpecBase(Spec):
         optimizer state by the memory model. None by default."""
         return 0
 
-    def check_memory(self, scenario: Any, footprint: Any, source: str, total_steps: int) -> None:
-        """Refuse, before the run, a layout one of whose devices cannot hold its share
-        (:func:`simdist.device_memory.check_device_memory`: a replica split as
-        :meth:`sharding` says). A strategy that places its devices otherwise (pipeline
-        stages) overrides it."""
-        from simdist.device_memory import check_device_memory
-
-        del total_steps
-        check_device_memory(scenario, footprint, source)
+    def check_memory(self, scenario: Any, footprint: Any, source: str, total_steps: int) -> bool:
+        """A strategy's own memory check before the run, for one that places its devices
+        otherwise than as replicas split as :meth:`sharding` says (pipeline stages): refuse
+        a layout that does not fit and return True. False by default: the replica check of
+        :func:`simdist.device_memory.check_device_memory` applies."""
+        del scenario, footprint, source, total_steps
+        return False
 
     def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
         """summary.json's ``memory_off_device``: what holds the optimizer state off the

@@ -17,10 +17,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from simdist.activation_memory import layer_tensors_of_outputs
 from simdist.cli import app
 from simdist.engine import run
 from simdist.layers import LayerProfile, ModelProfile, read_profile, write_layers_csv
-from simdist.activation_memory import layer_tensors_of_outputs
 from simdist.memory_model import (
     DeviceMemory,
     ReplicaLayers,

@@ -103,12 +103,13 @@ class Spec(StrategySpecBase):
 
     def check_memory(
         self, scenario: Scenario, footprint: Any, source: str, total_steps: int
-    ) -> None:
+    ) -> bool:
         """Each stage against its devices (:func:`simdist.device_memory.check_hybrid`)."""
         from simdist.device_memory import check_hybrid
 
         del total_steps
         check_hybrid(scenario, footprint, source)
+        return True
 
     def check(self, scenario: Scenario) -> None:
         """D × P × T = the cluster's devices, a placement of the three axes, tensor groups

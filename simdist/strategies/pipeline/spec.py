@@ -37,11 +37,12 @@ class Spec(StrategySpecBase):
 
     def check_memory(
         self, scenario: Scenario, footprint: Any, source: str, total_steps: int
-    ) -> None:
+    ) -> bool:
         """Each stage against its devices (:func:`simdist.device_memory.check_pipeline`)."""
         from simdist.device_memory import check_pipeline
 
         check_pipeline(scenario, footprint, source, total_steps)
+        return True
 
     def check(self, scenario: Scenario) -> None:
         """Enough devices for S×R; a partition list of S counts; M dividing the batch;
