@@ -70,7 +70,7 @@ class Stored:
     """
 
     name: str
-    elements: int
+    elements: float
     kind: str = INPUTS
     split: bool = False
     element_nbytes: int = 0
@@ -182,10 +182,10 @@ def layer_tensors_of_outputs(
     n = len(output_elements)
     for i, elements in enumerate(output_elements):
         if i == 0:
-            x = Stored("input", round(input_elements), element_nbytes=input_nbytes)
+            x = Stored("input", input_elements, element_nbytes=input_nbytes)
         else:
-            x = Stored("input", round(output_elements[i - 1]))
-        stored = (x, Stored("output", round(elements))) if i == n - 1 else (x,)
+            x = Stored("input", output_elements[i - 1])
+        stored = (x, Stored("output", elements)) if i == n - 1 else (x,)
         out.append(LayerTensors(f"layer {i}", stored, x, i))
     return out
 

@@ -55,7 +55,6 @@ from simdist.activation_memory import (
     Activations,
     ActivationTable,
     LayerTensors,
-    Stored,
     gpt_layer_tensors,
     layer_tensors_of_outputs,
     stored_nbytes,
@@ -84,7 +83,6 @@ __all__ = [
     "model_tensors",
     "off_device_memory",
     "optimizer_step_nbytes",
-    "saved_tensors",
     "scenario_memory",
     "state_nbytes_per_param",
 ]
@@ -167,7 +165,7 @@ class ReplicaLayers:
     def of_footprint(cls, footprint: Footprint, batch: int) -> ReplicaLayers:
         """A :class:`~simdist.numerics.memory.Footprint` on a per-replica batch."""
         per = [math.ceil(n / FLOAT32_NBYTES) for n in footprint.layer_param_nbytes]
-        tensors = footprint.layer_tensors or saved_tensors(footprint)
+        tensors = footprint.layer_tensors
         if not tensors:
             scale = 1.0 if footprint.per_example else 1.0 / max(1, batch)
             tensors = tuple(
@@ -200,38 +198,15 @@ class ReplicaLayers:
         return cls(psi, per, tuple(tensors), batch)
 
 
-def saved_tensors(footprint: Footprint) -> tuple[LayerTensors, ...]:
-    """A full-size model's layers as what each saves for its backward (its footprint's
-    ``layer_stored_nbytes``, float32, at the training precision here), each layer its own
-    recomputation unit keeping its input; empty when the footprint does not say."""
-    stored = footprint.layer_stored_nbytes
-    if not stored:
-        return ()
-    inputs = [footprint.example_nbytes, *footprint.layer_output_nbytes[:-1]]
-    out = []
-    for i, (name, nbytes, x) in enumerate(zip(footprint.layer_names, stored, inputs, strict=True)):
-        kept = Stored("input", round(x / FLOAT32_NBYTES))
-        saved = Stored("saved for the backward", round(nbytes / FLOAT32_NBYTES))
-        out.append(LayerTensors(name, (saved,), kept, i))
-    return tuple(out)
-
-
 def model_tensors(scenario: Scenario) -> list[LayerTensors] | None:
-    """The clock model's stored tensors per example where simdist knows them: from its sizes
-    (a gpt or GPT-2, :func:`simdist.activation_memory.gpt_layer_tensors`), or what each
-    layer of another full-size model saves for its backward (its recorded footprint,
-    :func:`saved_tensors`); None else."""
-    from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS
+    """The clock model's stored tensors per example when simdist knows them from its sizes
+    (a gpt or GPT-2, :func:`simdist.activation_memory.gpt_layer_tensors`); None else."""
+    from simdist.catalog import GPT_DEFAULTS
 
     w = scenario.workload
     if w.profile is not None:
         return None
     spec = w.clock_model
-    if spec.name in FULLSIZE_MODELS and spec.name not in ("gpt", "gpt2"):
-        from simdist.numerics.memory import clock_footprint
-
-        shape = tuple(int(d) for d in w.input_shape) if w.input_shape else None
-        return list(saved_tensors(clock_footprint(spec, shape, None))) or None
     if spec.name not in ("gpt", "gpt2"):
         return None
     sizes = spec.gpt_sizes() or dict(GPT_DEFAULTS)

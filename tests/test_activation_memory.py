@@ -156,36 +156,3 @@ def test_full_recompute_frees_what_it_recomputes() -> None:
     assert none.activations - full.activations == parts.freed_by_recompute - (
         parts.recompute_working_set
     )
-
-
-def test_a_full_size_cnn_counts_what_each_layer_saves_for_its_backward() -> None:
-    """VGG-16's layers save their inputs and their ReLUs' results (JAX's VJP residuals, on
-    shapes only), far more than the layer outputs alone: each conv block's input and its
-    intermediate activations. The first layer keeps at least the image itself."""
-    from simdist.numerics.memory import saved_nbytes
-    from simdist.scenario.workload import ModelSpec
-
-    stored = saved_nbytes(ModelSpec(name="vgg16"), None, None)
-    image = 224 * 224 * 3 * 4
-    assert stored[0] >= image
-    assert sum(stored) > 3 * 35_862_432  # the outputs: 35.9 MB an example
-
-
-def test_saved_bytes_become_the_layers_stored_tensors() -> None:
-    """A footprint that says what each layer saves: at fp16 half of its float32 bytes, and
-    full recomputation keeps each layer's input (the example, then the outputs)."""
-    from dataclasses import replace
-
-    from simdist.numerics.memory import Footprint
-
-    footprint = Footprint(("a", "b"), (0, 0), (400.0, 800.0), 40)
-    footprint = replace(footprint, layer_stored_nbytes=(1000.0, 2000.0))
-    layers = ReplicaLayers.of_footprint(footprint, 2)
-    held = device_memory(layers, precision="fp16", optimizer="sgd", sharding=Sharding())
-    assert held.activations == 2 * (1000 + 2000) // 2
-    full = device_memory(
-        layers, precision="fp16", optimizer="sgd", sharding=Sharding(), recompute="full"
-    )
-    parts = full.activation_parts
-    assert parts.stored_inputs == 2 * (40 + 400) // 2
-    assert parts.recompute_working_set == 2 * (2000 - 400) // 2

@@ -35,7 +35,10 @@ DEVICES = {
     "pipeline_gpipe": [f"worker0/gpu{i}" for i in range(4)],
     "resnet50_8gpu_nvlink": [f"worker0/gpu{i}" for i in range(8)],
 }
-KINDS = {"pipeline_gpipe": ["compute", "comm"], "resnet50_8gpu_nvlink": ["compute", "comm", "idle"]}
+KINDS = {  # "apply": the optimizer step after the gradients are reduced
+    "pipeline_gpipe": ["compute", "comm", "apply"],
+    "resnet50_8gpu_nvlink": ["compute", "comm", "idle", "apply"],
+}
 
 
 @pytest.fixture(scope="module")

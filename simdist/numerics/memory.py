@@ -19,7 +19,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -43,12 +43,11 @@ __all__ = [
     "known_model_size",
     "physical_memory_nbytes",
     "remember_model_size",
-    "saved_nbytes",
 ]
 
 #: Copies of the parameters a run holds at once: values, gradients, optimizer moments.
 PARAM_COPIES = 4
-_FORMAT = 2  # bump when the meaning of a record changes (2: layer_stored_nbytes)
+_FORMAT = 1  # bump when the meaning of a record changes
 #: Copies of the parameters each optimizer keeps as its state (optax: sgd none, the
 #: momentum trace, Adam's first and second moments).
 OPTIMIZER_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
@@ -73,9 +72,6 @@ class Footprint:
     # Each layer's stored tensors per example where the model's sizes say them (a gpt:
     # :func:`simdist.activation_memory.gpt_layer_tensors`); empty: read from the outputs.
     layer_tensors: tuple[LayerTensors, ...] = field(default=(), compare=False)
-    # A full-size model's: the float32 bytes each layer saves for its backward pass for one
-    # example, its parameters left out (:func:`saved_nbytes`); empty: not counted.
-    layer_stored_nbytes: tuple[float, ...] = ()
 
     def outputs_at(self, batch: int) -> list[float]:
         """Each layer's output bytes for a batch of ``batch`` examples."""
@@ -228,9 +224,6 @@ def _read_footprint(path: Path) -> Footprint | None:
         return None
     n = len(footprint.layer_names)
     same = len(footprint.layer_param_nbytes) == len(footprint.layer_output_nbytes) == n
-    stored = record.get("layer_stored_nbytes") or []
-    if stored and len(stored) == n:
-        footprint = replace(footprint, layer_stored_nbytes=tuple(float(x) for x in stored))
     return footprint if same else None
 
 
@@ -275,13 +268,9 @@ def clock_footprint(
     if known is not None:
         _footprints[path] = known
         return known
-    from simdist.catalog import FULLSIZE_MODELS
     from simdist.numerics.profile import profile_model
 
     footprint = Footprint.of(profile_model(model_spec, 1, input_shape, n_outputs))
-    if model_spec.name in FULLSIZE_MODELS:
-        stored = saved_nbytes(model_spec, input_shape, n_outputs)
-        footprint = replace(footprint, layer_stored_nbytes=stored)
     if len(_footprints) >= _FOOTPRINTS_KEPT:
         _footprints.clear()
     _footprints[path] = footprint
@@ -291,58 +280,6 @@ def clock_footprint(
         "layer_output_nbytes": footprint.layer_output_nbytes,
         "example_nbytes": footprint.example_nbytes,
         "per_example": footprint.per_example,
-        "layer_stored_nbytes": footprint.layer_stored_nbytes,
     }
     _write_record(path, record)
     return footprint
-
-
-def saved_nbytes(
-    model_spec: ModelSpec, input_shape: tuple[int, ...] | None, n_outputs: int | None
-) -> tuple[float, ...]:
-    """Bytes each layer of full-size model ``model_spec`` saves for its backward pass, for
-    one example: the residuals of its VJP (``jax.vjp``'s closure, evaluated on shapes
-    only: what JAX keeps from the forward for the backward: the layer's input, its
-    convolutions' and batch norms' intermediates, its activations' masks or outputs),
-    less its own parameters (a residual of a parameter's shape and type, one for one).
-    Identical layers are evaluated once."""
-    from collections import Counter
-
-    import jax
-
-    from simdist.numerics import fullsize
-
-    model = fullsize.build(model_spec.name, input_shape, n_outputs, model_spec.gpt_sizes())
-    seen: dict[tuple, float] = {}
-    out = []
-    for layer in fullsize.abstract_layers(model, 1):
-        key = (
-            type(layer.layer.module),
-            repr(layer.layer.module),
-            layer.x.shape,
-            str(layer.x.dtype),
-        )
-        if key not in seen:
-            variables = layer.variables
-            params = dict(variables.get("params", {}))
-            state = {k: v for k, v in variables.items() if k != "params"}
-            module = layer.layer.module
-
-            def pullback(p: object, s: object, x: object, m: object = module) -> object:
-                def f(q: object, b: object) -> object:
-                    return fullsize.apply_layer(m, {"params": q, **s}, b)
-
-                return jax.vjp(f, p, x)[1]
-
-            residuals = jax.tree_util.tree_leaves(jax.eval_shape(pullback, params, state, layer.x))
-            own = Counter((tuple(a.shape), str(a.dtype)) for a in jax.tree_util.tree_leaves(params))
-            nbytes = 0
-            for a in residuals:
-                kind = (tuple(a.shape), str(a.dtype))
-                if own[kind] > 0:
-                    own[kind] -= 1
-                    continue
-                nbytes += a.size * a.dtype.itemsize
-            seen[key] = float(nbytes)
-        out.append(seen[key])
-    return tuple(out)
