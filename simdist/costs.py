@@ -273,8 +273,10 @@ def measure_costs(
     else:
         classes = [(device.name, device, None)]
     layer_paths = _layer_paths(scenario, profile)
+    wire = wire_element_nbytes(scenario, classes[0][1].precision)
+    element, grad = wire
     per_profile = tuple(
-        (label, _device_costs(scenario, profile, p, spec, layer_paths))
+        (label, _device_costs(scenario, profile, p, spec, layer_paths, wire))
         for label, p, spec in classes
     )
     first = per_profile[0][1]
@@ -301,10 +303,14 @@ def measure_costs(
         opt_nbytes = _opt_state_nbytes(scenario, leaves, total_steps)
         example_nbytes = 4 * math.prod(profile.input_shape) if profile.input_shape else 0
         grad_nbytes = sum(nbytes for _, _, nbytes in leaves)
+    if element != 4 or grad != 4:  # mixed precision: what moves is half precision
+        leaves = tuple((path, shape, _at(nbytes, grad)) for path, shape, nbytes in leaves)
     return Costs(
         compute_s=first.compute_s,
-        grad_nbytes=grad_nbytes,
-        param_nbytes=grad_nbytes,
+        grad_nbytes=_at(grad_nbytes, grad),
+        param_nbytes=_at(grad_nbytes, element),
+        element_nbytes=element,
+        optimizer_step_s=first.optimizer_step_s,
         flops_per_replica_step=float(profile.flops),
         total_steps=total_steps,
         param_leaves=leaves,
@@ -316,36 +322,123 @@ def measure_costs(
     )
 
 
+def wire_element_nbytes(scenario: Scenario, precision: str) -> tuple[int, int]:
+    """(parameter and activation, gradient) bytes an element as they move at ``precision``.
+
+    Under fp16 / bf16 mixed precision parameters (ZeRO-3's and FSDP's gathers) and
+    activations (tensor-parallel collectives, pipeline sends) move in the half precision,
+    and gradients too unless the strategy says ``grad_reduce: fp32`` (Megatron's
+    ``--accumulate-allreduce-grads-in-fp32``); DeepSpeed and Megatron reduce fp16 gradients
+    by default. Every other precision moves float32 (tf32 is stored as float32)."""
+    from simdist.memory_model import FLOAT32_NBYTES, MIXED_PRECISIONS
+    from simdist.profiles import ELEMENT_NBYTES
+
+    if precision not in MIXED_PRECISIONS:
+        return FLOAT32_NBYTES, FLOAT32_NBYTES
+    half = ELEMENT_NBYTES[precision]
+    fp32_grads = scenario.strategy.grad_reduce == "fp32"
+    return half, FLOAT32_NBYTES if fp32_grads else half
+
+
+def recompute_seconds(
+    scenario: Scenario, profile: ModelProfile, times: Sequence[tuple[float, float]]
+) -> list[float]:
+    """Each layer's extra forward time in its backward pass under the spec's ``recompute``.
+
+    ``full``: the layer's whole forward again, for every layer of a recomputed block (a
+    transformer's blocks; every layer of a model not described by its tensors), as
+    Megatron recomputes each checkpoint's layers right before their backward. ``selective``
+    (Korthikanti et al. 2022, Sec. 5): the attention core's share of the layer's forward,
+    its FLOPs (:attr:`~simdist.activation_memory.LayerTensors.core_flops`, 4·s²·h per
+    example) over the layer's forward FLOPs. ``none``: nothing."""
+    from simdist.memory_model import model_tensors
+
+    mode = scenario.strategy.recompute
+    if mode == "none":
+        return [0.0] * len(times)
+    tensors = {t.name: t for t in model_tensors(scenario) or ()}
+    examples = max(1, int(profile.batch_size))
+    out = []
+    for layer, (f, _) in zip(profile.layers, times, strict=True):
+        known = tensors.get(layer.name)
+        if mode == "full":
+            out.append(f if known is None or known.block is not None else 0.0)
+        elif known is not None and known.core_flops and layer.forward_flops > 0:
+            out.append(f * min(1.0, known.core_flops * examples / layer.forward_flops))
+        else:
+            out.append(0.0)
+    return out
+
+
 def _device_costs(
     scenario: Scenario,
     profile: ModelProfile,
     device: DeviceProfile,
     device_spec: DeviceSpec | None,
     layer_paths: list[tuple[str, ...]],
+    wire: tuple[int, int] = (4, 4),
 ) -> DeviceCosts:
-    """The clock model's layers on one device class: its roofline, or its measured step."""
+    """The clock model's layers on one device class: its roofline, or its measured step,
+    with recomputation's extra forward time in each backward; bytes at ``wire``'s
+    (parameter and activation, gradient) element sizes (:func:`wire_element_nbytes`)."""
     times = step_seconds(scenario, profile, device, device_spec)
     measured = measured_step_s(scenario, device_spec)
     compute_s = measured if measured is not None else step_time(times)
     launches = _launch_seconds(profile, device, times, measured)
+    extra = recompute_seconds(scenario, profile, times)
+    if any(extra):
+        times = [(f, b + x) for (f, b), x in zip(times, extra, strict=True)]
+        compute_s += math.fsum(extra)
+    element, grad = wire
     return DeviceCosts(
+        # A measured step (compute_time, examples_per_s) already holds its optimizer step.
+        optimizer_step_s=(
+            0.0 if measured is not None else optimizer_step_seconds(scenario, profile, device, grad)
+        ),
         compute_s=compute_s,
         layers=tuple(
             LayerCost(
                 layer.name,
                 f,
                 b,
-                int(layer.param_nbytes),
+                _at(layer.param_nbytes, grad),
                 paths,
-                int(layer.output_nbytes),
+                _at(layer.output_nbytes, element),
                 launch,
-                param_nbytes=int(layer.param_nbytes),
+                param_nbytes=_at(layer.param_nbytes, element),
             )
             for layer, (f, b), paths, launch in zip(
                 profile.layers, times, layer_paths, launches, strict=True
             )
         ),
     )
+
+
+def optimizer_step_seconds(
+    scenario: Scenario, profile: ModelProfile, device: DeviceProfile, grad_nbytes: int
+) -> float:
+    """Seconds of one optimizer step over all the replica's parameters on ``device``:
+    memory-bound, the bytes :func:`simdist.memory_model.optimizer_step_nbytes` counts at
+    the device's achieved memory bandwidth (a fused multi-tensor kernel, as apex's
+    FusedAdam, streams them once). 0 when the optimizer runs off the devices (the spec's
+    ``optimizer_on_device``) or the bandwidth is not known."""
+    from simdist.memory_model import optimizer_step_nbytes
+
+    bandwidth = device.achieved_bandwidth_Bps
+    if not scenario.strategy.optimizer_on_device or bandwidth <= 0:
+        return 0.0
+    nbytes = optimizer_step_nbytes(
+        profile.param_count,
+        precision=device.precision,
+        optimizer=scenario.workload.optimizer.name,
+        grad_nbytes=grad_nbytes,
+    )
+    return nbytes / bandwidth
+
+
+def _at(float32_nbytes: float, element_nbytes: int) -> int:
+    """Bytes counted in float32 (as profiles count them) at ``element_nbytes`` an element."""
+    return int(float32_nbytes) * element_nbytes // 4
 
 
 def _launch_seconds(

@@ -2,12 +2,14 @@
 
 Every strategy: each device's share of a replica — parameters, gradients, optimizer state
 (unless parameter servers or the host CPU hold it) and one batch's activations, split as
-the strategy's :class:`~simdist.sharding.Sharding` says, at each device class's precision
-(:mod:`simdist.memory_model`, which summary.json's ``memory_per_device`` also reports). A
-pipeline: the stage and partition counts against the model's layers, and each stage against
-its device, as :class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
-(:func:`simdist.strategies.pipeline.plan.stage_memory`; an ``auto`` partition is refused
-when no partition fits, the only case in which it fails).
+the strategy's :class:`~simdist.sharding.Sharding` says, with its recomputation, at each
+device class's precision (:mod:`simdist.memory_model`, which summary.json's
+``memory_per_device`` also reports). Each strategy's spec picks its check
+(``StrategySpecBase.check_memory``): a pipeline checks the stage and partition counts
+against the model's layers, and each stage against its device, as
+:class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
+(:class:`simdist.memory_model.StagedReplica`; an ``auto`` partition is refused when no
+partition fits, the only case in which it fails).
 
 The layers come from a :class:`~simdist.numerics.memory.Footprint` (a profile file, or the
 zoo model costed at batch 1), so nothing here needs JAX. Refusals are
@@ -16,18 +18,19 @@ zoo model costed at batch 1), so nothing here needs JAX. Refusals are
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import ScenarioError, SimdistError
 
 if TYPE_CHECKING:
     from simdist.cluster import Device
+    from simdist.memory_model import DeviceMemory, StagedReplica
     from simdist.numerics.memory import Footprint
     from simdist.profiles import DeviceProfile
     from simdist.scenario.schema import Scenario
-    from simdist.strategies.pipeline.plan import StageMemory
 
-__all__ = ["check_device_memory", "check_pipeline", "clock_field"]
+__all__ = ["check_device_memory", "check_hybrid", "check_pipeline", "clock_field"]
 
 
 def clock_field(scenario: Scenario) -> str:
@@ -38,42 +41,32 @@ def clock_field(scenario: Scenario) -> str:
     return "workload.timing_model" if w.timing_model is not None else "workload.model"
 
 
-def _optimizer_nbytes(scenario: Scenario, param_nbytes: int) -> int:
-    """The optimizer state's bytes on a pipeline stage's device (the moments optax keeps)."""
-    from simdist.memory_model import OPTIMIZER_ELSEWHERE
-    from simdist.numerics.memory import OPTIMIZER_COPIES
+def _staged(scenario: Scenario, footprint: Footprint, precision: str, M: int) -> StagedReplica:
+    """The footprint's layers on the scenario's batch, cut into stages of M micro-batches."""
+    from simdist.memory_model import ReplicaLayers, StagedReplica
 
-    if scenario.strategy.kind in OPTIMIZER_ELSEWHERE:
-        return 0
-    return OPTIMIZER_COPIES.get(scenario.workload.optimizer.name, 2) * param_nbytes
+    layers = ReplicaLayers.of_footprint(footprint, int(scenario.workload.batch_size))
+    return StagedReplica(scenario, layers, precision, M)
 
 
-def _parts(need: StageMemory) -> str:
+def _parts(need: DeviceMemory) -> str:
     gb = 1e9
-    return ", ".join(f"{k} {v / gb:,.3g}" for k, v in need.as_dict().items() if k != "total")
+    return ", ".join(f"{k} {v / gb:,.3g}" for k, v in need.parts().items())
 
 
-#: Strategies that split a replica over devices, as the advice names them (those registered).
-_SPLITTERS = {
-    "zero": "zero (stage 1, 2 or 3)",
-    "fsdp": "fsdp",
-    "tensor_parallel": "tensor_parallel",
-    "hybrid": "hybrid",
-    "pipeline": "pipeline",
-}
+def _split_advice(spec: Any) -> str:
+    """``split the replica over devices (strategy kind pipeline, zero (stage 1, 2 or 3), ...
+    or hybrid)``: the registered strategies whose spec says it splits a replica
+    (``splits_replica``). A strategy that already splits is told to split further, and of
+    the others."""
+    from simdist.strategies import spec_classes
 
-
-def _split_advice(kind: str) -> str:
-    """``split the replica over devices (strategy kind zero (stage 1, 2 or 3), ... or
-    pipeline)``: the registered strategies that split a replica's state or activations. A
-    strategy that already splits (``kind``) is told to split further, and of the others."""
-    from simdist.strategies import STRATEGIES
-
-    kinds = [words for name, words in _SPLITTERS.items() if name in STRATEGIES and name != kind]
+    own = type(spec)
+    kinds = [c.splits_replica for c in spec_classes() if c.splits_replica and c is not own]
     listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
-    if kind in _SPLITTERS:
+    if own.splits_replica:
         return (
-            f"split it further (more devices in the {kind} layout), or with another "
+            f"split it further (more devices in the {spec.kind} layout), or with another "
             f"strategy (kind {listed})"
         )
     return f"split the replica over devices (strategy kind {listed})"
@@ -96,17 +89,17 @@ def _check_device(
     scenario: Scenario, footprint: Footprint, source: str, name: str, profile: DeviceProfile
 ) -> None:
     """Refuse device ``name`` of ``profile`` when its share does not fit, with advice."""
-    from simdist.memory_model import DeviceMemory, ReplicaLayers, scenario_memory
+    from simdist.memory_model import ReplicaLayers, scenario_memory
     from simdist.units import format_size
 
     capacity = profile.memory_nbytes
     w = scenario.workload
     batch = int(w.batch_size)
 
+    layers = ReplicaLayers.of_footprint(footprint, batch)
+
     def need(b: int) -> DeviceMemory:
-        return scenario_memory(
-            scenario, ReplicaLayers.of_footprint(footprint, b), profile.precision
-        )
+        return scenario_memory(scenario, replace(layers, batch=b), profile.precision)
 
     held = need(batch)
     if capacity <= 0 or held.total <= capacity:  # fits, or not known
@@ -115,10 +108,11 @@ def _check_device(
     while over - fits > 1:
         mid = (fits + over) // 2
         fits, over = (mid, over) if need(mid).total <= capacity else (fits, mid)
-    split = _split_advice(scenario.strategy.kind)
+    split = _split_advice(scenario.strategy)
     if fits >= 1:
         field = "workload.batch_size"
-        advice = f"{split} or use a smaller batch, e.g. batch_size: {fits:,}"
+        recompute = "" if scenario.strategy.recompute == "full" else ", recompute: full"
+        advice = f"{split}{recompute} or use a smaller batch, e.g. batch_size: {fits:,}"
     elif w.input_shape and need(0).total < capacity:
         field, advice = "workload.input_shape", "one example alone does not fit: smaller inputs"
     else:
@@ -163,16 +157,11 @@ def check_pipeline(
     """A pipeline's stages against the model's layers, and each stage against its device."""
     from simdist.cluster import Cluster
     from simdist.mesh import Mesh
-    from simdist.strategies.pipeline.plan import (
-        partition_auto,
-        peak_in_flight,
-        stage_memory,
-        stage_ops,
-    )
+    from simdist.strategies.pipeline.plan import partition_auto, peak_in_flight, stage_ops
     from simdist.units import format_size
 
     _check_counts(scenario, footprint.layer_names, source)
-    spec, w = scenario.strategy, scenario.workload
+    spec = scenario.strategy
     S, M, R = spec.stages, spec.micro_batches, spec.pipeline_replicas
     cluster = Cluster(scenario.cluster)
     grid = Mesh.of(cluster.devices, {"data": R, "pipeline": S}).groups("pipeline")
@@ -183,22 +172,15 @@ def check_pipeline(
     # way, so a stream of S + M shows the same peaks.
     stream = M * max(1, total_steps) if spec.schedule == "pipedream" else M
     peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, min(stream, S + M))]
-    batch = int(w.batch_size)
-    outputs = footprint.outputs_at(batch)
     params = footprint.layer_param_nbytes
-    total = sum(params)
-    opt_total = _optimizer_nbytes(scenario, total)
+    staged = _staged(scenario, footprint, cluster.profile.precision, M)
 
-    def need(s: int, first: int, stop: int) -> StageMemory:
-        own = sum(params[first:stop])
-        inputs = footprint.example_nbytes * (batch // M) if first == 0 else outputs[first - 1] / M
-        return stage_memory(
-            param_nbytes=own,
-            opt_state_nbytes=round(opt_total * own / total) if total else 0,
-            input_nbytes=inputs,
-            activation_nbytes=sum(outputs[first:stop]) / M,
-            peak=peaks[s],
-            schedule=spec.schedule,
+    def need(s: int, first: int, stop: int) -> DeviceMemory:
+        return staged.stage(
+            first,
+            stop,
+            peaks[s],
+            pipedream=spec.schedule == "pipedream",
             rematerialization=spec.rematerialization,
         )
 
@@ -206,7 +188,8 @@ def check_pipeline(
         return capacities[s] <= 0 or need(s, first, stop).total <= capacities[s]
 
     advice = (
-        "use more stages, fewer micro-batches in flight, rematerialization: true or a smaller batch"
+        "use more stages, fewer micro-batches in flight, recompute: full, rematerialization: "
+        "true or a smaller batch"
     )
     if spec.partition == "auto":
         try:
@@ -229,9 +212,7 @@ def check_pipeline(
             device = min(
                 (row[s] for row in grid), key=lambda d: cluster.profile_of(d).memory_nbytes
             )
-            parts = ", ".join(
-                f"{k} {format_size(v)}" for k, v in stage.as_dict().items() if k != "total" and v
-            )
+            parts = ", ".join(f"{k} {format_size(v)}" for k, v in stage.parts().items() if v)
             raise ScenarioError(
                 source,
                 "strategy.partition",
@@ -247,14 +228,7 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
     as the spec's sharding says (:func:`simdist.strategies.hybrid.plan.device_memory`); an
     ``auto`` partition is refused when no cut of the layers fits."""
     from simdist.cluster import Cluster
-    from simdist.strategies.hybrid.plan import device_memory
-    from simdist.strategies.pipeline.plan import (
-        bounds,
-        partition_auto,
-        peak_in_flight,
-        stage_memory,
-        stage_ops,
-    )
+    from simdist.strategies.pipeline.plan import bounds, partition_auto, peak_in_flight, stage_ops
     from simdist.strategies.tensor_parallel.plan import layer_roles
 
     spec, w = scenario.strategy, scenario.workload
@@ -272,25 +246,11 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
     ]
     peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, M)]
     roles = layer_roles(w.clock_model.name, names)
-    sharding = spec.sharding(scenario.cluster)
-    batch = int(w.batch_size)
-    outputs, params = footprint.outputs_at(batch), footprint.layer_param_nbytes
-    total = sum(params)
-    opt_total = _optimizer_nbytes(scenario, total)
+    params = footprint.layer_param_nbytes
+    staged = _staged(scenario, footprint, cluster.profile.precision, M)
 
-    def need(s: int, first: int, stop: int) -> StageMemory:
-        own = sum(params[first:stop])
-        inputs = footprint.example_nbytes * (batch // M) if first == 0 else outputs[first - 1] / M
-        stage = stage_memory(
-            param_nbytes=own,
-            opt_state_nbytes=round(opt_total * own / total) if total else 0,
-            input_nbytes=inputs,
-            activation_nbytes=sum(outputs[first:stop]) / M,
-            peak=peaks[s],
-            schedule=spec.schedule,
-            rematerialization=False,
-        )
-        return device_memory(stage, sharding)
+    def need(s: int, first: int, stop: int) -> DeviceMemory:
+        return staged.stage(first, stop, peaks[s], pipedream=False, rematerialization=False)
 
     def smallest(s: int) -> Device:
         return min(stage_devices[s], key=lambda d: cluster.profile_of(d).memory_nbytes)
@@ -317,7 +277,7 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
 
 
 def _refuse_stage(
-    source: str, s: int, first: str, last: str, device: Device, cluster: Any, stage: StageMemory
+    source: str, s: int, first: str, last: str, device: Device, cluster: Any, stage: DeviceMemory
 ) -> None:
     """Refuse hybrid stage ``s`` (layers ``first``..``last``) if ``stage`` exceeds
     ``device``'s memory, naming the device, the need and the capacity."""
@@ -326,9 +286,7 @@ def _refuse_stage(
     profile = cluster.profile_of(device)
     capacity = profile.memory_nbytes
     if 0 < capacity < stage.total:
-        parts = ", ".join(
-            f"{k} {format_size(v)}" for k, v in stage.as_dict().items() if k != "total" and v
-        )
+        parts = ", ".join(f"{k} {format_size(v)}" for k, v in stage.parts().items() if v)
         raise ScenarioError(
             source,
             "strategy.mesh",

@@ -136,24 +136,16 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
 
 def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
     """What a run checks as it costs its clock model: the profile file, the model's shapes,
-    the pipeline's stages and every device's memory (:mod:`simdist.device_memory`).
-    Returns the clock model's layer count."""
-    from simdist.device_memory import (
-        check_device_memory,
-        check_hybrid,
-        check_pipeline,
-    )
-
+    the pipeline's stages and every device's memory (the strategy spec's ``check_memory``,
+    :mod:`simdist.device_memory`). Returns the clock model's layer count."""
     if scenario.runs_on_devices:  # the footprint may start JAX: with the run's devices
         from simdist.numerics.executor import ensure_devices
 
         ensure_devices(scenario.numeric_devices)
     footprint = _footprint(scenario, source)
-    if scenario.strategy.kind == "pipeline":
-        check_pipeline(scenario, footprint, source, total_steps)
-    elif scenario.strategy.kind == "hybrid":
-        check_hybrid(scenario, footprint, source)
-    else:
+    if not scenario.strategy.check_memory(scenario, footprint, source, total_steps):
+        from simdist.device_memory import check_device_memory
+
         check_device_memory(scenario, footprint, source)
     return len(footprint.layer_names)
 

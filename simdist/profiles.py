@@ -292,6 +292,30 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
         memory_source="[MEMCOPY] 785 of 900 GB/s",
         launch_source=_GPU_LAUNCH,
     ),
+    # The same V100 SXM2 with 32 GB of HBM2 (datasheet), as in DGX-2 nodes (the ZeRO
+    # paper's 400 GPUs, Rajbhandari et al. 2020 Sec. 10.1): the v100's figures.
+    "v100-32gb": _profile(
+        "v100-32gb",
+        "gpu",
+        "fp32",
+        (
+            PrecisionPeak(
+                "fp32",
+                15.7e12,
+                _V100_FP32,
+                "[LAMBDA-TF] ResNet-50 432.16 img/s on one V100, fitted through the roofline",
+                cudnn=True,
+            ),
+            PrecisionPeak("fp16", 125e12, 0.30, "[MEGATRON] 39 TFLOP/s on one V100 -> 0.30"),
+        ),
+        source="NVIDIA V100 SXM2 datasheet (32 GB)",
+        bandwidth_Bps=900e9,
+        memory_efficiency=_V100_MEMORY,
+        memory_nbytes=32e9,
+        launch_s=_GPU_LAUNCH_S,
+        memory_source="[MEMCOPY] 785 of 900 GB/s",
+        launch_source=_GPU_LAUNCH,
+    ),
     # NVIDIA A100 datasheet (SXM4 80GB): 19.5 TFLOP/s FP32, 156 TFLOP/s TF32 and 312 TFLOP/s
     # FP16/BF16 tensor (dense), 2039 GB/s HBM2e, 80 GB.
     "a100": _profile(

@@ -6,7 +6,9 @@ many devices. Data parallelism splits nothing (all 1); ZeRO stage 1 splits the o
 state over the data-parallel group, stage 2 the gradients too, stage 3 the parameters too
 (Rajbhandari et al. 2020, "ZeRO", Sec. 5); Megatron tensor parallelism splits the
 parameters, gradients and optimizer state of its blocks over the tensor group (Shoeybi et
-al. 2019) and, with sequence parallelism, the activations (Korthikanti et al. 2022).
+al. 2019). Activations (:mod:`simdist.activation_memory`): the tensors Megatron splits
+inside a block are split over ``tensor`` devices; with sequence parallelism every stored
+tensor is, over ``activations`` devices (Korthikanti et al. 2022, Table 2).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ __all__ = ["Sharding"]
 
 @dataclass(frozen=True)
 class Sharding:
-    """Devices one copy of each part of the model state is split over (1: replicated)."""
+    """Devices one copy of each part of the model state is split over (1: replicated), and
+    the tensor group that splits a block's inner activations."""
 
     params: int = 1
     gradients: int = 1
     optimizer: int = 1
     activations: int = 1
+    tensor: int = 1
 
     def __post_init__(self) -> None:
         parts = {
@@ -31,6 +35,7 @@ class Sharding:
             "gradients": self.gradients,
             "optimizer": self.optimizer,
             "activations": self.activations,
+            "tensor": self.tensor,
         }
         for name, value in parts.items():
             if not (isinstance(value, int) and value >= 1):

@@ -192,6 +192,16 @@ class StrategySpecBase(Spec):
     """
 
     kind: str
+    #: Activation recomputation (Korthikanti et al. 2022, Sec. 5): ``selective`` recomputes
+    #: the attention core, ``full`` keeps the input of every ``recompute_layers`` blocks
+    #: (Megatron's ``--recompute-granularity`` and ``--recompute-num-layers``) and computes
+    #: their forward again in the backward pass.
+    recompute: Literal["none", "selective", "full"] = Field("none", examples=["full"])
+    recompute_layers: PositiveInt = Field(1, examples=["1"])
+    #: The precision gradients are reduced in under mixed precision (fp16 / bf16): the
+    #: training precision by default, as Megatron and DeepSpeed do; ``fp32`` as Megatron's
+    #: ``--accumulate-allreduce-grads-in-fp32``.
+    grad_reduce: Literal["precision", "fp32"] = Field("precision", examples=["fp32"])
 
     # Whether a TF_CONFIG ``chief`` task trains like a worker (it does in every synchronous
     # strategy; in parameter_server it only coordinates, as TF's ClusterCoordinator).
@@ -200,6 +210,12 @@ class StrategySpecBase(Spec):
     # whatever the cluster is wired as. Its class's ``topology``, read from the scenario's
     # section without importing the class (whose module may import SimPy).
     wiring: ClassVar[str] = "switch"
+    # Whether the devices hold the optimizer state and run the optimizer step (not when
+    # parameter servers or the host CPU of central storage do): read by the memory model.
+    optimizer_on_device: ClassVar[bool] = True
+    # How memory advice names this strategy when it splits a replica over devices (e.g.
+    # "zero (stage 1, 2 or 3)"); empty for a strategy that keeps whole replicas.
+    splits_replica: ClassVar[str] = ""
     # Whether ``simdist tradeoff`` starts from a scenario of this kind: its options then
     # express the study's synchronous and asynchronous variants (``strategy.mode``,
     # ``backup_workers``, ``staleness_bound``: simdist.tradeoff_variants.strategy_overrides).
@@ -232,6 +248,20 @@ class StrategySpecBase(Spec):
         the workload optimizer's (local_sgd's anchor and outer momentum); counted with the
         optimizer state by the memory model. None by default."""
         return 0
+
+    def check_memory(self, scenario: Any, footprint: Any, source: str, total_steps: int) -> bool:
+        """A strategy's own memory check before the run, for one that places its devices
+        otherwise than as replicas split as :meth:`sharding` says (pipeline stages): refuse
+        a layout that does not fit and return True. False by default: the replica check of
+        :func:`simdist.device_memory.check_device_memory` applies."""
+        del scenario, footprint, source, total_steps
+        return False
+
+    def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
+        """summary.json's ``memory_off_device``: what holds the optimizer state off the
+        training devices (parameter servers, a host CPU), by holder. None by default."""
+        del scenario, costs, cluster
+        return {}
 
     def check(self, scenario: Any) -> None:
         """Cross-check this strategy against the rest of a ``Scenario``; raise :func:`fail`.

@@ -220,6 +220,6 @@ def test_a_gpt_too_large_for_its_devices_is_refused_before_it_is_built(monkeypat
     with pytest.raises(ScenarioError) as caught:
         preflight(scenario, source="t.yaml")
     assert str(caught.value).startswith(
-        "t.yaml: workload.model: does not fit: worker0/gpu0 needs 7.87e+03 GB and a a100 has "
+        "t.yaml: workload.model: does not fit: worker0/gpu0 needs 1.35e+05 GB and a a100 has "
         "80 GB (params 709, grads 709, optimizer 1.42e+03"
     )

@@ -116,9 +116,9 @@ def test_data_copies_reduce_each_stage_shard_over_the_network_after_the_flush(ze
 
 def test_sharding_splits_by_tensor_and_per_zero_stage_by_data():
     scenario = scenario_from_dict(hybrid(data=2, **{"strategy.zero": 1}))
-    assert scenario.strategy.sharding(scenario.cluster) == Sharding(2, 2, 4, 1)
+    assert scenario.strategy.sharding(scenario.cluster) == Sharding(2, 2, 4, 1, tensor=2)
     scenario = scenario_from_dict(hybrid(data=2, **{"strategy.zero": 2}))
-    assert scenario.strategy.sharding(scenario.cluster) == Sharding(2, 4, 4, 1)
+    assert scenario.strategy.sharding(scenario.cluster) == Sharding(2, 4, 4, 1, tensor=2)
 
 
 def test_each_device_holds_its_stage_over_the_tensor_group():

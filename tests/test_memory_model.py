@@ -17,6 +17,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from simdist.activation_memory import layer_tensors_of_outputs
 from simdist.cli import app
 from simdist.engine import run
 from simdist.layers import LayerProfile, ModelProfile, read_profile, write_layers_csv
@@ -26,7 +27,6 @@ from simdist.memory_model import (
     device_memory,
     model_state_nbytes,
     scenario_memory,
-    stashed_activations,
 )
 from simdist.numerics.memory import Footprint
 from simdist.scenario import resolve_scenario
@@ -91,7 +91,7 @@ ZERO_FP16_ADAM = {
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_model_state_follows_zero_figure_1(stage: int) -> None:
-    state = model_state_nbytes(4 * PSI, precision="fp16", optimizer="adam", sharding=STAGES[stage])
+    state = model_state_nbytes(PSI, precision="fp16", optimizer="adam", sharding=STAGES[stage])
     assert state == ZERO_FP16_ADAM[stage]
     total = sum(state)
     assert (
@@ -122,39 +122,26 @@ def test_model_state_follows_zero_figure_1(stage: int) -> None:
 def test_model_state_per_precision_and_optimizer(
     precision: str, optimizer: str, expected: tuple[int, int, int]
 ) -> None:
-    state = model_state_nbytes(
-        4 * PSI, precision=precision, optimizer=optimizer, sharding=Sharding()
-    )
+    state = model_state_nbytes(PSI, precision=precision, optimizer=optimizer, sharding=Sharding())
     assert state == expected
 
 
 def test_a_shard_is_padded_to_whole_elements_and_the_optimizer_may_live_elsewhere() -> None:
     # 10 parameters over 4 devices: DeepSpeed pads to 12, each device holds 3
     assert model_state_nbytes(
-        40, precision="fp32", optimizer="adam", sharding=Sharding(3, 4, 4)
+        10, precision="fp32", optimizer="adam", sharding=Sharding(3, 4, 4)
     ) == (4 * 4, 4 * 3, 8 * 3)
     assert model_state_nbytes(
-        40, precision="fp32", optimizer="adam", sharding=Sharding(), optimizer_on_device=False
+        10, precision="fp32", optimizer="adam", sharding=Sharding(), optimizer_on_device=False
     ) == (40, 40, 0)
-
-
-def test_recomputation_keeps_segment_inputs() -> None:
-    """Nine layers of 1 B, input 1 B: 3-layer segments (⌈√9⌉); going backward, segment j is
-    recomputed with the inputs of segments 0..j held: 3 + 3 = 6 B at the last, against
-    1 + 9 = 10 B kept without recomputation (Chen et al. 2016, Sec. 4.1)."""
-    assert stashed_activations(1, [1.0] * 9) == 10
-    assert stashed_activations(1, [1.0] * 9, recompute=True) == 6
-    # 4 layers 10, 20, 30, 40 and input 5: segments [10, 20] and [30, 40]; at the second,
-    # inputs 5 + 20 held and 70 recomputed
-    assert stashed_activations(5, [10, 20, 30, 40], recompute=True) == 95
-    assert stashed_activations(5, [10, 20, 30, 40]) == 105
-    assert stashed_activations(5, [], recompute=True) == 5
 
 
 def test_tensor_parallel_splits_state_and_activations() -> None:
     """Megatron's T-way split (Sharding of T on every part): 1/T of everything per device."""
     T = 4
-    layers = ReplicaLayers(4 * PSI, (512.0, 256.0), 128.0)
+    # per example: 4 input elements, outputs of 16 and 8 elements (float32: 112 B)
+    tensors = tuple(layer_tensors_of_outputs([16.0, 8.0], 4.0))
+    layers = ReplicaLayers(PSI, (PSI // 2, PSI // 2), tensors, BATCH)
     held = device_memory(
         layers, precision="fp32", optimizer="momentum", sharding=Sharding(T, T, T, T)
     )
@@ -171,7 +158,9 @@ def test_memory_per_device_in_summary_follows_zero(
     assert list(per_device) == [f"worker{i}/gpu0" for i in range(N)]
     params, grads, opt = ZERO_FP16_ADAM[stage]
     acts = EXAMPLE_NBYTES * BATCH // 2  # fp16 activations: half of float32's bytes
-    for held in per_device.values():
+    for whole in per_device.values():
+        held = dict(whole)
+        assert held.pop("activations_by_kind")["stored_inputs"] == acts
         assert held == {
             "params": params,
             "gradients": grads,
@@ -194,6 +183,12 @@ def test_tensor_parallel_in_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "memory_per_device"
     ]
     acts = EXAMPLE_NBYTES * BATCH // 2 // N
+    for held in per_device.values():
+        assert held["activations_by_kind"]["stored_inputs"] == acts
+    per_device = {
+        name: {k: v for k, v in held.items() if k != "activations_by_kind"}
+        for name, held in per_device.items()
+    }
     expected = {
         "params": 2 * PSI // N,
         "gradients": 2 * PSI // N,
@@ -223,32 +218,43 @@ def test_summary_says_what_the_pre_run_check_compares(tmp_path: Path) -> None:
         "activations": EXAMPLE_NBYTES * BATCH,
         "total": 12 * PSI + EXAMPLE_NBYTES * BATCH,
     }
-    assert checked.as_dict() == expected
+    assert checked.parts() == {k: v for k, v in expected.items() if k != "total"}
+    assert checked.total == expected["total"]
+    by_kind = {"stored_inputs": EXAMPLE_NBYTES * BATCH, "attention_scores": 0, "masks": 0}
+    by_kind |= {"recompute_working_set": 0, "freed_by_recompute": 0}
+    expected["activations_by_kind"] = by_kind
     assert summary["memory_per_device"] == {f"worker0/gpu{i}": expected for i in range(4)}
     assert "memory_off_device" not in summary
 
 
 def test_pipeline_summary_keeps_its_stages(tmp_path: Path) -> None:
-    """Two stages of one layer, one micro-batch, sgd in float32: stage 0 holds fc1 (800 B
-    and its gradient), the batch's input (128 B) and fc1's output (512 B); stage 1 fc2, its
-    input (fc1's output, 512 B) and its own output (256 B)."""
+    """Two stages of one layer, one micro-batch, sgd in float32: each layer stores its
+    input, the last its output too. Stage 0 holds fc1 (800 B and its gradient) and the
+    batch's input (128 B); stage 1 fc2, its input (fc1's output, 512 B) and its own output
+    (256 B)."""
     data = scenario_dict(hand_profile(tmp_path), precision="fp32", optimizer="sgd")
     data["cluster"] = {"devices_per_host": 2, "device": {"profile": "v100"}}
     data["strategy"] = {"kind": "pipeline", "stages": 2}
     summary = run(resolve_scenario(data)).summary
 
-    def stage(activations: int) -> dict[str, int]:
+    def stage(activations: int) -> dict[str, object]:
         return {
             "params": 800,
             "gradients": 800,
             "optimizer": 0,
             "activations": activations,
-            "weight_versions": 0,
             "total": 1600 + activations,
+            "activations_by_kind": {
+                "stored_inputs": activations,
+                "attention_scores": 0,
+                "masks": 0,
+                "recompute_working_set": 0,
+                "freed_by_recompute": 0,
+            },
         }
 
     assert summary["memory_per_device"] == {
-        "worker0/gpu0": stage(128 + 512),
+        "worker0/gpu0": stage(128),
         "worker0/gpu1": stage(512 + 256),
     }
 
@@ -368,5 +374,7 @@ def test_a_tensor_parallel_layout_that_does_not_fit_exits_2_before_running(
         assert "and a v100 has 16 GB" in errors[0], errors[0]
         others = errors[0].partition("or with another strategy (kind ")[2]
         assert "split it further (more devices in the tensor_parallel layout)" in errors[0]
-        assert others.startswith("zero (stage 1, 2 or 3), fsdp") and "tensor" not in others
+        assert (
+            others.startswith("pipeline, zero (stage 1, 2 or 3), fsdp") and "tensor" not in others
+        )
     assert not out.exists()

@@ -28,7 +28,6 @@ from simdist.strategies.pipeline.plan import (
     in_flight,
     partition_auto,
     slowest_stage,
-    stage_memory,
     stage_ops,
 )
 
@@ -184,23 +183,6 @@ def test_auto_partition_balances_and_rejects_a_model_that_cannot_fit():
 
 
 # -- memory ------------------------------------------------------------------------------
-
-
-def test_stage_memory_counts_stash_remat_and_weight_versions():
-    common = dict(param_nbytes=100, opt_state_nbytes=200, input_nbytes=10, activation_nbytes=30)
-    gpipe = stage_memory(**common, peak=8, schedule="gpipe", rematerialization=False)
-    assert gpipe.as_dict() == {
-        "params": 100,
-        "gradients": 100,
-        "optimizer": 200,
-        "activations": 8 * 40,
-        "weight_versions": 0,
-        "total": 400 + 320,
-    }
-    remat = stage_memory(**common, peak=8, schedule="gpipe", rematerialization=True)
-    assert remat.activations == 8 * 10 + 30
-    dream = stage_memory(**common, peak=3, schedule="pipedream", rematerialization=False)
-    assert dream.weight_versions == 2 * 100 and dream.activations == 3 * 40
 
 
 def test_memory_per_device_in_summary_and_remat_pays_a_forward():

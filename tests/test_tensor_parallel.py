@@ -277,9 +277,9 @@ def test_data_copies_all_reduce_their_shard_after_backward():
 
 def test_sharding_splits_model_state_and_with_sequence_parallel_activations():
     scenario = scenario_from_dict(tp(4))
-    assert scenario.strategy.sharding(scenario.cluster) == Sharding(4, 4, 4, 1)
+    assert scenario.strategy.sharding(scenario.cluster) == Sharding(4, 4, 4, 1, tensor=4)
     scenario = scenario_from_dict(tp(4, **{"strategy.sequence_parallel": True, "strategy.data": 1}))
-    assert scenario.strategy.sharding(scenario.cluster) == Sharding(4, 4, 4, 4)
+    assert scenario.strategy.sharding(scenario.cluster) == Sharding(4, 4, 4, 4, tensor=4)
     assert scenario.numeric_devices == 4 and scenario.replicas == 1
 
 

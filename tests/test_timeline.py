@@ -35,9 +35,9 @@ DEVICES = {
     "pipeline_gpipe": [f"worker0/gpu{i}" for i in range(4)],
     "resnet50_8gpu_nvlink": [f"worker0/gpu{i}" for i in range(8)],
 }
-KINDS = {
-    "pipeline_gpipe": ["compute", "backward", "comm"],
-    "resnet50_8gpu_nvlink": ["compute", "backward", "comm", "idle"],
+KINDS = {  # "apply": the optimizer step after the gradients are reduced
+    "pipeline_gpipe": ["compute", "backward", "comm", "apply"],
+    "resnet50_8gpu_nvlink": ["compute", "backward", "comm", "idle", "apply"],
 }
 
 

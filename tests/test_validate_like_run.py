@@ -105,9 +105,10 @@ def test_the_largest_batch_that_fits_passes_and_one_more_is_refused(
 
 @pytest.mark.parametrize("partition", ["auto", [1, 1, 1]])
 def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: object) -> None:
-    """3 stages of one layer, one micro-batch of B examples in flight: stage 1 holds fc2's
-    80 parameter bytes and gradients, fc1's output (its input, 64 B an example) and its own
-    (64 B): 160 + 128 B bytes, the most of the three; a V100 holds 16e9."""
+    """3 stages of one layer, one micro-batch of B examples in flight; each layer stores its
+    input, the last its output too: stage 2 holds fc3's 36 parameter bytes and gradients,
+    fc2's output (its input, 64 B an example) and its own (12 B): 72 + 76 B bytes, the most
+    of the three for large B; a V100 holds 16e9."""
     from simdist.api import preflight, resolve_scenario
     from simdist.engine import run
     from simdist.errors import ScenarioError, SimdistError
@@ -118,7 +119,7 @@ def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: ob
         data["strategy"] = {"kind": "pipeline", "stages": 3, "partition": partition}
         return resolve_scenario(data)
 
-    fits = (16_000_000_000 - 160) // 128
+    fits = (16_000_000_000 - 72) // 76
     preflight(scenario(fits), source="m.yaml")
     assert run(scenario(fits)).summary["steps"] == 1
     with pytest.raises(ScenarioError) as refused:
@@ -126,7 +127,7 @@ def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: ob
     field = (
         "strategy.stages: no partition"
         if partition == "auto"
-        else "strategy.partition: pipeline stage 1"
+        else "strategy.partition: pipeline stage 2"
     )
     assert str(refused.value).startswith(f"m.yaml: {field}")
     with pytest.raises(SimdistError, match=r"fits in device memory|does not fit"):

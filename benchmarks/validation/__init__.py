@@ -1,7 +1,8 @@
 """The validation table: simdist's predictions against published measurements.
 
 Each module of this package holds the cases of one family (single-GPU throughput,
-all-reduce scaling, parameter servers, collectives, layouts of large transformers, ZeRO) as
+all-reduce scaling, parameter servers, collectives, layouts of large transformers, ZeRO,
+memory) as
 a list ``CASES`` of :class:`Case`, a ``TITLE`` and a ``TEXT`` (markdown: what the family
 shows and why rows miss).
 ``benchmarks/validate.py`` runs them and writes docs/VALIDATION.md; a quick subset runs in CI
@@ -29,6 +30,7 @@ FAMILIES: tuple[str, ...] = (
     "parameter_server",
     "layouts",
     "zero",
+    "memory",
 )
 
 #: The error band a prediction is expected to fall in; rows outside it are listed with why.

@@ -23,7 +23,7 @@ from typing import Any
 
 from simdist.engine import run
 from validation import BAND_PCT, Case
-from validation.layouts import gpt_scenario, recomputed_step_s
+from validation.layouts import gpt_scenario
 
 TITLE = "ZeRO-100B on 400 V100s (ZeRO paper)"
 
@@ -64,11 +64,19 @@ def scenario(layers: int, hidden: int, heads: int, mp: int, gpus: int, batch: in
     if mp == 1:
         strategy: dict[str, Any] = {"kind": "zero", "stage": 2}
     else:
-        strategy = {"kind": "tensor_parallel", "tensor": mp, "data": copies}
+        strategy = {
+            "kind": "hybrid",
+            "mesh": {"data": copies, "tensor": mp, "pipeline": 1},
+            "zero": 2,
+            # ZeRO-R's partitioned activation checkpoints: each block's input split over
+            # the MP group, as sequence parallelism splits it (Rajbhandari et al. Sec. 6.1)
+            "sequence_parallel": True,
+        }
+    strategy["recompute"] = "full"
     return gpt_scenario(
         f"validate_zero_{layers}x{hidden}_mp{mp}_n{gpus}",
         (layers, hidden, heads, SEQ_LEN, VOCAB),
-        (gpus, GPUS_PER_NODE, "v100", NVSWITCH, IB),
+        (gpus, GPUS_PER_NODE, "v100-32gb", NVSWITCH, IB),
         batch * copies,
         strategy,
     )
@@ -77,16 +85,10 @@ def scenario(layers: int, hidden: int, heads: int, mp: int, gpus: int, batch: in
 @cache
 def zero_tflops(layers: int, hidden: int, heads: int, mp: int, gpus: int, batch: int) -> float:
     """TFLOP/s per GPU as DeepSpeed counts it: :func:`deepspeed_flops` of one copy's batch /
-    (iteration time × ``mp``).
-
-    ZeRO-R partitions activation *checkpoints* (Sec. 6.1): the backward recomputes each
-    block's forward, which simdist's strategies do not schedule. It is added to the
-    simulated iteration as in :mod:`validation.layouts`: one device's compute time (its
-    copy's, split ``mp`` ways) × (96-formula − 72-formula) / 72-formula of Narayanan et al.
-    2021, at this sequence length and vocabulary.
-    """
+    (iteration time × ``mp``). ZeRO-R checkpoints each block's input (Sec. 6.1): the
+    scenario recomputes (``recompute: full``), so the clock holds the extra forward."""
     summary = run(scenario(layers, hidden, heads, mp, gpus, batch)).summary
-    step_s = recomputed_step_s(summary, mp, batch, (layers, hidden, heads, SEQ_LEN, VOCAB))
+    step_s = summary["simulated_time_s"] / summary["steps"]
     return deepspeed_flops(layers, hidden, batch) / step_s / mp / 1e12
 
 
@@ -118,8 +120,14 @@ def _row(
 
 COMM = (
     "published at or above simdist's compute-only ceiling (36.5-36.8 TFLOP/s for these "
-    "models, the v100 fp16 efficiency 0.30); simdist adds the tensor all-reduces and the "
-    "data-axis gradient reduction after the backward, both in fp32 bytes (text)"
+    "models, the v100 fp16 efficiency 0.30); simdist adds the tensor collectives and the "
+    "data axis's ZeRO-2 reduce-scatter and all-gather after the backward, not overlapped (text)"
+)
+OFFLOAD = "170B fits only with its activation checkpoints offloaded to the CPU (Sec. 10.5), "
+OFFLOAD += "whose copies simdist does not model"
+SMALL_BATCH = (
+    "64 GPUs, 4 copies of batch 16: the paper's super-linear scaling (Figure 3) starts "
+    "below simdist's flat efficiency (text)"
 )
 
 # Rajbhandari et al. 2020, Table 5 (its ZeRO rows): model size, GPUs (400), MP, layers,
@@ -129,12 +137,12 @@ CASES: list[Case] = [
     _row("1.5B", (48, 1600, 16), 1, 24, 30.3, quick=True),
     _row("8B", (72, 3072, 24), 4, 64, 36.9),
     _row("40B", (88, 6144, 32), 4, 12, 35.9),
-    _row("60B", (132, 6144, 32), 16, 64, 36.5, within_pct=35.0, note=COMM),
-    _row("80B", (100, 8192, 64), 16, 32, 37.6, within_pct=35.0, note=COMM),
-    _row("100B", (125, 8192, 64), 16, 32, 38.7, quick=True, within_pct=35.0, note=COMM),
+    _row("60B", (132, 6144, 32), 16, 64, 36.5, within_pct=20.0, note=COMM),
+    _row("80B", (100, 8192, 64), 16, 32, 37.6, within_pct=20.0, note=COMM),
+    _row("100B", (125, 8192, 64), 16, 32, 38.7, quick=True, within_pct=20.0, note=COMM),
     _row("120B", (150, 8192, 64), 16, 24, 28.1),
     _row("140B", (175, 8192, 64), 16, 16, 26.9),
-    _row("170B", (212, 8192, 64), 16, 12, 20.9),
+    _row("170B", (212, 8192, 64), 16, 12, 20.9, within_pct=35.0, note=OFFLOAD),
 ]
 # Table 6 (Figure 3, super-linear scaling): the 60B model of l=75, h=8192, 32 heads, MP 16,
 # on 64 to 400 GPUs, with the batch per copy each fits; TFLOP/s per GPU read off Figure 3.
@@ -147,8 +155,8 @@ CASES += [
         published,
         gpus=gpus,
         figure=3,
-        within_pct=BAND_PCT if gpus == 64 else 35.0,
-        note="" if gpus == 64 else COMM,
+        within_pct=20.0,
+        note=SMALL_BATCH if gpus == 64 else COMM,
     )
     for gpus, batch, published in (
         (64, 16, 25.6),
@@ -168,33 +176,30 @@ are read off Figures 2 and 3 (the 100B point is also in the text: over 38 TFLOP/
 over 15 PFLOP/s in all). FLOPs are counted as DeepSpeed's own Megatron example counts them,
 8 per parameter per token with the recomputed forward (``flops_calculator``,
 DeepSpeedExamples commit 2cd968f2; the paper states no formula); Megatron's formula
-(Narayanan et al. 2021) counts 2 % (h = 8192) to 9 % (1.5B) more. The recomputed forward,
-which simdist's strategies do not schedule, is added as in the Megatron-LM family. Nothing
-is fitted: the ``v100`` fp16 efficiency (0.30) comes from Megatron-LM's 39 TFLOP/s on one
-V100.
+(Narayanan et al. 2021) counts 2 % (h = 8192) to 9 % (1.5B) more. Nothing is fitted: the
+``v100-32gb`` profile is the ``v100``'s figures with 32 GB, its fp16 efficiency (0.30) from
+Megatron-LM's 39 TFLOP/s on one V100.
 
-MP = 1 runs simdist's ``zero`` (stage 2) on all 400 GPUs. MP > 1 runs ``tensor_parallel``
-with a data axis, not ``hybrid`` with ``zero: 2``: hybrid's memory check keeps every
-activation (no checkpointing), counts fp32 parameters and has the v100's 16 GB, so it
-refuses the 40B-170B layouts, and passes the 8B one only with 32 or more micro-batches
-(minutes of simulation). On that 8B row hybrid (64 micro-batches) steps 2.6 % slower than
-tensor_parallel: ZeRO-2's reduce-scatter plus all-gather moves an all-reduce's bytes
-(paper, Sec. 7.2.1), so the two price the same step.
+Every row recomputes each block (``recompute: full``): the recomputed forward is on the
+clock. MP = 1 runs simdist's ``zero`` (stage 2) on all 400 GPUs; MP > 1 runs ``hybrid``
+with a data axis, ZeRO stage 2 over it and a tensor group of MP inside a node, with
+sequence parallelism standing in for ZeRO-R's partitioned checkpoints (each block's input
+split over the MP group): with Korthikanti's activations, fp16 collectives and 2/2/12 bytes
+of model state, every layout fits its 32 GB. Gradients, parameter gathers and tensor
+collectives move fp16 bytes, as DeepSpeed's.
 
-simdist lands within 15 % on 7 of the 13 rows: 1.5B (+11 %: one flat efficiency for the
-h = 1600 matmuls, as the 1.7B Megatron row), 8B and 40B with MP = 4 (-12 %), 60B on 64
-GPUs (+0 %), and 120B-170B (-10 % to +8 %), where the paper's batch falls to what fits
-(24, 16, 12 a copy; 170B fits only with its activation checkpoints offloaded to the CPU,
-Sec. 10.5, which simdist does not model): the smaller batches raise simdist's communication
-share too, and the two meet.
-The six MP = 16 rows at large batch miss by -19 % to -29 %: the paper reports 36.5-39.0
-TFLOP/s per GPU, at or above what simdist computes with no communication at all (36.5-36.8
-TFLOP/s for these models at efficiency 0.30), and simdist adds, not overlapped, the tensor
-all-reduces (2 per block forward, 2 backward, over NVSwitch) and the data-axis gradient
-all-reduce after the backward (over InfiniBand), both in fp32 bytes where DeepSpeed moves
-fp16. For 100B a step is 45.1 s of compute (11.2 s of it the recomputed forward), 6.8 s of
-tensor all-reduces and 8.1 s of gradient reduction: halving both byte counts alone would
-give about 31.6 TFLOP/s (-18 %). So the super-linear scaling of Figure 3 (25.6 to 37.6
-TFLOP/s per GPU from 64 to 128 GPUs) shows in simdist only as 25.6 to 29.2: the larger batch
-a copy lowers the communication share in both, but simdist's ceiling caps the gain.
+simdist lands within 15 % on 8 of the 13 rows. The MP = 16 rows at large batch come out
+-10 % to -19 %: the paper reports 36.5-39.0 TFLOP/s per GPU, at or above what simdist
+computes with no communication at all (36.5-36.8 TFLOP/s for these models at efficiency
+0.30), and simdist adds the tensor collectives (over NVSwitch) and the data axis's ZeRO-2
+reduce-scatter and all-gather (over InfiniBand) after the backward, not overlapped. For
+100B a step is 45.1 s of compute (11.2 s of it the recomputed forward), 3.4 s of tensor
+collectives and 4.3 s of data-axis reduce-scatter and all-gather: 31.5 TFLOP/s (-19 %);
+hiding the reduce-scatter behind the backward (DeepSpeed's ``overlap_comm``) would give
+about 32.8. 120B and 140B (+8 %, +9 %) run at the batch that fits (24, 16 a copy); 170B
+(+33 %) fits in the paper only with its activation checkpoints offloaded to the CPU
+(Sec. 10.5), whose copies simdist does not model. The 60B scaling of Figure 3 shows in
+simdist as 30.1, 32.5, 32.4, 32.8 TFLOP/s per GPU on 64, 128, 256, 400 GPUs against the
+paper's 25.6, 37.6, 39.0, 36.6: simdist's one flat efficiency per device has no super-linear
+step from the larger batch a copy.
 """

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -29,6 +29,7 @@ from simdist.compile_cache import cache_dir
 from simdist.errors import DataError
 
 if TYPE_CHECKING:
+    from simdist.activation_memory import LayerTensors
     from simdist.layers import ModelProfile
     from simdist.scenario.workload import ModelSpec
 
@@ -68,6 +69,9 @@ class Footprint:
     layer_output_nbytes: tuple[float, ...]
     example_nbytes: int
     per_example: bool = True
+    # Each layer's stored tensors per example where the model's sizes say them (a gpt:
+    # :func:`simdist.activation_memory.gpt_layer_tensors`); empty: read from the outputs.
+    layer_tensors: tuple[LayerTensors, ...] = field(default=(), compare=False)
 
     def outputs_at(self, batch: int) -> list[float]:
         """Each layer's output bytes for a batch of ``batch`` examples."""
@@ -227,6 +231,7 @@ def gpt_footprint(model_spec: ModelSpec, input_shape: tuple[int, ...] | None) ->
     """The :class:`Footprint` of a gpt (or GPT-2) counted from its sizes, without building it
     (:mod:`simdist.model_size`): what JAX would find, in microseconds at any depth. None for
     other models, and for an input the model cannot take (its build says why)."""
+    from simdist.activation_memory import gpt_layer_tensors
     from simdist.catalog import GPT_DEFAULTS
     from simdist.model_size import FLOAT32_NBYTES, TOKEN_NBYTES, gpt_layers
 
@@ -242,6 +247,7 @@ def gpt_footprint(model_spec: ModelSpec, input_shape: tuple[int, ...] | None) ->
         tuple(layer.params * FLOAT32_NBYTES for layer in layers),
         tuple(float(layer.output_elements * FLOAT32_NBYTES) for layer in layers),
         tokens * TOKEN_NBYTES,
+        layer_tensors=tuple(gpt_layer_tensors(**sizes, tokens=tokens)),
     )
 
 
@@ -268,5 +274,12 @@ def clock_footprint(
     if len(_footprints) >= _FOOTPRINTS_KEPT:
         _footprints.clear()
     _footprints[path] = footprint
-    _write_record(path, asdict(footprint))
+    record = {
+        "layer_names": footprint.layer_names,
+        "layer_param_nbytes": footprint.layer_param_nbytes,
+        "layer_output_nbytes": footprint.layer_output_nbytes,
+        "example_nbytes": footprint.example_nbytes,
+        "per_example": footprint.per_example,
+    }
+    _write_record(path, record)
     return footprint

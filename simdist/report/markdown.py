@@ -253,6 +253,9 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
     ]
     if s.get("memory_per_device"):
         rows += memory_rows(s, device_capacities(result.scenario))
+        activations = activations_line(s["memory_per_device"])
+        if activations:
+            rows.append(("activations (fullest device)", activations))
     if s.get("numerics", True) and not s.get("diverged"):
         # collapsed: finite, but learned nothing (summary.collapse_reason says why)
         reason = s.get("collapse_reason")
@@ -260,6 +263,30 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
     if s.get("diverged"):
         rows.append(("**diverged**", f"loss not finite at step {s.get('diverged_at_step')}"))
     return rows
+
+
+def activations_line(per_device: Mapping[str, Mapping[str, Any]]) -> str:
+    """The fullest device's activations by kind and what recomputation freed (summary.json's
+    ``memory_per_device``, ``activations_by_kind``); empty when it has no breakdown."""
+    if not per_device:
+        return ""
+    _, held = max(per_device.items(), key=lambda item: item[1].get("total", 0))
+    kinds = held.get("activations_by_kind") or {}
+    if not kinds:
+        return ""
+    parts = [
+        f"{label} {format_size(kinds.get(key, 0))}"
+        for key, label in (
+            ("stored_inputs", "stored inputs"),
+            ("attention_scores", "attention scores"),
+            ("masks", "masks"),
+            ("recompute_working_set", "recomputed"),
+        )
+        if kinds.get(key)
+    ]
+    freed = kinds.get("freed_by_recompute", 0)
+    text = ", ".join(parts) or "0 B"
+    return text + (f"; recomputation freed {format_size(freed)}" if freed else "")
 
 
 def staleness_by_worker(updates: pd.DataFrame | None, most: int = 8) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 
@@ -277,6 +277,9 @@ class WorkloadSpec(Spec):
     epochs: Float | None = Field(None, gt=0)
     eval_every: Int = Field(100, ge=0)
     init_from: Path | None = None
+    #: How the clock model's attention runs: ``flash`` (Dao et al. 2022) stores no s×s
+    #: score tensors for the backward pass (the memory model's 5·a·s²·b term goes).
+    attention: Literal["standard", "flash"] = Field("standard", examples=["flash"])
 
     @model_validator(mode="after")
     def _exactly_one(self, info: ValidationInfo) -> WorkloadSpec:

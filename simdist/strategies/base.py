@@ -73,6 +73,7 @@ class DeviceCosts:
 
     compute_s: float
     layers: tuple[LayerCost, ...] = ()
+    optimizer_step_s: float = 0.0  # one whole replica's optimizer step on this class
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,17 @@ class Costs:
     layers: tuple[LayerCost, ...] = ()
     # Mixed clusters: each device class's own compute (label, costs), worker 0's first.
     per_profile: tuple[tuple[str, DeviceCosts], ...] = ()
-    # Bytes of the parameters (what a pull fetches, a stage holds, a checkpoint writes).
+    # Bytes of the parameters (what a pull fetches, a ZeRO-3 gather moves, a stage holds).
     param_nbytes: int = field(default=AS_GRADIENT, kw_only=True)
+    # Bytes of one parameter and activation element as they move: the training precision's
+    # (2 under fp16 / bf16 mixed precision, 4 else). Parameter, output and leaf bytes are
+    # counted at it; the memory model reads parameter counts through it.
+    element_nbytes: int = field(default=4, kw_only=True)
+    # Seconds of one optimizer step over the whole replica's parameters on worker 0's
+    # device class (memory-bound: simdist.memory_model.optimizer_step_nbytes at its memory
+    # bandwidth); a strategy divides it as it splits the optimizer. 0: not on the clock
+    # (hand-made costs, an optimizer off the devices).
+    optimizer_step_s: float = field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.param_nbytes == AS_GRADIENT:
@@ -111,15 +121,20 @@ class Costs:
 
     @property
     def checkpoint_nbytes(self) -> int:
-        """A checkpoint holds the parameters and the optimizer state."""
-        return self.param_nbytes + self.opt_state_nbytes
+        """A checkpoint holds the float32 parameters and the optimizer state."""
+        return self.param_nbytes * 4 // max(1, self.element_nbytes) + self.opt_state_nbytes
 
     def for_profile(self, label: str) -> Costs:
         """These costs with the compute time and layers of device class ``label``
         (unchanged when it has none of its own: a homogeneous cluster)."""
         for name, own in self.per_profile:
             if name == label:
-                return replace(self, compute_s=own.compute_s, layers=own.layers)
+                return replace(
+                    self,
+                    compute_s=own.compute_s,
+                    layers=own.layers,
+                    optimizer_step_s=own.optimizer_step_s,
+                )
         return self
 
 
@@ -220,6 +235,37 @@ class Strategy(DeviceSpans, ABC):
     @abstractmethod
     def process(self) -> Generator[Any, Any, None]:
         """The SimPy process that runs the whole training."""
+
+    def optimizer_step_s(
+        self, device: Device, share: float = 1.0, shards: int | None = None
+    ) -> float:
+        """Seconds of ``device``'s optimizer step: its class's whole-replica step
+        (:attr:`Costs.optimizer_step_s`) for ``share`` of the parameters (a pipeline
+        stage's) split over ``shards`` devices (default the spec's optimizer sharding)."""
+        whole = self.device_costs(device).optimizer_step_s
+        if whole <= 0:
+            return 0.0
+        if shards is None:
+            shards = self.scenario.strategy.sharding(self.scenario.cluster).optimizer
+        return whole * share / shards
+
+    def optimizer_step(
+        self, devices: Sequence[Device], step: int, seconds: Sequence[float] | None = None
+    ) -> Generator[Any, Any, None]:
+        """Every device of ``devices`` runs its optimizer step (``seconds`` each, default
+        :meth:`optimizer_step_s`); the step ends when the slowest has."""
+        if seconds is None:
+            seconds = [self.optimizer_step_s(d) for d in devices]
+        longest = max(seconds, default=0.0)
+        if longest <= 0:
+            return
+        start = self.env.now
+        if len(set(seconds)) == 1:
+            self.record_devices(devices, start, start + longest, "apply", step, "optimizer step")
+        else:
+            for device, s in zip(devices, seconds, strict=True):
+                self.record_devices([device], start, start + s, "apply", step, "optimizer step")
+        yield self.env.timeout(longest)
 
     def defers(self) -> bool:
         """Whether this run can leave its numerics for later (``self.defer``), to be

@@ -35,7 +35,7 @@ compute times; the simulation does not need it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -59,8 +59,18 @@ class Spec(StrategySpecBase):
     """
 
     kind: Literal["central_storage"]
+    optimizer_on_device: ClassVar[bool] = False  # the host CPU applies the update
     execution: Execution = "auto"
     reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth", examples=["25.6GB/s"])
+
+    def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
+        """The host CPU holds the whole model in float32: the variables, the reduced
+        gradient and the optimizer state."""
+        from simdist.memory_model import float32_nbytes, host_held
+
+        nbytes = float32_nbytes(costs, costs.param_nbytes)
+        optimizer = scenario.workload.optimizer.name
+        return {f"{cluster.workers[0].name}/host-cpu": host_held(nbytes, nbytes, optimizer)}
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of the one host."""

@@ -23,7 +23,7 @@ The timing plan, the numerics and everything else are :mod:`simdist.strategies.z
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
@@ -47,6 +47,7 @@ class Spec(StrategySpecBase):
     """Fully sharded data parallelism, one FSDP unit per layer, on every device."""
 
     kind: Literal["fsdp"]
+    splits_replica: ClassVar[str] = "fsdp"
     execution: ShardedExecution = execution_field()
     algorithm: Literal["ring", "hierarchical"] = algorithm_field()
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(

@@ -168,7 +168,7 @@ class LocalSGDStrategy(Strategy):
                 yield from self.input_wait(devices, pipeline, step)
                 clocks = np.maximum(clocks, self.env.now)
             for i, device in enumerate(devices):
-                seconds = self.compute_s(device, step)
+                seconds = self.compute_s(device, step) + self.optimizer_step_s(device, shards=1)
                 self.record_compute(device, float(clocks[i]), seconds, step)
                 clocks[i] += seconds
             slowest = float(clocks.max())

@@ -304,6 +304,7 @@ class SynchronousStrategy(Strategy):
             yield from self.input_wait(self.training_devices, pipeline, step)
             yield from self.compute(step)
             yield from self.communicate(step)
+            yield from self.optimizer_step(self.training_devices, step)
             done = step + 1
             checkpoint = self.checkpoint_due(done, saved.saved_s)
             if checkpoint:

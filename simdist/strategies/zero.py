@@ -21,7 +21,7 @@ DeepSpeed does with ``stage3_prefetch_bucket_size`` > 0).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -72,6 +72,7 @@ class Spec(StrategySpecBase):
     """Sharded data parallelism on every device of every host: ZeRO stage 1, 2 or 3."""
 
     kind: Literal["zero"]
+    splits_replica: ClassVar[str] = "zero (stage 1, 2 or 3)"
     stage: Annotated[Literal[1, 2, 3], number_choice(1, 2, 3)] = Field(3, examples=["2"])
     execution: ShardedExecution = execution_field()
     algorithm: Literal["ring", "hierarchical"] = algorithm_field()

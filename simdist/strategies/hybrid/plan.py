@@ -15,11 +15,9 @@ Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by ha
   data axis (:func:`data_collectives`): an all-reduce without ZeRO, otherwise ZeRO's step
   plan (:func:`simdist.strategies.sharded_plan.plan_step`) over the shard, its
   collectives run back to back after the flush (none overlaps a backward that has ended).
-* A device's memory (:func:`device_memory`): its stage's memory as the pipeline computes
-  it (:func:`simdist.strategies.pipeline.plan.stage_memory`, micro-batches in flight per
-  the schedule), each part divided as the spec's :class:`~simdist.sharding.Sharding` says
-  (T for the tensor split, D more per ZeRO stage), rounded up as
-  :func:`simdist.memory_model.model_state_nbytes` rounds.
+* A device's memory: its stage's as the pipeline computes it
+  (:class:`simdist.memory_model.StagedReplica`), with the spec's
+  :class:`~simdist.sharding.Sharding` (T for the tensor split, D more per ZeRO stage).
 """
 
 from __future__ import annotations
@@ -28,9 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from simdist.sharding import Sharding
 from simdist.strategies.base import LayerCost
-from simdist.strategies.pipeline.plan import StageMemory
 from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
 from simdist.strategies.steps import Collective, Issue, Plan, Wait
 from simdist.strategies.tensor_parallel.plan import phase_plans
@@ -113,14 +109,3 @@ def data_collectives(shard: LayerCost, zero: int, label: str) -> list[Collective
         c._replace(detail=f"data {c.detail} {label}")
         for c in plan_step((shard,), options).collectives
     ]
-
-
-def device_memory(stage: StageMemory, sharding: Sharding) -> StageMemory:
-    """One device's share of its stage: each part over the devices ``sharding`` names."""
-    return StageMemory(
-        params=math.ceil(stage.params / sharding.params),
-        gradients=math.ceil(stage.gradients / sharding.gradients),
-        optimizer=math.ceil(stage.optimizer / sharding.optimizer),
-        activations=math.ceil(stage.activations / sharding.activations),
-        weight_versions=0,
-    )

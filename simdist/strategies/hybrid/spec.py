@@ -22,7 +22,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -51,6 +51,7 @@ class Spec(StrategySpecBase):
     """Data × pipeline × tensor parallelism on the device mesh, with ZeRO over data."""
 
     kind: Literal["hybrid"]
+    splits_replica: ClassVar[str] = "hybrid"
     mesh: MeshSpec = Field(default_factory=MeshSpec)
     # The axes from outermost (across hosts) to innermost (inside a host).
     placement: list[Axis] = Field(list(DEFAULT_ORDER), examples=["[data, pipeline, tensor]"])
@@ -93,11 +94,22 @@ class Spec(StrategySpecBase):
             gradients=t * (d if self.zero >= 2 else 1),
             optimizer=t * (d if self.zero >= 1 else 1),
             activations=t if self.sequence_parallel else 1,
+            tensor=t,
         )
 
     def mesh_of(self, devices: list) -> Mesh:
         """The mesh of ``devices`` (any hashables) in this section's placement."""
         return Mesh.of(devices, self.sizes, self.placement)
+
+    def check_memory(
+        self, scenario: Scenario, footprint: Any, source: str, total_steps: int
+    ) -> bool:
+        """Each stage against its devices (:func:`simdist.device_memory.check_hybrid`)."""
+        from simdist.device_memory import check_hybrid
+
+        del total_steps
+        check_hybrid(scenario, footprint, source)
+        return True
 
     def check(self, scenario: Scenario) -> None:
         """D × P × T = the cluster's devices, a placement of the three axes, tensor groups

@@ -39,13 +39,11 @@ from simdist.network.lockstep import LockstepCopies
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.hybrid.plan import (
     data_collectives,
-    device_memory,
     micro_layers,
     send_nbytes,
     stage_plans,
 )
 from simdist.strategies.pipeline.plan import (
-    StageMemory,
     bounds,
     ideal_bubble,
     partition_auto,
@@ -215,10 +213,6 @@ class HybridStrategy(PipelineStrategy):
         if a.host == b.host:
             return links.intra_host.latency_s + nbytes / links.intra_host.bandwidth_Bps
         return 2 * links.network.latency_s + nbytes / links.network.bandwidth_Bps
-
-    def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
-        """Peak bytes of one device of stage ``s``: the pipeline's stage memory, split."""
-        return device_memory(PipelineStrategy.stage_memory(self, s, first, stop), self.sharding)
 
     def fits(self, s: int, first: int, stop: int) -> bool:
         """Whether layers [first, stop) keep the mlp's pairs and fit stage ``s``'s devices."""
@@ -439,6 +433,7 @@ class HybridStrategy(PipelineStrategy):
             if lead:
                 self.lockstep.follow()  # type: ignore[union-attr]
             yield from self.reduce(step)
+            yield from self.stage_optimizer_step(step)
             loss = None
             if self.trainer is not None:
                 self.state, loss = self.trainer.update(self.state, self.trainer.batch(step))

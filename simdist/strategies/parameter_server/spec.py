@@ -6,7 +6,7 @@ Pure pydantic (no SimPy, no JAX): scenario loading reads it through
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -22,6 +22,7 @@ class Spec(StrategySpecBase):
     """Workers pull variables from PS tasks and push gradients; async by default."""
 
     kind: Literal["parameter_server"]
+    optimizer_on_device: ClassVar[bool] = False  # the servers apply the updates
     # round_robin: ParameterServerStrategy / replica_device_setter's default; min_size:
     # min_max_variable_partitioner; greedy: GreedyLoadBalancingStrategy (partition.py).
     partitioner: Literal["round_robin", "min_size", "greedy"] = Field(
@@ -59,6 +60,34 @@ class Spec(StrategySpecBase):
     def replicas(self, cluster: ClusterSpec) -> int:
         """One replica per device of every worker host."""
         return cluster.hosts * cluster.devices_per_host
+
+    def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
+        """Each PS task's partition in float32: its variables (BatchNormalization's moving
+        statistics included), one gradient buffer and the optimizer's copies of its
+        trainable ones."""
+        from simdist.memory_model import float32_nbytes, host_held
+        from simdist.strategies.parameter_server.partition import (
+            batch_norm_state_leaves,
+            partition,
+        )
+
+        leaves = costs.param_leaves
+        state = batch_norm_state_leaves(leaves)
+        untrained = {path for path, _, _ in state}
+        servers = len(cluster.ps_hosts)
+        shards = partition(
+            [*leaves, *state], servers, self.partitioner, self.min_shard_bytes, self.max_shards
+        )
+        variables, trainable = [0] * servers, [0] * servers
+        for shard in shards:
+            nbytes = float32_nbytes(costs, shard.nbytes)
+            variables[shard.ps] += nbytes
+            trainable[shard.ps] += 0 if shard.path in untrained else nbytes
+        optimizer = scenario.workload.optimizer.name
+        return {
+            host.name: host_held(v, t, optimizer)
+            for host, v, t in zip(cluster.ps_hosts, variables, trainable, strict=True)
+        }
 
     def check(self, scenario: Scenario) -> None:
         """No surrogate clock with numerics on; at least one PS task. ``mode: sync`` takes

@@ -15,14 +15,12 @@ No SimPy, no JAX: what :mod:`simdist.strategies.pipeline` runs on the clock and
   :func:`simdist.strategies.steps.walk` runs on the clock.
 * :func:`partition_auto` — GPipe's partitioning: contiguous layers over ``S`` stages
   minimising the slowest stage, each stage fitting its device; dynamic programming, exact.
-* :func:`stage_memory` — what a stage's device holds at its peak.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from simdist.errors import SimdistError
@@ -155,75 +153,3 @@ def partition_auto(
 def slowest_stage(counts: Sequence[int], cost: Callable[[int, int, int], float]) -> float:
     """The largest ``cost`` of a partition's stages (what :func:`partition_auto` minimises)."""
     return max(cost(s, a, b) for s, (a, b) in enumerate(bounds(counts)))
-
-
-@dataclass(frozen=True)
-class StageMemory:
-    """Bytes one stage's device holds at its peak.
-
-    ``activations``: the stashed activations of the micro-batches in flight (with
-    rematerialization only their stage inputs, plus one micro-batch's activations while it is
-    recomputed for its backward); ``weight_versions``: pipedream's stashed older weights.
-    """
-
-    params: int
-    gradients: int
-    optimizer: int
-    activations: int
-    weight_versions: int
-
-    @property
-    def total(self) -> int:
-        """Everything at once: the peak."""
-        return (
-            self.params
-            + self.gradients
-            + self.optimizer
-            + self.activations
-            + (self.weight_versions)
-        )
-
-    def as_dict(self) -> dict[str, int]:
-        """The parts and the total, for summary.json."""
-        return {
-            "params": self.params,
-            "gradients": self.gradients,
-            "optimizer": self.optimizer,
-            "activations": self.activations,
-            "weight_versions": self.weight_versions,
-            "total": self.total,
-        }
-
-
-def stage_memory(
-    *,
-    param_nbytes: int,
-    opt_state_nbytes: int,
-    input_nbytes: float,
-    activation_nbytes: float,
-    peak: int,
-    schedule: str,
-    rematerialization: bool,
-) -> StageMemory:
-    """The peak memory of one stage.
-
-    ``input_nbytes`` is one micro-batch's input to the stage, ``activation_nbytes`` the
-    outputs of all its layers for one micro-batch; ``peak`` the micro-batches in flight at
-    once (:func:`peak_in_flight`). Without rematerialization each in-flight micro-batch keeps
-    its input and every layer's output; with it only its input (the stage boundary), and one
-    micro-batch's activations exist while its forward is recomputed. pipedream keeps one
-    weight version per in-flight micro-batch besides the current one (weight stashing).
-    """
-    per = input_nbytes + activation_nbytes
-    if rematerialization:
-        stashed = peak * input_nbytes + (activation_nbytes if peak else 0)
-    else:
-        stashed = peak * per
-    versions = max(peak - 1, 0) * param_nbytes if schedule == "pipedream" else 0
-    return StageMemory(
-        params=int(param_nbytes),
-        gradients=int(param_nbytes),
-        optimizer=int(opt_state_nbytes),
-        activations=math.ceil(stashed),
-        weight_versions=int(versions),
-    )

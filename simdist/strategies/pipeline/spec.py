@@ -6,7 +6,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,7 @@ class Spec(StrategySpecBase):
     """Pipeline (and model) parallelism: S stages × R data-parallel pipeline copies."""
 
     kind: Literal["pipeline"]
+    splits_replica: ClassVar[str] = "pipeline"
     stages: PositiveInt = Field(1, examples=["4"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
     schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
@@ -33,6 +34,15 @@ class Spec(StrategySpecBase):
         """R data-parallel copies of the pipeline (each on S devices)."""
         del cluster
         return self.pipeline_replicas
+
+    def check_memory(
+        self, scenario: Scenario, footprint: Any, source: str, total_steps: int
+    ) -> bool:
+        """Each stage against its devices (:func:`simdist.device_memory.check_pipeline`)."""
+        from simdist.device_memory import check_pipeline
+
+        check_pipeline(scenario, footprint, source, total_steps)
+        return True
 
     def check(self, scenario: Scenario) -> None:
         """Enough devices for S×R; a partition list of S counts; M dividing the batch;

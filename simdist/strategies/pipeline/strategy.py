@@ -50,17 +50,16 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
+from simdist.memory_model import DeviceMemory, ReplicaLayers, StagedReplica, model_tensors
 from simdist.mesh import Mesh
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.layer_step import span_seconds
 from simdist.strategies.pipeline.batched import DeferredPipeline
 from simdist.strategies.pipeline.plan import (
-    StageMemory,
     bounds,
     ideal_bubble,
     partition_auto,
     peak_in_flight,
-    stage_memory,
     stage_ops,
     stage_plan,
 )
@@ -188,24 +187,22 @@ class PipelineStrategy(Strategy):
         send = self.send_s(s, self.boundary_nbytes(stop)) if s < self.S - 1 else 0.0
         return compute + send
 
-    def stage_memory(self, s: int, first: int, stop: int) -> StageMemory:
-        """Peak bytes of stage ``s`` holding layers ``[first, stop)``."""
-        layers = self.costs.layers
-        params = self._layer_sum("param_nbytes", first, stop)
-        total = self._layer_sum("param_nbytes", 0, len(layers))
-        opt = round(self.costs.opt_state_nbytes * params / total) if total else 0
-        if first == 0:
-            inputs = self.costs.example_nbytes * self.micro_examples
-        else:
-            inputs = layers[first - 1].output_nbytes / self.M
-        acts = self._layer_sum("output_nbytes", first, stop) / self.M
-        return stage_memory(
-            param_nbytes=params,
-            opt_state_nbytes=opt,
-            input_nbytes=inputs,
-            activation_nbytes=acts,
-            peak=self.peaks[s],
-            schedule=self.schedule,
+    @cached_property
+    def staged(self) -> StagedReplica:
+        """The replica's layers as the memory model reads them, cut into stages
+        (:class:`simdist.memory_model.StagedReplica`), at the cluster's precision."""
+        layers = ReplicaLayers.of_costs(
+            self.costs, self.scenario.workload.batch_size, model_tensors(self.scenario)
+        )
+        return StagedReplica(self.scenario, layers, self.cluster.profile.precision, self.M)
+
+    def stage_memory(self, s: int, first: int, stop: int) -> DeviceMemory:
+        """Peak bytes of one device of stage ``s`` holding layers ``[first, stop)``."""
+        return self.staged.stage(
+            first,
+            stop,
+            self.peaks[s],
+            pipedream=self.schedule == "pipedream",
             rematerialization=self.remat,
         )
 
@@ -241,9 +238,7 @@ class PipelineStrategy(Strategy):
                 device = min(
                     self._stage_devices(s), key=lambda d: self.cluster.profile_of(d).memory_nbytes
                 )
-                parts = ", ".join(
-                    f"{k} {format_size(v)}" for k, v in need.as_dict().items() if k != "total" and v
-                )
+                parts = ", ".join(f"{k} {format_size(v)}" for k, v in need.parts().items() if v)
                 raise SimdistError(
                     f"{self.scenario.name}: {self._stage_label} stage {s} (layers "
                     f"{names[a]}..{names[b - 1]}) does not fit on {device.name}: "
@@ -263,6 +258,23 @@ class PipelineStrategy(Strategy):
     def _stage_devices(self, s: int) -> list[Device]:
         """The devices that hold stage ``s`` (one per data-parallel copy)."""
         return [row[s] for row in self.grid]
+
+    def stage_update_s(self, device: Device, s: int) -> float:
+        """Seconds of ``device``'s optimizer step over stage ``s``'s own parameters."""
+        total = self._layer_sum("param_nbytes", 0, len(self.costs.layers))
+        first, stop = self.bounds[s]
+        share = self._layer_sum("param_nbytes", first, stop) / total if total else 0.0
+        return self.optimizer_step_s(device, share)
+
+    def stage_optimizer_step(self, step: int) -> Generator[Any, Any, None]:
+        """Every stage's devices update their own layers' parameters (the spec's optimizer
+        sharding over them), after the flush and the gradient reduction."""
+        devices, seconds = [], []
+        for s in range(self.S):
+            for device in self._stage_devices(s):
+                devices.append(device)
+                seconds.append(self.stage_update_s(device, s))
+        yield from self.optimizer_step(devices, step, seconds)
 
     # -- numerics ------------------------------------------------------------
 
@@ -408,6 +420,7 @@ class PipelineStrategy(Strategy):
                     if self.stage_grad_nbytes[s] > 0
                 ]
                 yield self.env.all_of(reduces)
+            yield from self.stage_optimizer_step(step)
             loss = None
             if self.defer:  # computed with other runs' after the simulation (.batched)
                 loss = DEFERRED
@@ -529,6 +542,13 @@ class StageDevice:
             p._hold(self.r, s, +1)
         elif op.phase == "B":
             if self.pipedream:
+                update_s = p.stage_update_s(self.device, s)
+                if update_s > 0:  # each micro-batch's backward updates its stage
+                    end = self.env.now + update_s
+                    p.record_devices(
+                        [self.device], self.env.now, end, "apply", step, "optimizer step"
+                    )
+                    yield self.env.timeout(update_s)
                 p._update(s, m, step)
                 if p.trainer is not None:
                     p.trainer.backward(s, m)  # type: ignore[union-attr]

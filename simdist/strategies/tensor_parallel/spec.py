@@ -15,7 +15,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -104,6 +104,7 @@ class Spec(StrategySpecBase):
     """Megatron tensor parallelism: T devices share each block's matmuls, × D data copies."""
 
     kind: Literal["tensor_parallel"]
+    splits_replica: ClassVar[str] = "tensor_parallel"
     tensor: PositiveInt | None = Field(None, examples=["4"])  # None: one host's devices
     data: PositiveInt = Field(1, examples=["2"])
     sequence_parallel: bool = Field(False, strict=True, examples=["true"])
@@ -133,12 +134,16 @@ class Spec(StrategySpecBase):
         vocabulary), but the layers simdist keeps whole here (embeddings, LM head, pooler,
         LayerNorms, row-parallel biases) are not split. Without sequence parallelism most
         of a block's activations are split as well (Korthikanti et al. 2022, Table 2:
-        sbh(10 + 24/t + 5as/(ht)) per layer against sbh(34/t + 5as/(ht)) with it); this
-        interface has one factor for all of them, so it says 1 there.
+        sbh(10 + 24/t + 5as/(ht)) per layer against sbh(34/t + 5as/(ht)) with it): the
+        tensors Megatron splits go over ``tensor``, all of them over ``activations``.
         """
         t = self.tensor_size(cluster)
         return Sharding(
-            params=t, gradients=t, optimizer=t, activations=t if self.sequence_parallel else 1
+            params=t,
+            gradients=t,
+            optimizer=t,
+            activations=t if self.sequence_parallel else 1,
+            tensor=t,
         )
 
     def check(self, scenario: Scenario) -> None:
