@@ -15,8 +15,8 @@ make the full job from it. Then:
 * the **checkpoint bytes** of a device are its parameters and optimizer state as the
   memory model counts them (summary.json's ``memory_per_device``; the most loaded device
   sets the pace), each rescaled from the slice's sharding to the job's
-  (:meth:`~simdist.spec.StrategySpecBase.sharding`: ZeRO's shards over 128 copies hold a
-  64th of those over 2);
+  (:meth:`~simdist.strategies.spec_base.StrategySpecBase.sharding`: ZeRO's shards over 128 copies
+  hold a 64th of those over 2);
 * the **layout** (GPUs, hosts, switches, data-parallel copies) is the job's.
 """
 

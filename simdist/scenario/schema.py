@@ -113,8 +113,9 @@ class Scenario(Spec):
     """One validated run: cluster + workload + strategy + seed, units in SI.
 
     The cross-checks run in this order: host names (the chief trains unless the strategy
-    says otherwise), the strategy's own :meth:`~simdist.spec.StrategySpecBase.check`, the
-    batch split over the replicas, and the fault targets. The first problem is raised.
+    says otherwise), the strategy's own
+    :meth:`~simdist.strategies.spec_base.StrategySpecBase.check`, the batch split over the
+    replicas, and the fault targets. The first problem is raised.
     """
 
     name: str

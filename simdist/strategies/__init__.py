@@ -2,8 +2,8 @@
 
 Each module ``simdist.strategies.<module>`` holds one tf.distribute-style strategy class
 and its scenario section, a pydantic class named ``Spec`` (a
-:class:`simdist.spec.StrategySpecBase`: the options, the replica count, the cross-checks).
-The scenario schema builds its ``strategy:`` union from :func:`spec_classes`, and the
+:class:`simdist.strategies.spec_base.StrategySpecBase`: the options, the replica count, the
+cross-checks). The scenario schema builds its ``strategy:`` union from :func:`spec_classes`, and the
 engine asks :func:`strategy_class` for the class to run. Importing this package imports
 no strategy module, so it pulls in neither SimPy, JAX nor pandas.
 
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from simdist.errors import SimdistError
 
 if TYPE_CHECKING:
-    from simdist.spec import StrategySpecBase
     from simdist.strategies.base import Strategy
+    from simdist.strategies.spec_base import StrategySpecBase
 
 __all__ = ["MODULES", "STRATEGIES", "STRATEGY_CLASSES", "spec_classes", "strategy_class"]
 

@@ -40,15 +40,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import Field
 
 from simdist.catalog import Execution
-from simdist.spec import Bandwidth, StrategySpecBase
+from simdist.spec import Bandwidth
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.sync import SynchronousStrategy
 
 if TYPE_CHECKING:
     import simpy
 
-    from simdist.cluster import Device, Host
+    from simdist.cluster import Cluster, Device, Host
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
+    from simdist.strategies.base import Costs
 
 
 class Spec(StrategySpecBase):
@@ -63,7 +65,9 @@ class Spec(StrategySpecBase):
     execution: Execution = "auto"
     reduce_bandwidth_Bps: Bandwidth = Field(25.6e9, alias="reduce_bandwidth", examples=["25.6GB/s"])
 
-    def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
+    def off_device_memory(
+        self, scenario: Scenario, costs: Costs, cluster: Cluster
+    ) -> dict[str, dict]:
         """The host CPU holds the whole model in float32: the variables, the reduced
         gradient and the optimizer state."""
         from simdist.memory_model import float32_nbytes, host_held

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field
 
 from simdist.sharding import Sharding
-from simdist.spec import StrategySpecBase
 from simdist.strategies.sharded_plan import ShardingPlanOptions
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.zero import (
     ShardedExecution,
     ZeroStrategy,

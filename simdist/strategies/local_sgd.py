@@ -36,9 +36,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from simdist.spec import Float, PositiveInt, StrategySpecBase, fail
+from simdist.spec import Float, PositiveInt, fail
 from simdist.spec import Spec as SpecModel
 from simdist.strategies.base import Strategy
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.steps import LocalTrainer
 from simdist.strategies.zero import ShardedExecution, algorithm_field, check_algorithm
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Literal
 
-from simdist.spec import StrategySpecBase
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.sync import SynchronousStrategy
 
 if TYPE_CHECKING:

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from simdist.sharding import Sharding
-from simdist.spec import Bytes, StrategySpecBase, fail, number_choice
+from simdist.spec import Bytes, fail, number_choice
 from simdist.strategies.base import LayerCost
 from simdist.strategies.multi_worker_mirrored import TRAIN_FLOPS_PER_FORWARD
 from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.steps import Collective, Compute, walk
 from simdist.strategies.sync import SynchronousStrategy, SyncState
 

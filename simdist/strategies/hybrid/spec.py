@@ -22,17 +22,19 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from simdist.mesh import DEFAULT_ORDER, Mesh
 from simdist.sharding import Sharding
-from simdist.spec import Partition, PositiveInt, StrategySpecBase, fail, number_choice
+from simdist.spec import Partition, PositiveInt, fail, number_choice
 from simdist.spec import Spec as SpecBase
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.tensor_parallel.spec import check_splittable
 
 if TYPE_CHECKING:
+    from simdist.numerics.memory import Footprint
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
 
@@ -102,7 +104,7 @@ class Spec(StrategySpecBase):
         return Mesh.of(devices, self.sizes, self.placement)
 
     def check_memory(
-        self, scenario: Scenario, footprint: Any, source: str, total_steps: int
+        self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
     ) -> bool:
         """Each stage against its devices (:func:`simdist.device_memory.check_hybrid`)."""
         from simdist.device_memory import check_hybrid

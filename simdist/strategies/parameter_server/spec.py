@@ -6,16 +6,19 @@ Pure pydantic (no SimPy, no JAX): scenario loading reads it through
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from simdist.spec import Bytes, Int, StrategySpecBase, fail
+from simdist.spec import Bytes, Int, fail
 from simdist.strategies.compression import CompressionSpec, compression_field
+from simdist.strategies.spec_base import StrategySpecBase
 
 if TYPE_CHECKING:
+    from simdist.cluster import Cluster
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
+    from simdist.strategies.base import Costs
 
 
 class Spec(StrategySpecBase):
@@ -61,7 +64,9 @@ class Spec(StrategySpecBase):
         """One replica per device of every worker host."""
         return cluster.hosts * cluster.devices_per_host
 
-    def off_device_memory(self, scenario: Any, costs: Any, cluster: Any) -> dict[str, dict]:
+    def off_device_memory(
+        self, scenario: Scenario, costs: Costs, cluster: Cluster
+    ) -> dict[str, dict]:
         """Each PS task's partition in float32: its variables (BatchNormalization's moving
         statistics included), one gradient buffer and the optimizer's copies of its
         trainable ones."""

@@ -6,13 +6,15 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
-from simdist.spec import Partition, PositiveInt, StrategySpecBase, fail
+from simdist.spec import Partition, PositiveInt, fail
+from simdist.strategies.spec_base import StrategySpecBase
 
 if TYPE_CHECKING:
+    from simdist.numerics.memory import Footprint
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
 
@@ -36,7 +38,7 @@ class Spec(StrategySpecBase):
         return self.pipeline_replicas
 
     def check_memory(
-        self, scenario: Scenario, footprint: Any, source: str, total_steps: int
+        self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
     ) -> bool:
         """Each stage against its devices (:func:`simdist.device_memory.check_pipeline`)."""
         from simdist.device_memory import check_pipeline

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple
 from pydantic import Field
 
 from simdist.sharding import Sharding
-from simdist.spec import PositiveInt, StrategySpecBase, fail
+from simdist.spec import PositiveInt, fail
+from simdist.strategies.spec_base import StrategySpecBase
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec
