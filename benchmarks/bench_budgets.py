@@ -8,7 +8,7 @@ assertion fails on a loaded machine although nothing is wrong. The two budgets t
 used to assert are measured here instead, on an otherwise idle machine if the figures are
 to mean anything:
 
-* *ResNet-50 timing-only*: ``simdist.engine.run`` of multi_worker_mirrored over 8 hosts of
+* *ResNet-50 timing-only*: ``simdist.runtime.engine.run`` of multi_worker_mirrored over 8 hosts of
   8 v100s, ResNet-50 at batch 64, 4 steps, no numerics and no data set; its clock is the
   roofline of the model's layer profile, lowered once before timing (or read from the
   per-user cache), so the time is the simulation's. Budget: :data:`RESNET50_BUDGET_S`.
@@ -55,8 +55,8 @@ RESNET50_64: dict[str, Any] = {
 
 def resnet50_run_s(repeat: int = 3) -> dict[str, Any]:
     """The timing-only ResNet-50 run's wall time, best of ``repeat``, against its budget."""
-    from simdist.costs import clock_profile
-    from simdist.engine import run
+    from simdist.runtime.costs import clock_profile
+    from simdist.runtime.engine import run
     from simdist.scenario import scenario_from_dict
 
     clock_profile(scenario_from_dict(RESNET50_64))  # lowered once (or read from the disk cache)

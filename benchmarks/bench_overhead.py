@@ -1,6 +1,6 @@
 """Benchmark 1: a full run's wall time over the bare JAX arithmetic it must do anyway.
 
-For a strategy and a size, the *full run* is ``simdist.engine.run`` of the
+For a strategy and a size, the *full run* is ``simdist.runtime.engine.run`` of the
 scenario (simulation, numerics, optimizer updates, tables, summary); the
 *bare loop* computes the same number of gradients of the same model on
 batches of the same size in a plain jitted ``vmap`` loop, inputs already on
@@ -29,7 +29,7 @@ import numpy as np
 import optax
 from common import best_interleaved, parse_args, ps_scenario, sync_scenario
 
-from simdist import engine
+from simdist.runtime import engine
 from simdist.strategies.parameter_server.dataflow import Journal
 from simdist.strategies.parameter_server.plan import Plan
 from simdist.strategies.parameter_server.replay import Replay

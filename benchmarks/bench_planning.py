@@ -13,7 +13,7 @@ caption: "micro-batch size of 1"), so each of the n / (t·p) data-parallel copie
 global batch / copies micro-batches; one step, timing-only.
 
 Each layout runs in a fresh process, so that its peak resident memory (``ru_maxrss``) is its
-own: the figures are the CPU seconds of :func:`simdist.engine.run` (``time.process_time``,
+own: the figures are the CPU seconds of :func:`simdist.runtime.engine.run` (``time.process_time``,
 the layer costs included) and the process's peak resident set. With ``--tracemalloc N`` the
 child also prints the N source lines that hold the most memory at the traced peak (slower:
 not for the timings). Absolute figures, unlike the other benchmarks' ratios: the targets of
@@ -78,7 +78,7 @@ def scenario(name: str) -> Any:
 
 def measure_here(name: str, top: int = 0) -> dict[str, Any]:
     """Run layout ``name`` in this process: CPU seconds, peak memory, the step's figures."""
-    from simdist.engine import run
+    from simdist.runtime.engine import run
 
     sc = scenario(name)
     if top:

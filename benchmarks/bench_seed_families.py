@@ -1,7 +1,7 @@
 """Do the seed-batched numerics earn their keep? (issue 39) Per family, in one process:
-a batch of seeds computed together (:func:`simdist.runs.run_many` in this process, as
-``simdist compare --seeds`` runs them on two cores: :func:`simdist.engine.run_batch`)
-against the same seeds one by one (:func:`simdist.runs.run`, each seed alone).
+a batch of seeds computed together (:func:`simdist.studies.runs.run_many` in this process, as
+``simdist compare --seeds`` runs them on two cores: :func:`simdist.runtime.engine.run_batch`)
+against the same seeds one by one (:func:`simdist.studies.runs.run`, each seed alone).
 
     python benchmarks/bench_seed_families.py                   # prints JSON
     python benchmarks/bench_seed_families.py --seeds 8 --repeat 3 --only ps_async mirrored
@@ -45,7 +45,7 @@ FAMILIES: dict[str, tuple[str, list[str]]] = {
 
 
 def _scenarios(name: str, seeds: int) -> list[Any]:
-    from simdist.preflight import preflight
+    from simdist.runtime.preflight import preflight
     from simdist.scenario.load import resolve_scenario
 
     path, overrides = FAMILIES[name]
@@ -57,7 +57,7 @@ def _scenarios(name: str, seeds: int) -> list[Any]:
 
 def _batched(scenarios: list[Any]) -> tuple[float, float]:
     """Wall and CPU seconds (this process, XLA's threads included) of the batch."""
-    from simdist.runs import run_many
+    from simdist.studies.runs import run_many
 
     wall, cpu = time.perf_counter(), time.process_time()
     run_many(scenarios, parallel=False)
@@ -66,7 +66,7 @@ def _batched(scenarios: list[Any]) -> tuple[float, float]:
 
 def _one_by_one(scenarios: list[Any]) -> tuple[float, float]:
     """Wall and CPU seconds of the runs, one after another."""
-    from simdist.runs import run
+    from simdist.studies.runs import run
 
     wall, cpu = time.perf_counter(), time.process_time()
     for scenario in scenarios:

@@ -49,7 +49,7 @@ import json, sys, time
 from collections import Counter
 spent = Counter()
 t0 = time.perf_counter()
-import simdist.cli, simdist.engine, simdist.runs, simdist.numerics.executor
+import simdist.cli, simdist.runtime.engine, simdist.studies.runs, simdist.numerics.executor
 import simdist.report.compare, simdist.report.plots
 from simdist.strategies.parameter_server import replay, strategy
 spent["imports"] = time.perf_counter() - t0
@@ -70,8 +70,8 @@ def timed(owner, name, part):
 # the wait for its values; runs: everything engine.run(s) does; the report: the rest.
 timed(replay.Replay, "advance", "numerics")
 timed(replay.Replay, "run", "numerics")
-timed(simdist.runs, "run", "runs")
-timed(simdist.runs, "run_batch", "runs")
+timed(simdist.studies.runs, "run", "runs")
+timed(simdist.studies.runs, "run_batch", "runs")
 from simdist.cli import app
 t1 = time.perf_counter()
 try:

@@ -24,7 +24,7 @@ from typing import Any
 
 from common import best_interleaved, sync_scenario
 
-from simdist import engine
+from simdist.runtime import engine
 from simdist.scenario import Scenario
 
 ROWS: tuple[tuple[str, int], ...] = (
@@ -80,7 +80,7 @@ _CHECKOUT_SCRIPT = """
 import json, sys, time
 sys.path.insert(0, sys.argv[1] + "/benchmarks")
 from common import sync_scenario
-from simdist import engine
+from simdist.runtime import engine
 rows = []
 for kind, devices in json.loads(sys.argv[2]):
     work = max(4 * devices, 100_000 // 7) if kind == "parameter_server" else max(

@@ -44,7 +44,7 @@ SCENARIOS = ("mirrored_4dev", "ps_4w2s")
 _BREAKDOWN = r"""
 import json, sys, time
 t0 = time.perf_counter()
-import simdist.api, simdist.engine, simdist.numerics.executor, simdist.report.plots
+import simdist.api, simdist.runtime.engine, simdist.numerics.executor, simdist.report.plots
 import simdist.report.trace, simdist.report.markdown, simdist.report.timeline
 t1 = time.perf_counter()
 from collections import Counter
@@ -54,7 +54,7 @@ def listen(event, duration, **kwargs):
     if event.startswith("/jax/core/compile/") or event.endswith("cache_retrieval_time_sec"):
         spent["compile"] += duration
 monitoring.register_event_duration_secs_listener(listen)
-from simdist.engine import run
+from simdist.runtime.engine import run
 from simdist.report import write_report
 t2 = time.perf_counter()
 result = run(sys.argv[1])

@@ -9,7 +9,7 @@ itself costs time) show the engine's raw rate; the two differ because
 one SimPy timeout can stand for a step of 1024 devices, while one transfer
 between a worker and a PS takes several SimPy events.
 
-Wall time is ``simdist.engine.run`` (simulation, tables, summary; report
+Wall time is ``simdist.runtime.engine.run`` (simulation, tables, summary; report
 files not written), best of a few runs after a warm-up run.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from common import best_interleaved, counting_simpy_events, parse_args, sync_scenario
 
-from simdist import engine
+from simdist.runtime import engine
 from simdist.strategies import STRATEGY_CLASSES
 
 SIZES = (64, 256, 1024)
@@ -182,7 +182,7 @@ _BEFORE = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from bench_timing_only import ps_scenario
-from simdist import engine
+from simdist.runtime import engine
 engine.run(ps_scenario(16, True))
 out = {}
 for workers in json.loads(sys.argv[2]):

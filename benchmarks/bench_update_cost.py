@@ -12,7 +12,7 @@ from typing import Any
 
 from common import best_interleaved, parse_args, ps_scenario
 
-from simdist import engine
+from simdist.runtime import engine
 
 WORKERS = (8, 16, 32, 64)
 

@@ -211,7 +211,7 @@ AB_BLOCKS: dict[tuple[str, int], tuple[tuple[float, float], tuple[float, float]]
 
 #: A run's fixed costs (its tables and summary built with fewer pandas frames, the time
 #: split summed without a device table), the fourth session (2026-11-25, 11:55 UTC): commit
-#: 2aa375c against 7c8c2d6, ``simdist.engine.run`` in alternating processes, the best of
+#: 2aa375c against 7c8c2d6, ``simdist.runtime.engine.run`` in alternating processes, the best of
 #: 3 rounds of 30 runs each: (before ms, after ms).
 AB_FIXED = {
     "mirrored, 4 devices, timing-only, 1 step": (7.09, 5.09),
@@ -411,8 +411,8 @@ def render(
 
     add("## 1. A full run against the bare arithmetic\n")
     add(
-        "*Full run*: `simdist.engine.run` of the scenario — simulation, numerics, optimizer "
-        "updates, tables and summary (no report files), evaluation only at the end "
+        "*Full run*: `simdist.runtime.engine.run` of the scenario — simulation, numerics, "
+        "optimizer updates, tables and summary (no report files), evaluation only at the end "
         "(`eval_every: 0`). *Bare loop*: the same number of gradients of the same model on "
         "batches of the same size, in a jitted `vmap` loop with the inputs already on the "
         "device — parameter_server: ceil(G/8) calls over 8 parameter versions (the width of "
@@ -575,7 +575,7 @@ def render(
         )
     add("## 2. Timing-only simulation speed\n")
     add(
-        "`numerics: false`, every strategy that exists, `simdist.engine.run` wall time "
+        "`numerics: false`, every strategy that exists, `simdist.runtime.engine.run` wall time "
         "(simulation, tables, summary; no report files), best of the repeats after a warm-up "
         "run. **An event is one row of `events.csv`**: one interval of simulated time on one "
         "device or host (compute, a transfer, an all-reduce, a wait). *SimPy events* are "

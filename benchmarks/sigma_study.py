@@ -34,7 +34,7 @@ import simdist
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "ps_4w2s.yaml"
 OUT = Path(__file__).resolve().parent / "sigma_study.csv"
-#: simdist.variability's defaults (Alibaba PAI traces, docs/VARIABILITY.md).
+#: simdist.hardware.variability's defaults (Alibaba PAI traces, docs/VARIABILITY.md).
 STEP_DEFAULT, DEVICE_DEFAULT = 0.034, 0.041
 #: sweep → the (step σ, device σ) it runs, in order.
 SWEEPS: dict[str, list[tuple[float, float]]] = {

@@ -6,7 +6,7 @@ they were scheduled, and simdist keeps that order wherever it saves events
 cluster's: no result may depend on it. This script runs every scenario shipped in
 scenarios/ (sweep files skipped; a ``jobs:`` scenario is read through its first job),
 plus two large timing-only layouts, with SimPy's rule as it is, then again with ties
-broken by a seeded random key (:func:`simdist.ties.random_ties`), and compares what a
+broken by a seeded random key (:func:`simdist.runtime.ties.random_ties`), and compares what a
 user reads off a run: simulated time, steps, the staleness of the applied gradients
 (parameter_server), the final train loss and test accuracy.
 
@@ -43,8 +43,8 @@ import yaml
 from common import ps_scenario, sync_scenario
 
 import simdist
+from simdist.runtime.ties import random_ties
 from simdist.scenario.load import is_sweep_file, load_scenario
-from simdist.ties import random_ties
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

@@ -25,7 +25,7 @@ HEADER = """\
 How far can the clock be trusted? Every row below is a published figure and simdist's
 prediction of it. **Calibration**: one constant per device (the share of its datasheet peak
 that a compute-bound layer reaches), fitted on one published single-GPU rate and frozen
-(`simdist list` shows them; simdist/profiles.py cites each). Everything else — other
+(`simdist list` shows them; simdist/hardware/profiles.py cites each). Everything else — other
 models, other devices' layers, every multi-GPU and multi-host case — is predicted from
 datasheets, published transport measurements and the model's layers, never tuned per case.
 

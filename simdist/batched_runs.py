@@ -4,7 +4,7 @@ A run's clock does not depend on its values (a synchronous step's length, an
 asynchronous worker's pull and push, are set by costs, links and seeded draws), so
 several runs — typically the seeds of one scenario in ``simdist compare --seeds`` or a
 trade-off study — can be *simulated* one after another with their numerics deferred,
-and then *computed* together (:func:`simdist.engine.run_batch`). A strategy that
+and then *computed* together (:func:`simdist.runtime.engine.run_batch`). A strategy that
 supports it (:meth:`simdist.strategies.base.Strategy.defers`) records during the
 simulation what it would compute and leaves a :class:`DeferredRun`; runs whose DeferredRuns
 have equal :attr:`~DeferredRun.key` (the same compiled programs) are computed in one

@@ -1,7 +1,7 @@
 """What simdist does with SimPy beyond its public API, in one place.
 
 A few hot paths save SimPy events that would call nothing, or batch events that would run
-back to back, and a diagnostic reorders simultaneous events (:mod:`simdist.ties`). Each
+back to back, and a diagnostic reorders simultaneous events (:mod:`simdist.runtime.ties`). Each
 needs SimPy's private state: the event heap ``Environment._queue`` of
 ``(time, priority, id, event)`` entries, the id counter ``Environment._eid``, the clock
 ``Environment._now``, and an event's ``_ok`` / ``_value`` (its outcome; ``_value`` is
@@ -164,7 +164,7 @@ class Call(Event):
     callback schedules (same time, priority and place among simultaneous events), for less.
 
     Triggered from the start (class attributes, as :func:`triggered` sets them), and
-    scheduled through :meth:`simpy.Environment.schedule`, so :mod:`simdist.ties` still
+    scheduled through :meth:`simpy.Environment.schedule`, so :mod:`simdist.runtime.ties` still
     reorders it. :meth:`again` schedules the same object once more after it was processed:
     a caller that asks for one call at a time (a settling step) builds no event per call.
     """
@@ -212,7 +212,7 @@ def reserve_key(env: simpy.Environment) -> int | None:
     (``key``): it runs where it would have run had it been scheduled now. A caller that
     may find the event unneeded before its step ends saves a step that would call nothing.
 
-    None while :meth:`simpy.Environment.schedule` is replaced (:mod:`simdist.ties` draws
+    None while :meth:`simpy.Environment.schedule` is replaced (:mod:`simdist.runtime.ties` draws
     keys of its own): the caller schedules at once then.
     """
     if simpy.Environment.schedule is not _SCHEDULE:

@@ -27,7 +27,7 @@ from simdist.numerics.device_allreduce import (
     replica_devices,
 )
 from simdist.numerics.executor import ensure_devices
-from simdist.preflight import preflight
+from simdist.runtime.preflight import preflight
 from simdist.strategies.sync import resolve_execution
 
 ROOT = Path(__file__).resolve().parents[1]

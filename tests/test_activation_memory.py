@@ -22,7 +22,7 @@ from simdist.activation_memory import (
     gpt_layer_tensors,
     layer_tensors_of_outputs,
 )
-from simdist.memory_model import ReplicaLayers, device_memory, scenario_memory
+from simdist.memory.accounting import ReplicaLayers, device_memory, scenario_memory
 from simdist.numerics.memory import gpt_footprint
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding

@@ -216,7 +216,7 @@ def test_the_aggregation_imports_neither_jax_nor_simpy_nor_matplotlib():
     import sys
 
     code = (
-        "import sys, simdist.bands, simdist.tradeoff; "
+        "import sys, simdist.bands, simdist.studies.tradeoff; "
         "print(sorted(m for m in ('jax', 'simpy', 'matplotlib', 'scipy') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from simdist.engine import run, run_batch
+from simdist.runtime.engine import run, run_batch
 from simdist.scenario import load_scenario
 from simdist.strategies.pipeline.batched import DeferredPipeline
 

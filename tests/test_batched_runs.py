@@ -1,4 +1,5 @@
-"""Runs computed together (:func:`simdist.engine.run_batch`) equal each run alone, byte for byte.
+"""Runs computed together (:func:`simdist.runtime.engine.run_batch`) equal each run alone, byte for
+byte.
 
 A batch mixes runs whose numerics are deferred and computed with their seeds' (the
 synchronous family, parameter_server ``mode: sync``, gpipe / 1f1b pipelines) with runs that
@@ -18,10 +19,10 @@ import jax
 import numpy as np
 from helpers import ps as parameter_server_scenario
 
-from simdist.engine import run, run_batch
-from simdist.runs import run_many
+from simdist.runtime.engine import run, run_batch
 from simdist.scenario import load_scenario, scenario_from_dict
 from simdist.strategies.sync_batch import SyncSeedRun
+from simdist.studies.runs import run_many
 
 MIRRORED = ["workload.steps=6", "workload.eval_every=4"]
 

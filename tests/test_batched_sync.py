@@ -1,7 +1,7 @@
 """Seed-batched numerics of the synchronous strategies equal one-seed runs, byte for byte
-(issue 32): :func:`simdist.engine.run_batch` computes the seeds' steps together
+(issue 32): :func:`simdist.runtime.engine.run_batch` computes the seeds' steps together
 (simdist/strategies/sync_batch.py) with the step a run alone takes, one lane per run (issue
-40), and each seed's Result must be :func:`simdist.engine.run`'s.
+40), and each seed's Result must be :func:`simdist.runtime.engine.run`'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from simdist.engine import run, run_batch
+from simdist.runtime.engine import run, run_batch
 from simdist.scenario import load_scenario
 from simdist.strategies.sync_batch import SyncSeedRun
 from simdist.strategies.sync_trainer import SyncTrainer

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from simdist.cluster import Cluster
 from simdist.errors import SimdistError
-from simdist.profiles import DEVICE_PROFILES
+from simdist.hardware.cluster import Cluster
+from simdist.hardware.profiles import DEVICE_PROFILES
 from simdist.scenario.cluster import ClusterSpec, DeviceSpec
 
 

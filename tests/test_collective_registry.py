@@ -14,7 +14,6 @@ from fractions import Fraction
 import pytest
 import simpy
 
-from simdist.cluster import Cluster
 from simdist.collectives import (
     INTER,
     algorithms,
@@ -34,8 +33,9 @@ from simdist.collectives import (
 from simdist.collectives.pattern import Pattern
 from simdist.collectives.registry import OPS, square_factors, why_not
 from simdist.errors import SimdistError
+from simdist.hardware.cluster import Cluster
 from simdist.network import Network, SwitchTopology
-from simdist.recorder import Recorder
+from simdist.runtime.recorder import Recorder
 from simdist.scenario.cluster import ClusterSpec
 
 S = 1e6

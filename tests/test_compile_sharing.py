@@ -23,8 +23,8 @@ import pytest
 import yaml
 from helpers import tiny, write
 
-from simdist.engine import run
 from simdist.numerics import Workload
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from simdist.scenario.workload import ModelSpec
 from simdist.sweep import load_sweep, prepare, run_point

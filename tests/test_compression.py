@@ -13,11 +13,10 @@ import pytest
 from simdist.compressors import METHODS
 from simdist.compressors.base import powersgd_factors
 from simdist.compressors.methods import orthogonalise, powersgd_round
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.hardware.profiles import DEVICE_PROFILES
 from simdist.numerics.compression import compression
-from simdist.profiles import DEVICE_PROFILES
-from simdist.runs import run
+from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, load_scenario
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.compression import (
@@ -27,6 +26,7 @@ from simdist.strategies.compression import (
     compressor_work,
     wire,
 )
+from simdist.studies.runs import run
 
 EXACT = "cluster.device.variability=0"
 
@@ -310,7 +310,7 @@ def test_overlapped_buckets_each_carry_their_own_compressed_tensors():
 
 
 def test_tradeoff_compressed_variants_are_labelled_and_parsed():
-    from simdist.tradeoff import STRATEGIES, compressed_strategy, tradeoff_runs
+    from simdist.studies.tradeoff import STRATEGIES, compressed_strategy, tradeoff_runs
 
     assert compressed_strategy("topk:0.01:noef") == (
         "all-reduce + topk:0.01:noef",

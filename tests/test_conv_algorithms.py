@@ -3,7 +3,7 @@
 One VGG-16 layer, conv3_2 (56×56×256 → 56×56×256, 3×3, stride 1, padding 1, bias, ReLU), at
 batch 64 on a P100 in fp32. cuDNN runs it as non-fused Winograd F(4×4, 3×3): a quarter of the
 direct multiplications (Lavin & Gray 2016, Sec. 4), plus input/output transforms that move
-(1 + 36/16) × the convolution's input and output bytes through DRAM (simdist/roofline.py).
+(1 + 36/16) × the convolution's input and output bytes through DRAM (simdist/hardware/roofline.py).
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from simdist.costs import scale_profile
 from simdist.errors import SimdistError
+from simdist.hardware.profiles import DEVICE_PROFILES
+from simdist.hardware.roofline import executed, fit_efficiency, layer_times, step_time
 from simdist.layers import LayerProfile, ModelProfile, read_profile, write_layers_csv
 from simdist.numerics.conv3x3 import Conv3x3, count_conv3x3
 from simdist.numerics.elementwise import Elementwise, count_elementwise
 from simdist.numerics.fullsize import apply_layer
 from simdist.numerics.fullsize.vgg import VGGConv
 from simdist.numerics.profile import profile_model
-from simdist.profiles import DEVICE_PROFILES
-from simdist.roofline import executed, fit_efficiency, layer_times, step_time
+from simdist.runtime.costs import scale_profile
 
 BATCH, SIDE, CHANNELS = 64, 56, 256
 ELEMENTS = BATCH * SIDE * SIDE * CHANNELS  # 51,380,224 per activation
@@ -204,7 +204,7 @@ def test_a_profile_run_at_another_batch_scales_its_3x3_columns_with_the_flops():
 
 @pytest.mark.parametrize(
     ("device", "batch", "published"),
-    # tf_cnn_benchmarks' page (K80, P100) and Lambda Labs' V100 log: simdist/profiles.py
+    # tf_cnn_benchmarks' page (K80, P100) and Lambda Labs' V100 log: simdist/hardware/profiles.py
     [("k80", 64, 51.9), ("p100", 64, 219.0), ("v100", 192, 432.16)],
 )
 def test_the_fp32_efficiencies_are_resnet50_fitted_through_the_roofline(device, batch, published):

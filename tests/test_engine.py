@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from helpers import assert_trees_close, tiny, write
 
-from simdist.engine import run
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 
 # mlp 64-16-10 in float32: (64*16 + 16 + 16*10 + 10) * 4 bytes

@@ -15,14 +15,14 @@ from helpers.ps_timing import ALPHA, SIGMA, B, S, costs, scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
-from simdist.engine import run, simulate
+from simdist.hardware.cluster import Cluster
 from simdist.network import Link, Network, SwitchTopology, Transfer, hold_links
 from simdist.network.fair import FairShare
 from simdist.network.groups import Flow
 from simdist.network.maxmin import max_min_levels
-from simdist.recorder import Recorder
+from simdist.runtime.engine import run, simulate
+from simdist.runtime.recorder import Recorder
 from simdist.scenario import scenario_from_dict
 
 

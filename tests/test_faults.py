@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from helpers import tiny
 
-from simdist.engine import run
 from simdist.errors import DataError, ScenarioError
-from simdist.faults import (
+from simdist.hardware.faults import (
     MAX_FAILURES_WITHOUT_PROGRESS,
     InputPipeline,
     ProgressWatch,
     Stragglers,
 )
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 
 MLP16_BYTES = (64 * 16 + 16 + 16 * 10 + 10) * 4

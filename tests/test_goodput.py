@@ -257,4 +257,4 @@ def test_the_long_horizon_needs_neither_the_engine_nor_jax():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, check=True, env=env)  # fmt: skip
     loaded = set(json.loads(done.stdout))
-    assert not loaded & {"jax", "simpy", "simdist.engine", "matplotlib", "pandas"}
+    assert not loaded & {"jax", "simpy", "simdist.runtime.engine", "matplotlib", "pandas"}

@@ -11,7 +11,7 @@ from simdist.model_size import gpt_size
 from simdist.numerics import fullsize
 from simdist.numerics.memory import Footprint, gpt_footprint
 from simdist.numerics.profile import profile_model
-from simdist.preflight import preflight
+from simdist.runtime.preflight import preflight
 from simdist.scenario import scenario_from_dict
 from simdist.scenario.workload import ModelSpec
 

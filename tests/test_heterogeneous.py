@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 import yaml
 
-from simdist.cluster import Cluster
 from simdist.collectives import ring_allreduce_s
-from simdist.costs import measure_costs
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
-from simdist.faults import Stragglers
-from simdist.profiles import DEVICE_PROFILES
+from simdist.hardware.cluster import Cluster
+from simdist.hardware.faults import Stragglers
+from simdist.hardware.profiles import DEVICE_PROFILES
+from simdist.hardware.roofline import layer_times, step_time
 from simdist.report.markdown import device_rows, render_markdown
-from simdist.roofline import layer_times, step_time
+from simdist.runtime.costs import measure_costs
+from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, scenario_from_dict
 from simdist.scenario.load import scenario_from_text
 from simdist.scenario.schema import MAX_DEVICES
@@ -306,7 +306,7 @@ def test_each_device_class_prices_the_same_batch_on_its_own_roofline():
     scenario = load(mixed())
     costs = measure_costs(scenario, None)
     assert [label for label, _ in costs.per_profile] == ["v100", "a100"]
-    from simdist.costs import clock_profile
+    from simdist.runtime.costs import clock_profile
 
     profile = clock_profile(scenario)
     for label, own in costs.per_profile:

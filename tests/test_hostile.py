@@ -29,10 +29,10 @@ import simdist
 from simdist.api import preflight, resolve_scenario
 from simdist.cli import app
 from simdist.errors import ScenarioError, SimdistError
-from simdist.interrupts import Interrupted
 from simdist.numerics.data import load_dataset
 from simdist.numerics.sizes import train_examples
 from simdist.report.tables import MARKER, AtomicFolder, _host_tag, check_output_folder
+from simdist.runtime.interrupts import Interrupted
 from simdist.scenario.load import scenario_from_text
 from simdist.scenario.messages import EXAMPLES
 
@@ -208,7 +208,7 @@ def test_a_hostile_second_run_never_destroys_the_first_report(tmp_path, monkeypa
 
 def test_out_is_refused_before_anything_is_simulated(tmp_path, monkeypatch):
     simulated = []
-    monkeypatch.setattr("simdist.engine.run", lambda *a, **k: simulated.append(a))
+    monkeypatch.setattr("simdist.runtime.engine.run", lambda *a, **k: simulated.append(a))
     for out in ("/proc/simdist_hostile/x", tmp_path / "x" / "..", tmp_path / ("n" * 240)):
         with pytest.raises(SimdistError, match=r"^--out "):
             simdist.run(tiny(), out=out)
@@ -333,7 +333,7 @@ def test_running_out_of_memory_is_one_clear_error(tmp_path, monkeypatch):
     def exhausted(*args, **kwargs):
         raise MemoryError("Unable to allocate 116. TiB for an array")
 
-    monkeypatch.setattr("simdist.engine.run", exhausted)
+    monkeypatch.setattr("simdist.runtime.engine.run", exhausted)
     result = _run("run", write(tmp_path, tiny()), "-q", "--out", tmp_path / "out")
     assert result.exit_code == 2
     assert "error: out of memory (Unable to allocate 116. TiB" in result.output
@@ -385,7 +385,7 @@ def test_the_third_round_is_all_there():
 
 @pytest.mark.parametrize("path", BOTH_WAYS, ids=[p.stem for p in BOTH_WAYS])
 def test_validate_and_run_refuse_the_third_round_alike(path, tmp_path, monkeypatch):
-    monkeypatch.setattr("simdist.engine.run", lambda *a, **k: pytest.fail("it ran"))
+    monkeypatch.setattr("simdist.runtime.engine.run", lambda *a, **k: pytest.fail("it ran"))
     out = tmp_path / "out"
     lines = []
     for args in (f"validate {path} --out {out}", f"run {path} -q --out {out}"):

@@ -12,8 +12,8 @@ import yaml
 from helpers import assert_trees_close, tiny
 
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import run, simulate
 from simdist.errors import ScenarioError
+from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost

@@ -18,15 +18,16 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from simdist import api, engine
+from simdist import api
 from simdist.cli import app
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
-from simdist.jobs import INTERFERENCE_COLUMNS, JobRun, run_jobs, simulate_jobs
 from simdist.network.link import Link
 from simdist.network.switch import SwitchTopology
 from simdist.network.topology import hosts_of
+from simdist.runtime import engine
+from simdist.runtime.engine import simulate
+from simdist.runtime.jobs import INTERFERENCE_COLUMNS, JobRun, run_jobs, simulate_jobs
 from simdist.scenario import dump_scenario, scenario_from_dict
 from simdist.scenario.load import scenario_from_text
 from simdist.seeds import job_seed

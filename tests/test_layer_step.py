@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from simdist.engine import simulate
+from simdist.runtime.engine import simulate
 from simdist.scenario import load_scenario
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.layer_step import (

@@ -1,6 +1,6 @@
 """Layers import downward only: each layer, imported in a fresh interpreter, loads none above it.
 
-The direction (docs/ARCHITECTURE.md, Layout): cli → api → engine → strategies → (network,
+The direction (docs/ARCHITECTURE.md, the layers figure): cli → api → engine → strategies → (network,
 collectives, faults, numerics) → (units, seeds, profiles); recorder and summary
 know no strategy and no report; report never imports the api or the engine.
 A test per layer imports it (and does its typical first job, e.g. loading a
@@ -46,27 +46,27 @@ LAYERS = {
         f"for path in {SCENARIOS!r}:\n"
         "    load_scenario(path)\n",
         "simdist.scenario",
-        ("simpy", "jax", "matplotlib", "simdist.engine"),
+        ("simpy", "jax", "matplotlib", "simdist.runtime.engine"),
     ),
     "engine": (
-        "import simdist.engine",
-        "simdist.engine",
+        "import simdist.runtime.engine",
+        "simdist.runtime.engine",
         ("matplotlib", "pandas.plotting._matplotlib", "simdist.report", "simdist.api"),
     ),
-    "network": ("import simdist.network", "simdist.network", ("jax", "simdist.engine")),
+    "network": ("import simdist.network", "simdist.network", ("jax", "simdist.runtime.engine")),
     "collectives": (
         "import simdist.collectives",
         "simdist.collectives",
-        ("jax", "simdist.engine", "simdist.strategies"),
+        ("jax", "simdist.runtime.engine", "simdist.strategies"),
     ),
     "numerics": (
         "import simdist.numerics.executor",
         "simdist.numerics.executor",
-        ("simpy", "simdist.engine", "simdist.strategies", "simdist.network"),
+        ("simpy", "simdist.runtime.engine", "simdist.strategies", "simdist.network"),
     ),
     "recorder": (
-        "import simdist.recorder",
-        "simdist.recorder",
+        "import simdist.runtime.recorder",
+        "simdist.runtime.recorder",
         ("simdist.report", "simdist.strategies", "simpy", "jax", "matplotlib"),
     ),
     "summary": (
@@ -78,7 +78,7 @@ LAYERS = {
         "import simdist.report, simdist.report.compare, simdist.report.markdown, "
         "simdist.report.plots, simdist.report.timeline",
         "simdist.report.tracks",
-        ("simdist.api", "simdist.engine", "simdist.strategies", "simpy"),
+        ("simdist.api", "simdist.runtime.engine", "simdist.strategies", "simpy"),
     ),
 }
 
@@ -94,5 +94,5 @@ def test_layer_pulls_in_nothing_above_it(layer: str) -> None:
 def test_the_checker_sees_a_layer_above() -> None:
     # The engine imports the strategies at load time, which these tests must be able to tell.
     # (The api does not import the engine at load time, so that validate starts cheaply.)
-    modules = modules_after("import simdist.engine")
+    modules = modules_after("import simdist.runtime.engine")
     assert pulled_in(modules, ("simdist.strategies",)) == ["simdist.strategies"]

@@ -10,8 +10,8 @@ import pytest
 from helpers import assert_trees_close, tiny
 
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import build_workload, run
 from simdist.errors import ScenarioError
+from simdist.runtime.engine import build_workload, run
 from simdist.scenario import scenario_from_dict
 
 NET_ALPHA, NET_B = 10e-6, 1e9
@@ -279,7 +279,7 @@ def test_a_sync_costs_what_the_synchronous_all_reduce_costs_on_any_topology(clus
 
 def test_tradeoff_can_add_local_sgd_variants_trained_like_sync():
     from simdist.api import tradeoff
-    from simdist.tradeoff import STRATEGIES, tradeoff_runs
+    from simdist.studies.tradeoff import STRATEGIES, tradeoff_runs
 
     runs = tradeoff_runs([0], workers=[4], severities=[1.0], learning_rate=0.1, local_sgd=[8])
     assert [r.strategy for r in runs] == [*STRATEGIES, "local SGD H=8"]

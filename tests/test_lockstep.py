@@ -9,10 +9,10 @@ import pytest
 import simpy
 from helpers import tiny
 
-from simdist.engine import simulate, simulate_pass
 from simdist.errors import SimdistError
 from simdist.network.link import Link
 from simdist.network.lockstep import LockstepCopies
+from simdist.runtime.engine import simulate, simulate_pass
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.hybrid.strategy import HybridStrategy

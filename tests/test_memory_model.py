@@ -1,4 +1,4 @@
-"""The memory model of every strategy (simdist/memory_model.py): ZeRO's accounting by hand,
+"""The memory model of every strategy (simdist/memory/accounting.py): ZeRO's accounting by hand,
 summary.json's ``memory_per_device`` equal to what the pre-run check compares, and layouts
 refused before running.
 
@@ -19,9 +19,8 @@ from typer.testing import CliRunner
 
 from simdist.activation_memory import layer_tensors_of_outputs
 from simdist.cli import app
-from simdist.engine import run
 from simdist.layers import LayerProfile, ModelProfile, read_profile, write_layers_csv
-from simdist.memory_model import (
+from simdist.memory.accounting import (
     DeviceMemory,
     ReplicaLayers,
     device_memory,
@@ -29,6 +28,7 @@ from simdist.memory_model import (
     scenario_memory,
 )
 from simdist.numerics.memory import Footprint
+from simdist.runtime.engine import run
 from simdist.scenario import resolve_scenario
 from simdist.sharding import Sharding
 from simdist.strategies.multi_worker_mirrored import Spec as MirroredSpec

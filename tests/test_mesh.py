@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simdist.errors import SimdistError
-from simdist.mesh import DEFAULT_ORDER, Mesh
+from simdist.hardware.mesh import DEFAULT_ORDER, Mesh
 
 
 def test_two_axes_row_major():

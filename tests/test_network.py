@@ -14,7 +14,6 @@ import simpy
 from helpers import count_steps
 from helpers.network import INTRA_BW, INTRA_LAT, make_spec
 
-from simdist.cluster import Cluster
 from simdist.collectives import (
     broadcast_s,
     hierarchical_allreduce_s,
@@ -22,6 +21,7 @@ from simdist.collectives import (
     ring_allreduce_s,
     torus2d_allreduce_s,
 )
+from simdist.hardware.cluster import Cluster
 from simdist.network import (
     TOPOLOGIES,
     Link,
@@ -32,7 +32,7 @@ from simdist.network import (
     hold_links,
 )
 from simdist.network.transport import PROTOCOLS
-from simdist.recorder import Recorder
+from simdist.runtime.recorder import Recorder
 
 MB = 1e6
 GBps = 1e9

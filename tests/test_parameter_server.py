@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from helpers import assert_trees_close, ps, tiny, write
 
-from simdist.engine import run
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.parameter_server import (
     ParameterServers,
@@ -94,7 +94,7 @@ def test_servers_without_a_workload_keep_only_the_versions():
 
 
 def test_servers_split_apply_and_restore_row_shards_of_a_real_model():
-    from simdist.engine import build_workload
+    from simdist.runtime.engine import build_workload
 
     workload = build_workload(scenario_from_dict(tiny()))
     params = workload.params

@@ -18,9 +18,9 @@ from helpers import tiny, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simdist.engine import simulate
 from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile, write_layers_csv
+from simdist.runtime.engine import simulate
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.pipeline.plan import (
@@ -221,7 +221,7 @@ def oom_scenario(tmp_path: Path, partition) -> Path:
 
 
 def test_a_stage_that_does_not_fit_is_an_error_naming_it(tmp_path):
-    from simdist.engine import run as engine_run
+    from simdist.runtime.engine import run as engine_run
 
     with pytest.raises(SimdistError, match=r"pipeline stage 0 \(layers block0..block2\)"):
         engine_run(oom_scenario(tmp_path, [3, 1]))
@@ -245,7 +245,7 @@ def test_out_of_memory_exits_2_and_writes_no_report(tmp_path):
 
 
 def test_the_auto_partition_fits_what_an_unbalanced_one_cannot(tmp_path):
-    from simdist.engine import run as engine_run
+    from simdist.runtime.engine import run as engine_run
 
     result = engine_run(oom_scenario(tmp_path, "auto"))
     assert result.summary["pipeline"]["partition"] == [2, 2]
@@ -314,7 +314,7 @@ def test_every_micro_batch_pays_each_layers_launch_cost():
 
 
 def test_measured_costs_carry_the_rooflines_launch_calibrated_like_the_times():
-    from simdist.costs import measure_costs
+    from simdist.runtime.costs import measure_costs
     from simdist.scenario import load_scenario
 
     plain = load_scenario("scenarios/pipeline_gpipe.yaml", overrides=("numerics=false",))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from helpers import assert_trees_close, tiny
 
-from simdist.engine import build_workload
-from simdist.engine import run as engine_run
 from simdist.numerics.stages import LayerSequence, PipeDreamTrainer, PipelineTrainer
+from simdist.runtime.engine import build_workload
+from simdist.runtime.engine import run as engine_run
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.pipeline.plan import stage_ops
 from simdist.strategies.sync import SyncTrainer

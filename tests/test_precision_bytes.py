@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from simdist.costs import measure_costs
-from simdist.engine import run
+from simdist.hardware.profiles import DEVICE_PROFILES
 from simdist.layers import LayerProfile, ModelProfile, write_layers_csv
-from simdist.memory_model import optimizer_step_nbytes
-from simdist.profiles import DEVICE_PROFILES
+from simdist.memory.accounting import optimizer_step_nbytes
+from simdist.runtime.costs import measure_costs
+from simdist.runtime.engine import run
 from simdist.scenario import resolve_scenario
 
 PSI = 400

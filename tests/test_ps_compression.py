@@ -11,13 +11,13 @@ import jax.numpy as jnp
 import pytest
 from helpers import assert_trees_close, ps
 
-from simdist.engine import build_workload, run
 from simdist.errors import ScenarioError
+from simdist.hardware.profiles import DEVICE_PROFILES
 from simdist.numerics.compression import compression
-from simdist.profiles import DEVICE_PROFILES
-from simdist.runs import run as run_report
+from simdist.runtime.engine import build_workload, run
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.compression import CompressionSpec, compressor_s, compressor_work
+from simdist.studies.runs import run as run_report
 
 # tests/helpers' mlp with hidden [16], leaves in tree order: Dense_0 bias (16,), kernel
 # (64, 16), Dense_1 bias (10,), kernel (16, 10); round_robin over 2 PS tasks puts the biases

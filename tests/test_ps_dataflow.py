@@ -11,9 +11,9 @@ import pytest
 from helpers import assert_trees_close
 from helpers import ps as parameter_server_scenario
 
-from simdist.costs import measure_costs
-from simdist.engine import cached_workload, run, simulate
 from simdist.numerics.chains import CHAIN
+from simdist.runtime.costs import measure_costs
+from simdist.runtime.engine import cached_workload, run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Replayed
 from simdist.strategies.parameter_server import ParameterServers, partition

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 from helpers.ps_timing import ALPHA_INTRA, B_INTRA, SIGMA, L, S, applied_times, costs, scenario
 
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.runtime.engine import simulate
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.parameter_server.partition import bytes_per_ps, partition
 

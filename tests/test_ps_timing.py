@@ -31,7 +31,7 @@ from helpers.ps_timing import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simdist.engine import simulate
+from simdist.runtime.engine import simulate
 from simdist.strategies.base import Costs
 
 # -- one worker ----------------------------------------------------------------------

@@ -11,9 +11,9 @@ import yaml
 from typer.testing import CliRunner
 
 from simdist.cli import app
-from simdist.costs import measure_costs, recompute_seconds
-from simdist.engine import run
 from simdist.layers import LayerProfile, ModelProfile, write_layers_csv
+from simdist.runtime.costs import measure_costs, recompute_seconds
+from simdist.runtime.engine import run
 from simdist.scenario import resolve_scenario, scenario_from_dict
 
 BATCH = 8

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simdist.recorder import EVENT_DTYPES, Recorder
+from simdist.runtime.recorder import EVENT_DTYPES, Recorder
 from simdist.summary import (
     SPLIT_CATEGORIES,
     split_category,

@@ -15,11 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import simdist
-from simdist.recorder import EVENT_COLUMNS
 from simdist.report.plots import write_plots
 from simdist.report.trace import build_trace
 from simdist.report.trace_text import dumps_trace
 from simdist.report.tracks import assign_lanes
+from simdist.runtime.recorder import EVENT_COLUMNS
 from simdist.summary import split_category, time_split_by_device
 
 NET = {"bandwidth": "1GB/s", "latency": "10us"}

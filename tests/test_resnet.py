@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from helpers import assert_trees_close, tiny
 
-from simdist.engine import build_workload, cached_workload, run
 from simdist.errors import ScenarioError, SimdistError
 from simdist.numerics import Workload, shard
 from simdist.numerics.deferred import DeferredGradients
@@ -24,6 +23,7 @@ from simdist.numerics.models import (
     update_moving_stats,
 )
 from simdist.numerics.param_files import tree_paths
+from simdist.runtime.engine import build_workload, cached_workload, run
 from simdist.scenario import load_scenario, scenario_from_dict
 from simdist.scenario.load import dump_scenario
 from simdist.strategies.parameter_server import ParameterServers, partition

@@ -7,13 +7,13 @@ import math
 import pytest
 from helpers import tiny
 
-from simdist.cluster import effective_profile
-from simdist.costs import clock_profile, measure_costs
-from simdist.engine import run
 from simdist.errors import ScenarioError, SimdistError
+from simdist.hardware.cluster import effective_profile
+from simdist.hardware.profiles import DEVICE_PROFILES, PRECISIONS, DeviceProfile, PrecisionPeak
+from simdist.hardware.roofline import calibrate, compulsory_traffic, layer_times, step_time
 from simdist.layers import LayerProfile, ModelProfile
-from simdist.profiles import DEVICE_PROFILES, PRECISIONS, DeviceProfile, PrecisionPeak
-from simdist.roofline import calibrate, compulsory_traffic, layer_times, step_time
+from simdist.runtime.costs import clock_profile, measure_costs
+from simdist.runtime.engine import run
 from simdist.scenario import DeviceSpec, scenario_from_dict
 
 # A device reaching 10 TFLOP/s × 0.5 = 5e12 FLOP/s at fp32 (40 × 0.25 = 1e13 at fp16) and

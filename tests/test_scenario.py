@@ -11,8 +11,8 @@ import pytest
 import yaml
 from helpers.malformed import MALFORMED, WORKLOAD
 
-from simdist.cluster import effective_profile
 from simdist.errors import ScenarioError, SimdistError
+from simdist.hardware.cluster import effective_profile
 from simdist.scenario import (
     DATASETS,
     MODELS,

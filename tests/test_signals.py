@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from helpers import tiny, write
 
-from simdist import interrupts
 from simdist.report.tables import PAUSE_ENV
+from simdist.runtime import interrupts
 
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -40,7 +40,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
 if os.environ.get("TEST_ANNOUNCE_FIRST_STEP") == "1":
-    from simdist.interrupts import Progress
+    from simdist.runtime.interrupts import Progress
     step_done = Progress.step_done
     def announced(self, step, total):
         step_done(self, step, total)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import simpy
 
+from simdist.runtime.ties import random_ties
 from simdist.sim import Call, reserve_key, take_next
-from simdist.ties import random_ties
 
 
 def _note(env: simpy.Environment, log: list[tuple[str, float]], name: str):

@@ -12,13 +12,13 @@ import pytest
 import simpy
 from helpers import tiny
 
-import simdist.assembly
+import simdist.runtime.assembly
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import simulate
 from simdist.numerics.hybrid import HybridTrainer
 from simdist.numerics.local_sgd import LocalSGD
 from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
 from simdist.numerics.tensor_parallel import TensorParallelTrainer
+from simdist.runtime.engine import simulate
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.steps import (
@@ -178,8 +178,8 @@ class ToyStrategy(SynchronousStrategy):
 
 def test_a_toy_strategy_that_is_a_plan_runs_end_to_end(monkeypatch):
     # The registry has no test-time entry: the one place that wires a run
-    # (simdist.assembly) is handed the toy for mirrored's kind.
-    monkeypatch.setattr(simdist.assembly, "strategy_class", lambda kind: ToyStrategy)
+    # (simdist.runtime.assembly) is handed the toy for mirrored's kind.
+    monkeypatch.setattr(simdist.runtime.assembly, "strategy_class", lambda kind: ToyStrategy)
     data = tiny(**{"strategy": {"kind": "mirrored"}, "cluster.devices_per_host": 4})
     layer = LayerCost("dense", 1e-3, 4e-3, S)
     costs = Costs(

@@ -29,9 +29,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, BeforeValidator
 from pydantic.fields import FieldInfo
 
-from simdist import engine
 from simdist.errors import SimdistError
-from simdist.preflight import preflight
+from simdist.runtime import engine
+from simdist.runtime.preflight import preflight
 from simdist.scenario import scenario_from_dict
 from simdist.strategies import spec_classes
 

@@ -1,6 +1,6 @@
 """Strategy timing without JAX: step times pinned exactly from hand-made ``Costs``.
 
-``simdist.engine.simulate(scenario, costs, workload=None)`` runs the SimPy half of a
+``simdist.runtime.engine.simulate(scenario, costs, workload=None)`` runs the SimPy half of a
 strategy alone. With a fixed compute time c and gradient size S, each synchronous
 step lasts c plus what the network charges for its communication, so the simulated
 time of k steps is known to the last bit (the same float additions, in the same order).
@@ -19,7 +19,7 @@ from simdist.collectives import (
     torus2d_allreduce_s,
     tree_allreduce_s,
 )
-from simdist.engine import simulate
+from simdist.runtime.engine import simulate
 from simdist.scenario import load_scenario
 from simdist.strategies.base import Costs, LayerCost
 from simdist.strategies.bucketing import Bucket, gradient_buckets
@@ -317,8 +317,8 @@ def test_overlap_off_is_the_single_compute_span_then_the_collective(path):
     # all-reduce (the model before per-layer costs), whatever the layer profile says.
     from dataclasses import replace
 
-    from simdist.costs import measure_costs
-    from simdist.engine import cached_workload, needs_workload
+    from simdist.runtime.costs import measure_costs
+    from simdist.runtime.engine import cached_workload, needs_workload
 
     scenario = load_scenario(path, ["numerics=false", "strategy.overlap=false", "workload.steps=3"])
     workload = cached_workload(scenario) if needs_workload(scenario) else None

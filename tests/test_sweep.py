@@ -174,7 +174,7 @@ def test_bad_points_are_recorded_and_the_others_run(client, tmp_path):
     # hidden [32] does not fit the saved [16] parameters: a run-time error in that point;
     # 3 workers cannot share a global batch of 16: an invalid point, found up front.
     params = tmp_path / "init.npz"
-    from simdist.engine import run
+    from simdist.runtime.engine import run
     from simdist.scenario import scenario_from_dict
 
     save_params(params, run(scenario_from_dict(tiny(**{"workload.steps": 1}))).params)
@@ -239,8 +239,8 @@ def test_a_sweep_file_that_is_not_a_regular_file_is_refused_before_reading():
 def test_huge_grids_and_seed_lists_are_refused_before_any_work():
     """A 10⁶-point grid or seed count used to hang while every point was made and checked."""
     from simdist.errors import SimdistError
-    from simdist.runs import seed_list
     from simdist.scenario.fields import MAX_RUNS
+    from simdist.studies.runs import seed_list
     from simdist.sweep.grid import Axis, expand_values, grid_points
 
     assert MAX_RUNS == 10_000

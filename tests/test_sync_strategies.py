@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from helpers import tiny
 
-from simdist.engine import run
 from simdist.errors import ScenarioError
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.multi_worker_mirrored import (
     chief_eval_s,

@@ -17,9 +17,8 @@ from helpers.ps_timing import FIFO, B, S, costs, scenario
 from pandas.testing import assert_frame_equal
 
 from simdist.api import read_table
-from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
-from simdist.engine import simulate
+from simdist.hardware.cluster import Cluster
 from simdist.network import Link, Network, SwitchTopology, TorusTopology, Transfer
 from simdist.network.telemetry import (
     TABLE_DTYPES,
@@ -34,10 +33,11 @@ from simdist.network.traffic import (
     double_tree_parents,
     halving_doubling_edges,
 )
-from simdist.recorder import Recorder
 from simdist.report.links import heatmap_matrix, link_lines, write_link_plots
 from simdist.report.tables import write_csv
 from simdist.report.trace import build_trace, link_counter_rows
+from simdist.runtime.engine import simulate
+from simdist.runtime.recorder import Recorder
 from simdist.scenario import load_scenario
 from simdist.strategies.base import Costs
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from simdist.collectives import ring_allreduce_s
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, load_scenario
 from simdist.scenario.load import scenario_from_text
 from simdist.strategies.base import Costs, LayerCost

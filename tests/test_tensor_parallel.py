@@ -9,11 +9,9 @@ import optax
 import pytest
 from helpers import assert_trees_close, tiny
 
-from simdist.cluster import Cluster
 from simdist.collectives import ring_allreduce_s
-from simdist.costs import measure_costs
-from simdist.engine import run, simulate
 from simdist.errors import ScenarioError
+from simdist.hardware.cluster import Cluster
 from simdist.numerics.fullsize import Layer, apply_layer, build
 from simdist.numerics.fullsize.blocks import DenseLayer
 from simdist.numerics.fullsize.transformer import (
@@ -29,6 +27,8 @@ from simdist.numerics.tensor_parallel import (
     sharded_value_and_grad,
     tensor_mesh,
 )
+from simdist.runtime.costs import measure_costs
+from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost

@@ -12,7 +12,6 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import simdist
-from simdist.recorder import EVENT_COLUMNS
 from simdist.report.timeline import (
     BAR_HEIGHT,
     KIND_COLORS,
@@ -22,6 +21,7 @@ from simdist.report.timeline import (
     timeline_layout,
 )
 from simdist.report.tracks import timeline_spans
+from simdist.runtime.recorder import EVENT_COLUMNS
 from simdist.scenario.load import resolve_scenario
 
 #: Short runs of the shipped scenarios whose timelines showed a device twice (``#2`` rows):

@@ -7,9 +7,9 @@ import json
 import pytest
 from helpers import tiny
 
-from simdist import engine
-from simdist.engine import run
 from simdist.report import write_report
+from simdist.runtime import engine
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from simdist.strategies import STRATEGY_CLASSES
 

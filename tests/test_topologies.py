@@ -12,7 +12,6 @@ import pytest
 import simpy
 from helpers.network import make_spec
 
-from simdist.cluster import Cluster
 from simdist.collectives import (
     allreduce_s,
     broadcast_s,
@@ -23,6 +22,7 @@ from simdist.collectives import (
     ring_allreduce_s,
 )
 from simdist.collectives.pattern import FLAT
+from simdist.hardware.cluster import Cluster
 from simdist.network import (
     LeafSpineTopology,
     Link,
@@ -34,7 +34,7 @@ from simdist.network.bottleneck import flow, max_min_rates
 from simdist.network.intranode import PCIE3_X16_Bps
 from simdist.network.leaf_spine import uplink_bandwidth_Bps
 from simdist.network.traffic import double_tree_parents
-from simdist.recorder import Recorder
+from simdist.runtime.recorder import Recorder
 
 B = 2.0**30  # NIC bandwidth, bytes/s
 ALPHA = 2.0**-16  # NIC latency, s

@@ -10,11 +10,11 @@ import pytest
 import simpy
 import yaml
 
-from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.hardware.cluster import Cluster
 from simdist.network import LeafSpineTopology, SwitchTopology, build_topology
+from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, scenario_from_dict
 from simdist.strategies.base import Costs
 from simdist.strategies.multi_worker_mirrored import resolve_communication

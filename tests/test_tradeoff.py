@@ -13,7 +13,7 @@ import simdist.api
 from simdist.bands import band_separations
 from simdist.cli import app
 from simdist.report.tradeoff import separation_lines
-from simdist.tradeoff import (
+from simdist.studies.tradeoff import (
     STRATEGIES,
     TradeoffRun,
     backups_for,

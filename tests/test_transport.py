@@ -15,12 +15,12 @@ from helpers.ps_timing import B_INTRA as PS_B_INTRA
 from helpers.ps_timing import FIFO, L, S, applied_times, costs, scenario
 from helpers.ps_timing import B as PS_B
 
-from simdist.cluster import Cluster
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.hardware.cluster import Cluster
 from simdist.network import PROTOCOLS, Message, Network, Protocol, SwitchTopology, protocol_of
 from simdist.network.topology import machine_of
-from simdist.recorder import Recorder
+from simdist.runtime.engine import simulate
+from simdist.runtime.recorder import Recorder
 from simdist.scenario import scenario_from_dict
 from simdist.scenario.cluster import ClusterSpec, NetworkSpec
 

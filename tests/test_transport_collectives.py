@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 from simdist.cli import app
 from simdist.cli.common import console
-from simdist.cluster import Cluster
 from simdist.collectives import hierarchical_allreduce_s, ring_allreduce_s
-from simdist.engine import simulate
 from simdist.errors import ScenarioError
+from simdist.hardware.cluster import Cluster
 from simdist.network import PROTOCOLS, Network, build_topology, protocol_of
 from simdist.network.transport import ALIASES, PROTOCOL_NAMES
-from simdist.recorder import Recorder
+from simdist.runtime.engine import simulate
+from simdist.runtime.recorder import Recorder
 from simdist.scenario import load_scenario
 from simdist.scenario.cluster import NetworkSpec
 from simdist.strategies.base import Costs

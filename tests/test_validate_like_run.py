@@ -110,8 +110,8 @@ def test_a_pipeline_stage_is_refused_where_the_strategy_refuses_it(partition: ob
     fc2's output (its input, 64 B an example) and its own (12 B): 72 + 76 B bytes, the most
     of the three for large B; a V100 holds 16e9."""
     from simdist.api import preflight, resolve_scenario
-    from simdist.engine import run
     from simdist.errors import ScenarioError, SimdistError
+    from simdist.runtime.engine import run
 
     def scenario(batch: int) -> object:
         data = _profile_scenario(batch)
@@ -191,7 +191,7 @@ def test_validate_warns_of_a_failure_after_the_end_as_run_does(failures, warned,
 
 
 def test_validate_says_when_the_run_is_too_long_to_simulate_for_its_end(monkeypatch, tmp_path):
-    monkeypatch.setattr("simdist.preflight.VALIDATE_SIMULATE_S", 0.0)
+    monkeypatch.setattr("simdist.runtime.preflight.VALIDATE_SIMULATE_S", 0.0)
     code, warned = _warnings(f"validate {HOSTILE / 'run_failure_after_end.yaml'}")
     (line,) = warned
     assert code == 0 and line.startswith(

@@ -12,10 +12,10 @@ from helpers import tiny
 
 import simdist
 from simdist.errors import ScenarioError
+from simdist.hardware.variability import DEVICE_SIGMA, STEP_SIGMA, Variability
+from simdist.runtime.ties import random_ties
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.parameter_server.sync_backup import Arrival, first_arrivals
-from simdist.ties import random_ties
-from simdist.variability import DEVICE_SIGMA, STEP_SIGMA, Variability
 
 PS_4W2S = "scenarios/ps_4w2s.yaml"
 OFF = {"cluster.device.variability": 0}

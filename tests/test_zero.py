@@ -11,8 +11,8 @@ import pytest
 from helpers import tiny
 
 from simdist.collectives import ring_allreduce_s, ring_reduce_scatter_s
-from simdist.engine import run, simulate
 from simdist.errors import ScenarioError
+from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.strategies.base import Costs, LayerCost

@@ -9,8 +9,8 @@ shows and why rows miss).
 (tests/test_validation_table.py).
 
 Calibration rule for every module: one device constant per device, fitted on one published
-1-GPU rate and frozen (simdist/profiles.py says which); everything else is predicted. No case
-may carry a constant of its own.
+1-GPU rate and frozen (simdist/hardware/profiles.py says which); everything else is predicted. No
+case may carry a constant of its own.
 """
 
 from __future__ import annotations

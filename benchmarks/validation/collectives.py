@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simdist.cluster import Cluster
 from simdist.collectives import busbw_Bps
+from simdist.hardware.cluster import Cluster
 from simdist.network.leaf_spine import standalone_topology
 from simdist.scenario.cluster import ClusterSpec, NetworkSpec
 from validation import Case

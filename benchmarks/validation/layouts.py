@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from simdist.engine import run
+from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from validation import BAND_PCT, Case
 

@@ -1,6 +1,6 @@
 """Validation cases: activation and model-state bytes (rules: validation/__init__.py).
 
-simdist's memory model (simdist/memory_model.py, simdist/activation_memory.py) counts each
+simdist's memory model (simdist/memory/accounting.py, simdist/activation_memory.py) counts each
 layer's stored tensors and the model state per strategy; these cases compare it with three
 published accountings, through the same scenario machinery a run's memory check uses
 (``ReplicaLayers`` of the gpt's footprint, the strategy's sharding, recomputation and
@@ -23,7 +23,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from simdist.memory_model import ReplicaLayers, StagedReplica, scenario_memory
+from simdist.memory.accounting import ReplicaLayers, StagedReplica, scenario_memory
 from simdist.numerics.memory import gpt_footprint
 from simdist.scenario import scenario_from_dict
 from simdist.strategies.pipeline.plan import peak_in_flight, stage_ops

@@ -1,17 +1,18 @@
 """Validation cases: single gpu (see validation/__init__.py for the rules).
 
 One GPU training a full-size model in fp32 on synthetic data, as tf_cnn_benchmarks measures
-it: simdist's uncalibrated roofline (simdist/roofline.py) on the device profile, with the
-per-device efficiency fitted on that device's ResNet-50 row (simdist/profiles.py) and frozen.
+it: simdist's uncalibrated roofline (simdist/hardware/roofline.py) on the device profile, with the
+per-device efficiency fitted on that device's ResNet-50 row (simdist/hardware/profiles.py) and
+frozen.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
+from simdist.hardware.profiles import DEVICE_PROFILES
+from simdist.hardware.roofline import layer_times, step_time
 from simdist.numerics.profile import profile_model
-from simdist.profiles import DEVICE_PROFILES
-from simdist.roofline import layer_times, step_time
 from validation import Case
 
 TITLE = "single gpu"
@@ -19,7 +20,7 @@ TITLE = "single gpu"
 TEXT = """
 One GPU, fp32, synthetic data: images per second of the uncalibrated roofline against
 tf_cnn_benchmarks. One efficiency per device is fitted on that device's ResNet-50 row and
-frozen (simdist/profiles.py); the other three models on each device are predicted.
+frozen (simdist/hardware/profiles.py); the other three models on each device are predicted.
 
 **What cuDNN runs.** TensorFlow autotunes every convolution (`TF_CUDNN_USE_AUTOTUNE` is on by
 default) among cuDNN's algorithms: implicit GEMM, FFT and, since cuDNN 5.1, non-fused Winograd

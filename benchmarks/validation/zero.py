@@ -21,7 +21,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from simdist.engine import run
+from simdist.runtime.engine import run
 from validation import BAND_PCT, Case
 from validation.layouts import gpt_scenario
 

@@ -148,9 +148,9 @@ def topology_table(
     same closed form, with the bottleneck's α and B), and the ``note`` names the racks
     and the effective bandwidth.
     """
-    from simdist.cluster import Cluster
     from simdist.collectives import algbw_Bps, busbw_Bps
     from simdist.collectives.table import check_algorithms, skip_reason
+    from simdist.hardware.cluster import Cluster
     from simdist.network.leaf_spine import standalone_topology
     from simdist.scenario.cluster import ClusterSpec
     from simdist.units import format_bandwidth

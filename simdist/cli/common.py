@@ -169,8 +169,8 @@ def guarded(fn: Callable[[], T]) -> T:
 
 
 def preflighted(fn: Callable[[], T]) -> T:
-    """``guarded(fn)`` for a call of :func:`~simdist.preflight.preflight`: the Python warning
-    of a fallback to emulated CPU devices is held back, since preflight also returns it
+    """``guarded(fn)`` for a call of :func:`~simdist.runtime.preflight.preflight`: the Python
+    warning of a fallback to emulated CPU devices is held back, since preflight also returns it
     among its warnings, which the command prints once as a ``warning:`` line."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeviceFallbackWarning)

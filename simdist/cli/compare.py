@@ -27,7 +27,7 @@ from simdist.units import format_number
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simdist.tradeoff import Tradeoff
+    from simdist.studies.tradeoff import Tradeoff
 
 
 def _seeds_option(text: str | None) -> Any:
@@ -69,7 +69,7 @@ QuietMessagesOption = Annotated[
 
 def _announcer(quiet: bool, runs: int | None = None) -> Callable[[str], None]:
     """The callback that prints ``simulating <label> …`` on stderr as each run starts
-    (nothing under --quiet). Labels of :func:`simdist.runs.run_many` already say which
+    (nothing under --quiet). Labels of :func:`simdist.studies.runs.run_many` already say which
     run of how many; given ``runs`` (the scenarios of a compare without seeds, which are
     run one by one by name only), the count is added here."""
     started = 0

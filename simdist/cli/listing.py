@@ -12,7 +12,7 @@ from simdist.cli.common import command, console, err_console, guarded, print_tab
 def list_() -> None:
     """Show strategies, models, datasets, optimizers and device profiles."""
     from simdist.catalog import DATASETS, MODELS, OPTIMIZERS, SCHEDULES
-    from simdist.profiles import DEVICE_PROFILES
+    from simdist.hardware.profiles import DEVICE_PROFILES
     from simdist.strategies import STRATEGIES
 
     table = Table(title="simdist building blocks", show_lines=False)
@@ -41,7 +41,7 @@ def list_() -> None:
         profiles.add_row(p.name, p.kind, peaks, memory, f"{p.launch_s * 1e6:g} us")
     print_table(profiles)
     console.print(
-        "sources: simdist/profiles.py and docs/devices.md, Device profiles", soft_wrap=True
+        "sources: simdist/hardware/profiles.py and docs/devices.md, Device profiles", soft_wrap=True
     )
     print_table(_models_table())
 

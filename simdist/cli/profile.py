@@ -71,8 +71,8 @@ def profile_(
     else:
 
         def astra() -> None:
-            from simdist.profiles import DEVICE_PROFILES
-            from simdist.roofline import layer_times
+            from simdist.hardware.profiles import DEVICE_PROFILES
+            from simdist.hardware.roofline import layer_times
 
             if device not in DEVICE_PROFILES:
                 raise SimdistError(

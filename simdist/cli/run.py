@@ -26,11 +26,11 @@ from simdist.cli.common import (
     print_warnings,
     progress_bar,
 )
-from simdist.interrupts import Progress, interruptible
+from simdist.runtime.interrupts import Progress, interruptible
 from simdist.units import format_number
 
 if TYPE_CHECKING:
-    from simdist.jobs import JobsResult
+    from simdist.runtime.jobs import JobsResult
 
 
 #: What ``run`` says before the first step, and after the last one.

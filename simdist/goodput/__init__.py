@@ -14,5 +14,5 @@ One idea per module:
 * :mod:`~simdist.goodput.study` — seeds, the interval and cluster-size sweeps, the Poisson band;
 * :mod:`~simdist.goodput.measure` — the step time and checkpoint bytes from the engine;
 * :mod:`~simdist.goodput.run` — a scenario's whole study, written by
-  :mod:`simdist.report.goodput`.
+  :mod:`simdist.goodput.report`.
 """

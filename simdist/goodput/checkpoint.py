@@ -2,7 +2,7 @@
 
 Every device writes its own shard at once (torch.distributed.checkpoint and Megatron's
 distributed checkpoints save one file set per rank), so a checkpoint lasts as long as the
-device with the most bytes: its parameters and optimizer state (:mod:`simdist.memory_model`;
+device with the most bytes: its parameters and optimizer state (:mod:`simdist.memory.accounting`;
 gradients are not saved) over the storage bandwidth each device gets.
 
 * ``sync``: training stops for the whole write, δ = bytes / storage bandwidth.

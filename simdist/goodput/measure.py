@@ -91,8 +91,8 @@ def layout_of(job: Scenario, hosts_per_switch: int) -> Layout:
 def measure(scenario: Scenario, job: Scenario, source: str) -> Measured:
     """Simulate ``goodput.measure_steps`` steps of ``scenario`` and read the job's step time
     and checkpoint bytes per device from them (module doc)."""
-    from simdist.engine import run
-    from simdist.preflight import preflight
+    from simdist.runtime.engine import run
+    from simdist.runtime.preflight import preflight
 
     spec = scenario.goodput
     assert spec is not None

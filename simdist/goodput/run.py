@@ -3,7 +3,7 @@
 Measure the step and the checkpoint bytes on the scenario (:mod:`simdist.goodput.measure`),
 then run the horizon over every seed, stop-and-restart against elastic, the interval sweep
 and the cluster-size sweep (:mod:`simdist.goodput.study`), and write them into a report
-folder (:mod:`simdist.report.goodput`).
+folder (:mod:`simdist.goodput.report`).
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def goodput(
 ) -> Goodput:
     """The goodput study of a scenario with a ``goodput:`` section; its report written into
     ``out`` when given. Bad input raises one :class:`~simdist.errors.ScenarioError`."""
-    from simdist.runs import source_name
     from simdist.scenario.load import resolve_scenario
+    from simdist.studies.runs import source_name
 
     say = on_phase or (lambda what: None)
     resolved = resolve_scenario(scenario, overrides)
@@ -132,7 +132,7 @@ def goodput(
     found.name = resolved.name
     found.summary = {"name": resolved.name, **found.summary}
     if out is not None:
-        from simdist.report.goodput import write_goodput
+        from simdist.goodput.report import write_goodput
 
         say("writing the report")
         found.out_dir = write_goodput(found.name, found.summary, found.tables, Path(out))

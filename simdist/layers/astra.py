@@ -45,7 +45,7 @@ def astra_text(
             raise SimdistError(
                 f"profile of {profile.model!r}: layer {missing[0]!r} has FLOPs but no times; "
                 "an ASTRA-sim workload needs compute times: pass the per-layer "
-                "(forward_s, backward_s) of a device, e.g. simdist.roofline.layer_times"
+                "(forward_s, backward_s) of a device, e.g. simdist.hardware.roofline.layer_times"
             )
         times = [(layer.forward_s, layer.backward_s) for layer in profile.layers]
     if len(times) != len(profile.layers):
@@ -93,8 +93,9 @@ def write_astra(
     bytes) triples for the forward pass, the input gradient and the weight gradient, then the
     update delay (written as 0). Only the weight gradient communicates: an ``ALLREDUCE`` of the
     layer's gradient bytes. Compute times are ``times[i] = (forward_s, backward_s)`` (e.g. from
-    :func:`simdist.roofline.layer_times`) or the layers' own times, in cycles of ``cycle_s``;
-    the backward is split by ``weight_grad_fraction`` (when unknown: all of it on the weight
+    :func:`simdist.hardware.roofline.layer_times`) or the layers' own times, in cycles of
+    ``cycle_s``; the backward is split by ``weight_grad_fraction`` (when unknown: all of it on the
+    weight
     gradient for the first layer, which computes no input gradient, else half and half).
     """
     path = Path(path)

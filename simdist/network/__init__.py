@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simdist.cluster import Cluster
+from simdist.hardware.cluster import Cluster
 from simdist.network.arbiter import LinkArbiter
 from simdist.network.core import Network, links_on
 from simdist.network.hold import hold_links

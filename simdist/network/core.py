@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from simdist.cluster import Device
+from simdist.hardware.cluster import Device
 from simdist.network.hold import hold_ordered
 from simdist.network.link import Link, ordered
 from simdist.network.topology import Endpoint, Topology, machine_of
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     import numpy as np
     import simpy
 
-    from simdist.recorder import Recorder
+    from simdist.runtime.recorder import Recorder
 
 
 #: A cached route: links, the two ends' ``links`` cells, transport mode, the two machines,

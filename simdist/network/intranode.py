@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simdist.cluster import Device
+from simdist.hardware.cluster import Device
 from simdist.network.bottleneck import Hop
 from simdist.network.link import Link, channel_links
 

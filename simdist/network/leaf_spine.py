@@ -48,9 +48,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from simdist.cluster import Cluster, Device
 from simdist.collectives import FLAT, INTER, INTRA, Pattern, pattern_s
 from simdist.collectives.registry import pattern as registry_pattern
+from simdist.hardware.cluster import Cluster, Device
 from simdist.network.bottleneck import Flow, Hop, flow
 from simdist.network.bottleneck import effective as bottleneck_effective
 from simdist.network.intranode import HostFabric, PCIE3_X16_Bps, host_fabric

@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from simdist.cluster import Cluster, Device
 from simdist.collectives import FLAT, INTER, INTRA, pattern_s
+from simdist.hardware.cluster import Cluster, Device
 from simdist.network.leaf_spine import LeafSpineTopology
 from simdist.network.link import Link
 from simdist.network.topology import Endpoint, Topology, hosts_of, machine_of, nic_links

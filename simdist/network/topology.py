@@ -19,9 +19,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from simdist.cluster import Cluster, Device, Host
 from simdist.collectives import OPS, Pattern
 from simdist.collectives.registry import pattern as registry_pattern
+from simdist.hardware.cluster import Cluster, Device, Host
 from simdist.network.link import Link, channel_links
 
 if TYPE_CHECKING:

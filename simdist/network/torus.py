@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from simdist.cluster import Cluster, Device
 from simdist.collectives import FLAT, INTER, INTRA, pattern_s
 from simdist.errors import SimdistError
+from simdist.hardware.cluster import Cluster, Device
 from simdist.network.link import Link
 from simdist.network.topology import Endpoint, Topology, machine_of, nic_links
 

@@ -4,8 +4,8 @@ Why: cuDNN (which TensorFlow's and PyTorch's GPU convolutions call, with autotun
 default) runs 3×3 stride-1 convolutions with Winograd's minimal filtering algorithm, which
 executes a quarter of the direct convolution's multiplications (Lavin & Gray 2016,
 "Fast Algorithms for Convolutional Neural Networks", CVPR, Sec. 4: F(4×4, 3×3)). The roofline
-(:mod:`simdist.roofline`) prices those FLOPs apart, so a profile carries per layer the forward
-FLOPs of such convolutions and the bytes of their inputs and outputs.
+(:mod:`simdist.hardware.roofline`) prices those FLOPs apart, so a profile carries per layer the
+forward FLOPs of such convolutions and the bytes of their inputs and outputs.
 
 How: the layer is evaluated with :func:`jax.eval_shape` under :func:`flax.linen.intercept_methods`,
 and every ``nn.Conv`` call with a 3×3 kernel, stride 1, no dilation and no feature groups is

@@ -16,7 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
 
 #: The named axis of replicas: the ``vmap`` axis ("batched") and the device mesh's ("devices").
 REPLICA_AXIS = "replica"

@@ -3,8 +3,8 @@
 Why: TensorFlow without XLA (tf_cnn_benchmarks, 2017-2020) and PyTorch in eager mode launch a
 layer's batch normalization, bias addition and ReLU as kernels of their own, apart from the
 convolution or matrix product: each streams its tensors through DRAM, in series with the
-compute-bound kernels. The roofline's fused "compulsory traffic" (simdist/roofline.py) leaves
-them out, so an efficiency fitted on ResNet-50 (a batch norm and mostly a ReLU after every
+compute-bound kernels. The roofline's fused "compulsory traffic" (simdist/hardware/roofline.py)
+leaves them out, so an efficiency fitted on ResNet-50 (a batch norm and mostly a ReLU after every
 convolution) absorbed them. A profile carries per layer the DRAM bytes of those kernels, for
 the forward and for the backward pass, counted here on shapes.
 

@@ -33,7 +33,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
 from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
 from simdist.numerics.tensor_parallel import DATA, TENSOR, dense, dense_specs, loss_sum, mlp_roles
 

@@ -3,7 +3,7 @@
 A family whose runs share their programs (the seeds of one scenario: a
 :class:`~simdist.numerics.executor.Workload` shares them across seeds) computes its step as a
 program over *lanes*: a run alone is one lane, and the seeds of a batch
-(:func:`simdist.engine.run_batch`) are k lanes of the same program, one dispatch for k runs.
+(:func:`simdist.runtime.engine.run_batch`) are k lanes of the same program, one dispatch for k runs.
 There is one program per family, not a single-run one and a batched one.
 
 The lanes are copies and not a ``vmap``: a lane of a ``vmap`` is a different program from

@@ -167,7 +167,7 @@ class LocalSGD:
     def mesh(self) -> Any:
         """The JAX mesh of the k devices (refused, with the fix, when too few exist)."""
         if self._mesh is None:
-            from simdist.mesh import Mesh
+            from simdist.hardware.mesh import Mesh
 
             devices = replica_devices()
             shortfall = device_shortfall(replica_backend(), len(devices), self.k)

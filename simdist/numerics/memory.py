@@ -61,7 +61,7 @@ class Footprint:
     example (what a backward pass keeps: the activations a pipeline stage stashes per
     micro-batch); ``example_nbytes``: one input example. A profile file of unknown batch
     (``batch_size`` 0, as ASTRA-sim's) is one step as given at any batch: its outputs are
-    the step's (``per_example`` false), as :func:`simdist.costs.scale_profile` reads them.
+    the step's (``per_example`` false), as :func:`simdist.runtime.costs.scale_profile` reads them.
     """
 
     layer_names: tuple[str, ...]

@@ -35,7 +35,7 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
 from simdist.numerics.device_allreduce import (
     REPLICA_AXIS,
     device_shortfall,

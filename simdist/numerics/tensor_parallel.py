@@ -44,7 +44,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from simdist.errors import SimdistError
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
 from simdist.numerics.device_allreduce import device_shortfall, replica_backend, replica_devices
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from simdist.report.tables import AtomicFolder, write_csv, write_json
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 # The plots (matplotlib), report.md and trace writers load on first use, so that
 # ``simdist.report.tables`` (checking an --out folder in ``simdist validate``) stays light.

@@ -30,7 +30,7 @@ from simdist.summary import time_split_by_device, training_devices
 from simdist.units import MISSING, format_duration, format_number
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 DEFAULT_TARGET = 0.9
 

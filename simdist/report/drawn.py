@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
     from simdist.scenario import Scenario
 
 __all__ = ["Drawn"]

@@ -4,7 +4,7 @@ Layout (``reports/<scenario>/``)::
 
     report.md          the interference table, the jobs and their hosts, the busiest links
     summary.json       the shared network, and per job its throughput alone and together
-    interference.csv   one row per job (simdist.jobs.INTERFERENCE_COLUMNS)
+    interference.csv   one row per job (simdist.runtime.jobs.INTERFERENCE_COLUMNS)
     interference.png   examples/s alone and together, per job
     links.csv, link_buckets.csv, link_load.csv, link_utilisation.png
                        the whole network's telemetry while the jobs ran together
@@ -34,7 +34,7 @@ from simdist.units import format_duration, format_number
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simdist.jobs import JobsResult
+    from simdist.runtime.jobs import JobsResult
 
 #: The caption of the interference plot in report.md.
 _PLOT = (
@@ -46,7 +46,7 @@ _PLOT = (
 
 
 def write_jobs_report(result: JobsResult, out_dir: Path) -> Path:
-    """Write a :class:`simdist.jobs.JobsResult` into ``out_dir`` atomically; return it."""
+    """Write a :class:`simdist.runtime.jobs.JobsResult` into ``out_dir`` atomically; return it."""
     import simdist.report as report
     from simdist.scenario import dump_scenario
 

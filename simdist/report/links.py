@@ -17,7 +17,7 @@ import pandas as pd
 from simdist.units import format_bandwidth, format_duration, format_size
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 #: The heatmap shows at most this many links: the ones that carried the most bytes.
 MAX_HEATMAP_LINKS = 40

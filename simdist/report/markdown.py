@@ -22,7 +22,7 @@ from simdist.units import format_bandwidth, format_duration, format_number, form
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
     from simdist.scenario.schema import Scenario
 
 #: Plot file → (heading, one line on how to read it), in the order report.md shows them.
@@ -310,7 +310,7 @@ def device_rows(result: Result) -> list[tuple[str, str, int, str, str, str, str]
     parameter servers show the fast workers' gradients applied more often (from the
     ``updates`` table: distinct iterations of each worker; "" when there is none).
     """
-    from simdist.cluster import Cluster
+    from simdist.hardware.cluster import Cluster
     from simdist.summary import time_split_by_device
 
     per_profile = result.summary.get("compute_s_per_profile")
@@ -377,7 +377,7 @@ def render_markdown(
     lines = [f"# {s['name']} — {s['strategy']}", ""]
     if s.get("_surrogate"):
         lines += [f"> **Surrogate timing**: {s['_surrogate']}.", ""]
-    if s.get("_shared"):  # a job of a scenario with jobs: (simdist.jobs)
+    if s.get("_shared"):  # a job of a scenario with jobs: (simdist.runtime.jobs)
         lines += [f"> **Shared cluster**: {s['_shared']}.", ""]
     lines += [*scenario_lines(result.scenario), ""]
     lines += ["## Key numbers", "", "| | |", "| --- | --- |"]

@@ -83,7 +83,7 @@ def device_capacities(scenario: Scenario | None) -> dict[str, float]:
     """Each device's memory capacity in bytes from its profile (0 where not known)."""
     if scenario is None:
         return {}
-    from simdist.cluster import Cluster
+    from simdist.hardware.cluster import Cluster
 
     try:
         cluster = Cluster(scenario.cluster)

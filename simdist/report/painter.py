@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from simdist.report.drawn import Drawn
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 #: ``SIMDIST_PLOT_PROCESS=0`` draws every plot in-process.
 ENV = "SIMDIST_PLOT_PROCESS"

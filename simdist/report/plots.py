@@ -24,7 +24,7 @@ from simdist.report.memory import device_capacities, plot_memory
 from simdist.report.timeline import plot_time_split, plot_timeline
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 
 def _accuracy_floor(values: pd.Series) -> float:

@@ -48,8 +48,8 @@ from simdist.report.trace_text import counter_lines, document, span_args, span_l
 from simdist.report.tracks import Track, host_roles, timeline_spans
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
     from simdist.report.drawn import Drawn
+    from simdist.runtime.engine import Result
     from simdist.scenario import Scenario
 
 #: What each role's process is called: ``w0 (worker)``, ``ps0 (parameter server)``.

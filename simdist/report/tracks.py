@@ -11,7 +11,7 @@ network layer fills (:mod:`simdist.network`): every ``comm`` row names the links
 of its host that the bytes occupied, and each is drawn on that link's track
 (identical spans recorded by several devices of one host are drawn once).
 Roles and the order of hosts come from the scenario's cluster
-(:attr:`simdist.cluster.Cluster.roles`); hosts it does not name come last.
+(:attr:`simdist.hardware.cluster.Cluster.roles`); hosts it does not name come last.
 ``trace.json`` (:mod:`simdist.report.trace`) draws these tracks, lanes included;
 ``timeline.png`` (:mod:`simdist.report.timeline`) draws each track as one row, with
 overlapping spans side by side inside it, so that one device never looks like two.
@@ -69,7 +69,7 @@ def host_roles(events: pd.DataFrame, scenario: Scenario | None = None) -> dict[s
     seen = set(events["host"].unique())
     roles: dict[str, str] = {}
     if scenario is not None:
-        from simdist.cluster import Cluster
+        from simdist.hardware.cluster import Cluster
 
         roles = {h: r for h, r in Cluster(scenario.cluster).roles.items() if h in seen}
     for name in sorted(seen - set(roles), key=natural_key):

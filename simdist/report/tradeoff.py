@@ -11,7 +11,7 @@ seed took to the target is a × at the top of its panels, "k/N: did not reach" o
 row. :func:`tradeoff_layout` returns what is drawn, so that it is checked without pixels.
 tradeoff.md lists every cell and, per cell, the fastest strategy and whose min–max band
 overlaps it (:func:`separation_lines`), or that a strategy did not reach the target. The
-numbers come from :func:`simdist.tradeoff.tradeoff_summary` and
+numbers come from :func:`simdist.studies.tradeoff.tradeoff_summary` and
 :func:`simdist.bands.band_separations`; this module only draws and writes them.
 """
 

@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 
-from simdist.profiles import DEVICE_PROFILES, Precision
+from simdist.hardware.profiles import DEVICE_PROFILES, Precision
+from simdist.hardware.variability import DEVICE_SIGMA, STEP_SIGMA
 from simdist.scenario.fields import MAX_DEVICES, MAX_PS_TASKS
 from simdist.scenario.messages import EXAMPLES, choice_message, error_message
 from simdist.scenario.network import (
@@ -34,7 +35,6 @@ from simdist.spec import (
     fail,
     show,
 )
-from simdist.variability import DEVICE_SIGMA, STEP_SIGMA
 
 __all__ = [
     "HOST_NAME_RE",
@@ -78,7 +78,7 @@ class VariabilitySpec(Spec):
     """How much a device's compute time varies: lognormal spreads (σ) of mean-1 factors.
 
     ``step``: drawn anew every step; ``device``: drawn once per device (nominally equal
-    devices are not equally fast). The defaults are measured (:mod:`simdist.variability`);
+    devices are not equally fast). The defaults are measured (:mod:`simdist.hardware.variability`);
     ``variability: 0`` gives exact, hand-checkable times.
     """
 
@@ -90,7 +90,7 @@ class DeviceSpec(Spec):
     """The accelerator of every replica: a named profile, optionally overridden.
 
     ``peak_flops`` and ``efficiency`` stay ``None`` unless given; the cluster combines
-    them with the profile (:func:`simdist.cluster.effective_profile`).
+    them with the profile (:func:`simdist.hardware.cluster.effective_profile`).
     """
 
     profile: str = "cpu"
@@ -100,7 +100,7 @@ class DeviceSpec(Spec):
     # Calibration: one device's measured step time, or its measured examples per second.
     compute_time_s: PositiveDuration | None = Field(None, alias="compute_time")
     examples_per_s: Float | None = Field(None, gt=0)
-    # Step-time variability, on by default: see simdist.variability.
+    # Step-time variability, on by default: see simdist.hardware.variability.
     variability: Annotated[VariabilitySpec, BeforeValidator(_variability)] = Field(
         default_factory=VariabilitySpec, examples=["0"]
     )

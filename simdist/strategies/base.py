@@ -20,20 +20,20 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from simdist.faults import InputPipeline, Stragglers
-from simdist.mesh import Mesh
+from simdist.hardware.faults import InputPipeline, Stragglers
+from simdist.hardware.mesh import Mesh
+from simdist.hardware.variability import Variability
 from simdist.strategies.reserved_rows import ReservedStep, reserve_step
 from simdist.strategies.spans import DeviceSpans
-from simdist.variability import Variability
 
 if TYPE_CHECKING:
     import simpy
 
     from simdist.batched_runs import DeferredRun
-    from simdist.cluster import Cluster, Device
+    from simdist.hardware.cluster import Cluster, Device
     from simdist.network import Network
     from simdist.numerics.executor import Workload
-    from simdist.recorder import Recorder
+    from simdist.runtime.recorder import Recorder
     from simdist.scenario.schema import Scenario
 
 
@@ -82,7 +82,7 @@ class Costs:
 
     ``compute_s`` and ``layers`` are those of worker 0's devices. A mixed cluster (worker
     hosts with different device profiles) also lists every device class's own in
-    ``per_profile`` (label of :attr:`simdist.cluster.Cluster.profiles` → its
+    ``per_profile`` (label of :attr:`simdist.hardware.cluster.Cluster.profiles` → its
     :class:`DeviceCosts`); :meth:`for_profile` gives the costs a device of a class sees.
     Homogeneous clusters leave it empty.
 
@@ -110,7 +110,7 @@ class Costs:
     # counted at it; the memory model reads parameter counts through it.
     element_nbytes: int = field(default=4, kw_only=True)
     # Seconds of one optimizer step over the whole replica's parameters on worker 0's
-    # device class (memory-bound: simdist.memory_model.optimizer_step_nbytes at its memory
+    # device class (memory-bound: simdist.memory.accounting.optimizer_step_nbytes at its memory
     # bandwidth); a strategy divides it as it splits the optimizer. 0: not on the clock
     # (hand-made costs, an optimizer off the devices).
     optimizer_step_s: float = field(default=0.0, kw_only=True)
@@ -197,7 +197,7 @@ class Strategy(DeviceSpans, ABC):
         self.workload = workload
         self.rerun_with: Replayed | None = None  # set when a divergence is found late
         #: Set by the engine before the run when this run's numerics are to be computed
-        #: with other runs' (:func:`simdist.engine.run_batch`; see :meth:`defers`).
+        #: with other runs' (:func:`simdist.runtime.engine.run_batch`; see :meth:`defers`).
         self.defer = False
         #: What a deferring run leaves for its numerics (:class:`simdist.batched_runs.DeferredRun`).
         self.deferred_run: DeferredRun | None = None
@@ -289,7 +289,7 @@ class Strategy(DeviceSpans, ABC):
 
     @cached_property
     def mesh(self) -> Mesh[Device]:
-        """The devices this strategy trains on, on named axes (:mod:`simdist.mesh`)."""
+        """The devices this strategy trains on, on named axes (:mod:`simdist.hardware.mesh`)."""
         return self.build_mesh()
 
     @cached_property

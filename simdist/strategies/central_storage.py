@@ -47,7 +47,7 @@ from simdist.strategies.sync import SynchronousStrategy
 if TYPE_CHECKING:
     import simpy
 
-    from simdist.cluster import Cluster, Device, Host
+    from simdist.hardware.cluster import Cluster, Device, Host
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
     from simdist.strategies.base import Costs
@@ -70,7 +70,7 @@ class Spec(StrategySpecBase):
     ) -> dict[str, dict]:
         """The host CPU holds the whole model in float32: the variables, the reduced
         gradient and the optimizer state."""
-        from simdist.memory_model import float32_nbytes, host_held
+        from simdist.memory.accounting import float32_nbytes, host_held
 
         nbytes = float32_nbytes(costs, costs.param_nbytes)
         optimizer = scenario.workload.optimizer.name

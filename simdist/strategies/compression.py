@@ -26,10 +26,10 @@ from simdist.spec import Float, Int, Spec, fail
 if TYPE_CHECKING:
     import simpy
 
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
+    from simdist.hardware.profiles import DeviceProfile
     from simdist.network import Network
     from simdist.numerics.compression import Compression
-    from simdist.profiles import DeviceProfile
     from simdist.strategies.base import Costs, LayerCost
     from simdist.strategies.bucketing import Bucket
 
@@ -157,7 +157,8 @@ def compressor_work(spec: CompressionSpec, shapes: Sequence[Shape]) -> tuple[flo
 
 def compressor_s(flops: float, nbytes: float, device: DeviceProfile) -> float:
     """Seconds of compressor work on ``device`` (at its profile's precision), through the
-    roofline's rule (:mod:`simdist.roofline`): compute- or memory-bound, plus one launch."""
+    roofline's rule (:mod:`simdist.hardware.roofline`): compute- or memory-bound, plus one
+    launch."""
     if flops == 0 and nbytes == 0:
         return 0.0
     flops_per_s = device.peak_flops * device.efficiency

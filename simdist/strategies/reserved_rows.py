@@ -1,10 +1,10 @@
 """The metric rows a run whose numerics are deferred reserves, step by step.
 
-Under :func:`simdist.engine.run_batch` a strategy that defers its numerics
+Under :func:`simdist.runtime.engine.run_batch` a strategy that defers its numerics
 (:mod:`simdist.batched_runs`) still ends every step with
 :meth:`~simdist.strategies.base.Strategy.end_step`, giving it :data:`DEFERRED` for a loss:
 the rows that step would write (its loss, an evaluation when one is due) are reserved in
-the same order with the same stamps (:meth:`simdist.recorder.Recorder.metric_later`), so
+the same order with the same stamps (:meth:`simdist.runtime.recorder.Recorder.metric_later`), so
 the metrics frame is the one of a run that computed as it went once they are filled in.
 No JAX here: the evaluation's metric names come from the workload
 (:meth:`~simdist.numerics.executor.Workload.metric_names`) only when an evaluation is reserved.
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from simdist.numerics.executor import Workload
-    from simdist.recorder import Recorder
+    from simdist.runtime.recorder import Recorder
 
 __all__ = ["DEFERRED", "ReservedStep", "reserve_step"]
 

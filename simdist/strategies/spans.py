@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
-    from simdist.recorder import Recorder
+    from simdist.hardware.cluster import Device
+    from simdist.runtime.recorder import Recorder
 
 _PHASE_KINDS = ("eval", "compute", "straggle", "idle")
 _PHASE_DETAILS = ("chief", "", "", "barrier")

@@ -20,7 +20,7 @@ from simdist.sharding import Sharding
 from simdist.spec import PositiveInt, Spec, fail
 
 if TYPE_CHECKING:
-    from simdist.cluster import Cluster
+    from simdist.hardware.cluster import Cluster
     from simdist.numerics.memory import Footprint
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
@@ -64,7 +64,8 @@ class StrategySpecBase(Spec):
     splits_replica: ClassVar[str] = ""
     # Whether ``simdist tradeoff`` starts from a scenario of this kind: its options then
     # express the study's synchronous and asynchronous variants (``strategy.mode``,
-    # ``backup_workers``, ``staleness_bound``: simdist.tradeoff_variants.strategy_overrides).
+    # ``backup_workers``, ``staleness_bound``:
+    # simdist.studies.tradeoff_variants.strategy_overrides).
     tradeoff_base: ClassVar[bool] = False
 
     @classmethod
@@ -101,7 +102,7 @@ class StrategySpecBase(Spec):
         """A strategy's own memory check before the run, for one that places its devices
         otherwise than as replicas split as :meth:`sharding` says (pipeline stages): refuse
         a layout that does not fit and return True. False by default: the replica check of
-        :func:`simdist.device_memory.check_device_memory` applies."""
+        :func:`simdist.memory.fit.check_device_memory` applies."""
         del scenario, footprint, source, total_steps
         return False
 

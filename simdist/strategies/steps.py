@@ -38,7 +38,7 @@ from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
 
 
 class Compute(NamedTuple):

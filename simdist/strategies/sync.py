@@ -17,7 +17,7 @@ from collections.abc import Generator, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from simdist.faults import FailureSchedule, ProgressWatch
+from simdist.hardware.faults import FailureSchedule, ProgressWatch
 from simdist.strategies.base import Strategy
 from simdist.strategies.bucketing import Bucket, bucket_plan, gradient_buckets
 from simdist.strategies.compression import CompressedWire, compression_of
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
     from simdist.scenario.effects import FailureSpec
 
 

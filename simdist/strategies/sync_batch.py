@@ -1,7 +1,7 @@
 """Synchronous runs computed together: the seeds of one scenario, step by step, as lanes.
 
 A synchronous run's clock does not depend on its values, so under
-:func:`simdist.engine.run_batch` a run of the synchronous family simulates without
+:func:`simdist.runtime.engine.run_batch` a run of the synchronous family simulates without
 computing (``Strategy.defer``): each step reserves the metric rows its loss and
 evaluation would fill (:func:`~simdist.strategies.reserved_rows.reserve_step`) and the
 run leaves a :class:`SyncSeedRun`. Runs with the same programs are then computed

@@ -35,7 +35,7 @@ from simdist.strategies.steps import Collective, Compute, walk
 from simdist.strategies.sync import SynchronousStrategy, SyncState
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
     from simdist.numerics.executor import Workload
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario

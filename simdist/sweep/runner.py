@@ -54,7 +54,7 @@ def run_point(scenario: Scenario, devices: int = 1) -> dict[str, Any]:
             from simdist.numerics.executor import ensure_devices
 
             ensure_devices(devices)
-        from simdist.engine import run
+        from simdist.runtime.engine import run
 
         result = run(scenario)
     except SimdistError as exc:

@@ -5,7 +5,7 @@ https://github.com/pytorch/vision/blob/main/torchvision/models/resnet.py
 ``resnet50_v1`` and ``resnet152_v1`` are the paper's v1, with the stride on the first 1×1
 convolution, as tf_cnn_benchmarks builds ``resnet50`` / ``resnet152`` (tensorflow/benchmarks,
 scripts/tf_cnn_benchmarks/models/resnet_model.py, ``bottleneck_block_v1``): every 3×3
-convolution is then stride 1, which matters to what cuDNN runs (simdist/roofline.py).
+convolution is then stride 1, which matters to what cuDNN runs (simdist/hardware/roofline.py).
 """
 
 from __future__ import annotations

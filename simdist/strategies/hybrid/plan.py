@@ -16,7 +16,7 @@ Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by ha
   plan (:func:`simdist.strategies.sharded_plan.plan_step`) over the shard, its
   collectives run back to back after the flush (none overlaps a backward that has ended).
 * A device's memory: its stage's as the pipeline computes it
-  (:class:`simdist.memory_model.StagedReplica`), with the spec's
+  (:class:`simdist.memory.accounting.StagedReplica`), with the spec's
   :class:`~simdist.sharding.Sharding` (T for the tensor split, D more per ZeRO stage).
 """
 

@@ -3,7 +3,7 @@
 3D parallelism as Megatron-LM lays it out (Narayanan et al. 2021, "Efficient large-scale
 language model training on GPU clusters using Megatron-LM", arXiv:2104.04473, Sec. 3):
 D data-parallel copies of a pipeline of P stages, each stage's layers split over a tensor
-group of T devices, D × P × T devices on the mesh (:mod:`simdist.mesh`), tensor innermost
+group of T devices, D × P × T devices on the mesh (:mod:`simdist.hardware.mesh`), tensor innermost
 so that a tensor group is inside a host. ``zero`` shards the optimizer state (1), the
 gradients too (2) or the parameters too (3) over the data axis (Rajbhandari et al. 2020).
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from simdist.mesh import DEFAULT_ORDER, Mesh
+from simdist.hardware.mesh import DEFAULT_ORDER, Mesh
 from simdist.sharding import Sharding
 from simdist.spec import Partition, PositiveInt, fail, number_choice
 from simdist.spec import Spec as SpecBase
@@ -106,8 +106,8 @@ class Spec(StrategySpecBase):
     def check_memory(
         self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
     ) -> bool:
-        """Each stage against its devices (:func:`simdist.device_memory.check_hybrid`)."""
-        from simdist.device_memory import check_hybrid
+        """Each stage against its devices (:func:`simdist.memory.fit.check_hybrid`)."""
+        from simdist.memory.fit import check_hybrid
 
         del total_steps
         check_hybrid(scenario, footprint, source)

@@ -1,6 +1,6 @@
 """The hybrid strategy: D copies of a P-stage pipeline whose every stage is a tensor group.
 
-The devices sit on the mesh (:mod:`simdist.mesh`, in ``placement`` order, tensor innermost
+The devices sit on the mesh (:mod:`simdist.hardware.mesh`, in ``placement`` order, tensor innermost
 by default): device (d, p, t) is tensor rank t of stage p of data copy d. Each step runs
 the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or 1f1b,
 a flush per step) with a tensor group in place of each stage's device: a micro-batch's
@@ -34,7 +34,7 @@ from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
 from simdist.network.lockstep import LockstepCopies
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.hybrid.plan import (
@@ -68,7 +68,7 @@ from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_ro
 OPS: tuple[str, ...] = ("allreduce", "reduce_scatter", "all_gather")
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
     from simdist.numerics.hybrid import HybridTrainer
     from simdist.strategies.sync import SyncState
 

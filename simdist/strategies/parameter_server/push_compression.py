@@ -37,7 +37,7 @@ from simdist.strategies.compression import CompressionSpec, compressor_s, compre
 from simdist.strategies.parameter_server.partition import Shard
 
 if TYPE_CHECKING:
-    from simdist.profiles import DeviceProfile
+    from simdist.hardware.profiles import DeviceProfile
 
 Shape = tuple[int, ...]
 

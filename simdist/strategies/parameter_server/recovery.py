@@ -15,7 +15,7 @@
   entry's own next failure waits for the restore to end: a failure entry is
   handled one failure at a time.
 
-The failure times of all entries come from one :class:`~simdist.faults.FailureSchedule`,
+The failure times of all entries come from one :class:`~simdist.hardware.faults.FailureSchedule`,
 consumed in time order by one process.
 """
 
@@ -25,7 +25,7 @@ import math
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from simdist.faults import FailureSchedule, ProgressWatch
+from simdist.hardware.faults import FailureSchedule, ProgressWatch
 from simdist.strategies.parameter_server.servers import ServerState
 
 if TYPE_CHECKING:

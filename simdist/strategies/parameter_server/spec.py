@@ -15,7 +15,7 @@ from simdist.strategies.compression import CompressionSpec, compression_field
 from simdist.strategies.spec_base import StrategySpecBase
 
 if TYPE_CHECKING:
-    from simdist.cluster import Cluster
+    from simdist.hardware.cluster import Cluster
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
     from simdist.strategies.base import Costs
@@ -70,7 +70,7 @@ class Spec(StrategySpecBase):
         """Each PS task's partition in float32: its variables (BatchNormalization's moving
         statistics included), one gradient buffer and the optimizer's copies of its
         trainable ones."""
-        from simdist.memory_model import float32_nbytes, host_held
+        from simdist.memory.accounting import float32_nbytes, host_held
         from simdist.strategies.parameter_server.partition import (
             batch_norm_state_leaves,
             partition,

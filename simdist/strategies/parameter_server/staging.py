@@ -38,7 +38,7 @@ from simdist.network import Link, Transfer
 from simdist.network.transfer import Route, arrive, route_of
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device, Host
+    from simdist.hardware.cluster import Device, Host
     from simdist.network import Network
 
 #: A stage: what it starts (messages, copies, or a collective's process) when it begins.

@@ -3,7 +3,7 @@
 Which workers' gradients a synchronous parameter-server step applies, and in which order,
 is decided by the clock alone (the first N−b arrivals, ties drawn from the seed), and
 every worker of step k computes at version k. So under
-:func:`simdist.engine.run_batch` a ``mode: sync`` run simulates with timing-only
+:func:`simdist.runtime.engine.run_batch` a ``mode: sync`` run simulates with timing-only
 parameter servers, noting each step's accepted workers, and leaves a
 :class:`PsSyncSeedRun`. The runs are then computed step by step together: every run's
 accepted gradients of step k go into the same 8-wide

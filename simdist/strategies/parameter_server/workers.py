@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from simdist.cluster import Device
-from simdist.mesh import Mesh
+from simdist.hardware.cluster import Device
+from simdist.hardware.mesh import Mesh
 from simdist.network import Transfer
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.layer_step import backward_ready

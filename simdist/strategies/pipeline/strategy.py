@@ -50,8 +50,8 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
-from simdist.memory_model import DeviceMemory, ReplicaLayers, StagedReplica, model_tensors
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
+from simdist.memory.accounting import DeviceMemory, ReplicaLayers, StagedReplica, model_tensors
 from simdist.strategies.base import LayerCost, Strategy
 from simdist.strategies.layer_step import span_seconds
 from simdist.strategies.pipeline.batched import DeferredPipeline
@@ -68,7 +68,7 @@ from simdist.strategies.steps import Collective, Compute, Plan, Receive, Send, w
 from simdist.units import format_size
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
     from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
     from simdist.strategies.sync import SyncState
 
@@ -190,7 +190,7 @@ class PipelineStrategy(Strategy):
     @cached_property
     def staged(self) -> StagedReplica:
         """The replica's layers as the memory model reads them, cut into stages
-        (:class:`simdist.memory_model.StagedReplica`), at the cluster's precision."""
+        (:class:`simdist.memory.accounting.StagedReplica`), at the cluster's precision."""
         layers = ReplicaLayers.of_costs(
             self.costs, self.scenario.workload.batch_size, model_tensors(self.scenario)
         )

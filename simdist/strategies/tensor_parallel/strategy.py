@@ -1,7 +1,7 @@
 """The tensor_parallel strategy: D copies of a tensor group of T devices, Megatron-style.
 
 Devices sit on the mesh's ``data`` × ``tensor`` axes, tensor innermost (consecutive
-devices, inside a host: :mod:`simdist.mesh`). Every device of a tensor group walks the same
+devices, inside a host: :mod:`simdist.hardware.mesh`). Every device of a tensor group walks the same
 step (:func:`~.plan.step_plan`, run by :func:`~simdist.strategies.steps.walk`): compute
 spans of its share of each layer, and the tensor collectives on the critical path — each
 waits for the group's slowest device and holds every device until it ends, as Megatron's
@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
-from simdist.mesh import Mesh
+from simdist.hardware.mesh import Mesh
 from simdist.strategies.steps import Compute, GroupRunner, Plan, walk
 from simdist.strategies.sync import SynchronousStrategy, SyncState
 from simdist.strategies.tensor_parallel.plan import (
@@ -35,7 +35,7 @@ from simdist.strategies.tensor_parallel.plan import (
 )
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
+    from simdist.hardware.cluster import Device
 
 
 class TensorParallelStrategy(SynchronousStrategy):

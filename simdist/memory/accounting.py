@@ -6,7 +6,7 @@ parameter count Ψ and each layer's stored tensors per example) and on the
 (its optimizer off the devices, more state copies, stages) its spec says so through hooks
 (``optimizer_on_device``, ``extra_state_copies``, ``check_memory``, ``off_device_memory``),
 never by its name. The same functions serve the check before a run
-(:mod:`simdist.device_memory`, from a :class:`~simdist.numerics.memory.Footprint`) and
+(:mod:`simdist.memory.fit`, from a :class:`~simdist.numerics.memory.Footprint`) and
 summary.json's ``memory_per_device`` after it (from the run's
 :class:`~simdist.strategies.base.Costs`), so both say the same.
 
@@ -59,12 +59,12 @@ from simdist.activation_memory import (
     layer_tensors_of_outputs,
     stored_nbytes,
 )
+from simdist.hardware.profiles import ELEMENT_NBYTES
 from simdist.numerics.memory import OPTIMIZER_COPIES
-from simdist.profiles import ELEMENT_NBYTES
 from simdist.sharding import Sharding
 
 if TYPE_CHECKING:
-    from simdist.cluster import Cluster, Device
+    from simdist.hardware.cluster import Cluster, Device
     from simdist.numerics.memory import Footprint
     from simdist.scenario.schema import Scenario
     from simdist.strategies.base import Costs

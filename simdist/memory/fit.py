@@ -3,12 +3,12 @@
 Every strategy: each device's share of a replica — parameters, gradients, optimizer state
 (unless parameter servers or the host CPU hold it) and one batch's activations, split as
 the strategy's :class:`~simdist.sharding.Sharding` says, with its recomputation, at each
-device class's precision (:mod:`simdist.memory_model`, which summary.json's
+device class's precision (:mod:`simdist.memory.accounting`, which summary.json's
 ``memory_per_device`` also reports). Each strategy's spec picks its check
 (``StrategySpecBase.check_memory``): a pipeline checks the stage and partition counts
 against the model's layers, and each stage against its device, as
 :class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
-(:class:`simdist.memory_model.StagedReplica`; an ``auto`` partition is refused when no
+(:class:`simdist.memory.accounting.StagedReplica`; an ``auto`` partition is refused when no
 partition fits, the only case in which it fails).
 
 The layers come from a :class:`~simdist.numerics.memory.Footprint` (a profile file, or the
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from simdist.errors import ScenarioError, SimdistError
 
 if TYPE_CHECKING:
-    from simdist.cluster import Device
-    from simdist.memory_model import DeviceMemory, StagedReplica
+    from simdist.hardware.cluster import Device
+    from simdist.hardware.profiles import DeviceProfile
+    from simdist.memory.accounting import DeviceMemory, StagedReplica
     from simdist.numerics.memory import Footprint
-    from simdist.profiles import DeviceProfile
     from simdist.scenario.schema import Scenario
 
 __all__ = ["check_device_memory", "check_hybrid", "check_pipeline", "clock_field"]
@@ -43,7 +43,7 @@ def clock_field(scenario: Scenario) -> str:
 
 def _staged(scenario: Scenario, footprint: Footprint, precision: str, M: int) -> StagedReplica:
     """The footprint's layers on the scenario's batch, cut into stages of M micro-batches."""
-    from simdist.memory_model import ReplicaLayers, StagedReplica
+    from simdist.memory.accounting import ReplicaLayers, StagedReplica
 
     layers = ReplicaLayers.of_footprint(footprint, int(scenario.workload.batch_size))
     return StagedReplica(scenario, layers, precision, M)
@@ -74,8 +74,8 @@ def _split_advice(spec: Any) -> str:
 
 def check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -> None:
     """Refuse a layout whose share of a replica does not fit on one of the cluster's devices
-    (:mod:`simdist.memory_model`: the strategy's sharding, each device class's precision)."""
-    from simdist.cluster import Cluster
+    (:mod:`simdist.memory.accounting`: the strategy's sharding, each device class's precision)."""
+    from simdist.hardware.cluster import Cluster
 
     cluster = Cluster(scenario.cluster)
     firsts: dict[str, Device] = {}
@@ -89,7 +89,7 @@ def _check_device(
     scenario: Scenario, footprint: Footprint, source: str, name: str, profile: DeviceProfile
 ) -> None:
     """Refuse device ``name`` of ``profile`` when its share does not fit, with advice."""
-    from simdist.memory_model import ReplicaLayers, scenario_memory
+    from simdist.memory.accounting import ReplicaLayers, scenario_memory
     from simdist.units import format_size
 
     capacity = profile.memory_nbytes
@@ -155,8 +155,8 @@ def check_pipeline(
     scenario: Scenario, footprint: Footprint, source: str, total_steps: int = 1
 ) -> None:
     """A pipeline's stages against the model's layers, and each stage against its device."""
-    from simdist.cluster import Cluster
-    from simdist.mesh import Mesh
+    from simdist.hardware.cluster import Cluster
+    from simdist.hardware.mesh import Mesh
     from simdist.strategies.pipeline.plan import partition_auto, peak_in_flight, stage_ops
     from simdist.units import format_size
 
@@ -227,7 +227,7 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
     """A hybrid layout's stages against each device: the pipeline's stage memory divided
     as the spec's sharding says (:func:`simdist.strategies.hybrid.plan.device_memory`); an
     ``auto`` partition is refused when no cut of the layers fits."""
-    from simdist.cluster import Cluster
+    from simdist.hardware.cluster import Cluster
     from simdist.strategies.pipeline.plan import bounds, partition_auto, peak_in_flight, stage_ops
     from simdist.strategies.tensor_parallel.plan import layer_roles
 

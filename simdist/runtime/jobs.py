@@ -4,9 +4,9 @@ A scenario with ``jobs:`` (:mod:`simdist.scenario.jobs`) runs every job at once 
 same :class:`simpy.Environment` and the same topology, built once for the whole
 cluster, so their flows contend on the links they share (a leaf–spine's uplinks) under
 the scenario's sharing model. Each job has its own view of the cluster (a
-:class:`~simdist.cluster.Cluster` of its hosts: the same names, so the topology routes it),
+:class:`~simdist.hardware.cluster.Cluster` of its hosts: the same names, so the topology routes it),
 its own strategy, :class:`~simdist.network.Network` front end and
-:class:`~simdist.recorder.Recorder`, so each gets the tables and summary of an ordinary
+:class:`~simdist.runtime.recorder.Recorder`, so each gets the tables and summary of an ordinary
 run. A job's tables are cut when its training ends: what its background processes do
 afterwards (none of them moves bytes) is not its run.
 
@@ -30,10 +30,19 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import simpy
 
-from simdist.assembly import Floor, Placed, TopologyFactory, build_floor, place, until_settled
-from simdist.cluster import Cluster
-from simdist.costs import measure_costs
-from simdist.engine import (
+from simdist.errors import SimdistError
+from simdist.hardware.cluster import Cluster
+from simdist.network.telemetry import link_frames
+from simdist.runtime.assembly import (
+    Floor,
+    Placed,
+    TopologyFactory,
+    build_floor,
+    place,
+    until_settled,
+)
+from simdist.runtime.costs import measure_costs
+from simdist.runtime.engine import (
     Result,
     cached_workload,
     gc_paused,
@@ -41,9 +50,7 @@ from simdist.engine import (
     run_result,
     surrogate_note,
 )
-from simdist.errors import SimdistError
-from simdist.network.telemetry import link_frames
-from simdist.recorder import Recorder
+from simdist.runtime.recorder import Recorder
 from simdist.scenario import Scenario
 from simdist.strategies.base import Costs
 from simdist.summary import SUMMARY_VERSION
@@ -90,7 +97,7 @@ class SharedRun:
 class JobsResult:
     """A scenario with jobs, run: each job together and alone, and the comparison.
 
-    ``jobs`` are the runs in company (each a full :class:`~simdist.engine.Result`, written
+    ``jobs`` are the runs in company (each a full :class:`~simdist.runtime.engine.Result`, written
     as a report of its own), ``alone`` each job's timing-only run by itself on the same
     cluster; ``tables["interference"]`` compares their throughput, and ``tables`` also
     holds the whole network's link telemetry of the run together.
@@ -187,7 +194,7 @@ def _company(scenario: Scenario, run: JobRun, runs: Sequence[JobRun]) -> str:
 def _result(
     run: JobRun, strategy: Strategy, recorder: Recorder, end_s: float, links: Sequence[Link]
 ) -> Result:
-    """One job's Result at its end, as :func:`simdist.engine.simulate` makes a run's."""
+    """One job's Result at its end, as :func:`simdist.runtime.engine.simulate` makes a run's."""
     js = run.scenario
     result = run_result(js, run.costs, strategy.workload, strategy, recorder, links, end_s)
     note = surrogate_note(js) if strategy.workload is not None else None

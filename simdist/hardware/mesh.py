@@ -15,7 +15,7 @@ takeaway #1) — and ``data`` first, across hosts, where one all-reduce per step
 the network.
 
 Pure Python: no SimPy, no JAX at import. Devices are any hashable values (cluster
-:class:`~simdist.cluster.Device`\\ s, or plain numbers in tests); a mesh of JAX devices
+:class:`~simdist.hardware.cluster.Device`\\ s, or plain numbers in tests); a mesh of JAX devices
 becomes JAX's own with :meth:`Mesh.to_jax`, so every numerics module lays its devices out
 by this one rule.
 """

@@ -1,6 +1,6 @@
 """The trade-off study's variants: what each strategy label means as a scenario.
 
-Pure (no JAX, no SimPy): the labels :mod:`simdist.tradeoff` compares — synchronous SGD with
+Pure (no JAX, no SimPy): the labels :mod:`simdist.studies.tradeoff` compares — synchronous SGD with
 and without backup workers, SSP and asynchronous parameter servers, and the optional
 compressed all-reduce (``--compression``) and local SGD (``--local-sgd``) variants — each
 as the ``--set`` overrides that make it from the study's base scenario, and the worker

@@ -1,7 +1,7 @@
 """The engine: owns the one SimPy environment, wires cluster + workload + strategy, runs.
 
 Nothing else in simdist keeps time.  The engine has the per-step costs
-measured once (:mod:`simdist.costs`: XLA cost analysis of the real gradient
+measured once (:mod:`simdist.runtime.costs`: XLA cost analysis of the real gradient
 function, the real byte size of the parameters), hands them to the strategy,
 runs the SimPy clock to the end and returns a :class:`Result` — the tidy
 tables, a summary and the final parameters.  It keeps the last few JAX
@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from simdist.assembly import build_floor, place, until_settled
-from simdist.costs import file_stamp, full_size, measure_costs
 from simdist.errors import SimdistError
 from simdist.memo import remember
-from simdist.memory_model import memory_per_device, off_device_memory
+from simdist.memory.accounting import memory_per_device, off_device_memory
 from simdist.network import Network
 from simdist.network.telemetry import link_frames, network_links
-from simdist.recorder import Recorder
+from simdist.runtime.assembly import build_floor, place, until_settled
+from simdist.runtime.costs import file_stamp, full_size, measure_costs
+from simdist.runtime.recorder import Recorder
 from simdist.scenario import Scenario, load_scenario
 from simdist.strategies.base import Costs, Replayed
 from simdist.strategies.sync import resolve_execution
@@ -76,7 +76,8 @@ def build_workload(scenario: Scenario) -> Workload:
 
 _workloads: OrderedDict[str, Workload] = OrderedDict()
 # Fields that do not change what a timing-only run reads from its Workload (shapes, bytes,
-# data set sizes); the clock's layer profile is cached apart (:func:`simdist.costs.clock_profile`).
+# data set sizes); the clock's layer profile is cached apart
+# (:func:`simdist.runtime.costs.clock_profile`).
 _TIMING_IRRELEVANT = ("batch_size", "global_batch_size", "steps", "epochs", "eval_every")
 
 
@@ -86,7 +87,7 @@ def needs_workload(scenario: Scenario) -> bool:
     Numerics always do. A timing-only run does too when its clock model is a small zoo
     model trained on a data set (the shapes and sizes come from the real thing, so the
     clock equals the full run's); full-size models, profile files and runs without a
-    data set are costed abstractly instead (:func:`~simdist.costs.measure_costs`), without
+    data set are costed abstractly instead (:func:`~simdist.runtime.costs.measure_costs`), without
     allocating a parameter.
     """
     w = scenario.workload
@@ -311,7 +312,7 @@ def simulate_pass(
     defer: bool = False,
 ) -> Simulated:
     """The SimPy pass of :func:`simulate`, up to the end of training, wired by
-    :mod:`simdist.assembly`. With ``defer`` a strategy that :meth:`~Strategy.defers` leaves
+    :mod:`simdist.runtime.assembly`. With ``defer`` a strategy that :meth:`~Strategy.defers` leaves
     its numerics in ``strategy.deferred_run`` (:func:`run_batch` computes them). Call it
     with the cyclic collector paused."""
     floor = build_floor(scenario, [scenario.strategy.kind])
@@ -348,7 +349,7 @@ def finish(sim: Simulated) -> Result:
 
 def _memory(scenario: Scenario, costs: Costs, strategy: Strategy) -> dict[str, Any]:
     """summary.json's memory figures: each training device's share of a replica
-    (:mod:`simdist.memory_model`) and what parameter servers or the host CPU hold."""
+    (:mod:`simdist.memory.accounting`) and what parameter servers or the host CPU hold."""
     cluster = strategy.cluster
     devices = strategy.training_devices
     out: dict[str, Any] = {

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import DataError, SimdistError
-from simdist.preflight import preflight
-from simdist.readback import conform
+from simdist.runtime.preflight import preflight
+from simdist.runtime.readback import conform
 from simdist.scenario.fields import MAX_RUNS, MAX_SEED
 from simdist.scenario.load import resolve_scenario
 from simdist.scenario.overrides import override_strings
 from simdist.scenario.schema import Scenario
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
-    from simdist.jobs import JobsResult
+    from simdist.runtime.engine import Result
+    from simdist.runtime.jobs import JobsResult
 
 __all__ = [
     "BATCH_RUNS",
@@ -83,14 +83,14 @@ def run(
     ``overrides={"cluster.hosts": 8}``, or keywords with ``__`` for dots:
     ``run("x.yaml", cluster__hosts=8, seed=3)``.  Bad input raises
     :class:`~simdist.errors.ScenarioError` before anything runs (see
-    :func:`~simdist.preflight.preflight`), and so does an ``out`` that cannot be a report
+    :func:`~simdist.runtime.preflight.preflight`), and so does an ``out`` that cannot be a report
     folder. ``on_step(step, total)`` and ``on_time(simulated_s)`` are called as the
     simulation advances (a progress bar).  Errors name ``source``: by default the
     scenario file given, else ``<scenario NAME>``.  A diverged run returns
     normally, with ``summary["diverged"]`` set.
 
     A scenario with ``jobs:`` (several jobs sharing one cluster) returns a
-    :class:`simdist.jobs.JobsResult` instead: each job's Result in company and alone,
+    :class:`simdist.runtime.jobs.JobsResult` instead: each job's Result in company and alone,
     and the interference table; its report folder holds a subfolder per job
     (:mod:`simdist.report.jobs`). Two runs into one ``out`` at once: the second is refused
     (:func:`simdist.report.tables.report_lock`).
@@ -106,13 +106,13 @@ def run(
     with guard:
         if scenario.jobs is not None:
             return _run_jobs(scenario, out, on_step, on_time, source)
-        from simdist.engine import run as run_engine
+        from simdist.runtime.engine import run as run_engine
 
         try:
             result = run_engine(scenario, on_step=on_step, on_time=on_time)
         except DataError as exc:
             raise exc.in_scenario(source or f"<scenario {scenario.name}>") from None
-        from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+        from simdist.runtime.recorder import EVENT_DTYPES, METRIC_DTYPES
 
         result.events = conform(result.events, EVENT_DTYPES)
         result.metrics = conform(result.metrics, METRIC_DTYPES)
@@ -130,10 +130,10 @@ def _run_jobs(
     on_time: Callable[[float], None] | None,
     source: str | None,
 ) -> JobsResult:
-    """:func:`run` of a scenario with ``jobs:``: a :class:`simdist.jobs.JobsResult`, its
+    """:func:`run` of a scenario with ``jobs:``: a :class:`simdist.runtime.jobs.JobsResult`, its
     folder written by :func:`simdist.report.jobs.write_jobs_report` (a subfolder per job)."""
-    from simdist.jobs import run_jobs
-    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+    from simdist.runtime.jobs import run_jobs
+    from simdist.runtime.recorder import EVENT_DTYPES, METRIC_DTYPES
 
     try:
         result = run_jobs(scenario, on_step=on_step, on_time=on_time)
@@ -195,10 +195,10 @@ def run_batch(
 ) -> list[Result]:
     """:func:`run` of each validated scenario (no report written), in this process, the
     numerics of runs that share programs computed together
-    (:func:`simdist.engine.run_batch`): each Result is the one :func:`run` gives.
+    (:func:`simdist.runtime.engine.run_batch`): each Result is the one :func:`run` gives.
     ``on_run(k)`` is called as run ``k`` starts."""
-    from simdist.engine import run_batch as run_engine_batch
-    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+    from simdist.runtime.engine import run_batch as run_engine_batch
+    from simdist.runtime.recorder import EVENT_DTYPES, METRIC_DTYPES
 
     scenarios = list(scenarios)
     if len(scenarios) == 1 or any(s.jobs is not None for s in scenarios):

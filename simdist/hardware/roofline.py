@@ -1,7 +1,7 @@
 """The roofline: how long each layer of a model takes on a device, and calibration to a measure.
 
 Pure arithmetic on a :class:`~simdist.layers.ModelProfile` (per-layer FLOPs and bytes of the
-whole per-replica batch) and a :class:`~simdist.profiles.DeviceProfile`: no SimPy, no JAX.
+whole per-replica batch) and a :class:`~simdist.hardware.profiles.DeviceProfile`: no SimPy, no JAX.
 
 A layer's forward (and, separately, its backward) takes
 
@@ -66,7 +66,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simdist.errors import SimdistError
-from simdist.profiles import ELEMENT_NBYTES, DeviceProfile
+from simdist.hardware.profiles import ELEMENT_NBYTES, DeviceProfile
 
 if TYPE_CHECKING:
     from simdist.layers import LayerProfile, ModelProfile
@@ -166,8 +166,8 @@ def fit_efficiency(
 ) -> float:
     """The efficiency at which ``device``'s roofline runs ``profile`` at ``examples_per_s``.
 
-    How a device constant is derived from one published rate (simdist/profiles.py): the step
-    time falls as the efficiency rises, so bisection finds it (to 1e-12 of the bracket).
+    How a device constant is derived from one published rate (simdist/hardware/profiles.py): the
+    step time falls as the efficiency rises, so bisection finds it (to 1e-12 of the bracket).
     """
     if not profile.batch_size or examples_per_s <= 0:
         raise SimdistError("fitting an efficiency needs a profile with a batch size and a rate")

@@ -2,8 +2,8 @@
 topology, and per training job its network front end, recorder and strategy; and the rule
 that simulates again a run found to diverge after the fact.
 
-:func:`simdist.engine.simulate` (one run) and :func:`simdist.jobs.simulate_jobs` (several
-jobs sharing one cluster) build their runs here, so a run alone and a job in company are
+:func:`simdist.runtime.engine.simulate` (one run) and :func:`simdist.runtime.jobs.simulate_jobs`
+(several jobs sharing one cluster) build their runs here, so a run alone and a job in company are
 wired the same way: a :class:`Floor` (what the jobs share), then one :func:`place` per job.
 """
 
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import simpy
 
-from simdist.cluster import Cluster
 from simdist.errors import SimdistError
+from simdist.hardware.cluster import Cluster
 from simdist.network import Network, Topology, build_topology, protocol_of
-from simdist.recorder import Recorder
+from simdist.runtime.recorder import Recorder
 from simdist.strategies import strategy_class
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def place(
     """Start ``scenario``'s strategy on ``floor`` over ``cluster`` (the floor's, or a job's
     view of it), with its own recorder and network front end. With ``defer`` a strategy
     that :meth:`~simdist.strategies.base.Strategy.defers` leaves its numerics for later
-    (:func:`simdist.engine.run_batch`)."""
+    (:func:`simdist.runtime.engine.run_batch`)."""
     recorder = Recorder()
     network = Network(floor.env, floor.topology, recorder, floor.protocol)
     cls = strategy_class(scenario.strategy.kind)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from simdist.errors import SimdistError
-from simdist.profiles import DEVICE_PROFILES, DeviceProfile
+from simdist.hardware.profiles import DEVICE_PROFILES, DeviceProfile
 
 if TYPE_CHECKING:
     from simdist.scenario.cluster import ClusterSpec, DeviceSpec

@@ -241,7 +241,7 @@ class Recorder:
         """Drop the recorded rows (once their frames are built).
 
         A big run records millions of small tuples; freed here, while Python's cyclic
-        collector is still paused (:func:`simdist.engine.gc_paused`), they go by
+        collector is still paused (:func:`simdist.runtime.engine.gc_paused`), they go by
         reference counting instead of being walked by the next full collection, which
         cost a timing-only run up to a third of its wall time.
         """

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from simdist.errors import DataError, ScenarioError, SimdistError
 
 if TYPE_CHECKING:
-    from simdist.engine import Result
     from simdist.numerics.memory import Footprint
+    from simdist.runtime.engine import Result
     from simdist.scenario.schema import Scenario
 
 
@@ -129,7 +129,7 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
         raise
     except SimdistError as exc:
         field = "workload.input_shape" if w.input_shape and w.profile is None else None
-        from simdist.device_memory import clock_field
+        from simdist.memory.fit import clock_field
 
         raise ScenarioError(source, field or clock_field(scenario), str(exc)) from None
 
@@ -137,14 +137,14 @@ def _footprint(scenario: Scenario, source: str) -> Footprint:
 def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
     """What a run checks as it costs its clock model: the profile file, the model's shapes,
     the pipeline's stages and every device's memory (the strategy spec's ``check_memory``,
-    :mod:`simdist.device_memory`). Returns the clock model's layer count."""
+    :mod:`simdist.memory.fit`). Returns the clock model's layer count."""
     if scenario.runs_on_devices:  # the footprint may start JAX: with the run's devices
         from simdist.numerics.executor import ensure_devices
 
         ensure_devices(scenario.numeric_devices)
     footprint = _footprint(scenario, source)
     if not scenario.strategy.check_memory(scenario, footprint, source, total_steps):
-        from simdist.device_memory import check_device_memory
+        from simdist.memory.fit import check_device_memory
 
         check_device_memory(scenario, footprint, source)
     return len(footprint.layer_names)
@@ -166,7 +166,7 @@ def preflight(
     profile file it cannot read, an input shape the model cannot take, pipeline stages and
     partitions that do not match the layers, and a
     replica or pipeline stage that does not fit its device's memory
-    (:mod:`simdist.device_memory`); :class:`~simdist.errors.SimdistError` for an ``out``
+    (:mod:`simdist.memory.fit`); :class:`~simdist.errors.SimdistError` for an ``out``
     that cannot be a report folder. Both ``simdist run`` and ``simdist validate`` call it,
     so both refuse these with the same message. Returns the expected step count, a rough wall time
     and warnings, e.g. for a run that would take longer than an hour.
@@ -261,7 +261,7 @@ def _check_costing_memory(scenario: Scenario, source: str, layers: int) -> None:
     need, ram = HOST_BYTES_PER_MODEL_LAYER * layers, physical_memory_nbytes()
     if ram is None or need <= ram:
         return
-    from simdist.device_memory import clock_field
+    from simdist.memory.fit import clock_field
 
     raise ScenarioError(
         source,
@@ -329,7 +329,7 @@ def _scheduled_failures(scenario: Scenario, source: str, wall_s: float) -> list[
             "ends; simdist run warns about a "
             "failure scheduled after the run's end"
         ]
-    from simdist.engine import run as run_engine
+    from simdist.runtime.engine import run as run_engine
     from simdist.scenario.load import resolve_scenario
 
     timing = resolve_scenario(scenario, ["numerics=false"]) if scenario.numerics else scenario

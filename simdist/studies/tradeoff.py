@@ -27,7 +27,7 @@ Whether two strategies differ is read from their min–max bands of T over seeds
 
 The study's logic is pure (no JAX, no SimPy): the runs (:func:`tradeoff_runs`), the
 decomposition (:func:`decompose`, :func:`tradeoff_summary`), the bands. :func:`tradeoff`
-(also ``simdist.api.tradeoff``) runs them (:func:`simdist.runs.run_many`);
+(also ``simdist.api.tradeoff``) runs them (:func:`simdist.studies.runs.run_many`);
 :mod:`simdist.report.tradeoff` draws the figure and words the bands.
 """
 
@@ -43,11 +43,11 @@ import pandas as pd
 
 from simdist.bands import aggregate, band_separations
 from simdist.errors import SimdistError
-from simdist.preflight import preflight
-from simdist.runs import ScenarioLike, run_many, seed_list, source_name
+from simdist.runtime.preflight import preflight
 from simdist.scenario.load import resolve_scenario
 from simdist.scenario.overrides import override_strings
-from simdist.tradeoff_variants import (
+from simdist.studies.runs import ScenarioLike, run_many, seed_list, source_name
+from simdist.studies.tradeoff_variants import (
     ALLREDUCE,
     LOCAL_SGD,
     STRATEGIES,
@@ -375,7 +375,7 @@ def tradeoff(
     ``["fp16", "powersgd:2", "topk:0.01"]``) adds compressed all-reduce variants
     (:func:`compressed_strategy`; none by default); ``local_sgd`` (e.g. ``[4, 16]``)
     local SGD variants syncing every H steps (none by default). ``overrides`` apply to
-    every run. See :mod:`simdist.tradeoff` for the decomposition, :func:`band_separations`
+    every run. See :mod:`simdist.studies.tradeoff` for the decomposition, :func:`band_separations`
     for which strategies the seeds can tell apart, and :func:`run_many` for ``parallel``,
     ``processes`` and ``scheduler``. With ``out``, writes tradeoff.csv, per_seed.csv,
     tradeoff.md and tradeoff.png there.

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simdist.errors import SimdistError
-from simdist.preflight import preflight
-from simdist.readback import load_report
-from simdist.runs import run, run_many, seed_list
+from simdist.runtime.preflight import preflight
+from simdist.runtime.readback import load_report
 from simdist.scenario.load import load_scenario
 from simdist.scenario.schema import Scenario
+from simdist.studies.runs import run, run_many, seed_list
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 __all__ = ["compare"]
 
@@ -140,7 +140,7 @@ def compare(
     """Run or load every source, then write one comparison report; return (folder, table).
 
     A source is a scenario file (``overrides`` — ``--set`` strings — apply to
-    it) or a report folder (:func:`~simdist.readback.load_report`).  Every scenario is
+    it) or a report folder (:func:`~simdist.runtime.readback.load_report`).  Every scenario is
     validated and every report loaded before anything runs, so a bad input fails fast.
     ``target`` is the test accuracy of "time to target" (default
     :data:`simdist.report.compare.DEFAULT_TARGET`, 0.9).  ``out`` defaults to
@@ -150,7 +150,7 @@ def compare(
 
     ``seeds`` (a count N for seeds 0…N−1, or a list) runs every scenario file once per
     seed (a report folder is one run, its own seed), on Dask when there are many
-    (:func:`~simdist.runs.run_many`: ``parallel``, ``processes``, ``scheduler``). The
+    (:func:`~simdist.studies.runs.run_many`: ``parallel``, ``processes``, ``scheduler``). The
     table is then :func:`simdist.report.compare.seeds_summary`'s — one row per scenario
     with each figure's mean, min, max, t-based 95% interval and count of seeds (for time
     to target, how many reached it) — and the folder also holds ``per_seed.csv``.

@@ -1,4 +1,4 @@
-"""A report folder read back into the :class:`~simdist.engine.Result` that wrote it.
+"""A report folder read back into the :class:`~simdist.runtime.engine.Result` that wrote it.
 
 :func:`load_report` is the inverse of :func:`simdist.report.write_report`: its DataFrames
 equal the CSV files of the folder, dtypes included, so ``run(...).events`` and
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from simdist.engine import Result
+    from simdist.runtime.engine import Result
 
 __all__ = ["conform", "load_report", "read_params", "read_table"]
 
@@ -103,8 +103,8 @@ def load_report(path: str | Path, *, params: Literal["tree", "flat"] = "tree") -
     :func:`read_params` for ``params``: ``tree`` or ``flat``).  Raises
     :class:`~simdist.errors.SimdistError` if the folder is not a report.
     """
-    from simdist.engine import Result
-    from simdist.recorder import EVENT_DTYPES, METRIC_DTYPES
+    from simdist.runtime.engine import Result
+    from simdist.runtime.recorder import EVENT_DTYPES, METRIC_DTYPES
     from simdist.scenario import load_scenario
 
     folder = Path(path)

@@ -3,8 +3,8 @@
 Pure data (no SimPy, no JAX), so that loading a scenario can check a profile name and a
 precision, and ``simdist list`` can print the table without building a cluster.
 
-A profile holds what the roofline of :mod:`simdist.roofline` needs: the memory bandwidth, and
-per arithmetic precision a datasheet peak and the *efficiency*, the share of that peak a
+A profile holds what the roofline of :mod:`simdist.hardware.roofline` needs: the memory bandwidth,
+and per arithmetic precision a datasheet peak and the *efficiency*, the share of that peak a
 compute-bound layer reaches, taken from a published measurement. The memory efficiency is the
 share of the datasheet bandwidth a streaming kernel reaches, also measured. Where no
 measurement of that device and precision was found, the entry says ``assumed`` and whose
@@ -19,11 +19,11 @@ peak. Transformer measurements are quoted as the paper's own share of peak (mode
 utilisation).
 
 The FP32 GPU efficiencies (K80, P100, V100) are instead *fitted through the roofline*: each is
-the efficiency at which :func:`simdist.roofline.fit_efficiency` runs the zoo's ResNet-50 v1
+the efficiency at which :func:`simdist.hardware.roofline.fit_efficiency` runs the zoo's ResNet-50 v1
 (``profile_model("resnet50_v1", batch)``, the model tf_cnn_benchmarks measures) at one
 published single-GPU rate, with cuDNN's Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions
 and batch norm / bias / ReLU as kernels of their own (``cudnn=True``; see
-:mod:`simdist.roofline`), then frozen to three digits. Counting every
+:mod:`simdist.hardware.roofline`), then frozen to three digits. Counting every
 FLOP as a direct one gave 0.27 / 0.47 / 0.595, which made VGG-16 (99 % 3x3 stride-1
 convolutions) 54-62 % slow; benchmarks/validation/single_gpu.py predicts the other models
 from these three numbers.
@@ -87,7 +87,8 @@ class PrecisionPeak:
     efficiency: float  # share of ``flops`` a compute-bound layer reaches
     source: str  # where ``efficiency`` comes from
     # layers run as cuDNN kernels op by op, as TensorFlow without XLA runs them: 3x3 stride-1
-    # convolutions as Winograd F(4x4, 3x3), batch norm / bias / ReLU apart (simdist.roofline)
+    # convolutions as Winograd F(4x4, 3x3), batch norm / bias / ReLU apart
+    # (simdist.hardware.roofline)
     cudnn: bool = False
 
 
@@ -123,7 +124,7 @@ class DeviceProfile:
         """The datasheet peak and measured efficiency of ``precision``.
 
         For the profile's own ``precision`` this is ``peak_flops`` / ``efficiency``, so a
-        scenario's overrides of those two (see :func:`simdist.cluster.effective_profile`)
+        scenario's overrides of those two (see :func:`simdist.hardware.cluster.effective_profile`)
         count.
         """
         if precision == self.precision:

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simdist.cluster import Cluster
+from simdist.hardware.cluster import Cluster
+from simdist.hardware.profiles import DeviceProfile
+from simdist.hardware.roofline import calibrate, layer_times, step_time
 from simdist.memo import remember
-from simdist.profiles import DeviceProfile
-from simdist.roofline import calibrate, layer_times, step_time
 from simdist.scenario import Scenario
 from simdist.strategies.base import Costs, DeviceCosts, LayerCost
 
@@ -256,7 +256,7 @@ def measure_costs(
     """Per-replica compute time of one step, layer by layer, and the bytes that move.
 
     The clock model's layer profile (:func:`clock_profile`) priced by the roofline of the
-    scenario's device at its precision (:mod:`simdist.roofline`), or calibrated to a
+    scenario's device at its precision (:mod:`simdist.hardware.roofline`), or calibrated to a
     measured step (:func:`step_seconds`); ``compute_s`` is their sum. Parameters,
     optimizer state and data set sizes come from the Workload when the run has one and
     trains the clock model; otherwise they are derived without allocating anything.
@@ -330,8 +330,8 @@ def wire_element_nbytes(scenario: Scenario, precision: str) -> tuple[int, int]:
     and gradients too unless the strategy says ``grad_reduce: fp32`` (Megatron's
     ``--accumulate-allreduce-grads-in-fp32``); DeepSpeed and Megatron reduce fp16 gradients
     by default. Every other precision moves float32 (tf32 is stored as float32)."""
-    from simdist.memory_model import FLOAT32_NBYTES, MIXED_PRECISIONS
-    from simdist.profiles import ELEMENT_NBYTES
+    from simdist.hardware.profiles import ELEMENT_NBYTES
+    from simdist.memory.accounting import FLOAT32_NBYTES, MIXED_PRECISIONS
 
     if precision not in MIXED_PRECISIONS:
         return FLOAT32_NBYTES, FLOAT32_NBYTES
@@ -351,7 +351,7 @@ def recompute_seconds(
     (Korthikanti et al. 2022, Sec. 5): the attention core's share of the layer's forward,
     its FLOPs (:attr:`~simdist.activation_memory.LayerTensors.core_flops`, 4·s²·h per
     example) over the layer's forward FLOPs. ``none``: nothing."""
-    from simdist.memory_model import model_tensors
+    from simdist.memory.accounting import model_tensors
 
     mode = scenario.strategy.recompute
     if mode == "none":
@@ -418,11 +418,11 @@ def optimizer_step_seconds(
     scenario: Scenario, profile: ModelProfile, device: DeviceProfile, grad_nbytes: int
 ) -> float:
     """Seconds of one optimizer step over all the replica's parameters on ``device``:
-    memory-bound, the bytes :func:`simdist.memory_model.optimizer_step_nbytes` counts at
+    memory-bound, the bytes :func:`simdist.memory.accounting.optimizer_step_nbytes` counts at
     the device's achieved memory bandwidth (a fused multi-tensor kernel, as apex's
     FusedAdam, streams them once). 0 when the optimizer runs off the devices (the spec's
     ``optimizer_on_device``) or the bandwidth is not known."""
-    from simdist.memory_model import optimizer_step_nbytes
+    from simdist.memory.accounting import optimizer_step_nbytes
 
     bandwidth = device.achieved_bandwidth_Bps
     if not scenario.strategy.optimizer_on_device or bandwidth <= 0:
@@ -451,7 +451,7 @@ def _launch_seconds(
 
     The roofline adds ``device.launch_s`` to every layer pass whose time it prices (not to a
     layer whose source gave its times); a measured step scales it with the rest, by the same
-    factor :func:`~simdist.roofline.calibrate` applied.
+    factor :func:`~simdist.hardware.roofline.calibrate` applied.
     """
     own = [layer.forward_s is not None and layer.backward_s is not None for layer in profile.layers]
     launch = [0.0 if given else float(device.launch_s) for given in own]
