@@ -21,7 +21,7 @@ import pandas as pd
 
 if TYPE_CHECKING:  # types only: the summary knows no strategy (tests/test_layers.py)
     from simdist.scenario.schema import Scenario
-    from simdist.strategies.base import Costs
+    from simdist.step_costs import Costs
 
 SUMMARY_VERSION = 1
 

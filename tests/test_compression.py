@@ -18,7 +18,7 @@ from simdist.hardware.profiles import DEVICE_PROFILES
 from simdist.numerics.compression import compression
 from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, load_scenario
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.compression import (
     CompressionSpec,
     Method,

@@ -27,7 +27,7 @@ from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, scenario_from_dict
 from simdist.scenario.load import scenario_from_text
 from simdist.scenario.schema import MAX_DEVICES
-from simdist.strategies.base import Costs, DeviceCosts, LayerCost
+from simdist.step_costs import Costs, DeviceCosts, LayerCost
 
 WORKLOAD: dict[str, Any] = {
     "model": "mlp",

@@ -16,7 +16,7 @@ from simdist.errors import ScenarioError
 from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 
 X = 1_000_000  # bytes of one activation on the whole batch (batch x sequence x hidden)
 F, B = 1e-3, 2e-3  # a block's forward and backward on the whole batch

@@ -31,7 +31,7 @@ from simdist.runtime.jobs import INTERFERENCE_COLUMNS, JobRun, run_jobs, simulat
 from simdist.scenario import dump_scenario, scenario_from_dict
 from simdist.scenario.load import scenario_from_text
 from simdist.seeds import job_seed
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 
 B = 2.0**30  # NIC (and core) bandwidth, bytes/s
 ALPHA = 2.0**-16  # latency of one NIC, s

@@ -11,7 +11,7 @@ import pytest
 
 from simdist.runtime.engine import simulate
 from simdist.scenario import load_scenario
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.layer_step import (
     backward_ready,
     backward_s,

@@ -14,7 +14,7 @@ from simdist.network.link import Link
 from simdist.network.lockstep import LockstepCopies
 from simdist.runtime.engine import simulate, simulate_pass
 from simdist.scenario import scenario_from_dict
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.hybrid.strategy import HybridStrategy
 
 X = 4_000_000  # bytes of one activation on the whole batch

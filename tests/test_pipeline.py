@@ -22,7 +22,7 @@ from simdist.errors import SimdistError
 from simdist.layers import LayerProfile, ModelProfile, write_layers_csv
 from simdist.runtime.engine import simulate
 from simdist.scenario import scenario_from_dict
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.pipeline.plan import (
     ideal_bubble,
     in_flight,

@@ -14,7 +14,7 @@ from helpers.ps_timing import ALPHA_INTRA, B_INTRA, SIGMA, L, S, applied_times, 
 
 from simdist.errors import ScenarioError
 from simdist.runtime.engine import simulate
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.parameter_server.partition import bytes_per_ps, partition
 
 COPY = S / B_INTRA  # σ/4: one copy of S bytes between a device and its host

@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simdist.runtime.engine import simulate
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 
 # -- one worker ----------------------------------------------------------------------
 
@@ -182,7 +182,7 @@ def test_importing_the_package_loads_neither_simpy_jax_nor_pandas():
 
 
 def test_overlap_one_worker_two_layers_hand_case():
-    from simdist.strategies.base import LayerCost
+    from simdist.step_costs import LayerCost
 
     f, b = 2.0**-10, 2.0**-9  # each layer: forward σ, backward 2σ
     layers = (

@@ -20,7 +20,7 @@ from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
 from simdist.numerics.tensor_parallel import TensorParallelTrainer
 from simdist.runtime.engine import simulate
 from simdist.scenario import scenario_from_dict
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.steps import (
     Collective,
     Compute,

@@ -21,7 +21,7 @@ from simdist.collectives import (
 )
 from simdist.runtime.engine import simulate
 from simdist.scenario import load_scenario
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.bucketing import Bucket, gradient_buckets
 from simdist.strategies.central_storage import CentralStorageStrategy, central_storage_step_s
 from simdist.strategies.multi_worker_mirrored import chief_eval_s

@@ -39,7 +39,7 @@ from simdist.report.trace import build_trace, link_counter_rows
 from simdist.runtime.engine import simulate
 from simdist.runtime.recorder import Recorder
 from simdist.scenario import load_scenario
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 
 FAIR = {"duplex": "full", "sharing": "fair"}
 NIC_B, NIC_A = 2.0**30, 2.0**-16

@@ -15,7 +15,7 @@ from simdist.errors import ScenarioError
 from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, load_scenario
 from simdist.scenario.load import scenario_from_text
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.bucketing import (
     HOROVOD_CYCLE_TIME_S,
     HOROVOD_FUSION_THRESHOLD_BYTES,

@@ -31,7 +31,7 @@ from simdist.runtime.costs import measure_costs
 from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.steps import Compute
 from simdist.strategies.tensor_parallel.plan import device_grad_nbytes, layer_roles, step_plan
 from simdist.strategies.tensor_parallel.spec import TRANSFORMER_SIZES

@@ -16,7 +16,7 @@ from simdist.hardware.cluster import Cluster
 from simdist.network import LeafSpineTopology, SwitchTopology, build_topology
 from simdist.runtime.engine import simulate
 from simdist.scenario import dump_scenario, scenario_from_dict
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 from simdist.strategies.multi_worker_mirrored import resolve_communication
 
 B = 2.0**30  # NIC bandwidth, bytes/s

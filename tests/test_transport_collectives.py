@@ -26,7 +26,7 @@ from simdist.runtime.engine import simulate
 from simdist.runtime.recorder import Recorder
 from simdist.scenario import load_scenario
 from simdist.scenario.cluster import NetworkSpec
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 
 C = 1e-3  # seconds of compute per replica step
 S = 1_000_000  # gradient bytes

@@ -15,7 +15,7 @@ from simdist.errors import ScenarioError
 from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
-from simdist.strategies.base import Costs, LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.sharded_plan import (
     ShardingPlanOptions,
     byte_buckets,

@@ -8,7 +8,7 @@ parameter count Ψ and each layer's stored tensors per example) and on the
 never by its name. The same functions serve the check before a run
 (:mod:`simdist.memory.fit`, from a :class:`~simdist.numerics.memory.Footprint`) and
 summary.json's ``memory_per_device`` after it (from the run's
-:class:`~simdist.strategies.base.Costs`), so both say the same.
+:class:`~simdist.step_costs.Costs`), so both say the same.
 
 Model state, after ZeRO's accounting (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations
 Toward Training Trillion Parameter Models", Sec. 3.1 and Fig. 1), for Ψ parameters:
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from simdist.hardware.cluster import Cluster, Device
     from simdist.numerics.memory import Footprint
     from simdist.scenario.schema import Scenario
-    from simdist.strategies.base import Costs
+    from simdist.step_costs import Costs
 
 __all__ = [
     "FLOAT32_NBYTES",

@@ -19,16 +19,17 @@ zoo model costed at batch 1), so nothing here needs JAX. Refusals are
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from simdist.errors import ScenarioError, SimdistError
 
 if TYPE_CHECKING:
-    from simdist.hardware.cluster import Device
+    from simdist.hardware.cluster import Cluster, Device
     from simdist.hardware.profiles import DeviceProfile
     from simdist.memory.accounting import DeviceMemory, StagedReplica
     from simdist.numerics.memory import Footprint
     from simdist.scenario.schema import Scenario
+    from simdist.strategies.spec_base import StrategySpecBase
 
 __all__ = ["check_device_memory", "check_hybrid", "check_pipeline", "clock_field"]
 
@@ -54,7 +55,7 @@ def _parts(need: DeviceMemory) -> str:
     return ", ".join(f"{k} {v / gb:,.3g}" for k, v in need.parts().items())
 
 
-def _split_advice(spec: Any) -> str:
+def _split_advice(spec: StrategySpecBase) -> str:
     """``split the replica over devices (strategy kind pipeline, zero (stage 1, 2 or 3), ...
     or hybrid)``: the registered strategies whose spec says it splits a replica
     (``splits_replica``). A strategy that already splits is told to split further, and of
@@ -277,7 +278,13 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
 
 
 def _refuse_stage(
-    source: str, s: int, first: str, last: str, device: Device, cluster: Any, stage: DeviceMemory
+    source: str,
+    s: int,
+    first: str,
+    last: str,
+    device: Device,
+    cluster: Cluster,
+    stage: DeviceMemory,
 ) -> None:
     """Refuse hybrid stage ``s`` (layers ``first``..``last``) if ``stage`` exceeds
     ``device``'s memory, naming the device, the need and the capacity."""

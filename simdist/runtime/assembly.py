@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from simdist.network.transport import Protocol
     from simdist.numerics.executor import Workload
     from simdist.scenario import Scenario
-    from simdist.strategies.base import Costs, Replayed, Strategy
+    from simdist.step_costs import Costs
+    from simdist.strategies.base import Replayed, Strategy
 
 __all__ = ["Floor", "Placed", "TopologyFactory", "build_floor", "place", "until_settled"]
 

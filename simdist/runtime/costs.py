@@ -1,6 +1,6 @@
 """The per-step costs a run measures once: compute per layer and the bytes that move.
 
-The engine hands a strategy one :class:`~simdist.strategies.base.Costs` and then only
+The engine hands a strategy one :class:`~simdist.step_costs.Costs` and then only
 keeps time. This module makes it: the clock model's layer profile (XLA's cost analysis
 of a zoo model, or a profile file) priced by the roofline of each device class or
 calibrated to a measured step, and the sizes of the parameters, the optimizer state and
@@ -23,7 +23,7 @@ from simdist.hardware.profiles import DeviceProfile
 from simdist.hardware.roofline import calibrate, layer_times, step_time
 from simdist.memo import remember
 from simdist.scenario import Scenario
-from simdist.strategies.base import Costs, DeviceCosts, LayerCost
+from simdist.step_costs import Costs, DeviceCosts, LayerCost
 
 if TYPE_CHECKING:
     from simdist.layers import LayerProfile, ModelProfile

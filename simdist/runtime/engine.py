@@ -31,7 +31,8 @@ from simdist.runtime.assembly import build_floor, place, until_settled
 from simdist.runtime.costs import file_stamp, full_size, measure_costs
 from simdist.runtime.recorder import Recorder
 from simdist.scenario import Scenario, load_scenario
-from simdist.strategies.base import Costs, Replayed
+from simdist.step_costs import Costs
+from simdist.strategies.base import Replayed
 from simdist.strategies.sync import resolve_execution
 from simdist.summary import build_summary
 

@@ -52,7 +52,7 @@ from simdist.runtime.engine import (
 )
 from simdist.runtime.recorder import Recorder
 from simdist.scenario import Scenario
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 from simdist.summary import SUMMARY_VERSION
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from simdist.spec import fail
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
 from simdist.units import format_duration

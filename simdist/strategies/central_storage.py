@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from simdist.hardware.cluster import Cluster, Device, Host
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
-    from simdist.strategies.base import Costs
+    from simdist.step_costs import Costs
 
 
 class Spec(StrategySpecBase):

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from simdist.hardware.profiles import DeviceProfile
     from simdist.network import Network
     from simdist.numerics.compression import Compression
-    from simdist.strategies.base import Costs, LayerCost
+    from simdist.step_costs import Costs, LayerCost
     from simdist.strategies.bucketing import Bucket
 
 Method = Literal["none", "fp16", "bf16", "topk", "powersgd", "sign"]  # COMPRESSORS' keys

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 
 
 def span_seconds(

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
 
 BACKWARD_PREFETCH: tuple[str, ...] = ("backward_pre", "backward_post", "none")

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from simdist.numerics.memory import Footprint
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
-    from simdist.strategies.base import Costs
+    from simdist.step_costs import Costs
 
 __all__ = ["StrategySpecBase"]
 

@@ -28,7 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 from simdist.strategies.bucketing import Bucket
 
 

@@ -27,7 +27,7 @@ from pydantic import Field
 
 from simdist.sharding import Sharding
 from simdist.spec import Bytes, fail, number_choice
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 from simdist.strategies.multi_worker_mirrored import TRAIN_FLOPS_PER_FORWARD
 from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
 from simdist.strategies.spec_base import StrategySpecBase

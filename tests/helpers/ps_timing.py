@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from simdist.scenario import Scenario, scenario_from_dict
-from simdist.strategies.base import Costs
+from simdist.step_costs import Costs
 
 B = 2.0**30  # NIC bandwidth, bytes/s
 ALPHA = 2.0**-16  # latency of one NIC, s

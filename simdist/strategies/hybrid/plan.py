@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
 from simdist.strategies.steps import Collective, Issue, Plan, Wait
 from simdist.strategies.tensor_parallel.plan import phase_plans

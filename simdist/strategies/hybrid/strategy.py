@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 from simdist.errors import SimdistError
 from simdist.hardware.mesh import Mesh
 from simdist.network.lockstep import LockstepCopies
-from simdist.strategies.base import LayerCost, Strategy
+from simdist.step_costs import LayerCost
+from simdist.strategies.base import Strategy
 from simdist.strategies.hybrid.plan import (
     data_collectives,
     micro_layers,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from simdist.hardware.cluster import Cluster
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
-    from simdist.strategies.base import Costs
+    from simdist.step_costs import Costs
 
 
 class Spec(StrategySpecBase):

@@ -25,7 +25,8 @@ import simpy
 from simdist.hardware.cluster import Device
 from simdist.hardware.mesh import Mesh
 from simdist.network import Transfer
-from simdist.strategies.base import LayerCost, Strategy
+from simdist.step_costs import LayerCost
+from simdist.strategies.base import Strategy
 from simdist.strategies.layer_step import backward_ready
 from simdist.strategies.parameter_server.dataflow import (
     Dataflow,

@@ -18,7 +18,7 @@ stage's gradient is all-reduced among its R copies after the flush.
 
 A micro-batch's times are the layer times of the per-replica batch divided by M (each layer's
 cost taken as linear in the batch), except the roofline's fixed launch cost of each layer pass
-(:attr:`~simdist.strategies.base.LayerCost.launch_s`), which every micro-batch pays in full:
+(:attr:`~simdist.step_costs.LayerCost.launch_s`), which every micro-batch pays in full:
 small micro-batches cost more in total than the batch at once. ``bubble_fraction`` in
 summary.json is the share of the stage devices' time not spent computing; for equal stages
 and free links gpipe and 1f1b give ``(S − 1) / (M + S − 1)``. Memory is checked before the
@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 from simdist.errors import SimdistError
 from simdist.hardware.mesh import Mesh
 from simdist.memory.accounting import DeviceMemory, ReplicaLayers, StagedReplica, model_tensors
-from simdist.strategies.base import LayerCost, Strategy
+from simdist.step_costs import LayerCost
+from simdist.strategies.base import Strategy
 from simdist.strategies.layer_step import span_seconds
 from simdist.strategies.pipeline.batched import DeferredPipeline
 from simdist.strategies.pipeline.plan import (

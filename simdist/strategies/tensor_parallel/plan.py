@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from simdist.strategies.base import LayerCost
+from simdist.step_costs import LayerCost
 from simdist.strategies.steps import Collective, Compute, Plan, Step, issue_and_wait
 
 #: Profile layers of a transformer that are one whole Megatron block (fullsize/transformer.py).
