@@ -147,3 +147,13 @@ def test_zero_shards_over_the_job_s_copies_shrink_the_checkpoint_per_device():
     m = measure(slice_, job, "tiny.yaml")
     # Adam: 8 bytes of state per float32 parameter (4 bytes): twice the parameters, over 8.
     assert m.optimizer_nbytes == pytest.approx(2 * m.params_nbytes / 8, rel=1e-6)
+
+
+def test_the_shipped_llama_slice_fits_its_devices():
+    """The preflight a run and `simdist goodput` do first: the 405B slice's stages fit an
+    H100 (with FlashAttention's activations and full recomputation), with a step to time."""
+    from simdist.runtime.preflight import preflight
+
+    path = ROOT / "scenarios" / "llama3_405b_goodput.yaml"
+    checked = preflight(load_scenario(path), source=str(path))
+    assert checked.total_steps == 1
