@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import simpy
 from helpers import tiny
 
-import simdist.runtime.assembly
 from simdist.collectives import ring_allreduce_s
+from simdist.errors import ScenarioError, SimdistError
 from simdist.numerics.hybrid import HybridTrainer
 from simdist.numerics.local_sgd import LocalSGD
 from simdist.numerics.stages import PipeDreamTrainer, PipelineTrainer
 from simdist.numerics.tensor_parallel import TensorParallelTrainer
 from simdist.runtime.engine import simulate
-from simdist.scenario import scenario_from_dict
+from simdist.scenario import register_strategy, scenario_from_dict, unregister_strategy
+from simdist.scenario.cluster import ClusterSpec
 from simdist.step_costs import Costs, LayerCost
+from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.steps import (
     Collective,
     Compute,
@@ -165,6 +167,15 @@ TOY = Plan(
 )
 
 
+class ToySpec(StrategySpecBase):
+    """``strategy: toy``: one replica per device of one host."""
+
+    kind: Literal["toy"] = "toy"
+
+    def replicas(self, cluster: ClusterSpec) -> int:
+        return cluster.n_devices
+
+
 class ToyStrategy(SynchronousStrategy):
     """Every device walks :data:`TOY` each step; nothing moves after it."""
 
@@ -176,16 +187,29 @@ class ToyStrategy(SynchronousStrategy):
         yield from ()
 
 
-def test_a_toy_strategy_that_is_a_plan_runs_end_to_end(monkeypatch):
-    # The registry has no test-time entry: the one place that wires a run
-    # (simdist.runtime.assembly) is handed the toy for mirrored's kind.
-    monkeypatch.setattr(simdist.runtime.assembly, "strategy_class", lambda kind: ToyStrategy)
-    data = tiny(**{"strategy": {"kind": "mirrored"}, "cluster.devices_per_host": 4})
+@pytest.fixture
+def toy_registered():
+    """The toy joins the scenario's strategies for the test, then leaves."""
+    register_strategy(ToySpec, ToyStrategy)
+    yield
+    unregister_strategy(ToySpec)
+
+
+def test_a_toy_strategy_that_is_a_plan_runs_end_to_end(toy_registered):
+    # A spec and a plan, defined here, registered through the public hook: no other module
+    # changes. The scenario loads it, validation checks it, the engine runs it.
+    data = tiny(**{"strategy": {"kind": "toy"}, "cluster.devices_per_host": 4})
+    with pytest.raises(ScenarioError, match=r"did you mean 'toy'\? Expected one of .*'toy'"):
+        scenario_from_dict({**data, "strategy": {"kind": "toyy"}})
+    with pytest.raises(SimdistError, match="already registered"):
+        register_strategy(ToySpec, ToyStrategy)
     layer = LayerCost("dense", 1e-3, 4e-3, S)
     costs = Costs(
         compute_s=5e-3, grad_nbytes=S, flops_per_replica_step=0.0, total_steps=2, layers=(layer,)
     )
-    result = simulate(scenario_from_dict({**data, "numerics": False}), costs)
+    scenario = scenario_from_dict({**data, "numerics": False})
+    assert isinstance(scenario.strategy, ToySpec) and scenario.replicas == 4
+    result = simulate(scenario, costs)
     A = ring_allreduce_s(4, S, 10e-6, 1e9)  # tiny's intra-host link
     events = result.events
     mine = events[events.device == events.device.iloc[0]]

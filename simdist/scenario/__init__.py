@@ -19,6 +19,7 @@ The base class and unit-typed fields every section uses are in :mod:`simdist.spe
 
 from simdist.scenario.load import dump_scenario, load_scenario, resolve_scenario, scenario_from_dict
 from simdist.scenario.overrides import apply_overrides, override_strings
+from simdist.scenario.registration import register_strategy, unregister_strategy
 from simdist.scenario.schema import (
     DATASETS,
     MODELS,
@@ -75,6 +76,8 @@ __all__ = [
     "dump_scenario",
     "load_scenario",
     "override_strings",
+    "register_strategy",
     "resolve_scenario",
     "scenario_from_dict",
+    "unregister_strategy",
 ]

@@ -8,7 +8,9 @@ engine asks :func:`strategy_class` for the class to run. Importing this package 
 no strategy module, so it pulls in neither SimPy, JAX nor pandas.
 
 Adding a strategy is one new module with a ``Spec`` and a strategy class, plus its line in
-``_CLASS_NAMES`` below.
+``_CLASS_NAMES`` below. A strategy defined elsewhere (a plugin, a test's toy) joins at run
+time with :func:`simdist.scenario.register_strategy`, which records it here
+(:func:`add_strategy`) and rebuilds the scenario's union of sections.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ if TYPE_CHECKING:
     from simdist.strategies.base import Strategy
     from simdist.strategies.spec_base import StrategySpecBase
 
-__all__ = ["MODULES", "STRATEGIES", "STRATEGY_CLASSES", "spec_classes", "strategy_class"]
+__all__ = [
+    "MODULES",
+    "STRATEGIES",
+    "STRATEGY_CLASSES",
+    "add_strategy",
+    "remove_strategy",
+    "spec_classes",
+    "strategy_class",
+]
 
 # Module (under simdist.strategies) -> the strategy class it defines. This order is the
 # order of the scenario's union, of ``simdist list`` and of error messages; the first
@@ -46,10 +56,34 @@ _CLASS_NAMES: dict[str, str] = {
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)
 
 
+#: Strategies added at run time (:func:`add_strategy`), after the modules', in order added.
+_ADDED: dict[type[StrategySpecBase], type[Strategy]] = {}
+
+
 @cache
-def spec_classes() -> tuple[type[StrategySpecBase], ...]:
-    """Every registered strategy's scenario ``Spec``, in registry order."""
+def _module_specs() -> tuple[type[StrategySpecBase], ...]:
     return tuple(import_module(f"{__name__}.{module}").Spec for module in MODULES)
+
+
+def spec_classes() -> tuple[type[StrategySpecBase], ...]:
+    """Every registered strategy's scenario ``Spec``, in registry order (the modules', then
+    those added at run time)."""
+    return (*_module_specs(), *_ADDED)
+
+
+def add_strategy(spec: type[StrategySpecBase], strategy: type[Strategy]) -> None:
+    """Register ``strategy`` for the kinds of ``spec``; refuse a kind already taken. Only
+    the registry: :func:`simdist.scenario.register_strategy` also rebuilds the scenario."""
+    taken = set(_kinds())
+    clash = [kind for kind in spec.kinds() if kind in taken]
+    if clash:
+        raise SimdistError(f"strategy kind {clash[0]!r} is already registered")
+    _ADDED[spec] = strategy
+
+
+def remove_strategy(spec: type[StrategySpecBase]) -> None:
+    """Forget a strategy :func:`add_strategy` registered (the modules' stay)."""
+    _ADDED.pop(spec, None)
 
 
 def _kinds() -> tuple[str, ...]:
@@ -58,9 +92,12 @@ def _kinds() -> tuple[str, ...]:
 
 def strategy_class(kind: str) -> type[Strategy]:
     """The class implementing strategy ``kind`` (``default`` is ``one_device``'s alias)."""
-    for module, spec in zip(MODULES, spec_classes(), strict=True):
+    for module, spec in zip(MODULES, _module_specs(), strict=True):
         if kind in spec.kinds():
             return getattr(import_module(f"{__name__}.{module}"), _CLASS_NAMES[module])
+    for spec, strategy in _ADDED.items():
+        if kind in spec.kinds():
+            return strategy
     raise SimdistError(f"unknown strategy {kind!r}; expected one of {', '.join(_kinds())}")
 
 
