@@ -197,6 +197,32 @@ _GPU_LAUNCH_S = 5e-6
 _GPU_LAUNCH = "[CUDA-GRAPHS]: a few us per kernel launch; 5 us per layer pass"
 _ASSUMED_MEMORY = f"assumed: V100's measured {_V100_MEMORY:.3f} [MEMCOPY]"
 
+# NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 125 TFLOP/s tensor (FP16),
+# 900 GB/s, 16 GB (also sold with 32 GB).
+_V100 = _profile(
+    "v100",
+    "gpu",
+    "fp32",
+    (
+        PrecisionPeak(
+            "fp32",
+            15.7e12,
+            _V100_FP32,
+            "[LAMBDA-TF] ResNet-50 432.16 img/s on one V100, fitted through the roofline",
+            cudnn=True,
+        ),
+        PrecisionPeak("fp16", 125e12, 0.30, "[MEGATRON] 39 TFLOP/s on one V100 -> 0.30"),
+    ),
+    source="NVIDIA V100 SXM2 datasheet",
+    bandwidth_Bps=900e9,
+    memory_efficiency=_V100_MEMORY,
+    memory_nbytes=16e9,
+    launch_s=_GPU_LAUNCH_S,
+    memory_source="[MEMCOPY] 785 of 900 GB/s",
+    launch_source=_GPU_LAUNCH,
+)
+
+
 DEVICE_PROFILES: dict[str, DeviceProfile] = {
     # Intel 64 and IA-32 Architectures Optimization Reference Manual, ch. 2: 4 cores x 3 GHz x
     # 32 FP32 FLOP/cycle (two AVX2 FMA units x 8 lanes x 2); JEDEC DDR4-3200, 2 channels x
@@ -269,53 +295,14 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
         memory_source=_ASSUMED_MEMORY,
         launch_source=_GPU_LAUNCH,
     ),
-    # NVIDIA Tesla V100 SXM2 datasheet: 15.7 TFLOP/s FP32, 125 TFLOP/s tensor (FP16),
-    # 900 GB/s, 16 GB (also sold with 32 GB).
-    "v100": _profile(
-        "v100",
-        "gpu",
-        "fp32",
-        (
-            PrecisionPeak(
-                "fp32",
-                15.7e12,
-                _V100_FP32,
-                "[LAMBDA-TF] ResNet-50 432.16 img/s on one V100, fitted through the roofline",
-                cudnn=True,
-            ),
-            PrecisionPeak("fp16", 125e12, 0.30, "[MEGATRON] 39 TFLOP/s on one V100 -> 0.30"),
-        ),
-        source="NVIDIA V100 SXM2 datasheet",
-        bandwidth_Bps=900e9,
-        memory_efficiency=_V100_MEMORY,
-        memory_nbytes=16e9,
-        launch_s=_GPU_LAUNCH_S,
-        memory_source="[MEMCOPY] 785 of 900 GB/s",
-        launch_source=_GPU_LAUNCH,
-    ),
+    "v100": _V100,
     # The same V100 SXM2 with 32 GB of HBM2 (datasheet), as in DGX-2 nodes (the ZeRO
     # paper's 400 GPUs, Rajbhandari et al. 2020 Sec. 10.1): the v100's figures.
-    "v100-32gb": _profile(
-        "v100-32gb",
-        "gpu",
-        "fp32",
-        (
-            PrecisionPeak(
-                "fp32",
-                15.7e12,
-                _V100_FP32,
-                "[LAMBDA-TF] ResNet-50 432.16 img/s on one V100, fitted through the roofline",
-                cudnn=True,
-            ),
-            PrecisionPeak("fp16", 125e12, 0.30, "[MEGATRON] 39 TFLOP/s on one V100 -> 0.30"),
-        ),
+    "v100-32gb": replace(
+        _V100,
+        name="v100-32gb",
         source="NVIDIA V100 SXM2 datasheet (32 GB)",
-        bandwidth_Bps=900e9,
-        memory_efficiency=_V100_MEMORY,
         memory_nbytes=32e9,
-        launch_s=_GPU_LAUNCH_S,
-        memory_source="[MEMCOPY] 785 of 900 GB/s",
-        launch_source=_GPU_LAUNCH,
     ),
     # NVIDIA A100 datasheet (SXM4 80GB): 19.5 TFLOP/s FP32, 156 TFLOP/s TF32 and 312 TFLOP/s
     # FP16/BF16 tensor (dense), 2039 GB/s HBM2e, 80 GB.
