@@ -1,9 +1,10 @@
 """Draw docs/figures/layers.png and docs/figures/one_run.png from the code.
 
 ``layers.png``: simdist's packages (and the root modules) placed in layers by their run-time
-imports, read from the source with ``ast`` (an import inside a function counts; one under
-``if TYPE_CHECKING:`` does not): a part sits one layer above the highest part it imports,
-so every arrow points down. Parts that import each other (a package circle) share a box.
+imports, read from the source by tests/test_imports.py's walker (an import inside a function
+counts; one under ``if TYPE_CHECKING:`` does not): a part sits one layer above the highest
+part it imports, so every arrow points down. Parts that import each other (a package
+circle) share a box.
 
 ``one_run.png``: what one ``simdist run`` does, in order; every function named in it is
 looked up in the code first (:func:`flow_targets`), so the figure fails to build when the
@@ -14,10 +15,11 @@ code moves away from it.
 
 from __future__ import annotations
 
-import ast
 import importlib
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "simdist"
@@ -56,77 +58,44 @@ def part_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "simdist"
 
 
-def run_time_imports(path: Path) -> set[str]:
-    """The simdist modules ``path`` imports at run time (absolute imports)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found: set[str] = set()
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("simdist")}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("simdist"):
-            found.add(node.module or "")
-        stack.extend(ast.iter_child_nodes(node))
-    return found
+def import_walker() -> ModuleType:
+    """tests/test_imports.py, whose walk of the imports (run-time ones, relative ones
+    resolved, ``from pkg import module`` as an edge to the module) and circle finder the
+    figure reuses rather than repeats."""
+    path = ROOT / "tests" / "test_imports.py"
+    spec = importlib.util.spec_from_file_location("test_imports", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def part_graph() -> dict[str, set[str]]:
     """Part -> the parts it imports at run time."""
     edges: dict[str, set[str]] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(ROOT).with_suffix("")
-        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+    for module, targets in import_walker().graph(PACKAGE).items():
         if module in ("simdist", "simdist.__main__"):
             continue
         source = part_of(module)
         edges.setdefault(source, set())
-        for target in run_time_imports(path):
-            if target == "simdist":
-                continue
-            dest = part_of(target)
-            if dest != source and dest != "simdist":
-                edges[source].add(dest)
+        edges[source] |= {part_of(t) for t in targets} - {source, "simdist"}
     return edges
 
 
 def layers(edges: dict[str, set[str]]) -> list[list[str]]:
     """The parts in layers, lowest first; parts in one import circle are joined with ' + '."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    comps: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in sorted(edges.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                comp.append(w)
-                if w == v:
-                    break
-            comps.append(sorted(comp))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    comp_of = {v: " + ".join(c) for c in comps for v in c}
+    circles = import_walker().cycles({v: {w: [] for w in ws} for v, ws in edges.items()})
+    box = {v: v for v in edges} | {v: " + ".join(c) for c in circles for v in c}
     level: dict[str, int] = {}
-    for comp in comps:  # Tarjan emits a component after every component it reaches
-        name = " + ".join(comp)
-        below = {comp_of[w] for v in comp for w in edges.get(v, ())} - {name}
-        level[name] = 1 + max((level[b] for b in below), default=-1)
+
+    def level_of(name: str) -> int:
+        if name not in level:
+            below = {box[w] for v in name.split(" + ") for w in edges[v]} - {name}
+            level[name] = 1 + max((level_of(b) for b in below), default=-1)
+        return level[name]
+
+    for name in set(box.values()):
+        level_of(name)
     out: list[list[str]] = [[] for _ in range(max(level.values()) + 1)]
     for name, lv in sorted(level.items()):
         out[lv].append(name)
