@@ -62,6 +62,7 @@ from simdist.activation_memory import (
 from simdist.hardware.profiles import ELEMENT_NBYTES
 from simdist.numerics.memory import OPTIMIZER_COPIES
 from simdist.sharding import Sharding
+from simdist.units import format_size
 
 if TYPE_CHECKING:
     from simdist.hardware.cluster import Cluster, Device
@@ -123,6 +124,10 @@ class DeviceMemory:
         if self.weight_versions:
             out["weight_versions"] = self.weight_versions
         return out
+
+    def described(self) -> str:
+        """The parts it holds in words, for a refusal: ``params 6.5 GiB, gradients ...``."""
+        return ", ".join(f"{k} {format_size(v)}" for k, v in self.parts().items() if v)
 
     def as_dict(self) -> dict[str, Any]:
         """The parts and the total, for summary.json (activations by kind when known)."""

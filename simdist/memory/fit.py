@@ -213,7 +213,7 @@ def check_pipeline(
             device = min(
                 (row[s] for row in grid), key=lambda d: cluster.profile_of(d).memory_nbytes
             )
-            parts = ", ".join(f"{k} {format_size(v)}" for k, v in stage.parts().items() if v)
+            parts = stage.described()
             raise ScenarioError(
                 source,
                 "strategy.partition",
@@ -293,7 +293,7 @@ def _refuse_stage(
     profile = cluster.profile_of(device)
     capacity = profile.memory_nbytes
     if 0 < capacity < stage.total:
-        parts = ", ".join(f"{k} {format_size(v)}" for k, v in stage.parts().items() if v)
+        parts = stage.described()
         raise ScenarioError(
             source,
             "strategy.mesh",

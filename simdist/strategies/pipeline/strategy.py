@@ -239,7 +239,7 @@ class PipelineStrategy(Strategy):
                 device = min(
                     self._stage_devices(s), key=lambda d: self.cluster.profile_of(d).memory_nbytes
                 )
-                parts = ", ".join(f"{k} {format_size(v)}" for k, v in need.parts().items() if v)
+                parts = need.described()
                 raise SimdistError(
                     f"{self.scenario.name}: {self._stage_label} stage {s} (layers "
                     f"{names[a]}..{names[b - 1]}) does not fit on {device.name}: "
