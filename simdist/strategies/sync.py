@@ -91,11 +91,18 @@ class SynchronousStrategy(Strategy):
 
     @abstractmethod
     def communicate(self, step: int) -> Generator[Any, Any, None]:
-        """Move this step's gradients (and parameters) between devices."""
+        """Move this step's gradients (and parameters) between devices, after
+        :meth:`compute` (what the step's plan has not moved already)."""
 
     def compute(self, step: int) -> Generator[Any, Any, None]:
-        """Every replica computes its gradient of step ``step``."""
-        yield from self.compute_phase(self.training_devices, step)
+        """Every replica computes its gradient of step ``step``: :attr:`step_plan` walked."""
+        yield from walk(self.step_plan, ComputeThenMove(self, self.training_devices, step))
+
+    @cached_property
+    def step_plan(self) -> Plan:
+        """A step that does not overlap, as typed steps: the compute, then the collectives
+        that follow it (none here: :meth:`communicate` moves what the strategy moves)."""
+        return Plan([], [Compute(0, "compute")])
 
     def overlapped_step(
         self,
@@ -401,6 +408,44 @@ class BucketsReady:
         yield from ()
 
 
+class ComputeThenMove(GroupRunner):
+    """The devices of a step that computes, then moves (:attr:`SynchronousStrategy.step_plan`
+    walked): the compute is one phase of every device (:meth:`~.base.Strategy.compute_phase`:
+    the chief's evaluation first, the max rule, spans cut by a failure), and each collective
+    is what the strategy's :meth:`~SynchronousStrategy.reduce_group` sends for the gradient
+    (an all-reduce, or its compression's collectives) or, for another op, the op over the
+    devices."""
+
+    def __init__(
+        self,
+        strategy: SynchronousStrategy,
+        devices: Sequence[Device],
+        step: int,
+        algorithm: str = "ring",
+        *,
+        eval_s: float = 0.0,
+        eval_host: str | None = None,
+        whole: Bucket | None = None,
+    ) -> None:
+        super().__init__(strategy, devices, step, algorithm)
+        self.sync = strategy
+        self.eval_s, self.eval_host, self.whole = eval_s, eval_host, whole
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Every device computes its gradient (``op`` is the whole step's compute)."""
+        del op
+        yield from self.sync.compute_phase(
+            self.group, self.step, eval_s=self.eval_s, eval_host=self.eval_host
+        )
+
+    def start(self, index: int, c: Collective) -> Any:
+        """The gradient's reduction when ``whole`` is given (a compressed gradient, one
+        group), else collective ``c`` over the devices."""
+        if self.whole is None:
+            return super().start(index, c)
+        return self.sync.reduce_group(self.group, self.whole, self.algorithm, self.step, c.detail)
+
+
 class AllReduceStrategy(SynchronousStrategy):
     """A synchronous strategy whose gradients are summed by all-reduces: mirrored, mwm, tpu.
 
@@ -469,24 +514,37 @@ class AllReduceStrategy(SynchronousStrategy):
                 fusion=self.fusion,
             )
         else:
-            yield from self.compute_phase(
-                self.training_devices, step, eval_s=eval_s, eval_host=eval_host
+            runner = ComputeThenMove(
+                self,
+                self.training_devices,
+                step,
+                self.algorithm,
+                eval_s=eval_s,
+                eval_host=eval_host,
+                whole=None if self.compressed is None else self.compressed.whole,
             )
+            yield from walk(self.step_plan, runner)
 
     def communicate(self, step: int) -> Generator[Any, Any, None]:
-        if self.scenario.replicas == 1 or self.overlapping:
-            return
-        if self.compressed is not None:
-            whole = self.compressed.whole
-            yield self.reduce_group(self.training_devices, whole, self.algorithm, step, self.label)
-            return
-        runner = GroupRunner(self, self.training_devices, step, self.algorithm)
-        yield from walk(self.communication_plan, runner)
+        """Nothing after the compute: the step's plan (:attr:`step_plan`) or the overlapped
+        step has moved the gradient."""
+        del step
+        yield from ()
 
     @cached_property
-    def communication_plan(self) -> Plan:
-        """:meth:`step_collectives` as a plan, the same every step."""
-        return collectives_in_order(self.step_collectives())
+    def step_plan(self) -> Plan:
+        """A step without overlap: the compute, then :meth:`step_collectives` one after
+        another (nothing with one replica; one group, the whole compressed gradient, under
+        compression)."""
+        if self.scenario.replicas == 1:
+            return super().step_plan
+        moves = (
+            [Collective("allreduce", self.costs.grad_nbytes, self.label)]
+            if self.compressed is not None
+            else self.step_collectives()
+        )
+        after = collectives_in_order(moves)
+        return Plan(after.collectives, [Compute(0, "compute"), *after.program])
 
     def step_collectives(self) -> list[Collective]:
         """What moves after the compute when nothing overlaps it: one all-reduce of the

@@ -1,13 +1,14 @@
 """What a parameter-server worker does, shared by both modes: pull, compute, push.
 
-A worker's iteration is three phases — pull every shard, compute, push every
-gradient shard — each defined once here and shared by both modes: the
-asynchronous loop (:mod:`.async_loop`, with failures in :mod:`.recovery`) and
-synchronous steps with backup workers (:mod:`.sync_backup`). How long bytes take
-is the network's: every pull and push is one ``net.send`` between the worker's
-host and a PS task, which contend on the NICs. With ``overlap`` the iteration is one plan
-of typed steps (:func:`layer_plan`: each layer's pulls received, its forward, its
-backward, its shards sent) run by the one walker (:func:`simdist.strategies.steps.walk`).
+A worker's iteration — pull every shard, compute, push every gradient shard — is one
+plan of typed steps run by the one walker (:func:`simdist.strategies.steps.walk`), defined
+once here and shared by both modes: the asynchronous loop (:mod:`.async_loop`, with
+failures in :mod:`.recovery`) and synchronous steps with backup workers
+(:mod:`.sync_backup`). Without ``overlap`` the plan is three phases one after the other
+(:func:`phase_plan`); with it, per-variable transfers overlap the layers' compute
+(:func:`layer_plan`: each layer's pulls received, its forward, its backward, its shards
+sent). How long bytes take is the network's: every pull and push is one ``net.send``
+between the worker's host and a PS task, which contend on the NICs.
 
 The loops drive a :class:`ParameterServerWorkers` and count what the run has done in its
 :class:`~.progress.Progress`; none of them imports the strategy that chooses them
@@ -47,10 +48,12 @@ from simdist.strategies.parameter_server.staging import Chain, WorkerMoves
 from simdist.strategies.steps import (
     Collective,
     Compute,
+    Issue,
     Plan,
     Receive,
     Send,
     Step,
+    Wait,
     walk,
 )
 
@@ -134,6 +137,8 @@ class ParameterServerWorkers(Strategy):
         self.moving: list[list[Transfer | simpy.Process]] = [[] for _ in range(self.n_workers)]
         self.pipelines = [self.new_pipeline() for _ in range(self.n_workers)]
         self.layer_shards = layer_shards(self.costs.layers, self.shards)
+        #: :meth:`phase_plan` by a worker's number of devices, made once.
+        self.phase_plans: dict[int, Plan] = {}
         per_host = self.scenario.cluster.devices_per_host
         #: The messages and copies of pulls and pushes (fetch, push, host_staging).
         self.moves = WorkerMoves(
@@ -203,11 +208,20 @@ class ParameterServerWorkers(Strategy):
         if self.overlap:
             yield from self.overlapped(w, step, then, on_pulled)
             return
-        yield from self.pull(w, step)
-        if on_pulled is not None:
-            on_pulled()
-        yield from self.compute(w, step)
-        yield from self.push(w, step, then)
+        plan = self.phase_plan(len(self.cluster.workers[w].devices))
+        yield from walk(plan, PhaseByPhase(self, w, step, then, on_pulled))
+
+    def phase_plan(self, n_devices: int) -> Plan:
+        """The iteration without overlap as typed steps (:func:`phase_plan`) for a worker of
+        ``n_devices`` devices."""
+        plans = self.phase_plans
+        if n_devices not in plans:
+            plans[n_devices] = phase_plan(
+                self.push_ps_nbytes,
+                self.costs.grad_nbytes if self.moves.local_reduce(n_devices) else 0,
+                compress=self.compressed is not None,
+            )
+        return plans[n_devices]
 
     def overlapped(
         self,
@@ -287,66 +301,6 @@ class ParameterServerWorkers(Strategy):
         for device, pace, factor in zip(devices, paces, factors, strict=True):
             done = self.record_scaled(device, start_s, seconds, factor, step, detail, pace)
             self.recorder.event(done, end, device.host, device.name, "idle", 0, step, "barrier")
-
-    def pull(self, w: int, step: int) -> Generator[Any, Any, None]:
-        """Worker ``w`` fetches every PS's shards in parallel.
-
-        The values were read when the request was issued (``servers.pull_all``).
-        """
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        pull = self.moves.pull
-        moves = [
-            move
-            for ps, nbytes in enumerate(self.ps_nbytes)
-            for move in pull(ps_hosts[ps], host, nbytes, step=step, detail=f"pull ps{ps}")
-        ]
-        nbytes = self.costs.param_nbytes * self.moves.pulls_per_worker
-        yield from self._wait(w, moves, step, "pull", nbytes)
-
-    def compute(self, w: int, step: int) -> Generator[Any, Any, None]:
-        """Wait for the batch, compute on every device of ``w``; sum over them on the host."""
-        devices = self.cluster.workers[w].devices
-        yield from self.input_wait(devices, self.pipelines[w], step)
-        yield from self.compute_phase(devices, step)
-        if self.moves.local_reduce(len(devices)):
-            nbytes, detail = self.costs.grad_nbytes, "local all-reduce"
-            reduce = self.net.collective(
-                "allreduce", devices, nbytes, "ring", step=step, detail=detail
-            )
-            self.moving[w] = [reduce]
-            yield reduce
-            self.moving[w] = []
-
-    def push(
-        self, w: int, step: int, then: Callable[[int], None] | None = None
-    ) -> Generator[Any, Any, None]:
-        """Worker ``w`` sends each gradient shard to its PS; ``then(ps)`` runs as one arrives.
-
-        With compression the worker first computes its compressor (``compute: compress``)
-        and each PS receives its shards' compressed bytes."""
-        host, ps_hosts = self.cluster.workers[w], self.cluster.ps_hosts
-        nbytes = self.costs.grad_nbytes * self.moves.pushes_per_worker
-        if self.compressed is not None:
-            nbytes = self.compressed.nbytes
-            profile = self.cluster.profiles.get(host.devices[0].profile, self.cluster.profile)
-            seconds = self.compressed.seconds(profile)
-            if seconds > 0:
-                start = self.env.now
-                yield self.env.timeout(seconds)
-                self.record_devices(host.devices, start, self.env.now, "compute", step, "compress")
-        moves = [
-            move
-            for ps, ps_nbytes in enumerate(self.push_ps_nbytes)
-            for move in self.moves.push(
-                host,
-                ps_hosts[ps],
-                ps_nbytes,
-                step=step,
-                detail=f"push ps{ps}",
-                then=None if then is None else partial(then, ps),
-            )
-        ]
-        yield from self._wait(w, moves, step, "push", nbytes)
 
     def _wait(
         self, w: int, moves: Sequence[Transfer], step: int, detail: str, nbytes: int
@@ -432,6 +386,115 @@ def layer_plan(layer_shards: Sequence[Sequence[int]], ready: Sequence[int], shar
         ]
     program.append(Compute(len(ready), "backward"))
     return Plan([], program)
+
+
+def phase_plan(push_nbytes: Sequence[int], local_nbytes: int, *, compress: bool) -> Plan:
+    """A worker's iteration without overlap as typed steps, each phase after the other:
+    every PS's variables received (``Receive("variables")``: the pulls, in parallel), the
+    compute, the host's all-reduce of the ``local_nbytes`` gradient over its devices (when
+    they reduce before pushing; 0: they do not), the compressor's compute (``compress``),
+    one ``Send`` per PS of its gradient shard (``push_nbytes[ps]`` bytes), and the wait
+    until every push has landed (``Receive("gradient")``)."""
+    collectives, program = [], [Receive("variables"), Compute(0, "compute")]
+    if local_nbytes:
+        collectives.append(Collective("allreduce", local_nbytes, "local all-reduce"))
+        program += [Issue(0), Wait(0)]
+    if compress:
+        program.append(Compute(1, "compress"))
+    program += [Send(ps, ps, n, f"push ps{ps}") for ps, n in enumerate(push_nbytes)]
+    program.append(Receive("gradient"))
+    return Plan(collectives, program)
+
+
+class PhaseByPhase:
+    """A worker's devices carrying :func:`phase_plan` out on the clock: each phase is one
+    span of every device (the pulls, the compute with the max rule, the pushes), the
+    devices' host reduces over them in a ring, and PS ``ps`` applies (``then(ps)``) when
+    its shard of the gradient has arrived. ``on_pulled()`` runs once the variables are
+    there (the worker may compute)."""
+
+    def __init__(
+        self,
+        workers: ParameterServerWorkers,
+        w: int,
+        step: int,
+        then: Callable[[int], None] | None,
+        on_pulled: Callable[[], None] | None,
+    ) -> None:
+        self.p, self.env = workers, workers.env
+        self.w, self.step, self.then, self.on_pulled = w, step, then, on_pulled
+        self.host = workers.cluster.workers[w]
+        self.devices = self.host.devices
+        self.pushes: list[Transfer] = []
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """``variables``: fetch every PS's shards in parallel (the values were read when the
+        request was issued, ``servers.pull_all``); ``gradient``: wait for the pushes."""
+        p, w, step = self.p, self.w, self.step
+        if op.tag == "gradient":
+            nbytes = (
+                p.compressed.nbytes
+                if p.compressed is not None
+                else p.costs.grad_nbytes * p.moves.pushes_per_worker
+            )
+            yield from p._wait(w, self.pushes, step, "push", nbytes)
+            return
+        ps_hosts, pull = p.cluster.ps_hosts, p.moves.pull
+        moves = [
+            move
+            for ps, nbytes in enumerate(p.ps_nbytes)
+            for move in pull(ps_hosts[ps], self.host, nbytes, step=step, detail=f"pull ps{ps}")
+        ]
+        yield from p._wait(w, moves, step, "pull", p.costs.param_nbytes * p.moves.pulls_per_worker)
+        if self.on_pulled is not None:
+            self.on_pulled()
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """``compute``: wait for the batch, then every device computes (max rule);
+        ``compress``: the compressor's work on the worker's devices."""
+        p, step = self.p, self.step
+        if op.phase == "compute":
+            yield from p.input_wait(self.devices, p.pipelines[self.w], step)
+            yield from p.compute_phase(self.devices, step)
+            return
+        profile = p.cluster.profiles.get(self.devices[0].profile, p.cluster.profile)
+        seconds = p.compressed.seconds(profile)
+        if seconds > 0:
+            start = self.env.now
+            yield self.env.timeout(seconds)
+            p.record_devices(self.devices, start, self.env.now, "compute", step, "compress")
+
+    def issued_s(self) -> float:
+        return self.env.now
+
+    def start(self, index: int, c: Collective) -> Any:
+        """The host's all-reduce of the gradient over its devices (a ring)."""
+        del index
+        reduce = self.p.net.collective(
+            c.op, self.devices, c.nbytes, "ring", step=self.step, detail=c.detail
+        )
+        self.p.moving[self.w] = [reduce]
+        return reduce
+
+    def waited(self, span: tuple[float, float]) -> None:
+        del span
+        self.p.moving[self.w] = []
+
+    def send(self, op: Send) -> None:
+        """Push PS ``op.peer``'s shard of the gradient."""
+        then = self.then
+        self.pushes += self.p.moves.push(
+            self.host,
+            self.p.cluster.ps_hosts[op.peer],
+            op.nbytes,
+            step=self.step,
+            detail=op.detail,
+            then=None if then is None else partial(then, op.peer),
+        )
+
+    def finish(self) -> Generator[Any, Any, None]:
+        """Nothing left: the program ended with the pushes landed."""
+        yield from ()
 
 
 class LayerByLayer:
