@@ -14,6 +14,7 @@ __all__ = [
     "DATASETS",
     "FULLSIZE_MODELS",
     "GPT_DEFAULTS",
+    "MLP_HIDDEN_DEFAULT",
     "MODELS",
     "OPTIMIZERS",
     "RESNET_DEFAULTS",
@@ -61,6 +62,8 @@ RESNET_DEFAULTS: dict[str, object] = {
     "batch_norm_momentum": 0.99,
     "sync_batch_norm": False,
 }
+# The zoo's mlp when ``hidden`` is left out: one hidden layer of 128 units.
+MLP_HIDDEN_DEFAULT: tuple[int, ...] = (128,)
 # The configurable ``gpt`` when its options are left out: GPT-2 124M's sizes (Radford et al.
 # 2019, Table 2; openai/gpt-2 hparams: 12 layers, d_model 768, 12 heads, 1024 positions,
 # vocabulary 50257). ``hidden`` is the model width, ``seq_len`` its positions.

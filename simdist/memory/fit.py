@@ -4,12 +4,9 @@ Every strategy: each device's share of a replica — parameters, gradients, opti
 (unless parameter servers or the host CPU hold it) and one batch's activations, split as
 the strategy's :class:`~simdist.sharding.Sharding` says, with its recomputation, at each
 device class's precision (:mod:`simdist.memory.accounting`, which summary.json's
-``memory_per_device`` also reports). Each strategy's spec picks its check
-(``StrategySpecBase.check_memory``): a pipeline checks the stage and partition counts
-against the model's layers, and each stage against its device, as
-:class:`~simdist.strategies.pipeline.strategy.PipelineStrategy` places them
-(:class:`simdist.memory.accounting.StagedReplica`; an ``auto`` partition is refused when no
-partition fits, the only case in which it fails).
+``memory_per_device`` also reports). A strategy that places its devices otherwise (the
+pipeline's and the hybrid layout's stages) checks them itself, in its spec's
+``StrategySpecBase.check_memory`` (:mod:`simdist.strategies.pipeline.fit`).
 
 The layers come from a :class:`~simdist.numerics.memory.Footprint` (a profile file, or the
 zoo model costed at batch 1), so nothing here needs JAX. Refusals are
@@ -18,6 +15,7 @@ zoo model costed at batch 1), so nothing here needs JAX. Refusals are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -26,12 +24,12 @@ from simdist.errors import ScenarioError, SimdistError
 if TYPE_CHECKING:
     from simdist.hardware.cluster import Cluster, Device
     from simdist.hardware.profiles import DeviceProfile
-    from simdist.memory.accounting import DeviceMemory, StagedReplica
+    from simdist.memory.accounting import DeviceMemory
     from simdist.numerics.memory import Footprint
     from simdist.scenario.schema import Scenario
     from simdist.strategies.spec_base import StrategySpecBase
 
-__all__ = ["check_device_memory", "check_hybrid", "check_pipeline", "clock_field"]
+__all__ = ["check_device_memory", "check_hybrid", "clock_field"]
 
 
 def clock_field(scenario: Scenario) -> str:
@@ -42,30 +40,13 @@ def clock_field(scenario: Scenario) -> str:
     return "workload.timing_model" if w.timing_model is not None else "workload.model"
 
 
-def _staged(scenario: Scenario, footprint: Footprint, precision: str, M: int) -> StagedReplica:
-    """The footprint's layers on the scenario's batch, cut into stages of M micro-batches."""
-    from simdist.memory.accounting import ReplicaLayers, StagedReplica
-
-    layers = ReplicaLayers.of_footprint(footprint, int(scenario.workload.batch_size))
-    return StagedReplica(scenario, layers, precision, M)
-
-
-def _parts(need: DeviceMemory) -> str:
-    gb = 1e9
-    return ", ".join(f"{k} {v / gb:,.3g}" for k, v in need.parts().items())
-
-
-def _split_advice(spec: StrategySpecBase) -> str:
+def _split_advice(spec: StrategySpecBase, others: Sequence[str]) -> str:
     """``split the replica over devices (strategy kind pipeline, zero (stage 1, 2 or 3), ...
-    or hybrid)``: the registered strategies whose spec says it splits a replica
-    (``splits_replica``). A strategy that already splits is told to split further, and of
-    the others."""
-    from simdist.strategies import spec_classes
-
-    own = type(spec)
-    kinds = [c.splits_replica for c in spec_classes() if c.splits_replica and c is not own]
-    listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
-    if own.splits_replica:
+    or hybrid)``: ``others`` are the other registered strategies whose spec says it splits a
+    replica (their ``splits_replica``). A strategy that already splits is told to split
+    further, and of the others."""
+    listed = ", ".join(others[:-1]) + f" or {others[-1]}" if len(others) > 1 else others[0]
+    if spec.splits_replica:
         return (
             f"split it further (more devices in the {spec.kind} layout), or with another "
             f"strategy (kind {listed})"
@@ -73,9 +54,13 @@ def _split_advice(spec: StrategySpecBase) -> str:
     return f"split the replica over devices (strategy kind {listed})"
 
 
-def check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -> None:
+def check_device_memory(
+    scenario: Scenario, footprint: Footprint, source: str, splitters: Sequence[str]
+) -> None:
     """Refuse a layout whose share of a replica does not fit on one of the cluster's devices
-    (:mod:`simdist.memory.accounting`: the strategy's sharding, each device class's precision)."""
+    (:mod:`simdist.memory.accounting`: the strategy's sharding, each device class's
+    precision), advising the strategies that split a replica (``splitters``: the other
+    registered specs' ``splits_replica``, the caller's to know)."""
     from simdist.hardware.cluster import Cluster
 
     cluster = Cluster(scenario.cluster)
@@ -83,11 +68,18 @@ def check_device_memory(scenario: Scenario, footprint: Footprint, source: str) -
     for device in cluster.devices:
         firsts.setdefault(device.profile, device)
     for device in firsts.values():
-        _check_device(scenario, footprint, source, device.name, cluster.profile_of(device))
+        _check_device(
+            scenario, footprint, source, device.name, cluster.profile_of(device), splitters
+        )
 
 
 def _check_device(
-    scenario: Scenario, footprint: Footprint, source: str, name: str, profile: DeviceProfile
+    scenario: Scenario,
+    footprint: Footprint,
+    source: str,
+    name: str,
+    profile: DeviceProfile,
+    splitters: Sequence[str],
 ) -> None:
     """Refuse device ``name`` of ``profile`` when its share does not fit, with advice."""
     from simdist.memory.accounting import ReplicaLayers, scenario_memory
@@ -109,7 +101,7 @@ def _check_device(
     while over - fits > 1:
         mid = (fits + over) // 2
         fits, over = (mid, over) if need(mid).total <= capacity else (fits, mid)
-    split = _split_advice(scenario.strategy)
+    split = _split_advice(scenario.strategy, splitters)
     if fits >= 1:
         field = "workload.batch_size"
         recompute = "" if scenario.strategy.recompute == "full" else ", recompute: full"
@@ -131,104 +123,12 @@ def _check_device(
     )
 
 
-def _check_counts(scenario: Scenario, names: tuple[str, ...], source: str) -> None:
-    """Stages and a partition list against the clock model's layers."""
-    spec = scenario.strategy
-    S, n = spec.stages, len(names)
-    shown = ", ".join(names) if n <= 12 else f"{', '.join(names[:12])}, ..."
-    if n < S:
-        raise ScenarioError(
-            source,
-            "strategy.stages",
-            f"got {S}; each stage holds at least one layer and the model has {n} ({shown}), "
-            f"e.g. stages: {max(1, n)}",
-        )
-    if isinstance(spec.partition, list) and sum(spec.partition) != n:
-        raise ScenarioError(
-            source,
-            "strategy.partition",
-            f"{spec.partition} covers {sum(spec.partition)} layers; the model has {n} "
-            f"({shown}): give counts that add up to {n}, e.g. partition: auto",
-        )
-
-
-def check_pipeline(
-    scenario: Scenario, footprint: Footprint, source: str, total_steps: int = 1
-) -> None:
-    """A pipeline's stages against the model's layers, and each stage against its device."""
-    from simdist.hardware.cluster import Cluster
-    from simdist.hardware.mesh import Mesh
-    from simdist.strategies.pipeline.plan import partition_auto, peak_in_flight, stage_ops
-    from simdist.units import format_size
-
-    _check_counts(scenario, footprint.layer_names, source)
-    spec = scenario.strategy
-    S, M, R = spec.stages, spec.micro_batches, spec.pipeline_replicas
-    cluster = Cluster(scenario.cluster)
-    grid = Mesh.of(cluster.devices, {"data": R, "pipeline": S}).groups("pipeline")
-    capacities = [
-        min(float(cluster.profile_of(row[s]).memory_nbytes) for row in grid) for s in range(S)
-    ]
-    # pipedream streams M x steps micro-batches; a stage's peak is min(S - s, stream) either
-    # way, so a stream of S + M shows the same peaks.
-    stream = M * max(1, total_steps) if spec.schedule == "pipedream" else M
-    peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, min(stream, S + M))]
-    params = footprint.layer_param_nbytes
-    staged = _staged(scenario, footprint, cluster.profile.precision, M)
-
-    def need(s: int, first: int, stop: int) -> DeviceMemory:
-        return staged.stage(
-            first,
-            stop,
-            peaks[s],
-            pipedream=spec.schedule == "pipedream",
-            rematerialization=spec.rematerialization,
-        )
-
-    def fits(s: int, first: int, stop: int) -> bool:
-        return capacities[s] <= 0 or need(s, first, stop).total <= capacities[s]
-
-    advice = (
-        "use more stages, fewer micro-batches in flight, recompute: full, rematerialization: "
-        "true or a smaller batch"
-    )
-    if spec.partition == "auto":
-        try:
-            partition_auto(len(params), S, lambda s, first, stop: 0.0, fits)
-        except SimdistError:
-            whole = need(0, 0, len(params))
-            raise ScenarioError(
-                source,
-                "strategy.stages",
-                f"no partition of the model's {len(params)} layers into {S} stages fits in "
-                f"device memory (all of them on one device would need {whole.total / 1e9:,.3g} "
-                f"GB: {_parts(whole)}); {advice}",
-            ) from None
-        return
-    first = 0
-    for s, count in enumerate(spec.partition):
-        stop = first + int(count)
-        if not fits(s, first, stop):
-            stage, names = need(s, first, stop), footprint.layer_names
-            device = min(
-                (row[s] for row in grid), key=lambda d: cluster.profile_of(d).memory_nbytes
-            )
-            parts = stage.described()
-            raise ScenarioError(
-                source,
-                "strategy.partition",
-                f"pipeline stage {s} (layers {names[first]}..{names[stop - 1]}) does not fit on "
-                f"{device.name}: it needs {format_size(stage.total)} ({parts}) and a "
-                f"{cluster.profile_of(device).name} has {format_size(capacities[s])}; {advice}",
-            )
-        first = stop
-
-
 def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
     """A hybrid layout's stages against each device: the pipeline's stage memory divided
     as the spec's sharding says (:func:`simdist.strategies.hybrid.plan.device_memory`); an
     ``auto`` partition is refused when no cut of the layers fits."""
     from simdist.hardware.cluster import Cluster
+    from simdist.strategies.pipeline.fit import check_partition, staged
     from simdist.strategies.pipeline.plan import bounds, partition_auto, peak_in_flight, stage_ops
     from simdist.strategies.tensor_parallel.plan import layer_roles
 
@@ -248,10 +148,10 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
     peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, M)]
     roles = layer_roles(w.clock_model.name, names)
     params = footprint.layer_param_nbytes
-    staged = _staged(scenario, footprint, cluster.profile.precision, M)
+    cut = staged(scenario, footprint, cluster.profile.precision, M)
 
     def need(s: int, first: int, stop: int) -> DeviceMemory:
-        return staged.stage(first, stop, peaks[s], pipedream=False, rematerialization=False)
+        return cut.stage(first, stop, peaks[s], pipedream=False, rematerialization=False)
 
     def smallest(s: int) -> Device:
         return min(stage_devices[s], key=lambda d: cluster.profile_of(d).memory_nbytes)
@@ -269,7 +169,7 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
             counts = partition_auto(len(params), S, lambda s, first, stop: 0.0)
     else:
         counts = tuple(int(n) for n in spec.partition)
-        _check_partition(names, counts, S, source)
+        check_partition(names, counts, S, source)
     for s, (first, stop) in enumerate(bounds(counts)):
         device = smallest(s)
         _refuse_stage(
@@ -301,15 +201,4 @@ def _refuse_stage(
             f"device of its tensor group needs {format_size(stage.total)} ({parts}) and a "
             f"{profile.name} has {format_size(capacity)}; use more stages, a larger tensor "
             "group, zero: 1 or 2, fewer micro-batches in flight or a smaller batch",
-        )
-
-
-def _check_partition(names: tuple[str, ...], counts: tuple[int, ...], S: int, source: str) -> None:
-    """A hybrid partition list: one count per stage, adding up to the model's layers."""
-    if len(counts) != S or sum(counts) != len(names):
-        raise ScenarioError(
-            source,
-            "strategy.partition",
-            f"got {list(counts)}; give {S} layer counts adding up to the model's "
-            f"{len(names)} layers, e.g. partition: auto",
         )

@@ -24,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from simdist.catalog import MODELS
+from simdist.catalog import MLP_HIDDEN_DEFAULT, MODELS, RESNET_DEFAULTS
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
 
@@ -230,9 +230,11 @@ class ResNet(nn.Module):
 
 
 def make_model(
-    spec: ModelSpec, n_outputs: int, input_shape: tuple[int, ...] | None = None
+    spec: ModelSpec | str, n_outputs: int, input_shape: tuple[int, ...] | None = None
 ) -> nn.Module:
-    """The Flax module named by ``spec.name`` with ``n_outputs`` outputs.
+    """The Flax module named by ``spec.name`` with ``n_outputs`` outputs (``spec`` a bare
+    name: the zoo model with its default options, ``MLP_HIDDEN_DEFAULT`` and
+    ``RESNET_DEFAULTS``).
 
     ``input_shape`` (one example, no batch axis) is optional: it rejects a CNN or
     a ResNet on non-image data with a clear message instead of an XLA error, and
@@ -241,11 +243,14 @@ def make_model(
     ``RESNET_DEFAULTS`` where not given; ``sync_batch_norm`` is applied by the executor,
     which names the replica axis (``ResNet.axis_name``).
     """
-    name = spec.name
+    if isinstance(spec, str):
+        name, options = spec, {"hidden": MLP_HIDDEN_DEFAULT, **RESNET_DEFAULTS}
+    else:
+        name, options = spec.name, spec.model_dump()
     if name == "softmax":
         return SoftmaxRegression(n_outputs)
     if name == "mlp":
-        hidden = tuple(int(h) for h in spec.hidden)
+        hidden = tuple(int(h) for h in options["hidden"])
         return MLP(n_outputs, hidden)
     if name in ("cnn", "resnet") and input_shape is not None and len(input_shape) != 3:
         raise SimdistError(
@@ -258,10 +263,10 @@ def make_model(
         side = min(input_shape[:2]) if input_shape is not None else STEM_POOL_MIN_SIDE
         return ResNet(
             n_outputs,
-            blocks=tuple(int(b) for b in spec.blocks),
-            width=int(spec.width),
+            blocks=tuple(int(b) for b in options["blocks"]),
+            width=int(options["width"]),
             stem_pool=side >= STEM_POOL_MIN_SIDE,
-            batch_norm_momentum=float(spec.batch_norm_momentum),
+            batch_norm_momentum=float(options["batch_norm_momentum"]),
         )
     raise SimdistError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
 

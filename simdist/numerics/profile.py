@@ -280,7 +280,7 @@ def _prefix(apply: Callable, stop_at: int) -> Callable:
 
 
 def _zoo_profile(
-    spec: ModelSpec, batch_size: int, input_shape: tuple[int, ...], n_outputs: int
+    spec: ModelSpec | str, batch_size: int, input_shape: tuple[int, ...], n_outputs: int
 ) -> ModelProfile:
     from simdist.numerics.models import make_model
 
@@ -336,7 +336,8 @@ def _zoo_profile(
         conv = convs[k] if k < len(convs) else Conv3x3()
         layers.append(_layer_profile(label, costs, output, mine, paths, conv))
         before = {key: upto.get(key, fwd) for key in before}
-    return ModelProfile(spec.name, batch_size, input_shape, tuple(layers), "xla")
+    name = spec if isinstance(spec, str) else spec.name
+    return ModelProfile(name, batch_size, input_shape, tuple(layers), "xla")
 
 
 # ------------------------------------------------------------------ the cache
@@ -362,15 +363,6 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _model_spec(spec_or_name: ModelSpec | str) -> ModelSpec:
-    """The model section a zoo model named alone has: its default options."""
-    if not isinstance(spec_or_name, str):
-        return spec_or_name
-    from simdist.scenario.workload import ModelSpec
-
-    return ModelSpec(name=spec_or_name)
 
 
 def _spec_fields(spec: ModelSpec | str) -> dict[str, Any]:
@@ -476,7 +468,7 @@ def profile_model(
     if full:
         profile = _fullsize_profile(model, batch_size)
     else:
-        profile = _zoo_profile(_model_spec(spec_or_name), batch_size, shape, int(n_outputs))
+        profile = _zoo_profile(spec_or_name, batch_size, shape, int(n_outputs))
     if use_cache:
         _write_cache(path, profile)
     return profile

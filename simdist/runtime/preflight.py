@@ -145,8 +145,11 @@ def _check_clock(scenario: Scenario, source: str, total_steps: int) -> int:
     footprint = _footprint(scenario, source)
     if not scenario.strategy.check_memory(scenario, footprint, source, total_steps):
         from simdist.memory.fit import check_device_memory
+        from simdist.strategies import spec_classes
 
-        check_device_memory(scenario, footprint, source)
+        own = type(scenario.strategy)
+        splitters = [c.splits_replica for c in spec_classes() if c.splits_replica and c is not own]
+        check_device_memory(scenario, footprint, source, splitters)
     return len(footprint.layer_names)
 
 

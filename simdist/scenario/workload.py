@@ -12,6 +12,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 
 from simdist.catalog import (
     GPT_DEFAULTS,
+    MLP_HIDDEN_DEFAULT,
     RESNET_DEFAULTS,
     TEACHER_DEFAULTS,
     DatasetName,
@@ -52,7 +53,7 @@ class ModelSpec(Spec):
     """
 
     name: ModelName
-    hidden: list[PositiveInt] = Field(default_factory=lambda: [128])
+    hidden: list[PositiveInt] = Field(default_factory=lambda: list(MLP_HIDDEN_DEFAULT))
     blocks: list[PositiveInt] | None = Field(None, min_length=1, examples=[[1, 1]])
     width: PositiveInt | None = Field(None, examples=[16])
     batch_norm_momentum: Float | None = Field(None, ge=0, lt=1, examples=[0.9])

@@ -40,8 +40,8 @@ class Spec(StrategySpecBase):
     def check_memory(
         self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
     ) -> bool:
-        """Each stage against its devices (:func:`simdist.memory.fit.check_pipeline`)."""
-        from simdist.memory.fit import check_pipeline
+        """Each stage against its devices (:func:`.fit.check_pipeline`)."""
+        from simdist.strategies.pipeline.fit import check_pipeline
 
         check_pipeline(scenario, footprint, source, total_steps)
         return True
