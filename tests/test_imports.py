@@ -225,6 +225,46 @@ def test_no_import_circle_between_files() -> None:
     assert not found, "import circles:\n" + "\n".join(describe(c, edges) for c in found)
 
 
+def packages(edges: dict[str, dict[str, list[Import]]]) -> dict[str, dict[str, list[Import]]]:
+    """The module graph folded into the architecture's parts: ``simdist.memory.fit`` is
+    ``simdist.memory``; a module of the root package (the floor) is a part of its own."""
+
+    def part(name: str) -> str:
+        parts = name.split(".")
+        return ".".join(parts[:2]) if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else name
+
+    folded: dict[str, dict[str, list[Import]]] = {part(name): {} for name in edges}
+    for source, targets in edges.items():
+        for target, imps in targets.items():
+            if part(source) != part(target):
+                folded[part(source)].setdefault(part(target), []).extend(imps)
+    return folded
+
+
+def test_the_packages_fold_as_the_architecture_names_them() -> None:
+    edges = {
+        "simdist.memory.fit": {"simdist.strategies.pipeline.fit": []},
+        "simdist.strategies.pipeline.fit": {"simdist.memory.accounting": [], "simdist.units": []},
+        "simdist.memory.accounting": {},
+        "simdist.units": {},
+    }
+    folded = packages(edges)
+    assert folded == {
+        "simdist.memory": {"simdist.strategies": []},
+        "simdist.strategies": {"simdist.memory": [], "simdist.units": []},
+        "simdist.units": {},
+    }
+    assert cycles(folded) == [["simdist.memory", "simdist.strategies"]]
+
+
+def test_no_import_circle_between_packages() -> None:
+    """The parts import downwards only (docs/ARCHITECTURE.md's first figure): a strategy's
+    own checks live in its package, and the floor below asks nothing of those above."""
+    edges = packages(graph())
+    found = cycles(edges)
+    assert not found, "package circles:\n" + "\n".join(describe(c, edges) for c in found)
+
+
 def test_no_two_modules_import_each_other_even_for_the_type_checker() -> None:
     edges = graph(typed=True)
     found = pairs(edges)

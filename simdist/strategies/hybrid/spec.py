@@ -106,8 +106,8 @@ class Spec(StrategySpecBase):
     def check_memory(
         self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
     ) -> bool:
-        """Each stage against its devices (:func:`simdist.memory.fit.check_hybrid`)."""
-        from simdist.memory.fit import check_hybrid
+        """Each stage against its devices (:func:`.fit.check_hybrid`)."""
+        from simdist.strategies.hybrid.fit import check_hybrid
 
         del total_steps
         check_hybrid(scenario, footprint, source)
