@@ -537,12 +537,11 @@ class AllReduceStrategy(SynchronousStrategy):
         another (nothing with one replica; one group, the whole compressed gradient, under
         compression)."""
         if self.scenario.replicas == 1:
-            return super().step_plan
-        moves = (
-            [Collective("allreduce", self.costs.grad_nbytes, self.label)]
-            if self.compressed is not None
-            else self.step_collectives()
-        )
+            moves = []
+        elif self.compressed is not None:
+            moves = [Collective("allreduce", self.costs.grad_nbytes, self.label)]
+        else:
+            moves = self.step_collectives()
         after = collectives_in_order(moves)
         return Plan(after.collectives, [Compute(0, "compute"), *after.program])
 
