@@ -21,6 +21,12 @@ column/row pairs in one stage, among partitions whose every device fits its memo
 (:func:`.plan.device_memory`); a stage that does not fit stops the run before its first
 step, naming the device, its need and its capacity.
 
+A context axis of CP devices (``mesh.context``) puts CP tensor groups on each stage of each
+copy, walking its passes together: each device computes 1/CP of every layer
+(:func:`.plan.context_layers`), each attention layer's ring steps send its key/value block
+to the same tensor rank of the next context rank (:class:`TensorGroup`'s ``send``), and the
+gradient shards are reduced over data × context.
+
 Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
 tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
 batch; transformers run timing-only. The clock prices worker 0's device class on every
