@@ -130,6 +130,9 @@ def test_each_ring_step_waits_for_the_slower_of_its_compute_and_its_block_by_han
     assert summary["kv_block_nbytes"] == kv
     assert summary["nbytes_per_device_per_micro_batch"] == [{"forward": kv, "backward": 2 * kv}]
     assert summary["nbytes_per_step"] == 3 * kv * 2
+    assert summary["nbytes_per_device_per_step"] == [3 * kv]
+    # the forward's one ring step waits for its block; the backward's hide theirs
+    assert summary["exposed_s_per_step"] == pytest.approx(block - step_f, rel=1e-9)
     # links.csv: each NIC carries its device's 3 blocks and the gradient all-reduce's 28000
     links = result.tables["links"].set_index("link")["bytes"]
     assert links["worker0/nic/tx"] == pytest.approx(3 * kv + 28000)

@@ -175,6 +175,7 @@ class HybridStrategy(PipelineStrategy):
         ]
         self.reduction_plans = [collectives_in_order(r) for r in self.reductions]
         self.busy_s = 0.0
+        self.ring_wait_s: dict[int, float] = {}  # by stage group: waiting for K/V blocks
         self.lockstep = self._lockstep()
         self.held = [[0] * self.S for _ in range(self.D)]
         self.peak_held = [[0] * self.S for _ in range(self.D)]
@@ -595,6 +596,7 @@ class HybridStrategy(PipelineStrategy):
                 }
             )
         devices = self.D * self.C * self.T  # of each stage
+        steps = max(1, self.steps_done)
         return {
             "size": self.C,
             "kv_block_nbytes": ring.kv_nbytes,
@@ -606,9 +608,15 @@ class HybridStrategy(PipelineStrategy):
             "nbytes_per_device_per_micro_batch": [
                 {phase: sum(nbytes) for phase, nbytes in stage.items()} for stage in per_stage
             ],
+            "nbytes_per_device_per_step": [
+                sum(map(sum, stage.values())) * self.M for stage in per_stage
+            ],
             "nbytes_per_step": sum(
                 sum(map(sum, stage.values())) * self.M * devices for stage in per_stage
             ),
+            # the longest any stage's group waited for its blocks after computing its ring
+            # steps: the ring's time not hidden behind attention
+            "exposed_s_per_step": max(self.ring_wait_s.values(), default=0.0) / steps,
         }
 
 
@@ -684,8 +692,13 @@ class TensorGroup(GroupRunner):
         ]
 
     def receive(self, op: Receive) -> Generator[Any, Any, None]:
-        """Wait until every device's block of the ring step has arrived."""
+        """Wait until every device's block of the ring step has arrived (the wait counted
+        per stage group: :meth:`HybridStrategy.context_summary`)."""
+        start = self.env.now
         yield self.env.all_of(self.messages.pop(op.tag))
+        waits = self.hybrid.ring_wait_s
+        key = id(self.group)
+        waits[key] = waits.get(key, 0.0) + (self.env.now - start)
 
 
 class StageGroup:
