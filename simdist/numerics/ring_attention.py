@@ -11,10 +11,11 @@ output is ``o / l`` after the last block. JAX's autodiff of the ``shard_map`` ru
 backward ring: the transpose of a ``ppermute`` is the ``ppermute`` the other way, so the
 key/value gradients travel back to their owners.
 
-Causal masking with Megatron-LM's load balancing (``get_batch_on_this_cp_rank`` in
-megatron/training/utils.py, and TransformerEngine's ``AttnFuncWithCPAndKVP2P``): the
-sequence is cut into 2·CP chunks and device i holds chunks i and 2·CP − 1 − i, so every
-device has as many earlier keys to attend to as any other (:func:`chunk_order`). Each
+Causal masking with Megatron-LM's load balancing (``get_batch_on_this_cp_rank``,
+megatron/training/utils.py in 2024's releases, and TransformerEngine's
+``AttnFuncWithCPAndKVP2P``): the sequence is cut into 2·CP chunks and device i holds
+chunks i and 2·CP − 1 − i, so every device has as many earlier keys to attend to as any
+other (:func:`chunk_order`). Each
 device carries the global positions of its queries and of the key block it holds; a
 query attends to the keys at its position or before.
 

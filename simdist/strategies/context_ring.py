@@ -6,8 +6,8 @@ as typed steps, the hybrid strategy walks them on the clock, the tests by hand.
 
 With a ``context`` axis of CP devices each device holds s/CP positions of every sequence
 (Megatron-LM's load-balanced causal split: 2·CP chunks, device i chunks i and 2·CP − 1 − i,
-``get_batch_on_this_cp_rank`` in megatron/training/utils.py), so every layer's work and
-activations on a device are 1/CP of the sequence's. Attention alone needs the other
+``get_batch_on_this_cp_rank``, megatron/training/utils.py in 2024's releases), so every
+layer's work and activations on a device are 1/CP of the sequence's. Attention alone needs the other
 devices' keys and values: ring attention (Liu et al. 2023, arXiv:2310.01889; Megatron-Core
 runs TransformerEngine's ``AttnFuncWithCPAndKVP2P``,
 transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py) computes
