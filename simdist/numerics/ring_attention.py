@@ -15,9 +15,8 @@ Causal masking with Megatron-LM's load balancing (``get_batch_on_this_cp_rank``,
 megatron/training/utils.py in 2024's releases, and TransformerEngine's
 ``AttnFuncWithCPAndKVP2P``): the sequence is cut into 2·CP chunks and device i holds
 chunks i and 2·CP − 1 − i, so every device has as many earlier keys to attend to as any
-other (:func:`chunk_order`). Each
-device carries the global positions of its queries and of the key block it holds; a
-query attends to the keys at its position or before.
+other (:func:`chunk_order`). Each device carries the global positions of its queries and
+of the key block it holds; a query attends to the keys at its position or before.
 
 Grouped-query attention (Ainslie et al. 2023): ``k`` and ``v`` may have fewer heads than
 ``q`` (a divisor); each key/value head serves ``heads / kv_heads`` query heads, and only
