@@ -215,3 +215,22 @@ def test_bad_context_layouts_are_refused_with_one_line(changes, message):
     with pytest.raises(ScenarioError) as info:
         scenario_from_dict(data)
     assert message in " ".join(str(info.value).split())
+
+
+def test_placement_puts_the_context_axis_where_it_is_named():
+    # left out: just outside tensor, so a host's 2 devices are the two context ranks
+    near = layout(**{"cluster.hosts": 2, "cluster.devices_per_host": 2})
+    near["strategy"]["mesh"]["pipeline"] = 2
+    inside = simulate(scenario_from_dict(near), layer_costs(0.05, 0.5)).summary["hybrid"]
+    assert inside["placement"] == ["data", "pipeline", "context", "tensor"]
+    assert inside["stage_devices"] == [
+        ["worker0/gpu0", "worker0/gpu1"],
+        ["worker1/gpu0", "worker1/gpu1"],
+    ]
+    # named outermost but data: the context ranks on different hosts, a stage per device
+    near["strategy"]["placement"] = ["data", "context", "pipeline", "tensor"]
+    across = simulate(scenario_from_dict(near), layer_costs(0.05, 0.5)).summary["hybrid"]
+    assert across["stage_devices"] == [
+        ["worker0/gpu0", "worker1/gpu0"],
+        ["worker0/gpu1", "worker1/gpu1"],
+    ]
