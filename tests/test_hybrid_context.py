@@ -191,7 +191,7 @@ def test_each_device_holds_its_share_of_the_sequence():
             {"cluster.hosts": 3},
             "strategy.mesh: data 1 x tensor 1 x pipeline 1 x context 2 = 2 devices; the cluster "
             "has 3 (hosts holding [1, 1, 1]): the mesh must cover them, e.g. mesh: {data: 1, "
-            "tensor: 1, pipeline: 1, context: 2}",
+            "tensor: 1, pipeline: 1, context: 3}",
         ),
         (
             {"workload.model": "mlp"},

@@ -187,14 +187,18 @@ class Spec(StrategySpecBase):
         D, T, P, CP = m.data, m.tensor, m.pipeline, m.cp
         if D * T * P * CP != c.n_devices:
             sizes = f"data {D} x tensor {T} x pipeline {P}"
-            example = f"tensor: {T}, pipeline: {P}"
+            data, example = max(1, c.n_devices // (T * P * CP)), f"tensor: {T}, pipeline: {P}"
             if CP > 1:
-                sizes, example = f"{sizes} x context {CP}", f"{example}, context: {CP}"
+                sizes = f"{sizes} x context {CP}"
+                # the context axis that covers the devices, the other axes kept, if one does
+                fits = c.n_devices % (D * T * P) == 0
+                data = D if fits else data
+                example = f"{example}, context: {c.n_devices // (D * T * P) if fits else CP}"
             raise fail(
                 "strategy.mesh",
                 f"{sizes} = {D * T * P * CP} devices; the cluster has "
                 f"{c.n_devices} (hosts holding {c.device_counts}): the mesh must cover them, "
-                f"e.g. mesh: {{data: {max(1, c.n_devices // (T * P * CP))}, {example}}}",
+                f"e.g. mesh: {{data: {data}, {example}}}",
             )
         if sorted(self.order) != sorted((*DEFAULT_ORDER, "context")):
             raise fail(
