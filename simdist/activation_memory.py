@@ -191,9 +191,13 @@ def layer_tensors_of_outputs(
 
 
 def stored_nbytes(tensor: Stored, act_nbytes: int, sharding: Sharding) -> float:
-    """Bytes of ``tensor`` for one example on one device of the tensor group."""
+    """Bytes of ``tensor`` for one example on one device of the tensor group (and of the
+    context group, which holds 1/CP of the sequence: of every tensor, the s×s scores
+    included, each device's queries meeting every key)."""
     per = tensor.element_nbytes or act_nbytes
     split = max(sharding.activations, sharding.tensor if tensor.split else 1)
+    if sharding.context > 1:
+        split *= sharding.context
     return tensor.elements * per / split
 
 

@@ -8,7 +8,9 @@ state over the data-parallel group, stage 2 the gradients too, stage 3 the param
 parameters, gradients and optimizer state of its blocks over the tensor group (Shoeybi et
 al. 2019). Activations (:mod:`simdist.activation_memory`): the tensors Megatron splits
 inside a block are split over ``tensor`` devices; with sequence parallelism every stored
-tensor is, over ``activations`` devices (Korthikanti et al. 2022, Table 2).
+tensor is, over ``activations`` devices (Korthikanti et al. 2022, Table 2). Context
+parallelism splits every sequence, and so every stored tensor, over ``context`` devices
+(each holds s/CP positions: :mod:`simdist.strategies.context_ring`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Sharding:
     optimizer: int = 1
     activations: int = 1
     tensor: int = 1
+    context: int = 1
 
     def __post_init__(self) -> None:
         parts = {
@@ -36,6 +39,7 @@ class Sharding:
             "optimizer": self.optimizer,
             "activations": self.activations,
             "tensor": self.tensor,
+            "context": self.context,
         }
         for name, value in parts.items():
             if not (isinstance(value, int) and value >= 1):

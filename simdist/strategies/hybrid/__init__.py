@@ -1,4 +1,5 @@
-"""``hybrid``: 3D parallelism — data × pipeline × tensor on the device mesh, with ZeRO.
+"""``hybrid``: 3D parallelism — data × pipeline × tensor on the device mesh, with ZeRO, and
+a context axis (context parallelism: ring attention, :mod:`simdist.strategies.context_ring`).
 
 Modules:
 

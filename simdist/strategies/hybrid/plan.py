@@ -7,6 +7,10 @@ Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by ha
   costs (:func:`micro_layers`: each layer's work / M, its launch cost in full, as the
   pipeline strategy prices a micro-batch): compute spans of each device's 1/T share and
   the tensor all-reduces of each Megatron block on the critical path, forward and backward.
+* With a ``context`` axis of CP devices (:mod:`simdist.strategies.context_ring`), every
+  layer's work and output on a device are 1/CP of the micro-batch's
+  (:func:`context_layers`), and each attention layer runs its ring steps, sending its
+  key/value block to the next device of the context group while it computes.
 * Between stages each device of a tensor group sends its peer in the next group the
   micro-batch's boundary activation (:func:`send_nbytes`): whole without sequence
   parallelism (every device of the group holds it after the block's all-reduce), 1/T of
@@ -27,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from simdist.step_costs import LayerCost
+from simdist.strategies.context_ring import ContextRing
 from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
 from simdist.strategies.steps import Collective, Issue, Plan, Wait
 from simdist.strategies.tensor_parallel.plan import phase_plans
@@ -62,10 +67,12 @@ def stage_plans(
     tensor: int,
     sequence_parallel: bool,
     gather_whole: bool,
+    ring: ContextRing | None = None,
 ) -> tuple[Plan, Plan]:
     """A micro-batch's forward and backward through layers ``[first, stop)`` of
     ``layers`` (micro-batch costs) on a tensor group, with its tensor collectives (none on
-    a group of one device: there is nothing to reduce, and nothing runs)."""
+    a group of one device: there is nothing to reduce, and nothing runs) and, with a
+    context axis (``ring``), each attention layer's ring steps."""
     forward, backward = phase_plans(
         layers[first:stop],
         roles[first:stop],
@@ -74,10 +81,28 @@ def stage_plans(
         gather_whole=gather_whole,
         takes_data=first == 0,
         input_activation_nbytes=layers[first - 1].output_nbytes if first else 0,
+        ring=ring,
     )
     if tensor > 1:
         return forward, backward
     return _computes(forward), _computes(backward)
+
+
+def context_layers(layers: Sequence[LayerCost], context: int) -> tuple[LayerCost, ...]:
+    """``layers`` on one device of a context axis of ``context``: each holds 1/CP of every
+    sequence (:mod:`simdist.strategies.context_ring`), so its work and its output bytes are
+    1/CP of the layer's; the launch cost whole. ``layers`` as they are for CP = 1."""
+    if context == 1:
+        return tuple(layers)
+    return tuple(
+        replace(
+            x,
+            forward_s=(x.forward_s - x.launch_s) / context + x.launch_s,
+            backward_s=(x.backward_s - x.launch_s) / context + x.launch_s,
+            output_nbytes=math.ceil(x.output_nbytes / context),
+        )
+        for x in layers
+    )
 
 
 def _computes(plan: Plan) -> Plan:

@@ -22,7 +22,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
 
@@ -37,16 +37,56 @@ if TYPE_CHECKING:
     from simdist.numerics.memory import Footprint
     from simdist.scenario.cluster import ClusterSpec
     from simdist.scenario.schema import Scenario
+    from simdist.scenario.workload import WorkloadSpec
 
-Axis = Literal["data", "pipeline", "tensor"]
+Axis = Literal["data", "pipeline", "context", "tensor"]
+#: Where the context axis goes when ``placement`` leaves it out: just outside tensor, as
+#: Megatron-LM's default order "tp-cp-ep-dp-pp" (innermost first) puts it
+#: (megatron/core/parallel_state.py, ``initialize_model_parallel``'s ``order``).
+CONTEXT_BEFORE = "tensor"
 
 
 class MeshSpec(SpecBase):
-    """The mesh's sizes: D data copies, P pipeline stages, T devices per tensor group."""
+    """The mesh's sizes: D data copies, P pipeline stages, T devices per tensor group, CP
+    devices sharing each sequence (context parallelism)."""
 
     data: PositiveInt | None = Field(None, examples=["4"])  # None: the devices left
     tensor: PositiveInt = Field(1, examples=["8"])
     pipeline: PositiveInt = Field(1, examples=["2"])
+    # None: 1 (left out of the resolved scenario, as a mesh without a context axis).
+    context: PositiveInt | None = Field(None, examples=["4"])
+
+    @property
+    def cp(self) -> int:
+        """The context axis' size (1 when left out)."""
+        return self.context or 1
+
+
+class AttentionShape(NamedTuple):
+    """What the context ring reads of a transformer: positions per sequence, width, heads
+    and key/value heads (the heads without grouped-query attention)."""
+
+    seq_len: int
+    hidden: int
+    heads: int
+    kv_heads: int
+
+
+def attention_shape(workload: WorkloadSpec) -> AttentionShape | None:
+    """The clock model's attention sizes (gpt, GPT-2; the input length when
+    ``input_shape`` gives one), or None for a model without attention layers."""
+    from simdist.catalog import GPT_DEFAULTS
+
+    if workload.profile is not None:
+        return None
+    model = workload.clock_model
+    if model.name not in ("gpt", "gpt2"):
+        return None
+    sizes = model.gpt_sizes() or dict(GPT_DEFAULTS)
+    seq_len = int(workload.input_shape[0]) if workload.input_shape else sizes["seq_len"]
+    heads = sizes["heads"]
+    kv_heads = int(getattr(model, "kv_heads", None) or heads)
+    return AttentionShape(seq_len, sizes["hidden"], heads, kv_heads)
 
 
 class Spec(StrategySpecBase):
@@ -69,9 +109,22 @@ class Spec(StrategySpecBase):
 
     @property
     def sizes(self) -> dict[str, int]:
-        """The mesh's axis sizes (``data`` filled in by :meth:`check`)."""
+        """The mesh's axis sizes (``data`` filled in by :meth:`check`); ``context`` only
+        when it holds more than one device, so that a mesh without it is the 3D one."""
         m = self.mesh
-        return {"data": m.data or 1, "pipeline": m.pipeline, "tensor": m.tensor}
+        sizes = {"data": m.data or 1, "pipeline": m.pipeline, "tensor": m.tensor}
+        if m.cp > 1:
+            sizes["context"] = m.cp
+        return sizes
+
+    @property
+    def order(self) -> list[str]:
+        """``placement`` with the context axis where it goes when left out
+        (:data:`CONTEXT_BEFORE`)."""
+        if "context" in self.placement:
+            return list(self.placement)
+        k = self.placement.index(CONTEXT_BEFORE) if CONTEXT_BEFORE in self.placement else 0
+        return [*self.placement[:k], "context", *self.placement[k:]]
 
     def replicas(self, cluster: ClusterSpec) -> int:
         """D data-parallel copies, each on its shard of the global batch."""
@@ -79,8 +132,9 @@ class Spec(StrategySpecBase):
         return m.data if m.data is not None else _data_left(cluster.n_devices, m)
 
     def numeric_devices(self, cluster: ClusterSpec) -> int:
-        """D × T × P JAX devices: one per device of the mesh."""
-        return self.replicas(cluster) * self.mesh.tensor * self.mesh.pipeline
+        """D × T × P × CP JAX devices: one per device of the mesh."""
+        m = self.mesh
+        return self.replicas(cluster) * m.tensor * m.pipeline * m.cp
 
     def sharding(self, cluster: ClusterSpec) -> Sharding:
         """Parameters, gradients and optimizer state split T ways by the tensor group and,
@@ -89,19 +143,27 @@ class Spec(StrategySpecBase):
 
         One copy of the model state over the devices of one stage: the pipeline's split of
         the layers into stages is per stage, which the strategy checks stage by stage.
+
+        A context axis of CP devices holds the parameters whole (replicated, as data
+        copies do) and 1/CP of every activation; its devices reduce their gradients with
+        the data copies', so ZeRO shards over D × CP (Megatron-LM's distributed optimizer
+        over ``get_data_parallel_group(with_context_parallel=True)``,
+        megatron/core/parallel_state.py).
         """
-        t, d = self.mesh.tensor, self.replicas(cluster)
+        t, cp = self.mesh.tensor, self.mesh.cp
+        d = self.replicas(cluster) * cp
         return Sharding(
             params=t * (d if self.zero == 3 else 1),
             gradients=t * (d if self.zero >= 2 else 1),
             optimizer=t * (d if self.zero >= 1 else 1),
             activations=t if self.sequence_parallel else 1,
             tensor=t,
+            context=cp,
         )
 
     def mesh_of(self, devices: list) -> Mesh:
         """The mesh of ``devices`` (any hashables) in this section's placement."""
-        return Mesh.of(devices, self.sizes, self.placement)
+        return Mesh.of(devices, self.sizes, self.order)
 
     def check_memory(
         self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
@@ -114,27 +176,36 @@ class Spec(StrategySpecBase):
         return True
 
     def check(self, scenario: Scenario) -> None:
-        """D × P × T = the cluster's devices, a placement of the three axes, tensor groups
+        """D × P × T × CP = the cluster's devices, a placement of the axes, tensor groups
         inside a host (unless ``cross_host``), a model T can split, no ZeRO-3 with a
-        pipeline, micro-batches dividing the batch; numerics on the mlp only."""
+        pipeline, micro-batches dividing the batch, a transformer whose sequence splits
+        into 2·CP chunks for a context axis; numerics on the mlp only."""
         super().check(scenario)
         c, w, m = scenario.cluster, scenario.workload, self.mesh
         if m.data is None:
             m.data = _data_left(c.n_devices, m)
-        D, T, P = m.data, m.tensor, m.pipeline
-        if D * T * P != c.n_devices:
+        D, T, P, CP = m.data, m.tensor, m.pipeline, m.cp
+        if D * T * P * CP != c.n_devices:
+            sizes = f"data {D} x tensor {T} x pipeline {P}"
+            data, example = max(1, c.n_devices // (T * P * CP)), f"tensor: {T}, pipeline: {P}"
+            if CP > 1:
+                sizes = f"{sizes} x context {CP}"
+                # the context axis that covers the devices, the other axes kept, if one does
+                fits = c.n_devices % (D * T * P) == 0
+                data = D if fits else data
+                example = f"{example}, context: {c.n_devices // (D * T * P) if fits else CP}"
             raise fail(
                 "strategy.mesh",
-                f"data {D} x tensor {T} x pipeline {P} = {D * T * P} devices; the cluster has "
+                f"{sizes} = {D * T * P * CP} devices; the cluster has "
                 f"{c.n_devices} (hosts holding {c.device_counts}): the mesh must cover them, "
-                f"e.g. mesh: {{data: {max(1, c.n_devices // (T * P))}, tensor: {T}, "
-                f"pipeline: {P}}}",
+                f"e.g. mesh: {{data: {data}, {example}}}",
             )
-        if sorted(self.placement) != sorted(DEFAULT_ORDER):
+        if sorted(self.order) != sorted((*DEFAULT_ORDER, "context")):
             raise fail(
                 "strategy.placement",
-                f"got {self.placement}; name each of {list(DEFAULT_ORDER)} once, outermost "
-                "first, e.g. placement: [data, pipeline, tensor]",
+                f"got {self.placement}; name each of {list(DEFAULT_ORDER)} once (and context, "
+                "or leave it out to put it just outside tensor), outermost first, e.g. "
+                "placement: [data, pipeline, context, tensor]",
             )
         if self.zero == 3 and P > 1:
             raise fail(
@@ -146,6 +217,8 @@ class Spec(StrategySpecBase):
         if not self.cross_host:
             self._check_inside_hosts(c.device_counts)
         self._check_model(scenario)
+        if CP > 1:
+            self._check_context(scenario)
         self._check_batch(scenario)
         if scenario.numerics:
             self._check_numerics(scenario)
@@ -173,6 +246,27 @@ class Spec(StrategySpecBase):
                 "strategy.sequence_parallel",
                 "hybrid's numerics run without sequence parallelism (the clock models it): "
                 "use numerics: false, or strategy tensor_parallel for its numerics",
+            )
+
+    def _check_context(self, scenario: Scenario) -> None:
+        """A context axis splits a transformer's sequences into 2·CP equal chunks."""
+        w, CP = scenario.workload, self.mesh.cp
+        shape = attention_shape(w)
+        if shape is None:
+            clock = "workload.timing_model" if w.timing_model is not None else "workload.model"
+            raise fail(
+                "strategy.mesh.context",
+                f"got {CP}; context parallelism splits a transformer's sequences and runs its "
+                f"attention as a ring, and {clock} {w.clock_model.name} has no attention "
+                "layers: use a gpt (timing_model: gpt), or context: 1",
+            )
+        if shape.seq_len % (2 * CP):
+            good = max((n for n in range(1, CP + 1) if shape.seq_len % (2 * n) == 0), default=1)
+            raise fail(
+                "strategy.mesh.context",
+                f"got {CP}; the sequences of {shape.seq_len} positions must split into 2 x "
+                f"context = {2 * CP} equal chunks (Megatron-LM's load-balanced causal split: "
+                f"device i holds chunks i and {2 * CP - 1} - i), e.g. context: {good}",
             )
 
     def _check_inside_hosts(self, counts: list[int]) -> None:
@@ -219,5 +313,6 @@ class Spec(StrategySpecBase):
 
 
 def _data_left(devices: int, m: MeshSpec) -> int:
-    """D when left out: the devices the tensor and pipeline axes leave (at least 1)."""
-    return max(1, devices // math.prod((m.tensor, m.pipeline)))
+    """D when left out: the devices the tensor, pipeline and context axes leave (at
+    least 1)."""
+    return max(1, devices // math.prod((m.tensor, m.pipeline, m.cp)))

@@ -21,6 +21,12 @@ column/row pairs in one stage, among partitions whose every device fits its memo
 (:func:`.plan.device_memory`); a stage that does not fit stops the run before its first
 step, naming the device, its need and its capacity.
 
+A context axis of CP devices (``mesh.context``) puts CP tensor groups on each stage of each
+copy, walking its passes together: each device computes 1/CP of every layer
+(:func:`.plan.context_layers`), each attention layer's ring steps send its key/value block
+to the same tensor rank of the next context rank (:class:`TensorGroup`'s ``send``), and the
+gradient shards are reduced over data × context.
+
 Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
 tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
 batch; transformers run timing-only. The clock prices worker 0's device class on every
@@ -38,7 +44,9 @@ from simdist.hardware.mesh import Mesh
 from simdist.network.lockstep import LockstepCopies
 from simdist.step_costs import LayerCost
 from simdist.strategies.base import Strategy
+from simdist.strategies.context_ring import ContextRing, core_share, kv_block_nbytes
 from simdist.strategies.hybrid.plan import (
+    context_layers,
     data_collectives,
     micro_layers,
     send_nbytes,
@@ -82,6 +90,7 @@ class HybridStrategy(PipelineStrategy):
         spec = self.scenario.strategy
         sizes = spec.sizes
         self.D, self.T, self.S = sizes["data"], sizes["tensor"], sizes["pipeline"]
+        self.C = sizes.get("context", 1)
         self.R, self.M = self.D, spec.micro_batches
         self.schedule: str = spec.schedule
         self.remat = False
@@ -97,12 +106,33 @@ class HybridStrategy(PipelineStrategy):
         model = self.scenario.workload.clock_model.name
         self.roles = layer_roles(model, [layer.name for layer in layers])
         self.gather_whole = model != "mlp"
-        self.micro = micro_layers(layers, self.M)
-        m = self.mesh
-        # groups[d][p]: the tensor group of stage p of copy d, in rank order.
+        self.micro = context_layers(micro_layers(layers, self.M), self.C)
+        self.ring = self._context_ring()
+        # groups[d][p]: the devices of stage p of copy d, by context rank then tensor rank:
+        # CP tensor groups (one without a context axis), tensor_groups[d][p] each apart.
         self.groups = [
-            [[m.at(data=d, pipeline=p, tensor=t) for t in range(self.T)] for p in range(self.S)]
+            [
+                [self._device(d, p, c, t) for c in range(self.C) for t in range(self.T)]
+                for p in range(self.S)
+            ]
             for d in range(self.D)
+        ]
+        self.tensor_groups = [
+            [[group[c * self.T : (c + 1) * self.T] for c in range(self.C)] for group in copy]
+            for copy in self.groups
+        ]
+        # Each device of a stage's group sends its key/value blocks to the device of the
+        # next context rank with its tensor rank.
+        self.ring_pairs = [
+            [
+                [
+                    (group[c * self.T + t], group[(c + 1) % self.C * self.T + t])
+                    for c in range(self.C)
+                    for t in range(self.T)
+                ]
+                for group in copy
+            ]
+            for copy in self.groups
         ]
         self.grid = [[row[0] for row in copy] for copy in self.groups]
         self.capacity = float(self.cluster.profile.memory_nbytes)
@@ -130,12 +160,22 @@ class HybridStrategy(PipelineStrategy):
         ]
         self.reductions = [
             data_collectives(LayerCost(f"stage {s}", 0.0, 0.0, n), self.zero, f"stage {s}")
-            if self.D > 1
+            if self.D * self.C > 1
             else []
             for s, n in enumerate(self.shard_nbytes)
         ]
+        # The devices that reduce each (stage, tensor rank)'s gradient shard: its data
+        # copies and context ranks (the parameters are replicated over both).
+        self.data_groups = [
+            [
+                [copy[s][c * self.T + t] for copy in self.groups for c in range(self.C)]
+                for t in range(self.T)
+            ]
+            for s in range(self.S)
+        ]
         self.reduction_plans = [collectives_in_order(r) for r in self.reductions]
         self.busy_s = 0.0
+        self.ring_wait_s: dict[int, float] = {}  # by stage group: waiting for K/V blocks
         self.lockstep = self._lockstep()
         self.held = [[0] * self.S for _ in range(self.D)]
         self.peak_held = [[0] * self.S for _ in range(self.D)]
@@ -153,9 +193,42 @@ class HybridStrategy(PipelineStrategy):
 
     # -- the plan ------------------------------------------------------------
 
+    def _device(self, d: int, p: int, c: int, t: int) -> Device:
+        """The device of the mesh at data ``d``, pipeline ``p``, context ``c``, tensor ``t``."""
+        if self.C == 1:
+            return self.mesh.at(data=d, pipeline=p, tensor=t)
+        return self.mesh.at(data=d, pipeline=p, context=c, tensor=t)
+
+    def _context_ring(self) -> ContextRing | None:
+        """The context axis' ring (:mod:`simdist.strategies.context_ring`); None without one.
+        A K/V block at the precision of worker 0's device class."""
+        if self.C == 1:
+            return None
+        from simdist.hardware.profiles import ELEMENT_NBYTES
+        from simdist.strategies.hybrid.spec import attention_shape
+
+        shape = attention_shape(self.scenario.workload)
+        assert shape is not None  # the spec's check refuses a context axis without one
+        head_dim = shape.hidden // shape.heads
+        element = ELEMENT_NBYTES.get(self.cluster.profile.precision, 4)
+        batch = self.scenario.workload.batch_size / self.M
+        kv = kv_block_nbytes(
+            shape.seq_len, self.C, batch, shape.kv_heads, head_dim, self.T, element
+        )
+        share = core_share(shape.seq_len, shape.hidden, shape.heads, shape.kv_heads)
+        return ContextRing(self.C, kv, share)
+
     def stage_walk(self, first: int, stop: int) -> tuple[Plan, Plan]:
-        """A micro-batch's forward and backward on the tensor group of layers [first, stop)."""
-        return stage_plans(self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole)
+        """A micro-batch's forward and backward on the tensor group of layers [first, stop)
+        (and its context ring)."""
+        return stage_plans(
+            self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole, self.ring
+        )
+
+    def boundary_nbytes(self, stop: int) -> int:
+        """Bytes of one micro-batch's activation leaving a stage that ends before layer
+        ``stop``, on one context rank (1/CP of the sequence)."""
+        return round(self.costs.layers[stop - 1].output_nbytes / (self.M * self.C))
 
     def _partition(self, partition: Any) -> tuple[int, ...]:
         n = len(self.costs.layers)
@@ -191,7 +264,7 @@ class HybridStrategy(PipelineStrategy):
     def stage_cost(self, s: int, first: int, stop: int) -> float:
         """A micro-batch's forward + backward on the tensor group (compute shares and tensor
         collectives' closed forms) + sending its boundary activation."""
-        group = self.groups[0][s]
+        group = self.tensor_groups[0][s][0]
         forward, backward = self.stage_walk(first, stop)
         total = 0.0
         for plan in (forward, backward):
@@ -243,7 +316,13 @@ class HybridStrategy(PipelineStrategy):
         copy 0's. Then a step's pipelines run for
         the leading copies alone, each standing for its followers (:meth:`process`); the data
         reduction after the flush runs on every copy. None otherwise: every copy runs."""
-        if self.D == 1 or self.variability or self.stragglers or not self.net.bare_messages:
+        if (
+            self.D == 1
+            or self.C > 1
+            or self.variability
+            or self.stragglers
+            or not self.net.bare_messages
+        ):
             return None
         collectives = sorted(
             {(c.op, c.nbytes) for plans in self.stage_walks for p in plans for c in p.collectives}
@@ -313,7 +392,7 @@ class HybridStrategy(PipelineStrategy):
         yield from walk(plan, StageGroup(self, r, s, arrivals, step, lead))
 
     def _events(self) -> list[Any]:
-        return [self.env.event() for _ in range(self.T)]
+        return [self.env.event() for _ in range(self.T * self.C)]
 
     def _send_group(
         self,
@@ -391,10 +470,10 @@ class HybridStrategy(PipelineStrategy):
     def reduce(self, step: int) -> Generator[Any, Any, None]:
         """Every (stage, tensor rank) data group runs its stage's collectives in order; all
         the groups at once."""
-        if self.D == 1:
+        if self.D * self.C == 1:
             return
         runs = [
-            self.env.process(self._reduce_group([copy[s][t] for copy in self.groups], s, step))
+            self.env.process(self._reduce_group(self.data_groups[s][t], s, step))
             for s in range(self.S)
             for t in range(self.T)
             if self.reductions[s]
@@ -454,10 +533,10 @@ class HybridStrategy(PipelineStrategy):
         now = self.env.now
         total = len(self.training_devices) * now
         names = [layer.name for layer in self.costs.layers]
-        group = self.groups[0][0]
+        group = self.tensor_groups[0][0][0]
         tensor = [c for plans in self.stage_walks for p in plans for c in p.collectives]
         spec = self.scenario.strategy
-        return {
+        out = {
             "hybrid": {
                 "mesh": dict(self.mesh.shape),
                 "zero": self.zero,
@@ -469,7 +548,7 @@ class HybridStrategy(PipelineStrategy):
                 "stage_devices": [
                     [x.name for copy in self.groups for x in copy[s]] for s in range(self.S)
                 ],
-                "placement": list(spec.placement),
+                "placement": list(spec.order if self.C > 1 else spec.placement),
             },
             "bubble_fraction": (total - self.busy_s) / total if total > 0 else None,
             "bubble_fraction_ideal": ideal_bubble(self.S, self.M),
@@ -497,12 +576,58 @@ class HybridStrategy(PipelineStrategy):
                 for x in copy[s]
             },
         }
+        if self.ring is not None:
+            out["context"] = self.context_summary()
+        return out
+
+    def context_summary(self) -> dict[str, Any]:
+        """The context axis' ring traffic: a K/V block's bytes, the ring's sends and bytes
+        per device of each stage and micro-batch, by phase, and every device's in a step
+        (the ``context ring`` rows of links.csv and of the timeline)."""
+        ring = self.ring
+        assert ring is not None
+        per_stage = []
+        for plans in self.stage_walks:
+            sends = [op for plan in plans for op in plan.program if isinstance(op, Send)]
+            per_stage.append(
+                {
+                    phase: [op.nbytes for op in sends if op.tag[1] == phase]
+                    for phase in ("forward", "backward")
+                }
+            )
+        devices = self.D * self.C * self.T  # of each stage
+        steps = max(1, self.steps_done)
+        return {
+            "size": self.C,
+            "kv_block_nbytes": ring.kv_nbytes,
+            "core_share": ring.share,
+            "ring_steps_per_attention_layer": self.C,
+            "sends_per_device_per_micro_batch": [
+                {phase: len(nbytes) for phase, nbytes in stage.items()} for stage in per_stage
+            ],
+            "nbytes_per_device_per_micro_batch": [
+                {phase: sum(nbytes) for phase, nbytes in stage.items()} for stage in per_stage
+            ],
+            "nbytes_per_device_per_step": [
+                sum(map(sum, stage.values())) * self.M for stage in per_stage
+            ],
+            "nbytes_per_step": sum(
+                sum(map(sum, stage.values())) * self.M * devices for stage in per_stage
+            ),
+            # the longest any stage's group waited for its blocks after computing its ring
+            # steps: the ring's time not hidden behind attention
+            "exposed_s_per_step": max(self.ring_wait_s.values(), default=0.0) / steps,
+        }
 
 
 class TensorGroup(GroupRunner):
     """A stage's tensor group walking one micro-batch's pass (compute shares, collectives
     between); ``lead``: (copy, stage) of a group that leads lock-step copies, whose spans
-    and collectives stand for its followers' (:meth:`HybridStrategy.lead_span`)."""
+    and collectives stand for its followers' (:meth:`HybridStrategy.lead_span`).
+
+    With a context axis, ``group`` is the stage's CP tensor groups (``parts``), walking in
+    lock-step: each tensor collective runs on every one of them, and each ring step's
+    key/value blocks go from every device to its ring successor (``pairs``)."""
 
     def __init__(
         self,
@@ -511,11 +636,16 @@ class TensorGroup(GroupRunner):
         step: int,
         label: str,
         lead: tuple[int, int] | None,
+        parts: list[list[Device]] | None = None,
+        pairs: list[tuple[Device, Device]] | None = None,
     ) -> None:
         super().__init__(strategy, group, step, strategy.scenario.strategy.all_reduce, label)
         self.hybrid = strategy
         self.lead = lead
         self.followers = None if lead is None else strategy.follower_groups[lead[0]][lead[1]]
+        self.parts = parts
+        self.pairs = pairs
+        self.messages: dict[Any, list[Any]] = {}
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
         if self.lead is None:
@@ -529,17 +659,46 @@ class TensorGroup(GroupRunner):
         self.hybrid.busy_s += seconds
 
     def start(self, index: int, c: Collective) -> Any:
-        """Collective ``c`` over the group (and its lock-step followers' groups)."""
+        """Collective ``c`` over the group (and its lock-step followers' groups); with a
+        context axis over each of its tensor groups, done when the last is."""
         del index
-        return self.hybrid.net.collective(
-            c.op,
-            self.group,
-            c.nbytes,
-            self.algorithm_of(c.op),
-            step=self.step,
-            detail=c.detail,
-            copies=self.followers,
-        )
+        net = self.hybrid.net
+        if self.parts is None:
+            return net.collective(
+                c.op,
+                self.group,
+                c.nbytes,
+                self.algorithm_of(c.op),
+                step=self.step,
+                detail=c.detail,
+                copies=self.followers,
+            )
+        algo = self.algorithm_of(c.op)
+        runs = [
+            net.collective(c.op, part, c.nbytes, algo, step=self.step, detail=c.detail)
+            for part in self.parts
+        ]
+        return self.env.all_of(runs)
+
+    def send(self, op: Send) -> None:
+        """A ring step's key/value blocks (:mod:`simdist.strategies.context_ring`): every
+        device sends its ring successor ``op.nbytes``."""
+        if self.pairs is None:
+            raise TypeError(f"a tensor group without a context axis sends nothing; got {op}")
+        net = self.hybrid.net
+        self.messages[op.tag] = [
+            net.send(src, dst, op.nbytes, step=self.step, detail=op.detail).done
+            for src, dst in self.pairs
+        ]
+
+    def receive(self, op: Receive) -> Generator[Any, Any, None]:
+        """Wait until every device's block of the ring step has arrived (the wait counted
+        per stage group: :meth:`HybridStrategy.context_summary`)."""
+        start = self.env.now
+        yield self.env.all_of(self.messages.pop(op.tag))
+        waits = self.hybrid.ring_wait_s
+        key = id(self.group)
+        waits[key] = waits.get(key, 0.0) + (self.env.now - start)
 
 
 class StageGroup:
@@ -569,7 +728,13 @@ class StageGroup:
         forward, backward = h.stage_walks[s]
         plan = forward if op.phase == "F" else backward
         lead = (self.r, s) if self.lead else None
-        yield from walk(plan, TensorGroup(h, h.groups[self.r][s], self.step, op.detail, lead))
+        group = h.groups[self.r][s]
+        if h.C == 1:
+            runner = TensorGroup(h, group, self.step, op.detail, lead)
+        else:
+            parts, pairs = h.tensor_groups[self.r][s], h.ring_pairs[self.r][s]
+            runner = TensorGroup(h, group, self.step, op.detail, lead, parts, pairs)
+        yield from walk(plan, runner)
         for c in self.copies:
             h._hold(c, s, +1 if op.phase == "F" else -1)
 

@@ -57,10 +57,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from simdist.step_costs import LayerCost
-from simdist.strategies.steps import Collective, Compute, Plan, Step, issue_and_wait
+from simdist.strategies.context_ring import ContextRing
+from simdist.strategies.steps import (
+    Collective,
+    Compute,
+    Plan,
+    Receive,
+    Send,
+    Step,
+    issue_and_wait,
+)
 
 #: Profile layers of a transformer that are one whole Megatron block (fullsize/transformer.py).
 BLOCK_SUFFIXES: tuple[str, ...] = (".attention", ".ffn", ".mlp")
+#: The block a context axis runs as ring attention.
+ATTENTION = ".attention"
 #: Inside a block, the sub-layers split by columns (output features) and by rows.
 COLUMN_PARTS: tuple[str, ...] = ("query", "key", "value", "intermediate")
 ROW_PARTS: tuple[str, ...] = ("output",)
@@ -162,6 +173,27 @@ class _Builder:
         c = Collective(op, int(nbytes), f"tensor {label} {self.phase} {layer}")
         issue_and_wait(self.program, self.collectives, c)
 
+    def ring(self, name: str, seconds: float, launch_s: float, ring: ContextRing) -> None:
+        """Attention layer ``name``'s ``seconds`` with a context ring
+        (:mod:`simdist.strategies.context_ring`): the projections before the ring in
+        forward and after it in backward, and each ring step's compute span between its
+        send to the next device of the ring and its receive from the previous one."""
+        outside, step_s = ring.split(seconds, launch_s)
+        if self.phase == "forward":
+            self.compute(name, outside)
+        for j, nbytes in enumerate(ring.sends(self.phase)):
+            self.flush()
+            tag = ("context", self.phase, name, j)
+            if nbytes:
+                detail = f"context ring {self.phase} {name} step {j}"
+                self.program.append(Send(1, tag, nbytes, detail))
+            self.compute(f"{name} ring step {j}", step_s)
+            self.flush()
+            if nbytes:
+                self.program.append(Receive(tag))
+        if self.phase == "backward":
+            self.compute(name, outside)
+
     def flush(self) -> None:
         if self.seconds:
             total = float(sum(self.seconds))
@@ -213,6 +245,7 @@ def phase_plans(
     gather_whole: bool = True,
     takes_data: bool = True,
     input_activation_nbytes: int = 0,
+    ring: ContextRing | None = None,
 ) -> tuple[Plan, Plan]:
     """A tensor group's forward in layer order and its backward in reverse, with the
     tensor collectives where Megatron puts them (module docstring), as two plans.
@@ -245,7 +278,11 @@ def phase_plans(
     for i, layer in enumerate(layers):
         if gather_before[i]:
             fwd.collective("all_gather", input_nbytes(i), layer.name)
-        fwd.compute(layer.name, _seconds(layer, layer.forward_s, roles[i], tensor))
+        seconds = _seconds(layer, layer.forward_s, roles[i], tensor)
+        if ring is not None and layer.name.endswith(ATTENTION):
+            fwd.ring(layer.name, seconds, layer.launch_s, ring)
+        else:
+            fwd.compute(layer.name, seconds)
         if roles[i] in ends:
             fwd.collective("reduce_scatter" if sp else "allreduce", layer.output_nbytes, layer.name)
     bwd = _Builder("backward")
@@ -253,7 +290,11 @@ def phase_plans(
         layer, role = layers[i], roles[i]
         if sp and role in ends:
             bwd.collective("all_gather", layer.output_nbytes, layer.name)
-        bwd.compute(layer.name, _seconds(layer, layer.backward_s, role, tensor))
+        seconds = _seconds(layer, layer.backward_s, role, tensor)
+        if ring is not None and layer.name.endswith(ATTENTION):
+            bwd.ring(layer.name, seconds, layer.launch_s, ring)
+        else:
+            bwd.compute(layer.name, seconds)
         if gather_before[i]:
             bwd.collective("reduce_scatter", input_nbytes(i), layer.name)
         elif not sp and role in starts and (i > 0 or not takes_data):
