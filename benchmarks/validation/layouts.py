@@ -275,4 +275,20 @@ simdist charges one flat efficiency to every GEMM, where the 1.7B model's narrow
 the paper's rows rise from 44 % to 52 % of peak with model size. ZeRO's published
 throughput (Rajbhandari et al. 2020: 15 PFLOP/s, 38 TFLOP/s per V100, for a 100B model on
 400 GPUs), ZeRO stage 2 with 16-way Megatron model parallelism, is the next family.
+
+The Llama 3 paper's Table 4 (Dubey et al. 2024) gives Llama 3 405B's TFLOP/s per H100 in
+three layouts; the two without context parallelism run here: the ``llama3_405b`` preset (its
+parameters count to the released 405.85B), tensor 8 inside a host × 16 pipeline stages (one
+layer fewer on the first and last, as the paper balances them) × 64 or 128 data copies with
+ZeRO-1, sequence parallelism, flash attention and full recomputation, 2,048 sequences of
+8,192 tokens a step, counted as the paper counts them (6·N + 12·l·h·s FLOPs a token, no
+recomputation). simdist predicts 199 and 149 TFLOP/s against 430 and 400: -54 % and -63 %,
+outside the band and said so. Two things the engine does not do make most of it: it has no
+interleaved pipeline schedule, so its 1F1B idles 15/47 of a flush at 32 micro-batches and
+15/31 at 16 (simdist's idle shares are 32 % and 47 %), where Llama 3's interleaved schedule
+divides the bubble by its virtual stages; and the recomputed forward is on its clock. And the
+``h100`` bf16 efficiency (0.43) *is* this table's 43 % MFU, a whole-cluster figure with the
+bubble and the communication already inside it, so charging them again on top of it cannot
+reach 430: the rows measure the layout's overheads as simdist models them (compute 62 % and
+47 % of the step), not a prediction of the per-GPU rate.
 """
