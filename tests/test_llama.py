@@ -190,7 +190,14 @@ def test_model_state_follows_the_parameter_count() -> None:
 # ------------------------------------------------------------- tensor parallelism
 
 
-def test_tensor_parallelism_refuses_kv_heads_it_cannot_split() -> None:
+@pytest.mark.parametrize(
+    ("strategy", "field"),
+    [
+        ({"kind": "tensor_parallel", "tensor": 4}, "strategy.tensor"),
+        ({"kind": "hybrid", "mesh": {"data": 2, "tensor": 4}}, "strategy.mesh.tensor"),
+    ],
+)
+def test_tensor_parallelism_refuses_kv_heads_it_cannot_split(strategy: dict, field: str) -> None:
     with pytest.raises(ScenarioError) as caught:
         scenario_from_dict(
             {
@@ -203,12 +210,12 @@ def test_tensor_parallelism_refuses_kv_heads_it_cannot_split() -> None:
                     "optimizer": {"name": "sgd", "learning_rate": 0.1},
                     "steps": 1,
                 },
-                "strategy": {"kind": "tensor_parallel", "tensor": 4},
+                "strategy": strategy,
             }
         )
     assert str(caught.value) == (
-        "<scenario>: strategy.tensor: got 4; it must divide gpt's kv heads (2) to split it "
-        "evenly (model gpt has attention heads 8, kv heads 2, MLP width 1024), e.g. tensor: 2"
+        f"<scenario>: {field}: got 4; it must divide gpt's kv heads (2) to split it evenly "
+        "(model gpt has attention heads 8, kv heads 2, MLP width 1024), e.g. tensor: 2"
     )
 
 
@@ -256,6 +263,12 @@ def _load(model: dict) -> None:
             {"name": "gpt", "preset": "llama4"},
             "workload.model.preset: got 'llama4'; did you mean 'llama3_405b'? Expected one of "
             "'llama3_8b', 'llama3_70b', 'llama3_405b', e.g. preset: llama3_405b",
+        ),
+        (
+            {"name": "gpt", "hidden": 100, "heads": 4, "positions": "rotary"},
+            "workload.model.positions: got rotary with heads of width 25 (hidden 100 / heads "
+            "4): rotary positions turn pairs of features, the width must be even, e.g. "
+            "hidden: 4096, heads: 32",
         ),
         (
             {"name": "gpt", "norm": "batchnorm"},

@@ -126,6 +126,14 @@ class ModelSpec(Spec):
                     f"got {self.kv_heads}: the key/value heads must divide heads {self.heads} "
                     "(each serves heads / kv_heads query heads), e.g. heads: 32, kv_heads: 8",
                 )
+            width = self.hidden[0] // int(self.heads or 1)
+            if self.positions == "rotary" and width % 2:
+                raise fail(
+                    "positions",
+                    f"got rotary with heads of width {width} (hidden {self.hidden[0]} / heads "
+                    f"{self.heads}): rotary positions turn pairs of features, the width must "
+                    "be even, e.g. hidden: 4096, heads: 32",
+                )
             if self.rope_theta is not None and self.positions != "rotary":
                 raise fail(
                     "rope_theta",
