@@ -83,6 +83,10 @@ def test_a_preset_takes_overrides() -> None:
     # positions are rotary: no parameter grows with the sequence
     assert gpt_size(**sizes).params == EXACT["llama3_8b"]
     assert GPT_PRESETS["llama3_405b"]["rope_theta"] == 500_000.0
+    # learned positions instead: a table of seq_len x hidden, and no rotary base left over
+    learned = preset("llama3_8b", positions="learned")
+    assert learned["rope_theta"] is None
+    assert gpt_size(**learned).params == EXACT["llama3_8b"] + 8192 * 4096
 
 
 # ------------------------------------------------------------- built against counted

@@ -90,7 +90,10 @@ class ModelSpec(Spec):
         if isinstance(data, dict) and data.get("name") == "gpt":
             name = data.get("preset")  # anything else than a preset's name: refused below
             if isinstance(name, str) and name in GPT_PRESETS:
-                data = {**GPT_PRESETS[name], **data}
+                preset = dict(GPT_PRESETS[name])
+                if data.get("positions", "rotary") != "rotary":  # learned: no rotary base
+                    preset.pop("rope_theta", None)
+                data = {**preset, **data}
             width = data.get("hidden")
             if isinstance(width, int) and not isinstance(width, bool):
                 data = {**data, "hidden": [width]}
