@@ -94,6 +94,7 @@ def test_a_preset_takes_overrides() -> None:
 SMALL = [
     {"preset": "llama3_8b", "layers": 2, "hidden": 128, "heads": 8, "kv_heads": 2},
     {"layers": 2, "hidden": 64, "heads": 4, "norm": "rmsnorm", "tied_embeddings": False},
+    {"layers": 1, "hidden": 64, "heads": 4, "kv_heads": 1, "bias": False},
     {"layers": 1, "hidden": 64, "heads": 4, "mlp": "swiglu", "positions": "rotary", "bias": False},
 ]
 

@@ -160,7 +160,8 @@ class FeedForward(nn.Module):
             up = nn.Dense(2 * self.inner, use_bias=self.use_bias, name="intermediate")(h)
             h = nn.silu(up[..., : self.inner]) * up[..., self.inner :]
         else:
-            h = nn.gelu(nn.Dense(self.inner, name="intermediate")(h), self.approximate_gelu)
+            inner = nn.Dense(self.inner, use_bias=self.use_bias, name="intermediate")(h)
+            h = nn.gelu(inner, self.approximate_gelu)
         y = x + nn.Dense(x.shape[-1], use_bias=self.use_bias, name="output")(h)
         return y if self.pre_layer_norm else nn.LayerNorm(epsilon=self.epsilon)(y)
 
