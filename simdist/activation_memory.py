@@ -24,6 +24,18 @@ sequence parallelism splits those 10·sbh too: sbh·(34/t + 5as/(ht)). Flash att
 each checkpoint's input (2sbh, /t with sequence parallelism) and recomputes the rest of its
 layers in the backward pass, where one checkpoint's activations exist again at a time.
 
+Llama's layout (Dubey et al. 2024, arXiv:2407.21783, Sec. 3.2; the options of
+:func:`gpt_layer_tensors`) changes the terms one tensor at a time, by the same rule: with k
+key/value heads of d = h/a (grouped-query attention) K and V are s·b·k·d each, not sbh;
+RMSNorm stores its input as LayerNorm does (sbh); a SwiGLU MLP of width f stores its first
+linear's input (sbh, once: the gate and up matrices read the same input), the gate's output
+(the SiLU's input), the SiLU's output and the up matrix's output (the product's two inputs)
+and the product (the down matrix's input): 4·sbf, split over t (a fused SwiGLU that
+recomputes the SiLU, as Megatron-Core's, keeps 3·sbf); rotary positions rotate Q and K in
+place, and the rotation's backward needs no stored tensor (its sines and cosines are
+constants): Q and K are counted once. Without dropout (Llama has none) the masks go, and the
+softmax output is what multiplies V: as²b, not 5as²b.
+
 A model without a tensor-level description (a profile file, a zoo model costed by XLA) is
 described by each layer's stored input (the previous layer's output, or the example) and the
 last layer's output: what a layer-by-layer backward keeps at least.
@@ -122,49 +134,87 @@ class Activations:
 
 
 def gpt_layer_tensors(
-    layers: int, hidden: int, heads: int, seq_len: int, vocab: int, tokens: int | None = None
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    tokens: int | None = None,
+    *,
+    kv_heads: int | None = None,
+    ffn_hidden: int | None = None,
+    norm: str = "layernorm",
+    mlp: str = "gelu",
+    positions: str = "learned",
+    rope_theta: float | None = None,
+    tied_embeddings: bool = True,
+    bias: bool = True,
+    dropout: bool = True,
 ) -> list[LayerTensors]:
     """The gpt's layers (as :func:`simdist.model_size.gpt_layers` names them) with the
     tensors each stores for one example of ``tokens`` positions (module doc; Korthikanti
     et al. 2022 Sec. 4.1). The embeddings keep the token ids (int32) and the embedding
-    dropout's mask; the LM head its LayerNorm's and projection's inputs and the float32
+    dropout's mask; the LM head its norm's and projection's inputs and the float32
     logits the cross-entropy reads (split by the vocabulary over the tensor group, as
-    Megatron's vocabulary-parallel output layer)."""
+    Megatron's vocabulary-parallel output layer).
+
+    The layout options are :data:`~simdist.catalog.GPT_LAYOUT_DEFAULTS`'s: ``kv_heads``
+    (K and V), ``ffn_hidden`` and ``mlp`` (the MLP's tensors), ``norm`` (the norms' names),
+    ``dropout`` (the masks; without them the softmax output alone is stored); positions,
+    tied embeddings and biases change no stored tensor."""
+    del positions, rope_theta, tied_embeddings, bias
     s, h, a = seq_len if tokens is None else tokens, hidden, heads
     sh = s * h
+    skv = sh // a * (a if kv_heads is None else kv_heads)
+    sf = s * (4 * h if ffn_hidden is None else ffn_hidden)
+    norm_input = f"{norm} input"
     token_ids = Stored("token ids", s, element_nbytes=4)
-    out = [
-        LayerTensors(
-            "embeddings",
-            (token_ids, Stored("embedding dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES)),
-            token_ids,
-        )
-    ]
+    embedding: tuple[Stored, ...] = (token_ids,)
+    if dropout:
+        mask = Stored("embedding dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES)
+        embedding = (token_ids, mask)
+    out = [LayerTensors("embeddings", embedding, token_ids)]
     block_input = Stored("block input", sh)
-    attention = (
-        Stored("layernorm input", sh),
+    q_and_k = (
+        (Stored("q and k", 2 * sh, split=True),)
+        if skv == sh
+        else (Stored("q", sh, split=True), Stored("k", skv, split=True))
+    )
+    scores = [Stored("softmax output", a * s * s, SCORES, split=True)]
+    if dropout:
+        scores += [
+            Stored(
+                "softmax dropout mask", a * s * s, SCORES, split=True, element_nbytes=MASK_NBYTES
+            ),
+            Stored("softmax dropout output", a * s * s, SCORES, split=True),
+        ]
+    attention: tuple[Stored, ...] = (
+        Stored(norm_input, sh),
         Stored("qkv input", sh),
-        Stored("q and k", 2 * sh, split=True),
-        Stored("softmax output", a * s * s, SCORES, split=True),
-        Stored("softmax dropout mask", a * s * s, SCORES, split=True, element_nbytes=MASK_NBYTES),
-        Stored("softmax dropout output", a * s * s, SCORES, split=True),
-        Stored("v", sh, split=True),
+        *q_and_k,
+        *scores,
+        Stored("v", skv, split=True),
         Stored("projection input", sh, split=True),
-        Stored("attention dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),
     )
-    mlp = (
-        Stored("layernorm input", sh),
-        Stored("fc1 input", sh),
-        Stored("gelu input", 4 * sh, split=True),
-        Stored("fc2 input", 4 * sh, split=True),
-        Stored("mlp dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),
-    )
+    if mlp == "swiglu":
+        inner: tuple[Stored, ...] = (
+            Stored("gate output", sf, split=True),
+            Stored("silu output", sf, split=True),
+            Stored("up output", sf, split=True),
+            Stored("down input", sf, split=True),
+        )
+    else:
+        inner = (Stored("gelu input", sf, split=True), Stored("fc2 input", sf, split=True))
+    mlp_tensors = (Stored(norm_input, sh), Stored("fc1 input", sh), *inner)
+    if dropout:
+        attention += (Stored("attention dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
+        mlp_tensors += (Stored("mlp dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
     core = 4.0 * s * s * h
     for i in range(layers):
         out.append(LayerTensors(f"h.{i}.attention", attention, block_input, i, core))
-        out.append(LayerTensors(f"h.{i}.mlp", mlp, Stored("mlp input", sh), i))
+        out.append(LayerTensors(f"h.{i}.mlp", mlp_tensors, Stored("mlp input", sh), i))
     head = (
-        Stored("final layernorm input", sh),
+        Stored(f"final {norm} input", sh),
         Stored("output projection input", sh),
         Stored("logits", s * vocab, split=True, element_nbytes=4),
     )

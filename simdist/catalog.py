@@ -14,6 +14,8 @@ __all__ = [
     "DATASETS",
     "FULLSIZE_MODELS",
     "GPT_DEFAULTS",
+    "GPT_LAYOUT_DEFAULTS",
+    "GPT_PRESETS",
     "MLP_HIDDEN_DEFAULT",
     "MODELS",
     "OPTIMIZERS",
@@ -23,6 +25,7 @@ __all__ = [
     "DatasetName",
     "Execution",
     "FullsizeModelName",
+    "GptPreset",
     "ModelName",
     "OptimizerName",
     "ScheduleKind",
@@ -73,6 +76,54 @@ GPT_DEFAULTS: dict[str, int] = {
     "heads": 12,
     "seq_len": 1024,
     "vocab": 50257,
+}
+# The configurable ``gpt``'s layout when its options are left out: GPT-2's (Radford et al.
+# 2019): LayerNorm, a GELU MLP of 4 × hidden (``ffn_hidden``), learned positions, as many
+# key/value heads as heads (``kv_heads``), the LM head tied to the token embedding, biases on
+# every dense layer and dropout. None: derived from the sizes (4 × hidden, heads).
+GPT_LAYOUT_DEFAULTS: dict[str, str | bool | float | None] = {
+    "kv_heads": None,
+    "ffn_hidden": None,
+    "norm": "layernorm",
+    "mlp": "gelu",
+    "positions": "learned",
+    "rope_theta": None,
+    "tied_embeddings": True,
+    "bias": True,
+    "dropout": True,
+}
+# Published configurations of the configurable ``gpt`` by name (``model: {name: gpt, preset:
+# llama3_8b}``): Llama 3 (Dubey et al. 2024, "The Llama 3 Herd of Models", arXiv:2407.21783),
+# Table 3's layers, model dimension, FFN dimension, attention heads and key/value heads, RoPE
+# base frequency 500,000, and the 128,256-token vocabulary of the released tokenizer
+# (128,000 + 256 reserved special tokens; Table 3 rounds it to "128,000"); 8,192 positions,
+# the main pre-training stage's sequence (Sec. 3.4.1, before the long-context stage).
+# RMSNorm, SwiGLU, no biases, no dropout and an output head of its own: the reference
+# implementation (github.com/meta-llama/llama3, llama/model.py), as Llama 2 (Touvron et al.
+# 2023, Sec. 2.2).
+GptPreset = Literal["llama3_8b", "llama3_70b", "llama3_405b"]
+_LLAMA3: dict[str, int | str | bool | float] = {
+    "seq_len": 8192,
+    "vocab": 128_256,
+    "kv_heads": 8,
+    "norm": "rmsnorm",
+    "mlp": "swiglu",
+    "positions": "rotary",
+    "rope_theta": 500_000.0,
+    "tied_embeddings": False,
+    "bias": False,
+    "dropout": False,
+}
+GPT_PRESETS: dict[str, dict[str, int | str | bool | float]] = {
+    "llama3_8b": {"layers": 32, "hidden": 4096, "ffn_hidden": 14_336, "heads": 32, **_LLAMA3},
+    "llama3_70b": {"layers": 80, "hidden": 8192, "ffn_hidden": 28_672, "heads": 64, **_LLAMA3},
+    "llama3_405b": {
+        "layers": 126,
+        "hidden": 16_384,
+        "ffn_hidden": 53_248,
+        "heads": 128,
+        **_LLAMA3,
+    },
 }
 # The generated ``teacher`` set (simdist/numerics/generated.py) when its options are left
 # out: MNIST's size, large enough for large-batch runs; noise 0 labels by the teacher's argmax.

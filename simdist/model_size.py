@@ -7,9 +7,10 @@ shape arithmetic. The configurable ``gpt`` has a closed form, so its size is kno
 microseconds from its five numbers, and a model past the caps of
 :mod:`simdist.scenario.fields` is refused when the scenario loads, before anything is built.
 
-gpt (the layout of :mod:`simdist.numerics.fullsize.transformer`: learned positions,
-pre-LayerNorm blocks of attention and a 4h MLP, the LM head tied to the token embedding), for
-l layers of width h, a heads, s positions, a vocabulary of V and t input tokens:
+gpt (the layout of :mod:`simdist.numerics.fullsize.transformer`), for l layers of width h,
+a heads of width d = h/a, s positions, a vocabulary of V and t input tokens. GPT-2's layout
+(the defaults: learned positions, pre-LayerNorm blocks of attention and a 4h GELU MLP, biases,
+the LM head tied to the token embedding):
 
 * parameters: (V + s)·h for the embeddings, 12·h² + 13·h per block (attention 4h² + 6h with
   its LayerNorm, MLP 8h² + 7h) and 2·h for the final LayerNorm: Narayanan et al. 2021
@@ -22,13 +23,39 @@ l layers of width h, a heads, s positions, a vocabulary of V and t input tokens:
   of Narayanan et al. 2021 Sec. 5.1 (their 72 for forward and backward, 96 with
   recomputation); training is three times the forward. XLA's count of the built model is
   within a few percent (softmax, LayerNorm and GELU are left out here; tests/test_gpt_model.py).
+
+Llama's layout options (Touvron et al. 2023; Dubey et al. 2024, arXiv:2407.21783, Sec. 3.2)
+change the terms, not the shape of the count. With k key/value heads (grouped-query
+attention, Ainslie et al. 2023) the keys and values are k·d wide: attention 2h² + 2h·k·d
+(+ 2h + 2k·d of biases); a SwiGLU MLP (Shazeer 2020) of width f has three matrices, 3h·f
+(+ 2f + h of biases), a GELU MLP two, 2h·f (+ f + h); RMSNorm has a scale (h), LayerNorm a
+scale and a bias (2h); rotary positions (Su et al. 2021) have no parameters, learned ones
+s·h; an untied output head adds its own V·h (without bias, as Megatron's and Llama's). The
+forward's matrix products are 2·t per matrix parameter of the blocks and the head, plus the
+attention core's 4·t²·h (Q·Kᵀ and the scores times V, counted whole as Narayanan et al. do).
+
+Model FLOPs per token as the Llama 3 paper counts them: its compute budget is 6·N·D (3.8e25
+FLOPs for 405B parameters on 15.6T tokens, Sec. 3.2.1 and Sec. 1), and its MFU (Sec. 3.3.2,
+Table 4) is Chowdhery et al. 2022's (PaLM, arXiv:2204.02311, Appendix B): 6·N + 12·l·h·s
+per token of a sequence of s, N the parameters that multiply (the lookup tables of the
+token and position embeddings left out, as Meta's torchtitan counts them in
+``get_num_flop_per_token``; a tied matrix counts once, as the head) and the attention core
+counted whole, without recomputation: :func:`gpt_model_flops_per_token`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FLOAT32_NBYTES", "TOKEN_NBYTES", "GptLayer", "ModelSize", "gpt_layers", "gpt_size"]
+__all__ = [
+    "FLOAT32_NBYTES",
+    "TOKEN_NBYTES",
+    "GptLayer",
+    "ModelSize",
+    "gpt_layers",
+    "gpt_model_flops_per_token",
+    "gpt_size",
+]
 
 FLOAT32_NBYTES = 4
 TOKEN_NBYTES = 4  # int32 token ids
@@ -58,6 +85,18 @@ class GptLayer:
     output_elements: int
 
 
+@dataclass(frozen=True)
+class _Counts:
+    """A gpt's parameters by part: embeddings (lookup tables), one block's attention and MLP,
+    the head (its norm, and its own matrix when untied), and one block's matrix parameters."""
+
+    embeddings: int
+    attention: int
+    mlp: int
+    head: int
+    block_matrices: int
+
+
 def _check(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> None:
     if min(layers, hidden, heads, seq_len, vocab) < 1:
         raise ValueError(
@@ -66,31 +105,137 @@ def _check(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> No
         )
 
 
+def _counts(
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    kv_heads: int | None,
+    ffn_hidden: int | None,
+    norm: str,
+    mlp: str,
+    positions: str,
+    tied_embeddings: bool,
+    bias: bool,
+) -> _Counts:
+    h = hidden
+    kv = h // heads * (heads if kv_heads is None else kv_heads)
+    f = 4 * h if ffn_hidden is None else ffn_hidden
+    norm_params = 2 * h if norm == "layernorm" else h
+    matrices = 3 if mlp == "swiglu" else 2
+    attention_matrices = 2 * h * h + 2 * h * kv
+    mlp_matrices = matrices * h * f
+    attention = attention_matrices + norm_params + (2 * h + 2 * kv if bias else 0)
+    mlp_params = mlp_matrices + norm_params + ((matrices - 1) * f + h if bias else 0)
+    embeddings = vocab * h + (seq_len * h if positions == "learned" else 0)
+    head = norm_params + (0 if tied_embeddings else vocab * h)
+    return _Counts(embeddings, attention, mlp_params, head, attention_matrices + mlp_matrices)
+
+
 def gpt_size(
-    layers: int, hidden: int, heads: int, seq_len: int, vocab: int, tokens: int | None = None
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    tokens: int | None = None,
+    *,
+    kv_heads: int | None = None,
+    ffn_hidden: int | None = None,
+    norm: str = "layernorm",
+    mlp: str = "gelu",
+    positions: str = "learned",
+    rope_theta: float | None = None,
+    tied_embeddings: bool = True,
+    bias: bool = True,
+    dropout: bool = True,
 ) -> ModelSize:
     """The :class:`ModelSize` of a gpt (see the module's formulas) fed ``tokens`` positions
-    (default: all ``seq_len``). Exact Python integers: no overflow at any size."""
+    (default: all ``seq_len``); the layout options as :class:`~simdist.catalog.GPT_LAYOUT_DEFAULTS`
+    names them (``rope_theta`` and ``dropout`` change no count). Exact Python integers: no
+    overflow at any size."""
+    del rope_theta, dropout
     _check(layers, hidden, heads, seq_len, vocab)
     t = seq_len if tokens is None else tokens
-    h, v, s = hidden, vocab, seq_len
-    params = (v + s) * h + layers * (12 * h * h + 13 * h) + 2 * h
+    h, v = hidden, vocab
+    c = _counts(
+        h, heads, seq_len, v, kv_heads, ffn_hidden, norm, mlp, positions, tied_embeddings, bias
+    )
+    params = c.embeddings + layers * (c.attention + c.mlp) + c.head
     activations = FLOAT32_NBYTES * (t * h * (2 * layers + 1) + t * v) + TOKEN_NBYTES * t
-    forward = 24 * t * layers * h * h + 4 * t * t * layers * h + 2 * t * h * v
+    forward = 2 * t * layers * c.block_matrices + 4 * t * t * layers * h + 2 * t * h * v
     return ModelSize(params, activations, 3.0 * forward)
 
 
+def gpt_model_flops_per_token(
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    *,
+    kv_heads: int | None = None,
+    ffn_hidden: int | None = None,
+    norm: str = "layernorm",
+    mlp: str = "gelu",
+    positions: str = "learned",
+    rope_theta: float | None = None,
+    tied_embeddings: bool = True,
+    bias: bool = True,
+    dropout: bool = True,
+) -> int:
+    """Training FLOPs per token of sequences of ``seq_len``, as the Llama 3 paper's MFU counts
+    them (module doc): 6·N + 12·l·h·s, N the parameters that multiply."""
+    del rope_theta, dropout
+    _check(layers, hidden, heads, seq_len, vocab)
+    c = _counts(
+        hidden,
+        heads,
+        seq_len,
+        vocab,
+        kv_heads,
+        ffn_hidden,
+        norm,
+        mlp,
+        positions,
+        tied_embeddings,
+        bias,
+    )
+    # A tied embedding matrix is the head's: it multiplies, once.
+    lookups = c.embeddings - (vocab * hidden if tied_embeddings else 0)
+    multiplying = c.embeddings + layers * (c.attention + c.mlp) + c.head - lookups
+    return 6 * multiplying + 12 * layers * hidden * seq_len
+
+
 def gpt_layers(
-    layers: int, hidden: int, heads: int, seq_len: int, vocab: int, tokens: int | None = None
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    tokens: int | None = None,
+    *,
+    kv_heads: int | None = None,
+    ffn_hidden: int | None = None,
+    norm: str = "layernorm",
+    mlp: str = "gelu",
+    positions: str = "learned",
+    rope_theta: float | None = None,
+    tied_embeddings: bool = True,
+    bias: bool = True,
+    dropout: bool = True,
 ) -> list[GptLayer]:
     """The gpt's layers in forward order, named as the built model names them (embeddings,
     ``h.<i>.attention``, ``h.<i>.mlp``, lm_head), each with its parameters and its output
     elements for one example of ``tokens`` positions (default: all ``seq_len``)."""
+    del rope_theta, dropout
     _check(layers, hidden, heads, seq_len, vocab)
     h, t = hidden, seq_len if tokens is None else tokens
-    out = [GptLayer("embeddings", (vocab + seq_len) * h, t * h)]
-    attention, mlp = 4 * h * h + 6 * h, 8 * h * h + 7 * h
+    c = _counts(
+        h, heads, seq_len, vocab, kv_heads, ffn_hidden, norm, mlp, positions, tied_embeddings, bias
+    )
+    out = [GptLayer("embeddings", c.embeddings, t * h)]
     for i in range(layers):
-        out += [GptLayer(f"h.{i}.attention", attention, t * h)]
-        out += [GptLayer(f"h.{i}.mlp", mlp, t * h)]
-    return [*out, GptLayer("lm_head", 2 * h, t * vocab)]
+        out += [GptLayer(f"h.{i}.attention", c.attention, t * h)]
+        out += [GptLayer(f"h.{i}.mlp", c.mlp, t * h)]
+    return [*out, GptLayer("lm_head", c.head, t * vocab)]

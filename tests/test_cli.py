@@ -82,7 +82,7 @@ def test_validate_and_list():
     assert "4 replica" in result.output
     listing = runner.invoke(app, ["list"])
     assert listing.exit_code == 0
-    for word in ("mirrored", "mlp", "digits", "adam", "v100", "tpu-v4"):
+    for word in ("mirrored", "mlp", "llama3_405b", "digits", "adam", "v100", "tpu-v4"):
         assert word in listing.output
 
 

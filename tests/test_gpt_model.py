@@ -63,6 +63,15 @@ def test_hidden_is_one_width_and_defaults_are_gpt2() -> None:
         "heads": 24,
         "seq_len": 1024,
         "vocab": 50257,
+        "kv_heads": 24,
+        "ffn_hidden": 4 * 2304,
+        "norm": "layernorm",
+        "mlp": "gelu",
+        "positions": "learned",
+        "rope_theta": None,
+        "tied_embeddings": True,
+        "bias": True,
+        "dropout": True,
     }
     assert ModelSpec(name="mlp").gpt_sizes() is None
 

@@ -11,7 +11,7 @@ from simdist.cli.common import command, console, err_console, guarded, print_tab
 @command("list")
 def list_() -> None:
     """Show strategies, models, datasets, optimizers and device profiles."""
-    from simdist.catalog import DATASETS, MODELS, OPTIMIZERS, SCHEDULES
+    from simdist.catalog import DATASETS, GPT_PRESETS, MODELS, OPTIMIZERS, SCHEDULES
     from simdist.hardware.profiles import DEVICE_PROFILES
     from simdist.strategies import STRATEGIES
 
@@ -20,6 +20,7 @@ def list_() -> None:
     table.add_column("names")
     table.add_row("strategies", ", ".join(STRATEGIES))
     table.add_row("models", ", ".join(MODELS))
+    table.add_row("gpt presets", ", ".join(GPT_PRESETS))
     table.add_row("datasets", ", ".join(DATASETS))
     table.add_row("optimizers", ", ".join(OPTIMIZERS))
     table.add_row("schedules", ", ".join(SCHEDULES))

@@ -12,10 +12,13 @@ from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 
 from simdist.catalog import (
     GPT_DEFAULTS,
+    GPT_LAYOUT_DEFAULTS,
+    GPT_PRESETS,
     MLP_HIDDEN_DEFAULT,
     RESNET_DEFAULTS,
     TEACHER_DEFAULTS,
     DatasetName,
+    GptPreset,
     ModelName,
     OptimizerName,
     ScheduleKind,
@@ -49,7 +52,14 @@ class ModelSpec(Spec):
     gpt (a GPT of any size, Megatron-LM's layout: Narayanan et al. 2021, arXiv:2104.04473,
     Table 1): ``layers``, ``hidden`` (the model width, one number: ``hidden: 2304``),
     ``heads`` (dividing ``hidden``), ``seq_len`` (its positions and the input length) and
-    ``vocab``; left out, ``GPT_DEFAULTS`` (GPT-2 124M's sizes).
+    ``vocab``; left out, ``GPT_DEFAULTS`` (GPT-2 124M's sizes). Its layout, GPT-2's when left
+    out (``GPT_LAYOUT_DEFAULTS``), takes Llama's options: ``norm`` (layernorm | rmsnorm),
+    ``mlp`` (gelu | swiglu) of ``ffn_hidden`` (default 4 × hidden), ``positions`` (learned |
+    rotary, with ``rope_theta``), ``kv_heads`` (grouped-query attention, dividing ``heads``),
+    ``tied_embeddings`` (false: an output head of its own), ``bias`` and ``dropout``.
+    ``preset`` names a published configuration (``GPT_PRESETS``: llama3_8b, llama3_70b,
+    llama3_405b) whose values fill the options left out: ``{name: gpt, preset: llama3_8b,
+    seq_len: 131072}`` is Llama 3 8B at 128K positions.
     """
 
     name: ModelName
@@ -62,12 +72,29 @@ class ModelSpec(Spec):
     heads: PositiveInt | None = Field(None, examples=[24])
     seq_len: PositiveInt | None = Field(None, examples=[2048])
     vocab: PositiveInt | None = Field(None, examples=[51200])
+    preset: GptPreset | None = Field(None, examples=["llama3_8b"])
+    kv_heads: PositiveInt | None = Field(None, examples=[8])
+    ffn_hidden: PositiveInt | None = Field(None, examples=[14336])
+    norm: Literal["layernorm", "rmsnorm"] | None = Field(None, examples=["rmsnorm"])
+    mlp: Literal["gelu", "swiglu"] | None = Field(None, examples=["swiglu"])
+    positions: Literal["learned", "rotary"] | None = Field(None, examples=["rotary"])
+    rope_theta: Float | None = Field(None, gt=0, examples=[500000])
+    tied_embeddings: bool | None = Field(None, strict=True, examples=["false"])
+    bias: bool | None = Field(None, strict=True, examples=["false"])
+    dropout: bool | None = Field(None, strict=True, examples=["false"])
 
     @model_validator(mode="before")
     @classmethod
     def _gpt_width(cls, data: Any) -> Any:
-        """gpt's ``hidden`` is one width: ``hidden: 2304`` stands for ``[2304]``."""
+        """gpt's ``preset`` fills the options left out; gpt's ``hidden`` is one width:
+        ``hidden: 2304`` stands for ``[2304]``."""
         if isinstance(data, dict) and data.get("name") == "gpt":
+            name = data.get("preset")  # anything else than a preset's name: refused below
+            if isinstance(name, str) and name in GPT_PRESETS:
+                preset = dict(GPT_PRESETS[name])
+                if data.get("positions", "rotary") != "rotary":  # learned: no rotary base
+                    preset.pop("rope_theta", None)
+                data = {**preset, **data}
             width = data.get("hidden")
             if isinstance(width, int) and not isinstance(width, bool):
                 data = {**data, "hidden": [width]}
@@ -84,6 +111,9 @@ class ModelSpec(Spec):
                     self.hidden = [int(default)]
             elif getattr(self, option) is None:
                 setattr(self, option, default)
+        for option in ("preset", *GPT_LAYOUT_DEFAULTS):
+            if self.name != "gpt" and getattr(self, option) is not None:
+                raise fail(option, f"is an option of model gpt only, not of {self.name}")
         if self.name == "gpt":
             if len(self.hidden) != 1:
                 raise fail("hidden", f"got {self.hidden}: gpt takes one width, e.g. hidden: 2304")
@@ -94,6 +124,26 @@ class ModelSpec(Spec):
                     f"got {self.heads}: the heads must divide hidden {self.hidden[0]}, "
                     "e.g. hidden: 2304, heads: 24",
                 )
+            if self.kv_heads is not None and int(self.heads or 1) % self.kv_heads:
+                raise fail(
+                    "kv_heads",
+                    f"got {self.kv_heads}: the key/value heads must divide heads {self.heads} "
+                    "(each serves heads / kv_heads query heads), e.g. heads: 32, kv_heads: 8",
+                )
+            width = self.hidden[0] // int(self.heads or 1)
+            if self.positions == "rotary" and width % 2:
+                raise fail(
+                    "positions",
+                    f"got rotary with heads of width {width} (hidden {self.hidden[0]} / heads "
+                    f"{self.heads}): rotary positions turn pairs of features, the width must "
+                    "be even, e.g. hidden: 4096, heads: 32",
+                )
+            if self.rope_theta is not None and self.positions != "rotary":
+                raise fail(
+                    "rope_theta",
+                    "is the base of rotary positions only; give positions: rotary with it, "
+                    "e.g. positions: rotary, rope_theta: 500000",
+                )
         return self
 
     def gpt_size(self) -> ModelSize | None:
@@ -102,17 +152,24 @@ class ModelSpec(Spec):
         sizes = self.gpt_sizes()
         return None if sizes is None else gpt_size(**sizes)
 
-    def gpt_sizes(self) -> dict[str, int] | None:
-        """gpt's sizes (``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``); None for
-        the other models."""
+    def gpt_sizes(self) -> dict[str, Any] | None:
+        """gpt's sizes (``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``) and its
+        layout options, resolved (``GPT_LAYOUT_DEFAULTS``: ``kv_heads`` heads and
+        ``ffn_hidden`` 4 × hidden when left out); None for the other models."""
         if self.name != "gpt":
             return None
+        hidden, heads = int(self.hidden[0]), int(self.heads or 0)
+        layout = {k: getattr(self, k) for k in GPT_LAYOUT_DEFAULTS}
+        layout = {k: GPT_LAYOUT_DEFAULTS[k] if v is None else v for k, v in layout.items()}
         return {
             "layers": int(self.layers or 0),
-            "hidden": int(self.hidden[0]),
-            "heads": int(self.heads or 0),
+            "hidden": hidden,
+            "heads": heads,
             "seq_len": int(self.seq_len or 0),
             "vocab": int(self.vocab or 0),
+            **layout,
+            "kv_heads": int(self.kv_heads or heads),
+            "ffn_hidden": int(self.ffn_hidden or 4 * hidden),
         }
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import jax
 
-from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS
+from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS, GPT_LAYOUT_DEFAULTS
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
 from simdist.numerics.fullsize.inception import inception_v3_layers
@@ -86,7 +86,8 @@ def build(
     ImageNet); for BERT it adds a classifier on the pooled output (default: none, as in the
     published 110M); GPT-2's outputs are its vocabulary, so it is ignored there.
     ``sizes``: gpt's (``ModelSpec.gpt_sizes``: layers, hidden, heads, seq_len, vocab; default
-    ``GPT_DEFAULTS``); its input is ``seq_len`` tokens unless ``input_shape`` gives fewer.
+    ``GPT_DEFAULTS``; and the layout options of ``GPT_LAYOUT_DEFAULTS``, Llama's among them);
+    its input is ``seq_len`` tokens unless ``input_shape`` gives fewer.
     """
     if name not in _INPUTS:
         raise SimdistError(
@@ -128,7 +129,8 @@ def build(
     elif name == "bert_base":
         layers = bert_base_layers(n_outputs)
     elif name == "gpt":
-        layers = gpt_layers(**{k: int(gpt[k]) for k in GPT_DEFAULTS})
+        layout = {k: gpt[k] for k in GPT_LAYOUT_DEFAULTS if k in gpt}
+        layers = gpt_layers(**{k: int(gpt[k]) for k in GPT_DEFAULTS}, **layout)
     else:
         layers = gpt2_layers()
     return LayeredModel(name, tuple(layers), shape, dtype, n_outputs)

@@ -112,6 +112,8 @@ def leaf_split(role: str, path: str) -> bool:
         return path.endswith("/kernel")
     if role == "vocab_embedding":
         return "word_embeddings" in path.split("/")
+    if role == "vocab_head":  # an untied head's matrix, split by the vocabulary (Megatron)
+        return "output_embeddings" in path.split("/")
     if role == "block":
         parts = path.split("/")
         if any(part in COLUMN_PARTS for part in parts):

@@ -53,17 +53,19 @@ def split_sizes(model: ModelSpec) -> list[tuple[str, int]]:
     """What the tensor group size must divide in ``model``: (what it is, its size).
 
     The mlp's column-parallel layers are its 1st, 3rd, ... dense layers, whose widths are
-    ``hidden[0]``, ``hidden[2]``, ...; a transformer splits its heads and its MLP's width.
+    ``hidden[0]``, ``hidden[2]``, ...; a transformer splits its heads and its MLP's width,
+    and a gpt with grouped-query attention its key/value heads too (each device holds
+    kv_heads / T of them, as Megatron-Core's ``num_query_groups``).
     """
     if model.name == "mlp":
         return [(f"hidden[{i}]", int(model.hidden[i])) for i in range(0, len(model.hidden), 2)]
     gpt = model.gpt_sizes()
-    size = (
-        TRANSFORMER_SIZES[model.name]
-        if gpt is None
-        else TransformerSize(gpt["heads"], gpt["hidden"], 4 * gpt["hidden"])
-    )
-    return [("attention heads", size.heads), ("MLP width", size.inner)]
+    if gpt is None:
+        size = TRANSFORMER_SIZES[model.name]
+        return [("attention heads", size.heads), ("MLP width", size.inner)]
+    heads, kv_heads = int(gpt["heads"]), int(gpt["kv_heads"])
+    kv = [] if kv_heads == heads else [("kv heads", kv_heads)]
+    return [("attention heads", heads), *kv, ("MLP width", int(gpt["ffn_hidden"]))]
 
 
 def _divisor_below(sizes: list[int], limit: int) -> int:
