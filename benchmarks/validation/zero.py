@@ -71,6 +71,9 @@ def scenario(layers: int, hidden: int, heads: int, mp: int, gpus: int, batch: in
             # ZeRO-R's partitioned activation checkpoints: each block's input split over
             # the MP group, as sequence parallelism splits it (Rajbhandari et al. Sec. 6.1)
             "sequence_parallel": True,
+            # ZeRO reduces each bucket of gradients as the backward fills it, overlapping
+            # the backward (Rajbhandari et al. 2020, Sec. 5.2; DeepSpeed's overlap_comm)
+            "overlap_grad_reduce": True,
         }
     strategy["recompute"] = "full"
     return gpt_scenario(

@@ -149,10 +149,14 @@ class _Builder:
         self.program: list[Step] = []
         self.seconds: list[float] = []
         self.names: list[str] = []
+        self.indices: list[int] = []
+        #: Each compute span's layers (their indices), in program order.
+        self.span_layers: list[tuple[int, ...]] = []
 
-    def compute(self, name: str, seconds: float) -> None:
+    def compute(self, name: str, seconds: float, index: int) -> None:
         self.seconds.append(seconds)
         self.names.append(name)
+        self.indices.append(index)
 
     def collective(self, op: str, nbytes: int, layer: str) -> None:
         self.flush()
@@ -167,8 +171,9 @@ class _Builder:
             total = float(sum(self.seconds))
             detail = _span(self.phase, self.names)
             self.program.append(Compute(self.spans, self.phase, total, detail))
+            self.span_layers.append(tuple(self.indices))
             self.spans += 1
-        self.seconds, self.names = [], []
+        self.seconds, self.names, self.indices = [], [], []
 
     def plan(self) -> Plan:
         self.flush()
@@ -228,7 +233,40 @@ def phase_plans(
     first, whose input is the previous stage's activation: split like any other between
     layers, and its gradient goes back to that stage (``input_activation_nbytes`` its bytes).
     """
-    sp = sequence_parallel
+    forward, backward = _phases(
+        layers, roles, tensor, sequence_parallel, gather_whole, takes_data, input_activation_nbytes
+    )
+    return forward.plan(), backward.plan()
+
+
+def backward_span_layers(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sequence_parallel: bool,
+    *,
+    gather_whole: bool = True,
+    takes_data: bool = True,
+) -> list[tuple[int, ...]]:
+    """The layers (indices into ``layers``) whose backward each compute span of
+    :func:`phase_plans`'s backward plan computes, in program order: once a span has ended,
+    its layers' gradients are ready (what a data-parallel reduction overlapping the
+    backward waits for)."""
+    _, backward = _phases(layers, roles, tensor, sequence_parallel, gather_whole, takes_data, 0)
+    backward.flush()
+    return backward.span_layers
+
+
+def _phases(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sp: bool,
+    gather_whole: bool,
+    takes_data: bool,
+    input_activation_nbytes: int,
+) -> tuple[_Builder, _Builder]:
+    """:func:`phase_plans`'s forward and backward, as the builders that make them."""
     starts, ends = STARTS, ENDS
     gather_before: list[bool] = []
     # sequence parallel: the activation here is split by sequence (a stage's input is)
@@ -245,7 +283,7 @@ def phase_plans(
     for i, layer in enumerate(layers):
         if gather_before[i]:
             fwd.collective("all_gather", input_nbytes(i), layer.name)
-        fwd.compute(layer.name, _seconds(layer, layer.forward_s, roles[i], tensor))
+        fwd.compute(layer.name, _seconds(layer, layer.forward_s, roles[i], tensor), i)
         if roles[i] in ends:
             fwd.collective("reduce_scatter" if sp else "allreduce", layer.output_nbytes, layer.name)
     bwd = _Builder("backward")
@@ -253,12 +291,12 @@ def phase_plans(
         layer, role = layers[i], roles[i]
         if sp and role in ends:
             bwd.collective("all_gather", layer.output_nbytes, layer.name)
-        bwd.compute(layer.name, _seconds(layer, layer.backward_s, role, tensor))
+        bwd.compute(layer.name, _seconds(layer, layer.backward_s, role, tensor), i)
         if gather_before[i]:
             bwd.collective("reduce_scatter", input_nbytes(i), layer.name)
         elif not sp and role in starts and (i > 0 or not takes_data):
             bwd.collective("allreduce", input_nbytes(i), layer.name)
-    return fwd.plan(), bwd.plan()
+    return fwd, bwd
 
 
 def _seconds(layer: LayerCost, seconds: float, role: str, tensor: int) -> float:
