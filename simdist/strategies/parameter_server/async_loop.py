@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simdist.strategies.parameter_server.dataflow import Loss
+from simdist.strategies.parameter_server.host_updates import HostUpdates
 from simdist.strategies.parameter_server.recovery import Recovery
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class AsyncTraining:
         self.procs: list[simpy.Process] = []
         self.progress = self.env.event()  # fires whenever a worker's clock ticks
         self.finished = self.env.event()
-        self.ps_free: dict[int, float] = {}  # when each PS has applied what it has received
+        self.hosts: dict[int, HostUpdates] = {}  # each PS host's updates in progress
         self.recovery = Recovery(strategy, self)
 
     def run(self) -> Generator[Any, Any, None]:
@@ -182,25 +183,26 @@ class AsyncTraining:
         )
 
     def arrived(self, w: int, ps: int) -> None:
-        """A gradient shard of ``w`` has reached PS ``ps``: the PS applies it once it has
-        applied those that came before, taking its :attr:`apply_s` (memory-bound on its host
-        CPU), then :meth:`apply`."""
+        """A gradient shard of ``w`` has reached PS ``ps``: its host applies it, sharing its
+        CPU with the updates already in progress (:class:`.host_updates.HostUpdates`; alone,
+        :attr:`apply_s`), then :meth:`apply`."""
         s = self.strategy
         seconds = s.apply_s[ps]
         gradient = self.inflight[w]
         if seconds <= 0 or gradient is None or self.stopped:
             self.apply(w, ps)
             return
-        now = self.env.now
-        start = max(now, self.ps_free.get(ps, 0.0))
-        self.ps_free[ps] = end = start + seconds
-        s.record_apply(ps, start, end, gradient.iteration, f"apply worker {w}")
+        start = self.env.now
 
-        def applied(_: simpy.Event) -> None:
+        def applied() -> None:
+            s.record_apply(ps, start, self.env.now, gradient.iteration, f"apply worker {w}")
             if self.inflight[w] is gradient:  # not lost to a failure meanwhile
                 self.apply(w, ps)
 
-        self.env.timeout(end - now).callbacks.append(applied)
+        host = self.hosts.get(ps)
+        if host is None:
+            host = self.hosts[ps] = HostUpdates(self.env)
+        host.submit(seconds, applied)
 
     def apply(self, w: int, ps: int) -> None:
         """A gradient shard of ``w`` has reached PS ``ps``: apply it there (asynchronous SGD).
