@@ -275,3 +275,31 @@ def test_the_slowest_clock_follows_ticks_and_restores(workers, moves):
             training.tick(w % workers)
             saved = saved if w % 3 else list(training.clock)
         assert training.slowest == min(training.clock)
+
+
+def test_a_hosts_updates_in_progress_share_its_cpu():
+    """Processor sharing: an update of A alone takes A; two at once each go at half speed."""
+    import simpy
+
+    from simdist.strategies.parameter_server.host_updates import HostUpdates
+
+    A = 2.0**-10
+    env = simpy.Environment()
+    host = HostUpdates(env)
+    ended: list[tuple[str, float]] = []
+
+    def submit(name: str, at: float) -> None:
+        def start(_: object) -> None:
+            host.submit(A, lambda: ended.append((name, env.now)))
+
+        env.timeout(at).callbacks.append(start)
+
+    # a alone for A/2 (half done); then a and b at half speed: a's other half takes A, so
+    # a ends at 3A/2 with b half done, and b's other half alone ends at 2A. c and d, equal
+    # and together from 4A, end together at 6A, in arrival order.
+    submit("a", 0.0)
+    submit("b", A / 2)
+    submit("c", 4 * A)
+    submit("d", 4 * A)
+    env.run()
+    assert ended == [("a", 3 * A / 2), ("b", 2 * A), ("c", 6 * A), ("d", 6 * A)]
