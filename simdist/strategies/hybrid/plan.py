@@ -166,8 +166,9 @@ def overlapped_data_plan(
 
     ``span_nbytes``: the device's gradient bytes each compute span of the backward makes
     ready, in program order. They fill buckets in that order, a bucket closed when the next
-    gradient would take it past ``cap_nbytes`` (:func:`~.sharded_plan.reduce_buckets`, as
-    DeepSpeed's ``reduce_bucket_size`` and Megatron-LM's buckets). ``Compute(b,
+    gradient would take it past ``cap_nbytes``
+    (:func:`simdist.strategies.sharded_plan.reduce_buckets`, as DeepSpeed's
+    ``reduce_bucket_size`` and Megatron-LM's buckets). ``Compute(b,
     "backward")``: bucket b's gradients are ready on every copy; its collective (an
     all-reduce, ZeRO-2's reduce-scatter) is issued then and once the one before it has
     ended (``Wait``): the data group's communicator runs them one at a time, each as soon
