@@ -89,6 +89,10 @@ class Costs:
     # bandwidth); a strategy divides it as it splits the optimizer. 0: not on the clock
     # (hand-made costs, an optimizer off the devices).
     optimizer_step_s: float = field(default=0.0, kw_only=True)
+    # Seconds of that step on a host's CPU (the ``cpu`` profile's memory bandwidth, float32
+    # variables) when the optimizer runs off the devices: a parameter server applies its
+    # share of it per gradient. 0: on the devices, or not on the clock.
+    host_optimizer_step_s: float = field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.param_nbytes == AS_GRADIENT:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
 from simdist.step_costs import Costs, LayerCost
+from simdist.strategies.hybrid.plan import overlapped_data_plan
+from simdist.strategies.steps import Compute, Issue, Wait
 
 X = 1_000_000  # bytes of one activation on the whole batch (batch x sequence x hidden)
 F, B = 1e-3, 2e-3  # a block's forward and backward on the whole batch
@@ -92,12 +95,14 @@ def test_tensor_all_reduces_stage_sends_and_flush_by_hand():
     assert len(sends) == 4 * 2 * 2 * 2  # 4 messages x 2 ranks x 2 steps, on NIC tx and rx
 
 
+@pytest.mark.parametrize("overlap", [None, True])
 @pytest.mark.parametrize("zero", [0, 2])
-def test_data_copies_reduce_each_stage_shard_over_the_network_after_the_flush(zero):
+def test_data_copies_reduce_each_stage_shard_over_the_network(zero, overlap):
+    # after the flush, or (overlap_grad_reduce) during each stage's last backward: the same
+    # bytes, in one bucket per stage
     one = simulate(scenario_from_dict(hybrid()), megatron_layer_costs())
-    two = simulate(
-        scenario_from_dict(hybrid(data=2, **{"strategy.zero": zero})), megatron_layer_costs()
-    )
+    changes = {"strategy.zero": zero, "strategy.overlap_grad_reduce": overlap}
+    two = simulate(scenario_from_dict(hybrid(data=2, **changes)), megatron_layer_costs())
     # each rank's shard: stage 0 the embedding whole (4000) and half the attention's 8000;
     # stage 1 half the MLP's 16000
     moved = [{"allreduce": 8000}, {"reduce_scatter": 8000, "all_gather": 8000}][zero // 2]
@@ -243,3 +248,64 @@ def test_sequence_parallel_sends_each_rank_its_slice_of_the_sequence():
         sp.summary["tensor_collectives_per_micro_batch"]
         > plain.summary["tensor_collectives_per_micro_batch"]
     )
+
+
+def two_bucket_costs(mlp_grad_nbytes: int) -> Costs:
+    """:func:`megatron_layer_costs` with the MLP's gradient ``mlp_grad_nbytes``."""
+    base = megatron_layer_costs()
+    layers = (*base.layers[:2], replace(base.layers[2], grad_nbytes=mlp_grad_nbytes))
+    return replace(base, layers=layers, grad_nbytes=12000 + mlp_grad_nbytes)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_overlapped_data_reduction_goes_bucket_by_bucket_during_the_backward(overlap):
+    # 2 copies of one device each (a host each), one micro-batch; the MLP's 300 MB gradient
+    # is past Megatron's bucket of 40M elements (160 MB in float32): a bucket of its own,
+    # ready once its backward ends; the attention's and embedding's 12000 bytes the second,
+    # ready at the backward's end
+    changes = {
+        "strategy.mesh.pipeline": 1,
+        "strategy.partition": "auto",
+        "strategy.micro_batches": 1,
+        "strategy.overlap_grad_reduce": overlap,
+    }
+    scenario = scenario_from_dict(hybrid(data=2, tensor=1, pipeline=1, **changes))
+    result = simulate(scenario, two_bucket_costs(300_000_000))
+
+    def ar(nbytes: float) -> float:  # the two devices' ring all-reduce over their NICs
+        return ring_allreduce_s(2, nbytes, 10e-6, 1e9)
+
+    forward = 4e-4 + F + 2 * F
+    if overlap:
+        step = forward + 2 * B + ar(300_000_000) + ar(12000)  # the rest of backward hidden
+    else:
+        step = forward + 2 * B + B + 6e-4 + ar(300_012_000)
+    assert result.summary["simulated_time_s"] == pytest.approx(2 * step, rel=1e-12)
+    data = result.events[result.events["detail"].str.startswith("data ")]
+    if overlap:
+        first = data[data["detail"] == "data all-reduce bucket 1 stage 0"]
+        assert first["start_s"].min() == pytest.approx(forward + 2 * B, rel=1e-12)
+    assert result.summary["data_nbytes_per_device_per_step"] == [
+        {"allreduce": 300_012_000, "reduce_scatter": 0, "all_gather": 0}
+    ]
+
+
+def test_overlapped_data_plan_buckets_in_backward_order_then_gathers():
+    # three backward spans of 6, 3 and 5 bytes under a cap of 8: buckets [6], [3 + 5]
+    plan, closes = overlapped_data_plan([6, 3, 5], zero=2, cap_nbytes=8, label="stage 0")
+    assert [(c.op, c.nbytes) for c in plan.collectives] == [
+        ("reduce_scatter", 6),
+        ("reduce_scatter", 8),
+        ("all_gather", 14),
+    ]
+    assert closes == {0: 0, 2: 1}
+    assert plan.program == [
+        Compute(0, "backward"),
+        Issue(0),
+        Compute(1, "backward"),
+        Wait(0),
+        Issue(1),
+        Wait(1),
+        Issue(2),
+        Wait(2),
+    ]

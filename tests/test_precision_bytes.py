@@ -31,12 +31,15 @@ def hand_profile(folder: Path) -> Path:
     return write_layers_csv(ModelProfile("hand", BATCH, (4,), layers, "test"), folder / "l.csv")
 
 
-def scenario(folder: Path, strategy: dict, hosts: int = 2, precision: str = "fp16", **more):
+def scenario(
+    folder: Path, strategy: dict, hosts: int = 2, precision: str = "fp16", ps: int = 0, **more
+):
     data = {
         "name": "precision",
         "numerics": False,
         "cluster": {
             "hosts": hosts,
+            "ps": ps,
             "device": {"profile": "a100", "precision": precision, "variability": 0},
             "links": {"network": {"bandwidth": "1GB/s", "latency": "0us"}},
         },
@@ -142,3 +145,21 @@ def test_zero_divides_the_optimizer_step(tmp_path: Path) -> None:
     costs = measure_costs(scenario(tmp_path, {"kind": "zero", "stage": 1}, hosts=N), None)
     spans = (apply["end_s"] - apply["start_s"]).tolist()
     assert spans == pytest.approx([costs.optimizer_step_s / N] * N, rel=1e-12)
+
+
+def test_parameter_servers_apply_the_optimizer_step_on_their_hosts(tmp_path: Path) -> None:
+    """A PS host's update is memory-bound at the cpu profile's bandwidth: the float32
+    variable and Adam's two copies read and written, the fp16 gradient read (26 bytes a
+    parameter); one PS applies all of it per gradient, on its host's CPU row."""
+    ps = scenario(tmp_path, {"kind": "parameter_server"}, ps=1)
+    costs = measure_costs(ps, None)
+    cpu = DEVICE_PROFILES["cpu"]
+    assert optimizer_step_nbytes(PSI, precision="fp32", optimizer="adam", grad_nbytes=2) == 26 * PSI
+    assert costs.host_optimizer_step_s == 26 * PSI / cpu.achieved_bandwidth_Bps
+    assert costs.optimizer_step_s == 0.0  # nothing on the workers' devices
+    result = run(ps)
+    apply = result.events[result.events["kind"] == "apply"]
+    assert set(apply["device"]) == {"ps0/host-cpu"}
+    assert list(apply["detail"]) == ["apply worker 0"]  # steps: 1, the first gradient in
+    spans = (apply["end_s"] - apply["start_s"]).tolist()
+    assert spans == pytest.approx([costs.host_optimizer_step_s], rel=1e-12)

@@ -64,6 +64,28 @@ def test_one_worker_one_ps_step_is_compute_plus_pull_and_push(c):
     assert list(worker["detail"])[::2] == ["pull", "push"]
 
 
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_each_ps_applies_its_share_of_the_optimizer_step_on_its_host(mode):
+    # the optimizer step over all the parameters takes A on a host CPU; two PS tasks of
+    # one S-byte variable each apply half of it, A/2. The worker NIC queues the pushes:
+    # ps1's shard arrives S/B after ps0's, whose apply is over by then; the step ends with
+    # ps1's apply (async: as it arrives; sync: both PS once every push is in)
+    A, c, steps = 2.0**-11, 2.0**-9, 3
+    base = costs(c, steps, leaves=(S, S))
+    result = simulate(
+        scenario(1, ps=2, strategy={"kind": "parameter_server", "mode": mode}),
+        Costs(**{**base.__dict__, "host_optimizer_step_s": A}),
+    )
+    pushed = c + 2 * L + 2 * (2 * S) / B  # ps1's shard in: pull both, compute, push both
+    step_s = pushed + A / 2
+    assert result.summary["simulated_time_s"] == steps * step_s
+    applies = result.events.query("kind == 'apply'")
+    assert set(applies["device"]) == {"ps0/host-cpu", "ps1/host-cpu"}
+    assert list(applies["end_s"] - applies["start_s"]) == [A / 2] * 2 * steps
+    last = applies[applies["device"] == "ps1/host-cpu"]
+    assert list(last["end_s"]) == [k * step_s for k in range(1, steps + 1)]
+
+
 def test_shards_of_two_ps_queue_on_the_worker_nic():
     # Two variables of S0 and S1 bytes, one per PS: the pulls leave two PS NICs but enter
     # one worker NIC, which serialises them, so the step pays (S0 + S1)/B twice.
@@ -253,3 +275,31 @@ def test_the_slowest_clock_follows_ticks_and_restores(workers, moves):
             training.tick(w % workers)
             saved = saved if w % 3 else list(training.clock)
         assert training.slowest == min(training.clock)
+
+
+def test_a_hosts_updates_in_progress_share_its_cpu():
+    """Processor sharing: an update of A alone takes A; two at once each go at half speed."""
+    import simpy
+
+    from simdist.strategies.parameter_server.host_updates import HostUpdates
+
+    A = 2.0**-10
+    env = simpy.Environment()
+    host = HostUpdates(env)
+    ended: list[tuple[str, float]] = []
+
+    def submit(name: str, at: float) -> None:
+        def start(_: object) -> None:
+            host.submit(A, lambda: ended.append((name, env.now)))
+
+        env.timeout(at).callbacks.append(start)
+
+    # a alone for A/2 (half done); then a and b at half speed: a's other half takes A, so
+    # a ends at 3A/2 with b half done, and b's other half alone ends at 2A. c and d, equal
+    # and together from 4A, end together at 6A, in arrival order.
+    submit("a", 0.0)
+    submit("b", A / 2)
+    submit("c", 4 * A)
+    submit("d", 4 * A)
+    env.run()
+    assert ended == [("a", 3 * A / 2), ("b", 2 * A), ("c", 6 * A), ("d", 6 * A)]

@@ -345,3 +345,23 @@ def test_the_iteration_gap_has_its_own_panel_and_axis_beside_the_staleness(tmp_p
     assert len(right.patches) == 49 and right.patches[48].get_height() == 1
     only = plot_staleness_hist(updates[["staleness"]], "ps", tmp_path / "t.png")
     assert len(only.axes) == 1
+
+
+def test_the_activations_line_names_each_kind_and_what_recomputation_freed():
+    from simdist.report.markdown import activations_line
+
+    kinds = {
+        "stored_inputs": 3 * 2**20,
+        "attention_scores": 0,
+        "masks": 1536,
+        "recompute_working_set": 2**20,
+        "freed_by_recompute": 5 * 2**20,
+    }
+    per_device = {
+        "w0/gpu0": {**_parts(10, 5), "activations_by_kind": kinds},
+        "w1/gpu0": _parts(1, 1),  # the emptier device, and without a breakdown
+    }
+    assert activations_line(per_device) == (
+        "stored inputs 3.0 MiB, masks 1.5 KiB, recomputed 1.0 MiB; recomputation freed 5.0 MiB"
+    )
+    assert activations_line({"w1/gpu0": _parts(1, 1)}) == ""

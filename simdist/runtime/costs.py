@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simdist.hardware.cluster import Cluster
-from simdist.hardware.profiles import DeviceProfile
+from simdist.hardware.profiles import DEVICE_PROFILES, DeviceProfile
 from simdist.hardware.roofline import calibrate, layer_times, step_time
 from simdist.memo import remember
 from simdist.scenario import Scenario
@@ -311,6 +311,11 @@ def measure_costs(
         param_nbytes=_at(grad_nbytes, element),
         element_nbytes=element,
         optimizer_step_s=first.optimizer_step_s,
+        host_optimizer_step_s=(
+            0.0
+            if scenario.strategy.optimizer_on_device
+            else update_seconds(scenario, profile.param_count, DEVICE_PROFILES["cpu"], grad)
+        ),
         flops_per_replica_step=float(profile.flops),
         total_steps=total_steps,
         param_leaves=leaves,
@@ -422,13 +427,24 @@ def optimizer_step_seconds(
     the device's achieved memory bandwidth (a fused multi-tensor kernel, as apex's
     FusedAdam, streams them once). 0 when the optimizer runs off the devices (the spec's
     ``optimizer_on_device``) or the bandwidth is not known."""
+    if not scenario.strategy.optimizer_on_device:
+        return 0.0
+    return update_seconds(scenario, profile.param_count, device, grad_nbytes)
+
+
+def update_seconds(
+    scenario: Scenario, params: int, device: DeviceProfile, grad_nbytes: int
+) -> float:
+    """Seconds of one optimizer step over ``params`` parameters on ``device``, devices' and
+    hosts' alike: the bytes :func:`simdist.memory.accounting.optimizer_step_nbytes` counts
+    at its precision, at its achieved memory bandwidth; 0 when that is not known."""
     from simdist.memory.accounting import optimizer_step_nbytes
 
     bandwidth = device.achieved_bandwidth_Bps
-    if not scenario.strategy.optimizer_on_device or bandwidth <= 0:
+    if bandwidth <= 0:
         return 0.0
     nbytes = optimizer_step_nbytes(
-        profile.param_count,
+        params,
         precision=device.precision,
         optimizer=scenario.workload.optimizer.name,
         grad_nbytes=grad_nbytes,

@@ -19,6 +19,10 @@ Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by ha
   data axis (:func:`data_collectives`): an all-reduce without ZeRO, otherwise ZeRO's step
   plan (:func:`simdist.strategies.sharded_plan.plan_step`) over the shard, its
   collectives run back to back after the flush (none overlaps a backward that has ended).
+  With ``overlap_grad_reduce`` the reduction overlaps the stage's last backward instead
+  (:func:`overlapped_data_plan`): its gradients fill buckets in the order that backward
+  makes them ready (:func:`stage_backward_spans`), and each bucket is reduced as soon as it
+  is ready on every copy and the bucket before it is reduced.
 * A device's memory: its stage's as the pipeline computes it
   (:class:`simdist.memory.accounting.StagedReplica`), with the spec's
   :class:`~simdist.sharding.Sharding` (T for the tensor split, D more per ZeRO stage).
@@ -32,13 +36,23 @@ from dataclasses import replace
 
 from simdist.step_costs import LayerCost
 from simdist.strategies.context_ring import ContextRing
-from simdist.strategies.sharded_plan import ShardingPlanOptions, plan_step
-from simdist.strategies.steps import Collective, Issue, Plan, Wait
-from simdist.strategies.tensor_parallel.plan import phase_plans
+from simdist.strategies.sharded_plan import (
+    ShardingPlanOptions,
+    byte_buckets,
+    plan_step,
+    reduce_buckets,
+)
+from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
+from simdist.strategies.tensor_parallel.plan import backward_span_layers, phase_plans
 
 #: DeepSpeed's reduce_bucket_size and allgather_bucket_size default (5e8 elements,
 #: deepspeed/runtime/zero/config.py) as float32 bytes — simdist.strategies.zero's default.
 BUCKET_NBYTES = 500_000_000 * 4
+#: Megatron-LM's data-parallel gradient bucket when the reduction overlaps the backward:
+#: max(40M, 1M × data-parallel size) parameters (DistributedDataParallelConfig.bucket_size,
+#: megatron/core/distributed/distributed_data_parallel_config.py).
+MEGATRON_BUCKET_ELEMENTS = 40_000_000
+MEGATRON_BUCKET_ELEMENTS_PER_COPY = 1_000_000
 
 
 def micro_layers(layers: Sequence[LayerCost], micro_batches: int) -> tuple[LayerCost, ...]:
@@ -105,6 +119,28 @@ def context_layers(layers: Sequence[LayerCost], context: int) -> tuple[LayerCost
     )
 
 
+def stage_backward_spans(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    first: int,
+    stop: int,
+    tensor: int,
+    sequence_parallel: bool,
+    gather_whole: bool,
+) -> list[tuple[int, ...]]:
+    """The layers (indices into ``layers``) each compute span of :func:`stage_plans`'s
+    backward computes, in program order."""
+    spans = backward_span_layers(
+        layers[first:stop],
+        roles[first:stop],
+        tensor,
+        sequence_parallel,
+        gather_whole=gather_whole,
+        takes_data=first == 0,
+    )
+    return [tuple(first + i for i in span) for span in spans]
+
+
 def _computes(plan: Plan) -> Plan:
     """``plan`` without its collectives."""
     return Plan([], [op for op in plan.program if not isinstance(op, Issue | Wait)])
@@ -134,3 +170,56 @@ def data_collectives(shard: LayerCost, zero: int, label: str) -> list[Collective
         c._replace(detail=f"data {c.detail} {label}")
         for c in plan_step((shard,), options).collectives
     ]
+
+
+def data_bucket_nbytes(zero: int, copies: int, grad_element_nbytes: int) -> int:
+    """The cap of an overlapped data reduction's buckets: DeepSpeed's ``reduce_bucket_size``
+    under ZeRO (:data:`BUCKET_NBYTES`), Megatron-LM's bucket of max(40M, 1M × D) gradient
+    elements without."""
+    if zero:
+        return BUCKET_NBYTES
+    elements = max(MEGATRON_BUCKET_ELEMENTS, MEGATRON_BUCKET_ELEMENTS_PER_COPY * copies)
+    return elements * grad_element_nbytes
+
+
+def overlapped_data_plan(
+    span_nbytes: Sequence[int], zero: int, cap_nbytes: int, label: str
+) -> tuple[Plan, dict[int, int]]:
+    """One (stage, tensor rank) data group's reduction overlapping the stage's last backward
+    (``overlap_grad_reduce``; DeepSpeed's ``overlap_comm``), and the bucket each backward
+    span closes (``{span: bucket}``).
+
+    ``span_nbytes``: the device's gradient bytes each compute span of the backward makes
+    ready, in program order. They fill buckets in that order, a bucket closed when the next
+    gradient would take it past ``cap_nbytes``
+    (:func:`simdist.strategies.sharded_plan.reduce_buckets`, as DeepSpeed's
+    ``reduce_bucket_size`` and Megatron-LM's buckets). ``Compute(b,
+    "backward")``: bucket b's gradients are ready on every copy; its collective (an
+    all-reduce, ZeRO-2's reduce-scatter) is issued then and once the one before it has
+    ended (``Wait``): the data group's communicator runs them one at a time, each as soon
+    as it can, while the backward goes on. ZeRO then all-gathers the updated parameters, as
+    :func:`data_collectives`.
+    """
+    forward = [LayerCost("", 0.0, 0.0, n) for n in reversed(span_nbytes)]
+    buckets = reduce_buckets(forward, cap_nbytes)  # (closing span, bytes), backward order
+    last = len(span_nbytes) - 1
+    op, name = ("reduce_scatter", "reduce-scatter") if zero >= 2 else ("allreduce", "all-reduce")
+    collectives: list[Collective] = []
+    program: list[Step] = []
+    for b, (_, nbytes) in enumerate(buckets):
+        program.append(Compute(b, "backward"))
+        if b:
+            program.append(Wait(b - 1))
+        bucket = "" if len(buckets) == 1 and not zero else f" bucket {b + 1}"
+        collectives.append(Collective(op, nbytes, f"data {name}{bucket} {label}"))
+        program.append(Issue(b))
+    if zero and buckets:
+        program.append(Wait(len(buckets) - 1))
+        sizes = byte_buckets(sum(span_nbytes), BUCKET_NBYTES)
+        for k, nbytes in enumerate(sizes):
+            detail = f"data all-gather parameters {k + 1}/{len(sizes)} {label}"
+            collectives.append(Collective("all_gather", nbytes, detail))
+            program.append(Issue(len(collectives) - 1))
+    if collectives:
+        program.append(Wait(len(collectives) - 1))
+    return Plan(collectives, program), {last - i: b for b, (i, _) in enumerate(buckets)}

@@ -103,6 +103,10 @@ class Spec(StrategySpecBase):
     partition: Partition = Field("auto", examples=["auto"])
     sequence_parallel: bool = Field(False, strict=True, examples=["true"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
+    # Reduce the data axis's gradients bucket by bucket while the last backward runs
+    # (Megatron-LM's overlap_grad_reduce, DeepSpeed's overlap_comm); None: after the flush,
+    # both frameworks' default (a dumped scenario keeps it so).
+    overlap_grad_reduce: bool | None = Field(None, strict=True, examples=["true"])
     cross_host: bool = Field(False, strict=True, examples=["true"])
     # The numerics (the mlp) run each stage's tensor group on emulated JAX devices.
     execution: Literal["devices"] = Field("devices", examples=["devices"])

@@ -13,7 +13,12 @@ go to the next stage and their gradients back as T point-to-point sends, rank t 
 the flush, the data groups of every (stage, tensor rank) reduce their gradient shard at
 once (:func:`.plan.data_collectives`), as Megatron-LM reduces after the pipeline flush
 (``overlap_grad_reduce`` off by default,
-megatron/core/distributed/distributed_data_parallel_config.py).
+megatron/core/distributed/distributed_data_parallel_config.py; DeepSpeed's
+``overlap_comm`` is off for ZeRO 1 and 2 too, deepspeed/runtime/zero/config.py). With
+``overlap_grad_reduce: true`` each data group instead reduces its stage's gradients in
+buckets while the stage's last backward runs (:func:`.plan.overlapped_data_plan`, walked by
+:class:`DataGroup`): a bucket goes once the span of layers that closes it has ended on
+every copy, as DeepSpeed's ``overlap_comm`` and Megatron-LM's ``overlap_grad_reduce`` do.
 
 The partition (``auto``) balances the stages' micro-batch time on the tensor group (their
 compute shares and their tensor collectives' closed forms), keeping the mlp's
@@ -35,21 +40,25 @@ device (mixed clusters are not modelled for hybrid yet).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 from simdist.errors import SimdistError
 from simdist.hardware.mesh import Mesh
+from simdist.memory.accounting import FLOAT32_NBYTES
 from simdist.network.lockstep import LockstepCopies
 from simdist.step_costs import LayerCost
 from simdist.strategies.base import Strategy
 from simdist.strategies.context_ring import ContextRing, core_share, kv_block_nbytes
 from simdist.strategies.hybrid.plan import (
     context_layers,
+    data_bucket_nbytes,
     data_collectives,
     micro_layers,
+    overlapped_data_plan,
     send_nbytes,
+    stage_backward_spans,
     stage_plans,
 )
 from simdist.strategies.pipeline.plan import (
@@ -174,6 +183,15 @@ class HybridStrategy(PipelineStrategy):
             for s in range(self.S)
         ]
         self.reduction_plans = [collectives_in_order(r) for r in self.reductions]
+        self.overlap = bool(spec.overlap_grad_reduce) and self.D > 1
+        # Under overlap: each stage's data plan and {backward span: the bucket it closes},
+        # and the micro-batch of its last backward in a step.
+        self.overlapped = [self._overlapped(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        self.last_backward = [
+            next(m for kind, m in reversed(ops) if kind == "B") for ops in self.steps_ops
+        ]
+        self.bucket_ready: list[list[Any]] = []
+        self.copies_left: list[list[int]] = []
         self.busy_s = 0.0
         self.ring_wait_s: dict[int, float] = {}  # by stage group: waiting for K/V blocks
         self.lockstep = self._lockstep()
@@ -229,6 +247,38 @@ class HybridStrategy(PipelineStrategy):
         """Bytes of one micro-batch's activation leaving a stage that ends before layer
         ``stop``, on one context rank (1/CP of the sequence)."""
         return round(self.costs.layers[stop - 1].output_nbytes / (self.M * self.C))
+
+    def _overlapped(self, s: int, first: int, stop: int) -> tuple[Plan, dict[int, int]]:
+        """Stage ``s``'s data reduction overlapping its last backward (none without
+        ``overlap_grad_reduce``): each backward span's share of the device's gradient
+        bytes, bucketed (:func:`.plan.overlapped_data_plan`)."""
+        if not self.overlap:
+            return Plan([], []), {}
+        layers = self.costs.layers
+        leaves = {path: nbytes for path, _, nbytes in self.costs.param_leaves}
+        spans = stage_backward_spans(
+            self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole
+        )
+        span_nbytes = [
+            device_grad_nbytes(
+                [layers[i] for i in span], [self.roles[i] for i in span], self.T, leaves
+            )
+            for span in spans
+        ]
+        spec = self.scenario.strategy
+        grad_element = FLOAT32_NBYTES if spec.grad_reduce == "fp32" else self.costs.element_nbytes
+        cap = data_bucket_nbytes(self.zero, self.D, grad_element)
+        return overlapped_data_plan(span_nbytes, self.zero, cap, f"stage {s}")
+
+    def span_ready(self, s: int, span: int, copies: int) -> None:
+        """Backward span ``span`` of stage ``s``'s last micro-batch has ended on ``copies``
+        more copies: the bucket it closes is ready once it has on every copy."""
+        b = self.overlapped[s][1].get(span)
+        if b is None:
+            return
+        self.copies_left[s][b] -= copies
+        if self.copies_left[s][b] == 0:
+            self.bucket_ready[s][b].succeed()
 
     def _partition(self, partition: Any) -> tuple[int, ...]:
         n = len(self.costs.layers)
@@ -315,7 +365,9 @@ class HybridStrategy(PipelineStrategy):
         copy's stage-to-stage routes and tensor collectives on links of its own, alike
         copy 0's. Then a step's pipelines run for
         the leading copies alone, each standing for its followers (:meth:`process`); the data
-        reduction after the flush runs on every copy. None otherwise: every copy runs."""
+        reduction after the flush runs on every copy. None otherwise (a data reduction
+        overlapping the backward crosses the copies while they run, and a context axis's
+        ring runs between them): every copy runs."""
         if (
             self.D == 1
             or self.C > 1
@@ -323,6 +375,8 @@ class HybridStrategy(PipelineStrategy):
             or self.stragglers
             or not self.net.bare_messages
         ):
+            return None
+        if self.overlap:
             return None
         collectives = sorted(
             {(c.op, c.nbytes) for plans in self.stage_walks for p in plans for c in p.collectives}
@@ -480,6 +534,28 @@ class HybridStrategy(PipelineStrategy):
         ]
         yield self.env.all_of(runs)
 
+    def overlapped_reductions(self, step: int) -> list[Any]:
+        """Under ``overlap_grad_reduce``: every (stage, tensor rank) data group's reduction
+        of step ``step``, started now, each bucket waiting for its gradients (none else)."""
+        if not self.overlap:
+            return []
+        plans = [plan for plan, _ in self.overlapped]
+        self.bucket_ready = [[self.env.event() for _ in plan.collectives] for plan in plans]
+        self.copies_left = [[self.D] * len(plan.collectives) for plan in plans]
+        return [
+            self.env.process(
+                walk(
+                    plans[s],
+                    DataGroup(
+                        self, [copy[s][t] for copy in self.groups], step, self.bucket_ready[s]
+                    ),
+                )
+            )
+            for s in range(self.S)
+            for t in range(self.T)
+            if plans[s].collectives
+        ]
+
     def _reduce_group(self, group: list[Device], s: int, step: int) -> Generator[Any, Any, None]:
         algo = self.scenario.strategy.all_reduce
         for c in self.reductions[s]:
@@ -509,10 +585,14 @@ class HybridStrategy(PipelineStrategy):
             ]
             if lead:
                 self.lockstep.mark()  # type: ignore[union-attr]
+            reductions = self.overlapped_reductions(step)
             yield self.env.all_of(stages)
             if lead:
                 self.lockstep.follow()  # type: ignore[union-attr]
-            yield from self.reduce(step)
+            if self.overlap:
+                yield self.env.all_of(reductions)
+            else:
+                yield from self.reduce(step)
             yield from self.stage_optimizer_step(step)
             loss = None
             if self.trainer is not None:
@@ -638,6 +718,7 @@ class TensorGroup(GroupRunner):
         lead: tuple[int, int] | None,
         parts: list[list[Device]] | None = None,
         pairs: list[tuple[Device, Device]] | None = None,
+        ended: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(strategy, group, step, strategy.scenario.strategy.all_reduce, label)
         self.hybrid = strategy
@@ -646,13 +727,17 @@ class TensorGroup(GroupRunner):
         self.parts = parts
         self.pairs = pairs
         self.messages: dict[Any, list[Any]] = {}
+        #: Told each compute span's index as it ends (a data reduction overlapping it).
+        self.ended = ended
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
         if self.lead is None:
             yield from super().compute(op)
-            return
-        detail = f"{self.label} {op.detail}"
-        yield from self.hybrid.lead_span(*self.lead, op.seconds, self.step, detail)
+        else:
+            detail = f"{self.label} {op.detail}"
+            yield from self.hybrid.lead_span(*self.lead, op.seconds, self.step, detail)
+        if self.ended is not None:
+            self.ended(op.unit)
 
     def computed(self, seconds: float) -> None:
         """The bubble counts every device's busy time."""
@@ -701,6 +786,23 @@ class TensorGroup(GroupRunner):
         waits[key] = waits.get(key, 0.0) + (self.env.now - start)
 
 
+class DataGroup(GroupRunner):
+    """A (stage, tensor rank) data group reducing its gradients while the stage's last
+    backward runs (the runner of :func:`~.plan.overlapped_data_plan`'s walk): its
+    ``Compute(b)`` waits until bucket b is ready on every copy
+    (:meth:`HybridStrategy.span_ready`); its collectives run over the group."""
+
+    def __init__(
+        self, strategy: HybridStrategy, group: list[Device], step: int, ready: list[Any]
+    ) -> None:
+        super().__init__(strategy, group, step, strategy.scenario.strategy.all_reduce)
+        self.ready = ready
+
+    def compute(self, op: Compute) -> Generator[Any, Any, None]:
+        """Wait until bucket ``op.unit``'s gradients are ready on every copy."""
+        yield self.ready[op.unit]
+
+
 class StageGroup:
     """Stage ``s``'s tensor group of copy ``r`` carrying its passes out (the runner of
     :func:`~simdist.strategies.steps.walk` for :func:`~.pipeline.plan.stage_plan`): a pass
@@ -728,12 +830,15 @@ class StageGroup:
         forward, backward = h.stage_walks[s]
         plan = forward if op.phase == "F" else backward
         lead = (self.r, s) if self.lead else None
+        ended = None
+        if h.overlap and op.phase == "B" and op.unit == h.last_backward[s]:
+            ended = partial(h.span_ready, s, copies=len(self.copies))
         group = h.groups[self.r][s]
         if h.C == 1:
-            runner = TensorGroup(h, group, self.step, op.detail, lead)
+            runner = TensorGroup(h, group, self.step, op.detail, lead, ended=ended)
         else:
             parts, pairs = h.tensor_groups[self.r][s], h.ring_pairs[self.r][s]
-            runner = TensorGroup(h, group, self.step, op.detail, lead, parts, pairs)
+            runner = TensorGroup(h, group, self.step, op.detail, lead, parts, pairs, ended)
         yield from walk(plan, runner)
         for c in self.copies:
             h._hold(c, s, +1 if op.phase == "F" else -1)

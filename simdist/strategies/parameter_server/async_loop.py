@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import simpy
 
 from simdist.strategies.parameter_server.dataflow import Loss
+from simdist.strategies.parameter_server.host_updates import HostUpdates
 from simdist.strategies.parameter_server.recovery import Recovery
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class InFlight:
     applied shard took 2% of a timing-only run.
     """
 
-    __slots__ = ("iteration", "pulled", "ssp", "ticket", "versions", "waiting")
+    __slots__ = ("applied", "iteration", "pulled", "ssp", "ticket", "versions", "waiting")
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class InFlight:
         self.waiting = waiting  # PS tasks that have not applied their shard yet
         self.ticket: int | None = None  # its gradient in the dataflow (numerics only)
         self.pulled = pulled  # what it read: values, or the state ids of a dataflow run
+        self.applied: simpy.Event | None = None  # its worker waiting for the last PS's apply
 
 
 class AsyncTraining:
@@ -81,6 +83,7 @@ class AsyncTraining:
         self.procs: list[simpy.Process] = []
         self.progress = self.env.event()  # fires whenever a worker's clock ticks
         self.finished = self.env.event()
+        self.hosts: dict[int, HostUpdates] = {}  # each PS host's updates in progress
         self.recovery = Recovery(strategy, self)
 
     def run(self) -> Generator[Any, Any, None]:
@@ -156,7 +159,12 @@ class AsyncTraining:
             if pulled.values is not None:
                 gradient.ticket = s.submit(w, iteration, pulled.values)
 
-        yield from s.work(w, iteration, partial(self.apply, w), submit)
+        yield from s.work(w, iteration, partial(self.arrived, w), submit)
+        if gradient.waiting > 0 and not self.stopped:
+            # The PS tasks are still applying it: the worker's step ends with their applies
+            # (TensorFlow runs them in the step it calls, on the PS devices).
+            gradient.applied = self.env.event()
+            yield gradient.applied
         self.inflight[w] = None
         self.flying.discard(w)
         self.tick(w)
@@ -173,6 +181,28 @@ class AsyncTraining:
         self.strategy.record_devices(
             devices, start, self.env.now, "idle", self.clock[w], "staleness bound"
         )
+
+    def arrived(self, w: int, ps: int) -> None:
+        """A gradient shard of ``w`` has reached PS ``ps``: its host applies it, sharing its
+        CPU with the updates already in progress (:class:`.host_updates.HostUpdates`; alone,
+        :attr:`apply_s`), then :meth:`apply`."""
+        s = self.strategy
+        seconds = s.apply_s[ps]
+        gradient = self.inflight[w]
+        if seconds <= 0 or gradient is None or self.stopped:
+            self.apply(w, ps)
+            return
+        start = self.env.now
+
+        def applied() -> None:
+            s.record_apply(ps, start, self.env.now, gradient.iteration, f"apply worker {w}")
+            if self.inflight[w] is gradient:  # not lost to a failure meanwhile
+                self.apply(w, ps)
+
+        host = self.hosts.get(ps)
+        if host is None:
+            host = self.hosts[ps] = HostUpdates(self.env)
+        host.submit(seconds, applied)
 
     def apply(self, w: int, ps: int) -> None:
         """A gradient shard of ``w`` has reached PS ``ps``: apply it there (asynchronous SGD).
@@ -215,6 +245,8 @@ class AsyncTraining:
         gradient.waiting -= 1
         if gradient.waiting == 0:
             self.step_done(loss)
+            if gradient.applied is not None:
+                gradient.applied.succeed()
 
     def step_done(self, loss: float) -> None:
         """One more gradient is applied on every PS: a global step."""

@@ -83,6 +83,7 @@ class SyncWithBackups:
             yield env.timeout(0)
             for late in ordered[needed:]:  # arrived at the same instant, too late
                 self.drop(late.worker, step, late.ticket)
+            yield from s.servers_update(step)
             loss = self.apply(step, ordered[:needed])
             s.progress.applied = step + 1
             if not s.end_step(start, s.progress.applied, loss, lambda: s.final_params):

@@ -88,6 +88,12 @@ class ParameterServerWorkers(Strategy):
             options.max_shards,
         )
         self.ps_nbytes = bytes_per_ps(self.shards, self.n_ps)
+        params = len(self.costs.param_leaves)
+        held = bytes_per_ps([x for x in self.shards if x.leaf < params], self.n_ps)
+        whole = self.costs.host_optimizer_step_s
+        #: Seconds each PS takes to apply one gradient to its shards: its share of the
+        #: parameters' optimizer step on a host CPU (Costs.host_optimizer_step_s).
+        self.apply_s = [whole * n / sum(held) if whole > 0 else 0.0 for n in held]
         comp = options.compression
         #: Compressed pushes (push_compression.py), None without compression.
         self.compressed = (
@@ -301,6 +307,22 @@ class ParameterServerWorkers(Strategy):
         for device, pace, factor in zip(devices, paces, factors, strict=True):
             done = self.record_scaled(device, start_s, seconds, factor, step, detail, pace)
             self.recorder.event(done, end, device.host, device.name, "idle", 0, step, "barrier")
+
+    def record_apply(self, ps: int, start_s: float, end_s: float, step: int, detail: str) -> None:
+        """PS ``ps``'s host CPU applies an update over ``[start_s, end_s)``."""
+        host = self.cluster.ps_hosts[ps].name
+        self.recorder.event(start_s, end_s, host, f"{host}/host-cpu", "apply", 0, step, detail)
+
+    def servers_update(self, step: int) -> Generator[Any, Any, None]:
+        """Every PS applies step ``step``'s mean gradient to its shards, all at once (sync
+        mode); the step goes on when the slowest has (:attr:`apply_s`)."""
+        longest = max(self.apply_s, default=0.0)
+        if longest <= 0:
+            return
+        start = self.env.now
+        for ps, seconds in enumerate(self.apply_s):
+            self.record_apply(ps, start, start + seconds, step, "optimizer step")
+        yield self.env.timeout(longest)
 
     def _wait(
         self, w: int, moves: Sequence[Transfer], step: int, detail: str, nbytes: int

@@ -162,10 +162,14 @@ class _Builder:
         self.program: list[Step] = []
         self.seconds: list[float] = []
         self.names: list[str] = []
+        self.indices: list[int] = []
+        #: Each compute span's layers (their indices), in program order.
+        self.span_layers: list[tuple[int, ...]] = []
 
-    def compute(self, name: str, seconds: float) -> None:
+    def compute(self, name: str, seconds: float, index: int) -> None:
         self.seconds.append(seconds)
         self.names.append(name)
+        self.indices.append(index)
 
     def collective(self, op: str, nbytes: int, layer: str) -> None:
         self.flush()
@@ -175,34 +179,37 @@ class _Builder:
         c = Collective(op, int(nbytes), f"tensor {label} {self.phase} {layer}")
         issue_and_wait(self.program, self.collectives, c)
 
-    def ring(self, name: str, seconds: float, launch_s: float, ring: ContextRing) -> None:
+    def ring(
+        self, name: str, seconds: float, launch_s: float, ring: ContextRing, index: int
+    ) -> None:
         """Attention layer ``name``'s ``seconds`` with a context ring
         (:mod:`simdist.strategies.context_ring`): the projections before the ring in
         forward and after it in backward, and each ring step's compute span between its
         send to the next device of the ring and its receive from the previous one."""
         outside, step_s = ring.split(seconds, launch_s)
         if self.phase == "forward":
-            self.compute(name, outside)
+            self.compute(name, outside, index)
         for j, nbytes in enumerate(ring.sends(self.phase)):
             self.flush()
             tag = ("context", self.phase, name, j)
             if nbytes:
                 detail = f"context ring {self.phase} {name} step {j}"
                 self.program.append(Send(1, tag, nbytes, detail))
-            self.compute(f"{name} ring step {j}", step_s)
+            self.compute(f"{name} ring step {j}", step_s, index)
             self.flush()
             if nbytes:
                 self.program.append(Receive(tag))
         if self.phase == "backward":
-            self.compute(name, outside)
+            self.compute(name, outside, index)
 
     def flush(self) -> None:
         if self.seconds:
             total = float(sum(self.seconds))
             detail = _span(self.phase, self.names)
             self.program.append(Compute(self.spans, self.phase, total, detail))
+            self.span_layers.append(tuple(self.indices))
             self.spans += 1
-        self.seconds, self.names = [], []
+        self.seconds, self.names, self.indices = [], [], []
 
     def plan(self) -> Plan:
         self.flush()
@@ -263,7 +270,48 @@ def phase_plans(
     first, whose input is the previous stage's activation: split like any other between
     layers, and its gradient goes back to that stage (``input_activation_nbytes`` its bytes).
     """
-    sp = sequence_parallel
+    forward, backward = _phases(
+        layers,
+        roles,
+        tensor,
+        sequence_parallel,
+        gather_whole,
+        takes_data,
+        input_activation_nbytes,
+        ring,
+    )
+    return forward.plan(), backward.plan()
+
+
+def backward_span_layers(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sequence_parallel: bool,
+    *,
+    gather_whole: bool = True,
+    takes_data: bool = True,
+) -> list[tuple[int, ...]]:
+    """The layers (indices into ``layers``) whose backward each compute span of
+    :func:`phase_plans`'s backward plan computes, in program order: once a span has ended,
+    its layers' gradients are ready (what a data-parallel reduction overlapping the
+    backward waits for)."""
+    _, backward = _phases(layers, roles, tensor, sequence_parallel, gather_whole, takes_data, 0)
+    backward.flush()
+    return backward.span_layers
+
+
+def _phases(
+    layers: Sequence[LayerCost],
+    roles: Sequence[str],
+    tensor: int,
+    sp: bool,
+    gather_whole: bool,
+    takes_data: bool,
+    input_activation_nbytes: int,
+    ring: ContextRing | None = None,
+) -> tuple[_Builder, _Builder]:
+    """:func:`phase_plans`'s forward and backward, as the builders that make them."""
     starts, ends = STARTS, ENDS
     gather_before: list[bool] = []
     # sequence parallel: the activation here is split by sequence (a stage's input is)
@@ -282,9 +330,9 @@ def phase_plans(
             fwd.collective("all_gather", input_nbytes(i), layer.name)
         seconds = _seconds(layer, layer.forward_s, roles[i], tensor)
         if ring is not None and layer.name.endswith(ATTENTION):
-            fwd.ring(layer.name, seconds, layer.launch_s, ring)
+            fwd.ring(layer.name, seconds, layer.launch_s, ring, i)
         else:
-            fwd.compute(layer.name, seconds)
+            fwd.compute(layer.name, seconds, i)
         if roles[i] in ends:
             fwd.collective("reduce_scatter" if sp else "allreduce", layer.output_nbytes, layer.name)
     bwd = _Builder("backward")
@@ -294,14 +342,14 @@ def phase_plans(
             bwd.collective("all_gather", layer.output_nbytes, layer.name)
         seconds = _seconds(layer, layer.backward_s, role, tensor)
         if ring is not None and layer.name.endswith(ATTENTION):
-            bwd.ring(layer.name, seconds, layer.launch_s, ring)
+            bwd.ring(layer.name, seconds, layer.launch_s, ring, i)
         else:
-            bwd.compute(layer.name, seconds)
+            bwd.compute(layer.name, seconds, i)
         if gather_before[i]:
             bwd.collective("reduce_scatter", input_nbytes(i), layer.name)
         elif not sp and role in starts and (i > 0 or not takes_data):
             bwd.collective("allreduce", input_nbytes(i), layer.name)
-    return fwd.plan(), bwd.plan()
+    return fwd, bwd
 
 
 def _seconds(layer: LayerCost, seconds: float, role: str, tensor: int) -> float:
