@@ -260,12 +260,11 @@ def expert_mesh(data: int, expert: int) -> jax.sharding.Mesh:
 
 def param_specs(params: Any) -> Any:
     """The experts' leaves split over ``expert`` on their axis 0; every other leaf whole."""
-    return {
-        "params": {
-            name: jax.tree.map(lambda _: P(EXPERT) if name == "experts" else P(), sub)
-            for name, sub in params["params"].items()
-        }
-    }
+    specs = {}
+    for name, sub in params["params"].items():
+        spec = P(EXPERT) if name == "experts" else P()
+        specs[name] = jax.tree.map(lambda _, s=spec: s, sub)
+    return {"params": specs}
 
 
 def expert_parallel_loss(
@@ -284,9 +283,7 @@ def expert_parallel_loss(
         h = h.reshape((b * T, -1))
         d = h.shape[-1]
         index = jax.lax.axis_index(DATA) * expert + jax.lax.axis_index(EXPERT)
-        r = route(
-            h @ p["router"]["kernel"], k, slots, lambda c: jax.lax.all_gather(c, axes), index
-        )
+        r = route(h @ p["router"]["kernel"], k, slots, lambda c: jax.lax.all_gather(c, axes), index)
         dispatch, combine = dispatch_and_combine(r, E, slots)
         send = jnp.einsum("nec,nd->ecd", dispatch, h).reshape((expert, E // expert, slots, d))
         got = jax.lax.all_to_all(send, EXPERT, 0, 0, tiled=True)  # [source, mine, C, d]

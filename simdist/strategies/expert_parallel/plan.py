@@ -73,7 +73,7 @@ def keep_in_capacity(routed: np.ndarray, slots: int) -> np.ndarray:
 def exchange_tokens(kept: np.ndarray, data: int, expert: int) -> np.ndarray:
     """``[D, X, X]``: in each data row, the tokens device column ``i`` sends column ``j``
     (those it keeps for ``j``'s experts; the diagonal stays on the device)."""
-    g, e = kept.shape
+    e = kept.shape[1]
     per_device = e // expert
     rows = np.asarray(kept, dtype=np.int64).reshape(data, expert, expert, per_device)
     return rows.sum(axis=-1)

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import Field
 
 from simdist.sharding import Sharding
-from simdist.spec import Float, PositiveInt, Spec as SectionSpec, fail
+from simdist.spec import Float, PositiveInt, fail
+from simdist.spec import Spec as SectionSpec
 from simdist.strategies.spec_base import StrategySpecBase
 
 if TYPE_CHECKING:
