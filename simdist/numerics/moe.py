@@ -124,7 +124,7 @@ def route(
         before, totals = jnp.where(earlier, every, 0).sum(axis=0), every.sum(axis=0)
     # Every first choice queues before any second (GShard), each in batch order.
     first_of_choice = jnp.cumsum(totals, axis=0) - totals
-    place = jnp.cumsum(onehot, axis=0) - onehot + before + first_of_choice
+    place = jnp.cumsum(onehot, axis=0) - onehot + (before + first_of_choice)[None]
     position = (place * onehot).sum(axis=-1)  # [n, k]
     return Routing(expert, gate, position, position < slots, probs, counts)
 
@@ -279,8 +279,8 @@ def expert_parallel_loss(
     def local(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, Any]:
         p = params["params"]
         b = x.shape[0]
-        h = token_features(x, T) @ p["embed"]["kernel"] + p["embed"]["bias"]
-        h = h.reshape((b * T, -1))
+        h = token_features(x, T).reshape((b * T, -1)) @ p["embed"]["kernel"]
+        h = h + p["embed"]["bias"][None]
         d = h.shape[-1]
         index = jax.lax.axis_index(DATA) * expert + jax.lax.axis_index(EXPERT)
         r = route(h @ p["router"]["kernel"], k, slots, lambda c: jax.lax.all_gather(c, axes), index)
@@ -291,7 +291,7 @@ def expert_parallel_loss(
         out = expert_ffn(p["experts"], mine).reshape((E // expert, expert, slots, d))
         back = jax.lax.all_to_all(out.transpose((1, 0, 2, 3)), EXPERT, 0, 0, tiled=True)
         h = h + jnp.einsum("nec,ecd->nd", combine, back.reshape((E, slots, d)))
-        logits = h.reshape((b, T * d)) @ p["head"]["kernel"] + p["head"]["bias"]
+        logits = h.reshape((b, T * d)) @ p["head"]["kernel"] + p["head"]["bias"][None]
         loss = jax.lax.psum(loss_sum(logits, y, task) / global_batch, axes)
         loss = loss + model.aux_loss_weight * balance_loss(
             r, total, lambda v: jax.lax.psum(v, axes)
