@@ -209,7 +209,8 @@ def test_moe_8experts_tables_and_summary():
     summed = per_expert.groupby("step")[["tokens", "kept"]].sum()
     assert summed.tokens.tolist() == steps.tokens.tolist()
     assert summed.kept.tolist() == steps.kept.tolist()
-    assert steps.dropped_fraction.tolist() == pytest.approx((1 - steps.kept / steps.tokens).tolist())
+    dropped = (1 - steps.kept / steps.tokens).tolist()
+    assert steps.dropped_fraction.tolist() == pytest.approx(dropped)
     top = per_expert.groupby("step").tokens.max()
     assert steps.imbalance.tolist() == pytest.approx((top / (steps.tokens / 8)).tolist())
     s = result.summary
@@ -273,3 +274,25 @@ def test_bad_input_is_one_clear_error(changes, message):
     with pytest.raises(ScenarioError) as info:
         scenario_from_dict(ep(**changes))
     assert str(info.value) == f"<scenario>: {message}"
+
+
+def test_memory_divides_the_experts_over_the_expert_axis():
+    """36,650 parameters: 3,114 dense (embed 8·32 + 32, router 32·8, head 256·10 + 10) and 8
+    experts of 2·32·64 + 64 + 32 = 4,192; a device of 4 holds the dense ones and 2 experts,
+    with their gradients and Adam's two moments."""
+    data = ep(
+        **{
+            "numerics": False,
+            "workload.steps": 1,
+            "workload.optimizer": {"name": "adam", "learning_rate": 0.01},
+        }
+    )
+    result = run(scenario_from_dict(data))
+    assert result.summary["param_bytes"] == 36_650 * 4
+    held = result.summary["memory_per_device"]["worker0/gpu0"]
+    mine = 3_114 + 2 * 4_192
+    assert (held["params"], held["gradients"], held["optimizer"]) == (
+        4 * mine,
+        4 * mine,
+        8 * mine,
+    )

@@ -66,10 +66,20 @@ class Spec(StrategySpecBase):
         return self.replicas(cluster)
 
     def sharding(self, cluster: ClusterSpec) -> Sharding:
-        """Replicated as a whole: the experts' share is divided by the memory hooks
-        (:meth:`expert_share`)."""
+        """Nothing split further: the experts' division is :meth:`device_params`'."""
         del cluster
         return Sharding()
+
+    def device_params(self, params: int, scenario: Scenario) -> int:
+        """The dense parameters and E / X experts: each expert's two layers, ``2·d·f + f +
+        d`` parameters (d the model width, f the expert's); gradients and optimizer state
+        follow them (the memory model)."""
+        model = scenario.workload.clock_model
+        if model.name != "moe":
+            return params
+        d, f = int(model.hidden[0]), int(model.hidden[1])
+        experts = int(model.experts or 0) * (2 * d * f + f + d)
+        return params - experts + experts // self.expert_size(scenario.cluster)
 
     def check(self, scenario: Scenario) -> None:
         """Enough devices for D × X, a moe model whose experts X divides, numerics
