@@ -45,6 +45,25 @@ if TYPE_CHECKING:
 
 #: The profile layer that is the experts (simdist/numerics/moe.py's ``MoE``).
 EXPERTS_LAYER = "experts"
+#: The routing figure (simdist.report.table_figures draws it from the two tables).
+ROUTING_FIGURE: dict[str, Any] = {
+    "file": "moe_routing.png",
+    "title": "MoE routing per step",
+    "caption": "Tokens each expert was sent per step (`moe_routing.csv`), the imbalance "
+    "(most tokens of an expert / the mean) and the share of tokens dropped past capacity "
+    "(`moe_steps.csv`).",
+    "panels": [
+        {
+            "table": "moe_routing",
+            "x": "step",
+            "y": "tokens",
+            "series": "expert",
+            "ylabel": "tokens",
+        },
+        {"table": "moe_steps", "x": "step", "y": ["imbalance"], "ylabel": "max / mean"},
+        {"table": "moe_steps", "x": "step", "y": ["dropped_fraction"], "ylabel": "share dropped"},
+    ],
+}
 
 
 class ExpertParallelStrategy(SynchronousStrategy):
@@ -238,6 +257,18 @@ class ExpertParallelStrategy(SynchronousStrategy):
             "moe_imbalance_max": float(stats[:, 0].max()) if len(stats) else None,
             "moe_dropped_fraction_mean": float(stats[:, 1].mean()) if len(stats) else None,
             "moe_routing": "model" if self.trainer_routes else "drawn",
+            # What report.md and the figures show (simdist.report.table_figures' contract).
+            "key_numbers": [
+                ["experts (capacity per step)", "expert_capacity", f"{self.E} ({{}} tokens)"],
+                [
+                    "MoE imbalance, max / mean tokens (mean of steps)",
+                    "moe_imbalance_mean",
+                    "{:.3f}",
+                ],
+                ["MoE imbalance, worst step", "moe_imbalance_max", "{:.3f}"],
+                ["MoE dropped tokens (mean of steps)", "moe_dropped_fraction_mean", "{:.2%}"],
+            ],
+            "table_figures": [ROUTING_FIGURE],
         }
 
 
