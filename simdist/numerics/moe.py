@@ -129,13 +129,32 @@ def route(
     return Routing(expert, gate, position, position < slots, probs, counts)
 
 
-def dispatch_and_combine(r: Routing, experts: int, slots: int) -> tuple[jax.Array, jax.Array]:
-    """``[n, E, C]`` one-hot dispatch of each kept token to its slots, and the same with
-    its gates (GShard's dispatch and combine tensors)."""
-    e = jax.nn.one_hot(r.expert, experts)  # [n, k, E]
-    c = jax.nn.one_hot(r.position, slots)  # [n, k, C]; a place past capacity: all zero
-    mask = e[..., :, None] * c[..., None, :] * r.kept[..., None, None]
-    return mask.sum(axis=1), (mask * r.gate[..., None, None]).sum(axis=1)
+def slot_index(r: Routing, experts: int, slots: int) -> jax.Array:
+    """Each choice's row in the flattened ``[E · C]`` buffer; a dropped one the spare row
+    ``E · C`` past the end."""
+    return jnp.where(r.kept, r.expert * slots + r.position, experts * slots)
+
+
+def dispatch(h: jax.Array, r: Routing, experts: int, slots: int) -> jax.Array:
+    """The tokens ``h [n, d]`` in their experts' slots ``[E, C, d]`` (empty slots zero): a
+    scatter, GShard's one-hot dispatch einsum without its n · E · C products."""
+    d = h.shape[1]
+    rows = slot_index(r, experts, slots).reshape(-1)
+    buffer = (
+        jnp.zeros((experts * slots + 1, d), h.dtype)
+        .at[rows]
+        .add(jnp.repeat(h, r.expert.shape[1], axis=0))
+    )
+    return buffer[:-1].reshape((experts, slots, d))
+
+
+def combine(out: jax.Array, r: Routing, experts: int, slots: int) -> jax.Array:
+    """Each token's experts' outputs ``out [E, C, d]`` weighted by its gates ``[n, d]`` (a
+    dropped choice adds nothing): the gather undoing :func:`dispatch`."""
+    d = out.shape[-1]
+    rows = jnp.concatenate([out.reshape((experts * slots, d)), jnp.zeros((1, d), out.dtype)])
+    picked = rows[slot_index(r, experts, slots)]  # [n, k, d]
+    return (picked * (r.gate * r.kept)[..., None]).sum(axis=1)
 
 
 def balance_loss(
@@ -202,11 +221,10 @@ class MoE(nn.Module):
         logits = nn.Dense(self.experts, use_bias=False, name="router")(h)
         slots = capacity(b * self.tokens, self.experts, self.top_k, self.capacity_factor)
         r = route(logits, self.top_k, slots)
-        dispatch, combine = dispatch_and_combine(r, self.experts, slots)
         out = Experts(self.experts, self.expert_width, name="experts")(
-            jnp.einsum("nec,nd->ecd", dispatch, h)
+            dispatch(h, r, self.experts, slots)
         )
-        h = h + jnp.einsum("nec,ecd->nd", combine, out)
+        h = h + combine(out, r, self.experts, slots)
         if not self.is_initializing():  # a loss term, not a variable of the model
             aux = self.aux_loss_weight * balance_loss(r, b * self.tokens)
             self.sow(AUX_LOSSES, "balance", aux)
@@ -284,13 +302,12 @@ def expert_parallel_loss(
         d = h.shape[-1]
         index = jax.lax.axis_index(DATA) * expert + jax.lax.axis_index(EXPERT)
         r = route(h @ p["router"]["kernel"], k, slots, lambda c: jax.lax.all_gather(c, axes), index)
-        dispatch, combine = dispatch_and_combine(r, E, slots)
-        send = jnp.einsum("nec,nd->ecd", dispatch, h).reshape((expert, E // expert, slots, d))
+        send = dispatch(h, r, E, slots).reshape((expert, E // expert, slots, d))
         got = jax.lax.all_to_all(send, EXPERT, 0, 0, tiled=True)  # [source, mine, C, d]
         mine = got.transpose((1, 0, 2, 3)).reshape((E // expert, expert * slots, d))
         out = expert_ffn(p["experts"], mine).reshape((E // expert, expert, slots, d))
         back = jax.lax.all_to_all(out.transpose((1, 0, 2, 3)), EXPERT, 0, 0, tiled=True)
-        h = h + jnp.einsum("nec,ecd->nd", combine, back.reshape((E, slots, d)))
+        h = h + combine(back.reshape((E, slots, d)), r, E, slots)
         logits = h.reshape((b, T * d)) @ p["head"]["kernel"] + p["head"]["bias"][None]
         loss = jax.lax.psum(loss_sum(logits, y, task) / global_batch, axes)
         loss = loss + model.aux_loss_weight * balance_loss(
