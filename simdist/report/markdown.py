@@ -17,7 +17,7 @@ import yaml
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
 from simdist.report.links import link_lines
 from simdist.report.memory import device_capacities, memory_rows
-from simdist.report.table_figures import captions, key_number_rows
+from simdist.report.table_figures import captions, key_number_rows, table_notes
 from simdist.units import format_bandwidth, format_duration, format_number, format_size
 
 if TYPE_CHECKING:
@@ -390,7 +390,7 @@ def render_markdown(
     ordered = [p for p in PLOT_CAPTIONS if p in plots] + [
         p for p in plots if p not in PLOT_CAPTIONS
     ]
-    own = captions(s)
+    own, notes = captions(s), table_notes(s)
     for plot in ordered:
         default = own.get(plot, (Path(plot).stem.replace("_", " "), ""))
         heading, caption = PLOT_CAPTIONS.get(plot, default)
@@ -400,11 +400,14 @@ def render_markdown(
     if present:
         lines += ["## Files", ""]
         lines += [
-            f"- [`{f}`]({f}): {FILE_NOTES.get(f, 'extra table' if f.endswith('.csv') else 'file')}"
-            for f in present
+            f"- [`{f}`]({f}): {FILE_NOTES.get(f) or notes.get(f) or _unknown(f)}" for f in present
         ]
         lines.append("")
     return "\n".join(lines)
+
+
+def _unknown(name: str) -> str:
+    return "extra table" if name.endswith(".csv") else "file"
 
 
 def write_markdown(

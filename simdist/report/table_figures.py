@@ -9,7 +9,8 @@ tokens of each expert). :func:`figure_jobs` turns them into the report's plot jo
 report.md captions them from the same entries (:func:`captions`).
 
 Likewise :data:`NUMBERS_KEY` lists ``[label, summary key, format]`` rows that report.md adds
-to its key numbers (:func:`key_number_rows`).
+to its key numbers (:func:`key_number_rows`), and :data:`NOTES_KEY` says what each of the
+run's own tables holds (``{"moe_steps.csv": "..."}``) for report.md's list of files.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 FIGURES_KEY = "table_figures"
 #: summary.json's list of the key numbers a run adds to report.md.
 NUMBERS_KEY = "key_numbers"
+#: summary.json's notes on the run's own tables, by file name.
+NOTES_KEY = "table_notes"
 
 
 def figure_jobs(
@@ -78,3 +81,8 @@ def key_number_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
         value = summary.get(key)
         rows.append((label, "n/a" if value is None else form.format(value)))
     return rows
+
+
+def table_notes(summary: Mapping[str, Any]) -> dict[str, str]:
+    """What each of the run's own tables holds, by file name (:data:`NOTES_KEY`)."""
+    return dict(summary.get(NOTES_KEY) or {})

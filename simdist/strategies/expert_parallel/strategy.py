@@ -269,6 +269,12 @@ class ExpertParallelStrategy(SynchronousStrategy):
                 ["MoE dropped tokens (mean of steps)", "moe_dropped_fraction_mean", "{:.2%}"],
             ],
             "table_figures": [ROUTING_FIGURE],
+            "table_notes": {
+                "moe_routing.csv": "per step and expert: tokens routed to it, kept within "
+                "capacity, dropped, and the device holding it (data row 0)",
+                "moe_steps.csv": "per step: tokens routed, kept, dropped share, imbalance "
+                "(busiest expert / mean), bytes of the four all-to-alls across devices",
+            },
         }
 
 
