@@ -114,6 +114,14 @@ class ExpertParallelStrategy(SynchronousStrategy):
             self.trainer_routes = True
         self.step_stats: list[tuple[float, float]] = []  # (imbalance, dropped share) per step
 
+    def optimizer_step_s(
+        self, device: Device, share: float = 1.0, shards: int | None = None
+    ) -> float:
+        """A device updates its dense parameters and its E / X experts only."""
+        held = self.dense_grad_nbytes + self.expert_grad_nbytes // self.X
+        whole = max(1, self.costs.grad_nbytes)
+        return super().optimizer_step_s(device, share * held / whole, shards)
+
     def requested_execution(self) -> str:
         """The data-parallel trainer the base class builds is replaced by the expert-parallel
         one; ``batched`` keeps it from asking for devices."""
@@ -259,7 +267,11 @@ class ExpertParallelStrategy(SynchronousStrategy):
             "moe_routing": "model" if self.trainer_routes else "drawn",
             # What report.md and the figures show (simdist.report.table_figures' contract).
             "key_numbers": [
-                ["experts (capacity per step)", "expert_capacity", f"{self.E} ({{}} tokens)"],
+                [
+                    "experts (each one's capacity)",
+                    "expert_capacity",
+                    f"{self.E} ({{}} tokens a step)",
+                ],
                 [
                     "MoE imbalance, max / mean tokens (mean of steps)",
                     "moe_imbalance_mean",
