@@ -296,3 +296,11 @@ def test_memory_divides_the_experts_over_the_expert_axis():
         4 * mine,
         8 * mine,
     )
+
+
+def test_reruns_are_byte_identical_and_the_drawn_routing_follows_the_seed():
+    data = ep(**{"numerics": False, "workload.steps": 3, "strategy.routing": {"zipf": 1.0}})
+    a, b = run(scenario_from_dict(data)), run(scenario_from_dict(data))
+    assert a.events.equals(b.events) and a.tables["moe_routing"].equals(b.tables["moe_routing"])
+    other = run(scenario_from_dict({**data, "seed": 1}))
+    assert not other.tables["moe_routing"].equals(a.tables["moe_routing"])
