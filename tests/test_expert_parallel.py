@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers import tiny
 
-from simdist.errors import ScenarioError
+from simdist.errors import ScenarioError, SimdistError
 from simdist.numerics.executor import Workload
 from simdist.numerics.moe import ExpertParallelTrainer, capacity, kept_counts, route
 from simdist.runtime.engine import run
@@ -304,3 +304,20 @@ def test_reruns_are_byte_identical_and_the_drawn_routing_follows_the_seed():
     assert a.events.equals(b.events) and a.tables["moe_routing"].equals(b.tables["moe_routing"])
     other = run(scenario_from_dict({**data, "seed": 1}))
     assert not other.tables["moe_routing"].equals(a.tables["moe_routing"])
+
+
+def test_pipeline_stages_refuse_the_moe_model_in_one_line():
+    data = tiny(
+        **{
+            "workload.model": {"name": "moe"},
+            "strategy": {"kind": "pipeline", "stages": 2},
+            "cluster.devices_per_host": 2,
+        }
+    )
+    with pytest.raises(SimdistError) as info:
+        run(scenario_from_dict(data))
+    assert str(info.value) == (
+        "model MoE adds a loss term of its own over its layers (a mixture of experts' load "
+        "balancing) and computes between them: it cannot be cut into pipeline stages; run it "
+        "timing-only (numerics: false), or use strategy: expert_parallel"
+    )
