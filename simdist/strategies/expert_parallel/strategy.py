@@ -29,6 +29,7 @@ from simdist.hardware.mesh import Mesh
 from simdist.seeds import rng
 from simdist.strategies.expert_parallel.plan import (
     EXCHANGES,
+    SPANS,
     draw_routing,
     exchange_tokens,
     expert_seconds,
@@ -112,6 +113,7 @@ class ExpertParallelStrategy(SynchronousStrategy):
             )
             self.state = self.trainer.init()
             self.trainer_routes = True
+        self._around: dict[str, dict[str, tuple[float, float]]] = {}
         self.step_stats: list[tuple[float, float]] = []  # (imbalance, dropped share) per step
 
     def optimizer_step_s(
@@ -208,20 +210,32 @@ class ExpertParallelStrategy(SynchronousStrategy):
     ) -> Generator[Any, Any, float]:
         """One data row's step on ``tokens[i, j]`` (column i sends column j); returns when
         it ended."""
-        layers = self.costs.layers
-        k = self.expert_index
-        before = (
-            sum(layer.forward_s for layer in layers[:k]),
-            sum(layer.backward_s for layer in layers[:k]),
-        )
-        after = (
-            sum(layer.forward_s for layer in layers[k + 1 :]),
-            sum(layer.backward_s for layer in layers[k + 1 :]),
-        )
+        around = self.around_s(self.costs.layers)
         crossing = int(tokens.sum() - np.trace(tokens))
-        plan = step_plan(before, after, [crossing * self.token_nbytes] * len(EXCHANGES))
+        exchanged = [crossing * self.token_nbytes] * len(EXCHANGES)
+        plan = step_plan(around["before"], around["after"], exchanged)
         yield from walk(plan, ExpertRow(self, row, step, tokens))
         return self.env.now
+
+    def around_s(self, layers: Sequence[Any]) -> dict[str, tuple[float, float]]:
+        """(forward, backward) seconds of the layers ``before`` and ``after`` the experts."""
+        k = self.expert_index
+        parts = {"before": layers[:k], "after": layers[k + 1 :]}
+        return {
+            part: (sum(x.forward_s for x in run), sum(x.backward_s for x in run))
+            for part, run in parts.items()
+        }
+
+    def span_s(self, device: Device, unit: int, phase: str, tokens: int) -> float:
+        """``device``'s span ``unit`` of the step (:data:`.plan.SPANS`) on its class's layer
+        times: its experts for the ``tokens`` they received, or the layers around them."""
+        part = SPANS[unit][2]
+        if part == "experts":
+            return self.expert_span_s(device, tokens, phase)
+        label = device.profile if self.costs.per_profile else ""
+        if label not in self._around:
+            self._around[label] = self.around_s(self.device_costs(device).layers)
+        return self._around[label][part][0 if phase == "forward" else 1]
 
     def expert_span_s(self, device: Device, tokens: int, phase: str) -> float:
         """``device``'s experts computing ``tokens`` in ``phase`` (its class's layer time)."""
@@ -303,15 +317,12 @@ class ExpertRow(GroupRunner):
         self.received = received_tokens(tokens[None])[0]
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
-        """Every device computes ``op`` (its experts: for the tokens it received); the next
-        all-to-all waits for the slowest."""
+        """Every device computes ``op`` on its class's times (its experts: for the tokens it
+        received); the next all-to-all waits for the slowest."""
         ep, step = self.ep, self.step
-        if op.unit not in (1, 4):
-            yield from super().compute(op)
-            return
         start = self.env.now
         plan = [
-            (d, ep.expert_span_s(d, int(n), op.phase), ep.pace(d, step), ep.slowdown(d, step))
+            (d, ep.span_s(d, op.unit, op.phase, int(n)), ep.pace(d, step), ep.slowdown(d, step))
             for d, n in zip(self.group, self.received, strict=True)
         ]
         longest = max(seconds * (pace * factor) for _, seconds, pace, factor in plan)
