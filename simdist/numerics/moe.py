@@ -15,8 +15,9 @@ GShard (Lepikhin et al. 2020, arXiv:2006.16668, Sec. 2.2, Algorithm 1):
   k = 2 (GShard Algorithm 1);
 * each expert takes at most ``capacity = ceil(top_k · tokens / experts · capacity_factor)``
   tokens (Switch eq. 3 with GShard's 2N/E for top-2); a token's place in its expert's
-  queue is its order in the batch, every first choice before any second (GShard: "the
-  first-choice gate ... takes precedence"); a token past capacity is dropped for that
+  queue is its order in the batch, every first choice before any second (GShard's
+  Algorithm 1 fills the experts with the first choices, then the second); a token past
+  capacity is dropped for that
   expert and, dropped by all, goes on through the residual alone (Switch Sec. 2.2);
 * the auxiliary loss is ``aux_loss_weight · E · Σ_i f_i · P_i`` with ``f_i`` the share of
   tokens whose first choice is expert ``i`` and ``P_i`` the mean router probability of
