@@ -18,6 +18,7 @@ __all__ = [
     "GPT_PRESETS",
     "MLP_HIDDEN_DEFAULT",
     "MODELS",
+    "MOE_DEFAULTS",
     "OPTIMIZERS",
     "RESNET_DEFAULTS",
     "SCHEDULES",
@@ -47,7 +48,7 @@ FullsizeModelName = Literal[
 ]
 # The zoo that trains (simdist/numerics/models.py), then the full-size models: a Literal
 # nested in a Literal is flattened into it, so pydantic checks and lists every name.
-ModelName = Literal["softmax", "mlp", "cnn", "resnet", FullsizeModelName]
+ModelName = Literal["softmax", "mlp", "cnn", "resnet", "moe", FullsizeModelName]
 DatasetName = Literal["digits", "synthetic_regression", "teacher", "npz"]
 OptimizerName = Literal["sgd", "momentum", "adam"]
 ScheduleKind = Literal["constant", "cosine", "exponential", "warmup_cosine", "piecewise_constant"]
@@ -124,6 +125,17 @@ GPT_PRESETS: dict[str, dict[str, int | str | bool | float]] = {
         "heads": 128,
         **_LLAMA3,
     },
+}
+# The zoo's mixture-of-experts classifier (simdist/numerics/moe.py) when its options are left
+# out: 8 tokens of a 32-wide model, 8 experts of width 64, top-2 routing (GShard, Lepikhin et
+# al. 2020), capacity factor 1.25 and auxiliary-loss weight 0.01 (Switch Transformer, Fedus et
+# al. 2021, Sec. 2.2: "alpha = 10^-2 ... throughout this work").
+MOE_DEFAULTS: dict[str, object] = {
+    "tokens": 8,
+    "experts": 8,
+    "top_k": 2,
+    "capacity_factor": 1.25,
+    "aux_loss_weight": 0.01,
 }
 # The generated ``teacher`` set (simdist/numerics/generated.py) when its options are left
 # out: MNIST's size, large enough for large-batch runs; noise 0 labels by the teacher's argmax.

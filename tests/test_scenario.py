@@ -411,15 +411,17 @@ def test_strategy_union_is_built_from_the_registry():
         "tensor_parallel",
         "hybrid",
         "local_sgd",
+        "expert_parallel",
     )
 
 
 @pytest.mark.parametrize("kind", STRATEGIES)
 def test_every_registered_kind_validates(kind):
     cluster = "{ps: 1}" if kind == "parameter_server" else "{}"
-    s = scenario_from_dict(
-        yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n" + WORKLOAD)
-    )
+    data = yaml.safe_load(f"name: a\ncluster: {cluster}\nstrategy: {kind}\n" + WORKLOAD)
+    if kind == "expert_parallel":  # it trains a mixture of experts only
+        data["workload"]["model"] = "moe"
+    s = scenario_from_dict(data)
     spec = type(s.strategy)
     assert s.strategy.kind == kind and spec in spec_classes() and kind in spec.kinds()
     assert s.replicas == s.strategy.replicas(s.cluster) >= 1
@@ -444,6 +446,7 @@ def test_runs_on_devices_reads_execution_where_a_strategy_has_it():
         "tensor_parallel",
         "hybrid",
         "local_sgd",
+        "expert_parallel",
     ]
     text = "name: a\nstrategy: {kind: mirrored, execution: %s}\nnumerics: %s\n" + WORKLOAD
     runs = {
@@ -476,7 +479,7 @@ def test_unknown_kind_lists_every_registered_kind():
 def test_the_registry_imports_no_strategy_module():
     code = (
         "import sys, simdist.strategies as s\n"
-        "assert len(s.MODULES) == 12\n"
+        "assert len(s.MODULES) == 13\n"
         "heavy = ('simpy', 'jax', 'pandas')\n"
         "print(sorted(m for m in sys.modules if m.startswith('simdist.strategies.') "
         "or m.split('.')[0] in heavy))\n"

@@ -72,6 +72,7 @@ CLUSTERS = {
     "tensor_parallel": (1, 4, 0),
     "hybrid": (2, 4, 0),
     "local_sgd": (2, 1, 0),
+    "expert_parallel": (1, 4, 0),
 }
 OTHER_CLUSTERS = [(1, 1, 0), (1, 2, 0), (2, 2, 1), (3, 1, 2), (2, 4, 0), (4, 2, 0)]
 SPECS = {kind: spec for spec in spec_classes() for kind in spec.kinds()}

@@ -307,6 +307,9 @@ def scenario_memory(scenario: Scenario, layers: ReplicaLayers, precision: str) -
     """:func:`device_memory` with the scenario's optimizer, attention, its strategy's
     sharding and recomputation, and where its optimizer state lives (the spec's hooks)."""
     spec = scenario.strategy
+    params = spec.device_params(layers.params, scenario)
+    if params != layers.params:  # a device holding part of the replica (experts over devices)
+        layers = replace(layers, params=params)
     held = device_memory(
         layers,
         precision=precision,

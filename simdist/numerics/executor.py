@@ -286,11 +286,22 @@ class Workload:
             model = self._synced if synced and self._synced is not None else self.model
             out, written = model.apply(params, x, train=True, mutable=[MOMENTS])
             moments = {STATE: written[MOMENTS]}
+        elif getattr(self.model, "aux_losses", False):
+            # A model's own loss terms (an MoE's load balancing), sown into the ``losses``
+            # collection, each per replica: x its examples, so that the replicas' sum over
+            # the global batch is their mean.
+            out, written = self.model.apply(params, x, mutable=["losses"])
+            aux = sum(jnp.sum(v) for v in jax.tree.leaves(written)) * x.shape[0]
+            return self._example_losses(out, y) + aux, {}
         else:
             out, moments = self.model.apply(params, x), {}
+        return self._example_losses(out, y), moments
+
+    def _example_losses(self, out: jax.Array, y: jax.Array) -> jax.Array:
+        """The per-example loss summed: cross-entropy or half the squared error."""
         if self.task == "classification":
-            return optax.softmax_cross_entropy_with_integer_labels(out, y).sum(), moments
-        return 0.5 * jnp.sum((out - y) ** 2), moments
+            return optax.softmax_cross_entropy_with_integer_labels(out, y).sum()
+        return 0.5 * jnp.sum((out - y) ** 2)
 
     def _loss_and_grad_impl(
         self, params: Any, x: jax.Array, y: jax.Array, global_batch: int, synced: bool = False

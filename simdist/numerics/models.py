@@ -259,6 +259,10 @@ def make_model(
         )
     if name == "cnn":
         return CNN(n_outputs)
+    if name == "moe":
+        from simdist.numerics.moe import make_moe
+
+        return make_moe(spec, n_outputs)
     if name == "resnet":
         side = min(input_shape[:2]) if input_shape is not None else STEM_POOL_MIN_SIDE
         return ResNet(

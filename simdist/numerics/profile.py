@@ -351,7 +351,7 @@ def _source_digest(name: str) -> str:
     if name in FULLSIZE_MODELS:
         files += sorted((here / "fullsize").glob("*.py"))
     else:
-        files.append(here / "models.py")
+        files += [here / "models.py", here / "moe.py"]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())

@@ -68,6 +68,13 @@ class LayerSequence:
     """A zoo model's top-level submodules as layers that can run in contiguous runs."""
 
     def __init__(self, model: nn.Module, input_shape: Sequence[int]) -> None:
+        if getattr(model, "aux_losses", False):
+            raise SimdistError(
+                f"model {type(model).__name__} adds a loss term of its own over its layers (a "
+                "mixture of experts' load balancing) and computes between them: it cannot be "
+                "cut into pipeline stages; run it timing-only (numerics: false), or use "
+                "strategy: expert_parallel"
+            )
         self.model = model
         self.input_shape = tuple(int(d) for d in input_shape)
         call = inspect.signature(type(model).__call__).parameters

@@ -17,6 +17,7 @@ import yaml
 from simdist.report.compare import DEFAULT_TARGET, device_shares, time_to_target
 from simdist.report.links import link_lines
 from simdist.report.memory import device_capacities, memory_rows
+from simdist.report.table_figures import captions, key_number_rows, table_notes
 from simdist.units import format_bandwidth, format_duration, format_number, format_size
 
 if TYPE_CHECKING:
@@ -245,6 +246,7 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
         by_worker = staleness_by_worker(result.tables.get("updates"))
         if by_worker:
             rows.append(("staleness by worker (mean)", by_worker))
+    rows += key_number_rows(s)  # a strategy's own (simdist.report.table_figures)
     if s.get("dropped_gradients"):
         rows.append(("dropped gradients (backup workers)", str(s["dropped_gradients"])))
     context = s.get("context")
@@ -399,19 +401,24 @@ def render_markdown(
     ordered = [p for p in PLOT_CAPTIONS if p in plots] + [
         p for p in plots if p not in PLOT_CAPTIONS
     ]
+    own, notes = captions(s), table_notes(s)
     for plot in ordered:
-        heading, caption = PLOT_CAPTIONS.get(plot, (Path(plot).stem.replace("_", " "), ""))
+        default = own.get(plot, (Path(plot).stem.replace("_", " "), ""))
+        heading, caption = PLOT_CAPTIONS.get(plot, default)
         lines += [f"## {heading}", "", caption, "", f"![{heading}]({plot})", ""]
     listed = [f for f in FILE_NOTES if f in files]
     present = listed + [f for f in files if f not in listed and f not in plots and f != "report.md"]
     if present:
         lines += ["## Files", ""]
         lines += [
-            f"- [`{f}`]({f}): {FILE_NOTES.get(f, 'extra table' if f.endswith('.csv') else 'file')}"
-            for f in present
+            f"- [`{f}`]({f}): {FILE_NOTES.get(f) or notes.get(f) or _unknown(f)}" for f in present
         ]
         lines.append("")
     return "\n".join(lines)
+
+
+def _unknown(name: str) -> str:
+    return "extra table" if name.endswith(".csv") else "file"
 
 
 def write_markdown(

@@ -21,6 +21,7 @@ from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from simdist.report.figures import no_data, save_figure, time_unit
 from simdist.report.memory import device_capacities, plot_memory
+from simdist.report.table_figures import figure_jobs
 from simdist.report.timeline import plot_time_split, plot_timeline
 
 if TYPE_CHECKING:
@@ -368,6 +369,7 @@ def plot_jobs(
         jobs.append(
             ("memory.png", lambda: plot_memory(summary, name, out / "memory.png", capacities))
         )
+    jobs += figure_jobs(summary, result.tables, name, out)  # a strategy's own tables
     jobs.append(
         (
             "timeline.png",

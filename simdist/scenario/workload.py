@@ -15,6 +15,7 @@ from simdist.catalog import (
     GPT_LAYOUT_DEFAULTS,
     GPT_PRESETS,
     MLP_HIDDEN_DEFAULT,
+    MOE_DEFAULTS,
     RESNET_DEFAULTS,
     TEACHER_DEFAULTS,
     DatasetName,
@@ -82,6 +83,12 @@ class ModelSpec(Spec):
     tied_embeddings: bool | None = Field(None, strict=True, examples=["false"])
     bias: bool | None = Field(None, strict=True, examples=["false"])
     dropout: bool | None = Field(None, strict=True, examples=["false"])
+    # moe only (simdist/numerics/moe.py); None for the other models, MOE_DEFAULTS for moe.
+    tokens: PositiveInt | None = Field(None, examples=[8])
+    experts: PositiveInt | None = Field(None, examples=[8])
+    top_k: PositiveInt | None = Field(None, examples=[2])
+    capacity_factor: Float | None = Field(None, examples=[1.25])
+    aux_loss_weight: Float | None = Field(None, ge=0, examples=[0.01])
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +178,40 @@ class ModelSpec(Spec):
             "kv_heads": int(self.kv_heads or heads),
             "ffn_hidden": int(self.ffn_hidden or 4 * hidden),
         }
+
+    @model_validator(mode="after")
+    def _moe_options(self) -> ModelSpec:
+        """moe: its options filled from ``MOE_DEFAULTS``, ``hidden`` its [model width,
+        expert width] (default [32, 64]); Switch Transformer's and GShard's constraints."""
+        for option, default in MOE_DEFAULTS.items():
+            if self.name == "moe":
+                if getattr(self, option) is None:
+                    setattr(self, option, default)
+            elif getattr(self, option) is not None:
+                raise fail(option, f"is an option of model moe only, not of {self.name}")
+        if self.name != "moe":
+            return self
+        if "hidden" not in self.model_fields_set:
+            self.hidden = [32, 64]
+        if len(self.hidden) != 2:
+            raise fail(
+                "hidden",
+                f"got {self.hidden}: moe takes [model width, expert width], e.g. hidden: [32, 64]",
+            )
+        if float(self.capacity_factor or 0) <= 0:
+            raise fail(
+                "capacity_factor",
+                f"got {show(self.capacity_factor)}; each expert takes capacity_factor x "
+                "top_k x tokens / experts tokens, so it must be > 0, e.g. capacity_factor: 1.25",
+            )
+        k, experts = int(self.top_k or 0), int(self.experts or 0)
+        if k > 2 or k > experts:
+            raise fail(
+                "top_k",
+                f"got {k}; each token goes to its top_k experts: 1 (Switch) or 2 (GShard), "
+                f"at most experts ({experts}), e.g. top_k: {min(2, experts)}",
+            )
+        return self
 
     @model_validator(mode="after")
     def _resnet_options(self) -> ModelSpec:

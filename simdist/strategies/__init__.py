@@ -51,6 +51,7 @@ _CLASS_NAMES: dict[str, str] = {
     "tensor_parallel": "TensorParallelStrategy",
     "hybrid": "HybridStrategy",
     "local_sgd": "LocalSGDStrategy",
+    "expert_parallel": "ExpertParallelStrategy",
 }
 
 MODULES: tuple[str, ...] = tuple(_CLASS_NAMES)

@@ -96,6 +96,14 @@ class StrategySpecBase(Spec):
         optimizer state by the memory model. None by default."""
         return 0
 
+    def device_params(self, params: int, scenario: Scenario) -> int:
+        """Of a replica's ``params`` parameters, those one device holds before
+        :meth:`sharding` splits them: all of them by default (expert_parallel: the dense
+        ones and its share of the experts). The memory model counts parameters, gradients
+        and optimizer state from it."""
+        del scenario
+        return params
+
     def check_memory(
         self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int
     ) -> bool:
