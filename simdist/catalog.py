@@ -15,6 +15,7 @@ __all__ = [
     "FULLSIZE_MODELS",
     "GPT_DEFAULTS",
     "GPT_LAYOUT_DEFAULTS",
+    "GPT_MOE_DEFAULTS",
     "GPT_PRESETS",
     "MLP_HIDDEN_DEFAULT",
     "MODELS",
@@ -137,6 +138,13 @@ MOE_DEFAULTS: dict[str, object] = {
     "capacity_factor": 1.25,
     "aux_loss_weight": 0.01,
 }
+# The configurable ``gpt``'s mixture-of-experts feed-forward layers when ``experts`` is given
+# and the others are left out: top-2 routing (GShard, Lepikhin et al. 2020; Mixtral, Jiang et
+# al. 2024, arXiv:2401.04088, Sec. 2.1), capacity factor 1.25 (Switch Transformer, Fedus et
+# al. 2021, Sec. 2.2) and every block's MLP a MoE layer (Mixtral; ``moe_every: 2`` is GShard's
+# and DeepSpeed-MoE's every other block). Each expert is the block's MLP (``mlp`` of
+# ``ffn_hidden``). Without ``experts`` the gpt is dense and these stay unset.
+GPT_MOE_DEFAULTS: dict[str, int | float] = {"top_k": 2, "capacity_factor": 1.25, "moe_every": 1}
 # The generated ``teacher`` set (simdist/numerics/generated.py) when its options are left
 # out: MNIST's size, large enough for large-batch runs; noise 0 labels by the teacher's argmax.
 TEACHER_DEFAULTS: dict[str, int | float] = {"n_examples": 60_000, "n_features": 32, "noise": 0.0}

@@ -41,6 +41,15 @@ per token of a sequence of s, N the parameters that multiply (the lookup tables 
 token and position embeddings left out, as Meta's torchtitan counts them in
 ``get_num_flop_per_token``; a tied matrix counts once, as the head) and the attention core
 counted whole, without recomputation: :func:`gpt_model_flops_per_token`.
+
+Mixture-of-experts blocks (``experts`` E, ``top_k`` k, every ``moe_every``-th block: GShard,
+Lepikhin et al. 2020; Switch Transformer, Fedus et al. 2021; Mixtral, Jiang et al. 2024):
+the block's MLP is replaced by its norm, a router of h·E (no bias) and E experts, each the
+block's MLP without its norm (matrices and biases as above). Each token runs k experts and
+the router: its forward's matrix products are 2·t·(h·E + k·MLP matrices) in that block, and
+the model FLOPs count the k experts it runs, not the E it holds (6·N with N the parameters a
+token multiplies, as Megatron-Core's MoE MFU counts them, ``num_experts_routed_to``).
+Capacity padding and dropped tokens are left out of these counts; the clock's routing has them.
 """
 
 from __future__ import annotations
@@ -52,9 +61,11 @@ __all__ = [
     "TOKEN_NBYTES",
     "GptLayer",
     "ModelSize",
+    "gpt_expert_params",
     "gpt_layers",
     "gpt_model_flops_per_token",
     "gpt_size",
+    "is_moe_block",
 ]
 
 FLOAT32_NBYTES = 4
@@ -95,6 +106,20 @@ class _Counts:
     mlp: int
     head: int
     block_matrices: int
+    expert: int = 0  # one expert: the MLP without its norm
+    expert_matrices: int = 0
+    moe: int = 0  # a MoE block's MLP: its norm, router and experts
+    router: int = 0
+
+
+def is_moe_block(index: int, moe_every: int | None) -> bool:
+    """Whether block ``index`` (from 0) has experts: every ``moe_every``-th, the last of each
+    run (GShard's every other block: 1, 3, 5, ...); None: a dense gpt."""
+    return moe_every is not None and (index + 1) % moe_every == 0
+
+
+def _moe_blocks(layers: int, experts: int | None, moe_every: int | None) -> int:
+    return 0 if experts is None else sum(is_moe_block(i, moe_every) for i in range(layers))
 
 
 def _check(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> None:
@@ -117,6 +142,7 @@ def _counts(
     positions: str,
     tied_embeddings: bool,
     bias: bool,
+    experts: int | None = None,
 ) -> _Counts:
     h = hidden
     kv = h // heads * (heads if kv_heads is None else kv_heads)
@@ -129,7 +155,20 @@ def _counts(
     mlp_params = mlp_matrices + norm_params + ((matrices - 1) * f + h if bias else 0)
     embeddings = vocab * h + (seq_len * h if positions == "learned" else 0)
     head = norm_params + (0 if tied_embeddings else vocab * h)
-    return _Counts(embeddings, attention, mlp_params, head, attention_matrices + mlp_matrices)
+    e = experts or 0
+    expert = mlp_params - norm_params
+    moe = norm_params + h * e + e * expert
+    return _Counts(
+        embeddings,
+        attention,
+        mlp_params,
+        head,
+        attention_matrices + mlp_matrices,
+        expert,
+        mlp_matrices,
+        moe,
+        h * e,
+    )
 
 
 def gpt_size(
@@ -149,22 +188,83 @@ def gpt_size(
     tied_embeddings: bool = True,
     bias: bool = True,
     dropout: bool = True,
+    experts: int | None = None,
+    top_k: int = 2,
+    capacity_factor: float | None = None,
+    moe_every: int = 1,
 ) -> ModelSize:
     """The :class:`ModelSize` of a gpt (see the module's formulas) fed ``tokens`` positions
     (default: all ``seq_len``); the layout options as :class:`~simdist.catalog.GPT_LAYOUT_DEFAULTS`
-    names them (``rope_theta`` and ``dropout`` change no count). Exact Python integers: no
+    names them (``rope_theta`` and ``dropout`` change no count), the MoE options as
+    ``GPT_MOE_DEFAULTS`` (``capacity_factor`` changes no count). Exact Python integers: no
     overflow at any size."""
-    del rope_theta, dropout
+    del rope_theta, dropout, capacity_factor
     _check(layers, hidden, heads, seq_len, vocab)
     t = seq_len if tokens is None else tokens
     h, v = hidden, vocab
     c = _counts(
-        h, heads, seq_len, v, kv_heads, ffn_hidden, norm, mlp, positions, tied_embeddings, bias
+        h,
+        heads,
+        seq_len,
+        v,
+        kv_heads,
+        ffn_hidden,
+        norm,
+        mlp,
+        positions,
+        tied_embeddings,
+        bias,
+        experts,
     )
-    params = c.embeddings + layers * (c.attention + c.mlp) + c.head
+    m = _moe_blocks(layers, experts, moe_every)
+    params = c.embeddings + layers * c.attention + (layers - m) * c.mlp + m * c.moe + c.head
     activations = FLOAT32_NBYTES * (t * h * (2 * layers + 1) + t * v) + TOKEN_NBYTES * t
-    forward = 2 * t * layers * c.block_matrices + 4 * t * t * layers * h + 2 * t * h * v
+    moe_matrices = m * (c.router + top_k * c.expert_matrices - c.expert_matrices)
+    matrices = layers * c.block_matrices + moe_matrices
+    forward = 2 * t * matrices + 4 * t * t * layers * h + 2 * t * h * v
     return ModelSize(params, activations, 3.0 * forward)
+
+
+def gpt_expert_params(
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    vocab: int,
+    *,
+    kv_heads: int | None = None,
+    ffn_hidden: int | None = None,
+    norm: str = "layernorm",
+    mlp: str = "gelu",
+    positions: str = "learned",
+    rope_theta: float | None = None,
+    tied_embeddings: bool = True,
+    bias: bool = True,
+    dropout: bool = True,
+    experts: int | None = None,
+    top_k: int = 2,
+    capacity_factor: float | None = None,
+    moe_every: int = 1,
+) -> int:
+    """The parameters of a gpt's experts, every MoE block's: what expert parallelism divides
+    over its ``expert`` axis; 0 for a dense gpt."""
+    del rope_theta, dropout, top_k, capacity_factor
+    _check(layers, hidden, heads, seq_len, vocab)
+    c = _counts(
+        hidden,
+        heads,
+        seq_len,
+        vocab,
+        kv_heads,
+        ffn_hidden,
+        norm,
+        mlp,
+        positions,
+        tied_embeddings,
+        bias,
+        experts,
+    )
+    return _moe_blocks(layers, experts, moe_every) * int(experts or 0) * c.expert
 
 
 def gpt_model_flops_per_token(
@@ -183,10 +283,15 @@ def gpt_model_flops_per_token(
     tied_embeddings: bool = True,
     bias: bool = True,
     dropout: bool = True,
+    experts: int | None = None,
+    top_k: int = 2,
+    capacity_factor: float | None = None,
+    moe_every: int = 1,
 ) -> int:
     """Training FLOPs per token of sequences of ``seq_len``, as the Llama 3 paper's MFU counts
-    them (module doc): 6·N + 12·l·h·s, N the parameters that multiply."""
-    del rope_theta, dropout
+    them (module doc): 6·N + 12·l·h·s, N the parameters that multiply (a MoE block's: its
+    router and the ``top_k`` experts a token runs)."""
+    del rope_theta, dropout, capacity_factor
     _check(layers, hidden, heads, seq_len, vocab)
     c = _counts(
         hidden,
@@ -200,10 +305,14 @@ def gpt_model_flops_per_token(
         positions,
         tied_embeddings,
         bias,
+        experts,
     )
     # A tied embedding matrix is the head's: it multiplies, once.
     lookups = c.embeddings - (vocab * hidden if tied_embeddings else 0)
-    multiplying = c.embeddings + layers * (c.attention + c.mlp) + c.head - lookups
+    m = _moe_blocks(layers, experts, moe_every)
+    active_moe = c.moe - (int(experts or 0) - top_k) * c.expert
+    blocks = layers * c.attention + (layers - m) * c.mlp + m * active_moe
+    multiplying = c.embeddings + blocks + c.head - lookups
     return 6 * multiplying + 12 * layers * hidden * seq_len
 
 
@@ -224,18 +333,37 @@ def gpt_layers(
     tied_embeddings: bool = True,
     bias: bool = True,
     dropout: bool = True,
+    experts: int | None = None,
+    top_k: int = 2,
+    capacity_factor: float | None = None,
+    moe_every: int = 1,
 ) -> list[GptLayer]:
     """The gpt's layers in forward order, named as the built model names them (embeddings,
-    ``h.<i>.attention``, ``h.<i>.mlp``, lm_head), each with its parameters and its output
-    elements for one example of ``tokens`` positions (default: all ``seq_len``)."""
-    del rope_theta, dropout
+    ``h.<i>.attention``, ``h.<i>.mlp`` or ``h.<i>.moe``, lm_head), each with its parameters
+    and its output elements for one example of ``tokens`` positions (default: all
+    ``seq_len``)."""
+    del rope_theta, dropout, top_k, capacity_factor
     _check(layers, hidden, heads, seq_len, vocab)
     h, t = hidden, seq_len if tokens is None else tokens
     c = _counts(
-        h, heads, seq_len, vocab, kv_heads, ffn_hidden, norm, mlp, positions, tied_embeddings, bias
+        h,
+        heads,
+        seq_len,
+        vocab,
+        kv_heads,
+        ffn_hidden,
+        norm,
+        mlp,
+        positions,
+        tied_embeddings,
+        bias,
+        experts,
     )
     out = [GptLayer("embeddings", c.embeddings, t * h)]
     for i in range(layers):
         out += [GptLayer(f"h.{i}.attention", c.attention, t * h)]
-        out += [GptLayer(f"h.{i}.mlp", c.mlp, t * h)]
+        if experts is not None and is_moe_block(i, moe_every):
+            out += [GptLayer(f"h.{i}.moe", c.moe, t * h)]
+        else:
+            out += [GptLayer(f"h.{i}.mlp", c.mlp, t * h)]
     return [*out, GptLayer("lm_head", c.head, t * vocab)]

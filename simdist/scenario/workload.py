@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, model_validator
 from simdist.catalog import (
     GPT_DEFAULTS,
     GPT_LAYOUT_DEFAULTS,
+    GPT_MOE_DEFAULTS,
     GPT_PRESETS,
     MLP_HIDDEN_DEFAULT,
     MOE_DEFAULTS,
@@ -60,7 +61,10 @@ class ModelSpec(Spec):
     ``tied_embeddings`` (false: an output head of its own), ``bias`` and ``dropout``.
     ``preset`` names a published configuration (``GPT_PRESETS``: llama3_8b, llama3_70b,
     llama3_405b) whose values fill the options left out: ``{name: gpt, preset: llama3_8b,
-    seq_len: 131072}`` is Llama 3 8B at 128K positions.
+    seq_len: 131072}`` is Llama 3 8B at 128K positions. ``experts`` makes its MLPs
+    mixture-of-experts layers (each expert the block's MLP), with ``top_k``,
+    ``capacity_factor`` and ``moe_every`` (1: every block, 2: every other; ``GPT_MOE_DEFAULTS``
+    when left out): ``{name: gpt, preset: llama3_8b, experts: 8}``.
     """
 
     name: ModelName
@@ -89,6 +93,8 @@ class ModelSpec(Spec):
     top_k: PositiveInt | None = Field(None, examples=[2])
     capacity_factor: Float | None = Field(None, examples=[1.25])
     aux_loss_weight: Float | None = Field(None, ge=0, examples=[0.01])
+    # gpt with experts only: every moe_every-th block's MLP is a mixture-of-experts layer.
+    moe_every: PositiveInt | None = Field(None, examples=[2])
 
     @model_validator(mode="before")
     @classmethod
@@ -177,6 +183,18 @@ class ModelSpec(Spec):
             **layout,
             "kv_heads": int(self.kv_heads or heads),
             "ffn_hidden": int(self.ffn_hidden or 4 * hidden),
+            **self.gpt_moe_sizes(),
+        }
+
+    def gpt_moe_sizes(self) -> dict[str, Any]:
+        """A gpt's mixture-of-experts options (``experts``, ``top_k``, ``capacity_factor``,
+        ``moe_every``; ``GPT_MOE_DEFAULTS`` when left out), or none for a dense gpt."""
+        if self.name != "gpt" or self.experts is None:
+            return {}
+        given = {k: getattr(self, k) for k in GPT_MOE_DEFAULTS}
+        return {
+            "experts": int(self.experts),
+            **{k: GPT_MOE_DEFAULTS[k] if v is None else v for k, v in given.items()},
         }
 
     @model_validator(mode="after")
@@ -187,8 +205,14 @@ class ModelSpec(Spec):
             if self.name == "moe":
                 if getattr(self, option) is None:
                     setattr(self, option, default)
+            elif self.name == "gpt" and option in ("experts", *GPT_MOE_DEFAULTS):
+                continue
             elif getattr(self, option) is not None:
                 raise fail(option, f"is an option of model moe only, not of {self.name}")
+        if self.name == "gpt":
+            return self._gpt_moe_options()
+        if self.moe_every is not None:
+            raise fail("moe_every", f"is an option of model gpt only, not of {self.name}")
         if self.name != "moe":
             return self
         if "hidden" not in self.model_fields_set:
@@ -204,6 +228,11 @@ class ModelSpec(Spec):
                 f"got {show(self.capacity_factor)}; each expert takes capacity_factor x "
                 "top_k x tokens / experts tokens, so it must be > 0, e.g. capacity_factor: 1.25",
             )
+        self._check_routing()
+        return self
+
+    def _check_routing(self) -> None:
+        """top_k 1 or 2 and at most the experts (Switch Transformer; GShard)."""
         k, experts = int(self.top_k or 0), int(self.experts or 0)
         if k > 2 or k > experts:
             raise fail(
@@ -211,6 +240,35 @@ class ModelSpec(Spec):
                 f"got {k}; each token goes to its top_k experts: 1 (Switch) or 2 (GShard), "
                 f"at most experts ({experts}), e.g. top_k: {min(2, experts)}",
             )
+
+    def _gpt_moe_options(self) -> ModelSpec:
+        """gpt with ``experts``: its routing options filled from ``GPT_MOE_DEFAULTS`` and
+        checked as moe's; without, none of them."""
+        if self.experts is None:
+            for option in GPT_MOE_DEFAULTS:
+                if getattr(self, option) is not None:
+                    raise fail(
+                        option,
+                        "is an option of a gpt's mixture-of-experts layers; give experts with "
+                        f"it, e.g. experts: 8, {option}: {GPT_MOE_DEFAULTS[option]}",
+                    )
+            return self
+        for option, default in GPT_MOE_DEFAULTS.items():
+            if getattr(self, option) is None:
+                setattr(self, option, default)
+        if float(self.capacity_factor or 0) <= 0:
+            raise fail(
+                "capacity_factor",
+                f"got {show(self.capacity_factor)}; each expert takes capacity_factor x "
+                "top_k x tokens / experts tokens, so it must be > 0, e.g. capacity_factor: 1.25",
+            )
+        if int(self.moe_every or 1) > int(self.layers or 0):
+            raise fail(
+                "moe_every",
+                f"got {self.moe_every}; every moe_every-th of the {self.layers} blocks has "
+                "experts, so it must be at most layers, e.g. moe_every: 2",
+            )
+        self._check_routing()
         return self
 
     @model_validator(mode="after")

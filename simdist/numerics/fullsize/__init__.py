@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import jax
 
-from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS, GPT_LAYOUT_DEFAULTS
+from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS, GPT_LAYOUT_DEFAULTS, GPT_MOE_DEFAULTS
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
 from simdist.numerics.fullsize.inception import inception_v3_layers
@@ -56,6 +56,9 @@ __all__ = [
     "param_count",
 ]
 
+
+#: A gpt's mixture-of-experts options, when ``sizes`` has them.
+GPT_MOE_OPTIONS: tuple[str, ...] = ("experts", *GPT_MOE_DEFAULTS)
 
 # name → (default input shape of one example, input dtype, most positions a token model takes)
 _INPUTS: dict[str, tuple[tuple[int, ...], str, int | None]] = {
@@ -129,7 +132,7 @@ def build(
     elif name == "bert_base":
         layers = bert_base_layers(n_outputs)
     elif name == "gpt":
-        layout = {k: gpt[k] for k in GPT_LAYOUT_DEFAULTS if k in gpt}
+        layout = {k: gpt[k] for k in (*GPT_LAYOUT_DEFAULTS, *GPT_MOE_OPTIONS) if k in gpt}
         layers = gpt_layers(**{k: int(gpt[k]) for k in GPT_DEFAULTS}, **layout)
     else:
         layers = gpt2_layers()

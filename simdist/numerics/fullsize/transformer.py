@@ -11,6 +11,9 @@
   (Su et al. 2021) instead of learned ones, grouped-query attention (Ainslie et al. 2023:
   fewer key/value heads, each shared by heads / kv_heads query heads), no biases, and an
   output head of its own (:class:`LMHead`); :mod:`simdist.model_size` counts them.
+  With ``experts``, every ``moe_every``-th block's MLP is a mixture-of-experts layer
+  (:class:`MoEFeedForward`: GShard, Lepikhin et al. 2020; Mixtral, Jiang et al. 2024), each
+  expert the block's MLP, routed as the zoo's ``moe`` routes (:mod:`simdist.numerics.moe`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from simdist.model_size import is_moe_block
 from simdist.numerics.fullsize.blocks import DenseLayer
 from simdist.numerics.fullsize.layered import Layer
+from simdist.numerics.moe import capacity, combine, dispatch, route
 
 __all__ = [
     "FeedForward",
     "LMHead",
+    "MoEFeedForward",
     "Pooler",
     "SelfAttention",
     "TiedLMHead",
@@ -166,6 +172,61 @@ class FeedForward(nn.Module):
         return y if self.pre_layer_norm else nn.LayerNorm(epsilon=self.epsilon)(y)
 
 
+class GptExperts(nn.Module):
+    """``experts`` copies of :class:`FeedForward`'s matrices (without its norm and residual),
+    stacked on axis 0, each on its own slots ``[E, C, d]``."""
+
+    experts: int
+    inner: int
+    swiglu: bool = False
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        e, d = self.experts, x.shape[-1]
+        up_width = 2 * self.inner if self.swiglu else self.inner
+        init = nn.initializers.lecun_normal(batch_axis=(0,))
+        up = jnp.einsum("esd,edf->esf", x, self.param("intermediate", init, (e, d, up_width)))
+        if self.use_bias:
+            up = up + self.param("intermediate_bias", nn.initializers.zeros, (e, up_width))[:, None]
+        if self.swiglu:
+            h = nn.silu(up[..., : self.inner]) * up[..., self.inner :]
+        else:
+            h = nn.gelu(up, approximate=True)
+        out = jnp.einsum("esf,efd->esd", h, self.param("output", init, (e, self.inner, d)))
+        if self.use_bias:
+            out = out + self.param("output_bias", nn.initializers.zeros, (e, d))[:, None]
+        return out
+
+
+class MoEFeedForward(nn.Module):
+    """A block's mixture-of-experts MLP with its residual (pre-norm): a router (no bias),
+    each token's ``top_k`` experts within ``capacity_factor`` (:func:`simdist.numerics.moe.route`
+    over the layer's batch), :class:`GptExperts` on their slots, the gated outputs combined.
+    Parameters: the norm, the router's ``h · experts`` and the experts (``experts`` ×
+    the MLP's matrices and biases), as :mod:`simdist.model_size` counts them."""
+
+    inner: int
+    experts: int
+    top_k: int = 2
+    capacity_factor: float = 1.25
+    epsilon: float = 1e-5
+    swiglu: bool = False
+    rms_norm: bool = False
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        batch, seq, d = x.shape
+        h = _norm(self.rms_norm, self.epsilon)(x).reshape((batch * seq, d))
+        logits = nn.Dense(self.experts, use_bias=False, name="router")(h)
+        slots = capacity(batch * seq, self.experts, self.top_k, self.capacity_factor)
+        r = route(logits, self.top_k, slots)
+        experts = GptExperts(self.experts, self.inner, self.swiglu, self.use_bias, name="experts")
+        out = experts(dispatch(h, r, self.experts, slots))
+        return x + combine(out, r, self.experts, slots).reshape((batch, seq, d))
+
+
 class Pooler(nn.Module):
     """BERT's pooler: dense + tanh on the first token."""
 
@@ -239,15 +300,22 @@ def gpt_layers(
     tied_embeddings: bool = True,
     bias: bool = True,
     dropout: bool = True,
+    experts: int | None = None,
+    top_k: int = 2,
+    capacity_factor: float = 1.25,
+    moe_every: int = 1,
 ) -> list[Layer]:
     """A GPT's embeddings (``vocab`` tokens, ``seq_len`` positions), ``layers`` blocks of
     width ``hidden`` (attention of ``heads`` heads and an MLP of ``ffn_hidden``, default
     4 × ``hidden``, each one layer) and the LM head, tied to the token embedding unless
     ``tied_embeddings`` is false. The layout options are
     :data:`~simdist.catalog.GPT_LAYOUT_DEFAULTS`'s (``dropout`` is left out of every
-    full-size model: it changes no FLOP count).
+    full-size model: it changes no FLOP count). With ``experts``, every ``moe_every``-th
+    block's MLP is a :class:`MoEFeedForward` layer named ``h.<i>.moe`` of as many experts,
+    each the MLP.
 
-    Every block is the same module, so the profile lowers one attention and one MLP.
+    Every block is the same module, so the profile lowers one attention and one MLP (and one
+    MoE layer).
     """
     del dropout
     rms = norm == "rmsnorm"
@@ -275,8 +343,23 @@ def gpt_layers(
         rms_norm=rms,
         use_bias=bias,
     )
+    moe_layer = None
+    if experts is not None:
+        moe_layer = MoEFeedForward(
+            4 * hidden if ffn_hidden is None else ffn_hidden,
+            experts,
+            top_k,
+            capacity_factor,
+            swiglu=mlp == "swiglu",
+            rms_norm=rms,
+            use_bias=bias,
+        )
     for i in range(layers):
-        out += [Layer(f"h.{i}.attention", attention), Layer(f"h.{i}.mlp", mlp_layer)]
+        out += [Layer(f"h.{i}.attention", attention)]
+        if moe_layer is not None and is_moe_block(i, moe_every):
+            out += [Layer(f"h.{i}.moe", moe_layer)]
+        else:
+            out += [Layer(f"h.{i}.mlp", mlp_layer)]
     if tied_embeddings:
         return [*out, Layer("lm_head", TiedLMHead(vocab, rms_norm=rms), tied=("wte",))]
     return [*out, Layer("lm_head", LMHead(vocab, rms_norm=rms))]
