@@ -15,13 +15,16 @@ sizes), not GShard's buffers padded to capacity. What a device keeps for its own
 does not move.
 
 One step of a data row's X devices (:func:`step_plan`), each all-to-all on the critical
-path (GShard Sec. 3.2; DeepSpeed-MoE's and Megatron's MoE layers wait for it):
+path (GShard Sec. 3.2; DeepSpeed-MoE's and Megatron's MoE layers wait for it), for each MoE
+layer of the model (the zoo's ``moe`` has one; a ``gpt`` with ``experts`` one per MoE
+block), each with its own routing:
 
 forward: the layers before the experts (embedding, router) → dispatch all-to-all → each
 device's experts on the tokens it received → combine all-to-all (back to the tokens'
-devices) → the layers after; backward: those layers → the combine's gradient (the
-dispatch's direction) → the experts' backward → the dispatch's gradient (the combine's
-direction) → the first layers. The experts' compute on a device is in proportion to the
+devices) → the layers up to the next MoE layer, and so on; backward: from the last layers
+→ the combine's gradient (the dispatch's direction) → the experts' backward → the
+dispatch's gradient (the combine's direction) → the layers before, and so on back to the
+first. The experts' compute on a device is in proportion to the
 tokens it received (:func:`expert_seconds`), so each all-to-all after it waits for the
 busiest expert.
 """
@@ -29,35 +32,63 @@ busiest expert.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from simdist.strategies.steps import Collective, Compute, Plan, Step, issue_and_wait
 
-#: The step's all-to-alls in order: their label and whether they move the dispatch's way
-#: (token's device → expert's device) or back.
+#: The all-to-alls around an expert span, in plan order, and whether each moves the dispatch's
+#: way (token's device → expert's device) or back: forward, the dispatch then the combine;
+#: backward, the combine's gradient (the dispatch's way) then the dispatch's (back).
 EXCHANGES: tuple[tuple[str, bool], ...] = (
     ("dispatch forward", True),
     ("combine forward", False),
     ("combine backward", True),
     ("dispatch backward", False),
 )
-#: The compute spans of a step: (unit, phase, part of the model).
-SPANS: tuple[tuple[int, str, str], ...] = (
-    (0, "forward", "before"),
-    (1, "forward", "experts"),
-    (2, "forward", "after"),
-    (3, "backward", "after"),
-    (4, "backward", "experts"),
-    (5, "backward", "before"),
-)
 
-#: How the compute rows name each part.
-PARTS: dict[str, str] = {
-    "before": "before the experts",
-    "experts": "experts",
-    "after": "after the experts",
-}
+
+class Span(NamedTuple):
+    """A compute span of a step: ``phase``, ``part`` (``dense``: the run of layers ``index``
+    between MoE layers, 0 before the first; ``experts``: MoE layer ``index``'s experts)."""
+
+    phase: str
+    part: str
+    index: int
+
+
+def spans(moe_layers: int) -> list[Span]:
+    """The step's compute spans in order for a model of ``moe_layers`` MoE layers: forward
+    from the first layers, backward from the last."""
+    m = moe_layers
+    out = [Span("forward", "dense", 0)]
+    for k in range(m):
+        out += [Span("forward", "experts", k), Span("forward", "dense", k + 1)]
+    out.append(Span("backward", "dense", m))
+    for k in reversed(range(m)):
+        out += [Span("backward", "experts", k), Span("backward", "dense", k)]
+    return out
+
+
+def exchange_layer(index: int, moe_layers: int) -> int:
+    """The MoE layer of the step's all-to-all ``index`` (two per expert span, in plan order:
+    forward layers 0, 1, ..., then backward from the last)."""
+    span = index // 2
+    return span if span < moe_layers else 2 * moe_layers - 1 - span
+
+
+def span_label(span: Span, names: Sequence[str]) -> str:
+    """How the compute rows name ``span``: the zoo's one MoE layer as before the experts,
+    experts, after the experts; several by the MoE layers' ``names``."""
+    m = len(names)
+    if span.part == "experts":
+        return "experts" if m == 1 else f"experts {names[span.index]}"
+    if span.index == 0:
+        return "before the experts"
+    if span.index == m:
+        return "after the experts"
+    return f"between {names[span.index - 1]} and {names[span.index]}"
 
 
 def keep_in_capacity(routed: np.ndarray, slots: int) -> np.ndarray:
@@ -113,23 +144,31 @@ def routing_weights(experts: int, zipf: float | None) -> list[float]:
 
 
 def step_plan(
-    before: tuple[float, float], after: tuple[float, float], exchange_nbytes: Sequence[int]
+    dense: Sequence[tuple[float, float]], exchange_nbytes: Sequence[int], names: Sequence[str]
 ) -> Plan:
-    """A data row's step (module docstring): ``before`` and ``after`` the (forward,
-    backward) seconds of the layers around the experts; the experts' spans carry no time
-    (each device's is its own: :func:`expert_seconds`); ``exchange_nbytes`` the bytes each
-    all-to-all of :data:`EXCHANGES` moves across devices."""
-    seconds = {"before": before, "after": after, "experts": (0.0, 0.0)}
+    """A data row's step (module docstring) for MoE layers ``names``: ``dense[j]`` the
+    (forward, backward) seconds of the layers between MoE layers j - 1 and j (``len(names)
+    + 1`` runs); the experts' spans carry no time (each device's is its own:
+    :func:`expert_seconds`); ``exchange_nbytes`` the bytes each all-to-all moves across
+    devices, in plan order (:func:`exchange_layer`)."""
+    m = len(names)
     collectives: list[Collective] = []
     program: list[Step] = []
-    exchanges = iter(zip(EXCHANGES, exchange_nbytes, strict=True))
-    for unit, phase, part in SPANS:
-        if part == "experts":
-            (label, _), nbytes = next(exchanges)
-            issue_and_wait(program, collectives, Collective("all_to_all", nbytes, label))
-        t = seconds[part][0 if phase == "forward" else 1]
-        program.append(Compute(unit, phase, t, f"{phase} {PARTS[part]}"))
-        if part == "experts":
-            (label, _), nbytes = next(exchanges)
-            issue_and_wait(program, collectives, Collective("all_to_all", nbytes, label))
+    exchanges = iter(exchange_nbytes)
+    count = 0
+
+    def exchange() -> None:
+        nonlocal count
+        label = EXCHANGES[(count % 2) + (0 if count < 2 * m else 2)][0]
+        label = label if m == 1 else f"{label} {names[exchange_layer(count, m)]}"
+        issue_and_wait(program, collectives, Collective("all_to_all", next(exchanges), label))
+        count += 1
+
+    for unit, span in enumerate(spans(m)):
+        if span.part == "experts":
+            exchange()
+        t = 0.0 if span.part == "experts" else dense[span.index][span.phase == "backward"]
+        program.append(Compute(unit, span.phase, t, f"{span.phase} {span_label(span, names)}"))
+        if span.part == "experts":
+            exchange()
     return Plan(collectives, program)

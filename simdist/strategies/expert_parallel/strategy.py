@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from functools import cached_property
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,13 +30,14 @@ from simdist.hardware.mesh import Mesh
 from simdist.seeds import rng
 from simdist.strategies.expert_parallel.plan import (
     EXCHANGES,
-    SPANS,
     draw_routing,
+    exchange_layer,
     exchange_tokens,
     expert_seconds,
     keep_in_capacity,
     received_tokens,
     routing_weights,
+    spans,
     step_plan,
 )
 from simdist.strategies.steps import Collective, Compute, GroupRunner, walk
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
 
 #: The profile layer that is the experts (simdist/numerics/moe.py's ``MoE``).
 EXPERTS_LAYER = "experts"
+#: How a gpt's MoE layers end their names (simdist/numerics/fullsize/transformer.py).
+MOE_LAYER_SUFFIX = ".moe"
 #: The routing figure (simdist.report.table_figures draws it from the two tables).
 ROUTING_FIGURE: dict[str, Any] = {
     "file": "moe_routing.png",
@@ -82,19 +86,25 @@ class ExpertParallelStrategy(SynchronousStrategy):
         self.width = int(model.hidden[0])
         from simdist.numerics.moe import capacity as slots_for
 
-        per_device = self.scenario.workload.batch_size * int(model.tokens)
+        tokens = model.seq_len if model.name == "gpt" else model.tokens
+        per_device = self.scenario.workload.batch_size * int(tokens or 0)
         self.tokens_per_device = per_device
         factor = float(model.capacity_factor)
         self.slots = slots_for(per_device * self.D * self.X, self.E, self.k, factor)
         #: The slots the experts layer was costed for: one device's batch on all E experts.
         self.profiled_slots = self.E * slots_for(per_device, self.E, self.k, factor)
         names = [layer.name for layer in self.costs.layers]
-        if EXPERTS_LAYER not in names:
+        #: The MoE layers' places in the model's layers, in order.
+        self.moe_indices = [
+            i for i, n in enumerate(names) if n == EXPERTS_LAYER or n.endswith(MOE_LAYER_SUFFIX)
+        ]
+        if not self.moe_indices:
             raise SimdistError(
-                f"{self.scenario.name}: strategy expert_parallel needs the moe model's "
-                "per-layer costs (its experts layer); this run has none"
+                f"{self.scenario.name}: strategy expert_parallel needs the model's per-layer "
+                "costs (its MoE layers); this run has none"
             )
-        self.expert_index = names.index(EXPERTS_LAYER)
+        self.moe_names = [names[i] for i in self.moe_indices]
+        self.spans = spans(len(self.moe_indices))
         self.token_nbytes = self.width * self.costs.element_nbytes
         leaves = self.costs.param_leaves
         self.expert_grad_nbytes = sum(n for path, _, n in leaves if "/experts/" in f"/{path}/")
@@ -113,7 +123,7 @@ class ExpertParallelStrategy(SynchronousStrategy):
             )
             self.state = self.trainer.init()
             self.trainer_routes = True
-        self._around: dict[str, dict[str, tuple[float, float]]] = {}
+        self._around: dict[str, list[tuple[float, float]]] = {}
         self.step_stats: list[tuple[float, float]] = []  # (imbalance, dropped share) per step
 
     def optimizer_step_s(
@@ -142,19 +152,26 @@ class ExpertParallelStrategy(SynchronousStrategy):
 
     # -- the routing ---------------------------------------------------------
 
-    def routing(self, step: int) -> tuple[np.ndarray, np.ndarray]:
-        """Step ``step``'s tokens routed and kept per device and expert ``[G, E]``: the
-        model's (the step computed now), or drawn (timing-only)."""
+    def routing(self, step: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Step ``step``'s tokens routed and kept per device and expert ``[G, E]``, one pair
+        per MoE layer: the model's (the step computed now), or drawn (timing-only: each
+        layer its own draw, in layer order)."""
         if self.trainer_routes and self.state is not None and not self.defer:
             routed = self.trainer.prepare(self.state, self.trainer.batch(step))
-            return routed.routed, routed.kept
-        drawn = draw_routing(
-            self.rng, self.weights, self.D * self.X, self.tokens_per_device, self.k
-        )
-        return drawn.sum(axis=1), keep_in_capacity(drawn, self.slots)
+            return [(routed.routed, routed.kept)]
+        out = []
+        for _ in self.moe_indices:
+            drawn = draw_routing(
+                self.rng, self.weights, self.D * self.X, self.tokens_per_device, self.k
+            )
+            out.append((drawn.sum(axis=1), keep_in_capacity(drawn, self.slots)))
+        return out
 
-    def record_routing(self, step: int, routed: np.ndarray, kept: np.ndarray) -> None:
-        """The step's rows of ``moe_routing`` (per expert) and ``moe_steps``."""
+    def record_routing(self, step: int, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        """The step's rows of ``moe_routing`` (per expert, its MoE layers summed) and
+        ``moe_steps`` (the imbalance of its most imbalanced layer)."""
+        routed = sum(r for r, _ in layers)
+        kept = sum(k for _, k in layers)
         per_expert, kept_expert = routed.sum(axis=0), kept.sum(axis=0)
         holders = [self.expert_rows[0][e // (self.E // self.X)].name for e in range(self.E)]
         for e in range(self.E):
@@ -168,7 +185,11 @@ class ExpertParallelStrategy(SynchronousStrategy):
                 dropped=int(per_expert[e] - kept_expert[e]),
             )
         total = int(per_expert.sum())
-        imbalance = float(per_expert.max() / per_expert.mean()) if total else 1.0
+        imbalance = 1.0
+        for r, _ in layers:
+            layer = r.sum(axis=0)
+            if layer.sum():
+                imbalance = max(imbalance, float(layer.max() / layer.mean()))
         dropped = float(1.0 - kept_expert.sum() / total) if total else 0.0
         self.step_stats.append((imbalance, dropped))
         self.recorder.row(
@@ -178,12 +199,12 @@ class ExpertParallelStrategy(SynchronousStrategy):
             kept=int(kept_expert.sum()),
             dropped_fraction=dropped,
             imbalance=imbalance,
-            max_expert_tokens=int(per_expert.max()),
-            all_to_all_nbytes=self.step_nbytes(kept),
+            max_expert_tokens=int(max(r.sum(axis=0).max() for r, _ in layers)),
+            all_to_all_nbytes=sum(self.step_nbytes(k) for _, k in layers),
         )
 
     def step_nbytes(self, kept: np.ndarray) -> int:
-        """Bytes the step's four all-to-alls move across devices."""
+        """Bytes a MoE layer's four all-to-alls move across devices in a step."""
         tokens = exchange_tokens(kept, self.D, self.X)
         crossing = int(tokens.sum() - np.trace(tokens, axis1=1, axis2=2).sum())
         return len(EXCHANGES) * crossing * self.token_nbytes
@@ -192,11 +213,11 @@ class ExpertParallelStrategy(SynchronousStrategy):
 
     def compute(self, step: int) -> Generator[Any, Any, None]:
         """Route, then each data row walks its step; the all-reduces wait for all rows."""
-        routed, kept = self.routing(step)
-        self.record_routing(step, routed, kept)
-        tokens = exchange_tokens(kept, self.D, self.X)
+        layers = self.routing(step)
+        self.record_routing(step, layers)
+        tokens = np.stack([exchange_tokens(kept, self.D, self.X) for _, kept in layers])
         walks = [
-            self.env.process(self.walk_row(row, step, tokens[d]))
+            self.env.process(self.walk_row(row, step, tokens[:, d]))
             for d, row in enumerate(self.expert_rows)
         ]
         yield self.env.all_of(walks)
@@ -208,38 +229,38 @@ class ExpertParallelStrategy(SynchronousStrategy):
     def walk_row(
         self, row: list[Device], step: int, tokens: np.ndarray
     ) -> Generator[Any, Any, float]:
-        """One data row's step on ``tokens[i, j]`` (column i sends column j); returns when
-        it ended."""
-        around = self.around_s(self.costs.layers)
-        crossing = int(tokens.sum() - np.trace(tokens))
-        exchanged = [crossing * self.token_nbytes] * len(EXCHANGES)
-        plan = step_plan(around["before"], around["after"], exchanged)
+        """One data row's step on ``tokens[m, i, j]`` (MoE layer m, column i sends column
+        j); returns when it ended."""
+        dense = self.dense_s(self.costs.layers)
+        m = len(self.moe_indices)
+        crossing = [int(t.sum() - np.trace(t)) for t in tokens]
+        exchanged = [crossing[exchange_layer(k, m)] * self.token_nbytes for k in range(4 * m)]
+        plan = step_plan(dense, exchanged, self.moe_names)
         yield from walk(plan, ExpertRow(self, row, step, tokens))
         return self.env.now
 
-    def around_s(self, layers: Sequence[Any]) -> dict[str, tuple[float, float]]:
-        """(forward, backward) seconds of the layers ``before`` and ``after`` the experts."""
-        k = self.expert_index
-        parts = {"before": layers[:k], "after": layers[k + 1 :]}
-        return {
-            part: (sum(x.forward_s for x in run), sum(x.backward_s for x in run))
-            for part, run in parts.items()
-        }
+    def dense_s(self, layers: Sequence[Any]) -> list[tuple[float, float]]:
+        """(forward, backward) seconds of each run of layers between the MoE layers (before
+        the first, ..., after the last)."""
+        bounds = [-1, *self.moe_indices, len(layers)]
+        runs = [layers[a + 1 : b] for a, b in pairwise(bounds)]
+        return [(sum(x.forward_s for x in run), sum(x.backward_s for x in run)) for run in runs]
 
-    def span_s(self, device: Device, unit: int, phase: str, tokens: int) -> float:
-        """``device``'s span ``unit`` of the step (:data:`.plan.SPANS`) on its class's layer
-        times: its experts for the ``tokens`` they received, or the layers around them."""
-        part = SPANS[unit][2]
-        if part == "experts":
-            return self.expert_span_s(device, tokens, phase)
+    def span_s(self, device: Device, unit: int, tokens: int) -> float:
+        """``device``'s span ``unit`` of the step (:func:`.plan.spans`) on its class's layer
+        times: a MoE layer's experts for the ``tokens`` they received, or a run of layers."""
+        span = self.spans[unit]
+        if span.part == "experts":
+            return self.expert_span_s(device, span.index, tokens, span.phase)
         label = device.profile if self.costs.per_profile else ""
         if label not in self._around:
-            self._around[label] = self.around_s(self.device_costs(device).layers)
-        return self._around[label][part][0 if phase == "forward" else 1]
+            self._around[label] = self.dense_s(self.device_costs(device).layers)
+        return self._around[label][span.index][span.phase == "backward"]
 
-    def expert_span_s(self, device: Device, tokens: int, phase: str) -> float:
-        """``device``'s experts computing ``tokens`` in ``phase`` (its class's layer time)."""
-        layer = self.device_costs(device).layers[self.expert_index]
+    def expert_span_s(self, device: Device, moe: int, tokens: int, phase: str) -> float:
+        """``device``'s experts of MoE layer ``moe`` computing ``tokens`` in ``phase`` (its
+        class's layer time)."""
+        layer = self.device_costs(device).layers[self.moe_indices[moe]]
         seconds = layer.forward_s if phase == "forward" else layer.backward_s
         return expert_seconds(seconds, layer.launch_s, tokens, self.profiled_slots)
 
@@ -313,17 +334,19 @@ class ExpertRow(GroupRunner):
     ) -> None:
         super().__init__(strategy, row, step, strategy.algo)
         self.ep = strategy
-        self.tokens = tokens
-        self.received = received_tokens(tokens[None])[0]
+        self.tokens = tokens  # [M, X, X]
+        self.received = received_tokens(tokens)  # [M, X]
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
         """Every device computes ``op`` on its class's times (its experts: for the tokens it
         received); the next all-to-all waits for the slowest."""
         ep, step = self.ep, self.step
         start = self.env.now
+        span = ep.spans[op.unit]
+        received = self.received[span.index] if span.part == "experts" else [0] * len(self.group)
         plan = [
-            (d, ep.span_s(d, op.unit, op.phase, int(n)), ep.pace(d, step), ep.slowdown(d, step))
-            for d, n in zip(self.group, self.received, strict=True)
+            (d, ep.span_s(d, op.unit, int(n)), ep.pace(d, step), ep.slowdown(d, step))
+            for d, n in zip(self.group, received, strict=True)
         ]
         longest = max(seconds * (pace * factor) for _, seconds, pace, factor in plan)
         if longest <= 0:
@@ -336,8 +359,8 @@ class ExpertRow(GroupRunner):
 
     def start(self, index: int, c: Collective) -> Any:
         """All-to-all ``index`` of the step: a message per pair of devices with tokens to move."""
-        forward_way = EXCHANGES[index][1]
-        tokens = self.tokens if forward_way else self.tokens.T
+        layer = self.tokens[exchange_layer(index, len(self.ep.moe_indices))]
+        tokens = layer if index % 2 == 0 else layer.T  # the dispatch's way, or back
         net, size = self.ep.net, self.ep.token_nbytes
         moves = [
             net.send(src, dst, int(tokens[i, j]) * size, step=self.step, detail=c.detail)
