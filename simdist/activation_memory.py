@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from simdist.model_size import is_moe_block
 from simdist.sharding import Sharding
 
 __all__ = [
@@ -150,6 +151,10 @@ def gpt_layer_tensors(
     tied_embeddings: bool = True,
     bias: bool = True,
     dropout: bool = True,
+    experts: int | None = None,
+    top_k: int = 2,
+    capacity_factor: float = 1.25,
+    moe_every: int = 1,
 ) -> list[LayerTensors]:
     """The gpt's layers (as :func:`simdist.model_size.gpt_layers` names them) with the
     tensors each stores for one example of ``tokens`` positions (module doc; Korthikanti
@@ -161,7 +166,9 @@ def gpt_layer_tensors(
     The layout options are :data:`~simdist.catalog.GPT_LAYOUT_DEFAULTS`'s: ``kv_heads``
     (K and V), ``ffn_hidden`` and ``mlp`` (the MLP's tensors), ``norm`` (the norms' names),
     ``dropout`` (the masks; without them the softmax output alone is stored); positions,
-    tied embeddings and biases change no stored tensor."""
+    tied embeddings and biases change no stored tensor. A mixture-of-experts block
+    (``experts``, every ``moe_every``-th) stores its MLP's tensors for its experts' slots,
+    top_k × capacity_factor per token (the dispatched buffer instead of the fc1 input)."""
     del positions, rope_theta, tied_embeddings, bias
     s, h, a = seq_len if tokens is None else tokens, hidden, heads
     sh = s * h
@@ -196,23 +203,36 @@ def gpt_layer_tensors(
         Stored("v", skv, split=True),
         Stored("projection input", sh, split=True),
     )
-    if mlp == "swiglu":
-        inner: tuple[Stored, ...] = (
-            Stored("gate output", sf, split=True),
-            Stored("silu output", sf, split=True),
-            Stored("up output", sf, split=True),
-            Stored("down input", sf, split=True),
-        )
-    else:
-        inner = (Stored("gelu input", sf, split=True), Stored("fc2 input", sf, split=True))
-    mlp_tensors = (Stored(norm_input, sh), Stored("fc1 input", sh), *inner)
+
+    def mlp_stored(slots: float) -> tuple[Stored, ...]:
+        """The MLP's tensors for ``slots`` rows per token (1: dense; an MoE block's
+        top_k × capacity_factor)."""
+        f = int(sf * slots)
+        if mlp == "swiglu":
+            inner: tuple[Stored, ...] = (
+                Stored("gate output", f, split=True),
+                Stored("silu output", f, split=True),
+                Stored("up output", f, split=True),
+                Stored("down input", f, split=True),
+            )
+        else:
+            inner = (Stored("gelu input", f, split=True), Stored("fc2 input", f, split=True))
+        tensors = (Stored(norm_input, sh), Stored("fc1 input", int(sh * slots)), *inner)
+        if dropout:
+            tensors += (Stored("mlp dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
+        return tensors
+
+    mlp_tensors = mlp_stored(1.0)
+    moe_tensors = mlp_stored(top_k * capacity_factor) if experts is not None else ()
     if dropout:
         attention += (Stored("attention dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
-        mlp_tensors += (Stored("mlp dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
     core = 4.0 * s * s * h
     for i in range(layers):
         out.append(LayerTensors(f"h.{i}.attention", attention, block_input, i, core))
-        out.append(LayerTensors(f"h.{i}.mlp", mlp_tensors, Stored("mlp input", sh), i))
+        if experts is not None and is_moe_block(i, moe_every):
+            out.append(LayerTensors(f"h.{i}.moe", moe_tensors, Stored("mlp input", sh), i))
+        else:
+            out.append(LayerTensors(f"h.{i}.mlp", mlp_tensors, Stored("mlp input", sh), i))
     head = (
         Stored(f"final {norm} input", sh),
         Stored("output projection input", sh),

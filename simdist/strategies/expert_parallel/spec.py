@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
+from simdist.model_size import gpt_expert_params
 from simdist.sharding import Sharding
 from simdist.spec import Float, PositiveInt, fail
 from simdist.spec import Spec as SectionSpec
@@ -75,15 +76,18 @@ class Spec(StrategySpecBase):
         d`` parameters (d the model width, f the expert's); gradients and optimizer state
         follow them (the memory model)."""
         model = scenario.workload.clock_model
-        if model.name != "moe":
+        if model.name == "gpt":
+            experts = gpt_expert_params(**(model.gpt_sizes() or {}))
+        elif model.name == "moe":
+            d, f = int(model.hidden[0]), int(model.hidden[1])
+            experts = int(model.experts or 0) * (2 * d * f + f + d)
+        else:
             return params
-        d, f = int(model.hidden[0]), int(model.hidden[1])
-        experts = int(model.experts or 0) * (2 * d * f + f + d)
         return params - experts + experts // self.expert_size(scenario.cluster)
 
     def check(self, scenario: Scenario) -> None:
-        """Enough devices for D × X, a moe model whose experts X divides, numerics
-        the moe model trains."""
+        """Enough devices for D × X, a moe model (or a gpt with experts) whose experts X
+        divides, numerics the moe model trains."""
         super().check(scenario)
         c, w = scenario.cluster, scenario.workload
         if self.expert is None:
@@ -103,11 +107,13 @@ class Spec(StrategySpecBase):
                 "remove it and give model: moe",
             )
         model = w.clock_model
-        if model.name != "moe":
+        if model.name != "moe" and not (model.name == "gpt" and model.experts is not None):
+            got = "a gpt without experts" if model.name == "gpt" else model.name
             raise fail(
                 "workload.model",
-                f"got {model.name}; expert_parallel spreads the experts of a mixture-of-experts "
-                "layer over devices, e.g. model: {name: moe, experts: 8, top_k: 2}",
+                f"got {got}; expert_parallel spreads the experts of mixture-of-experts layers "
+                "over devices, e.g. model: {name: moe, experts: 8, top_k: 2} or {name: gpt, "
+                "experts: 8} (timing-only)",
             )
         experts = int(model.experts or 0)
         if experts % X:
