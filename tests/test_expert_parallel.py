@@ -255,8 +255,9 @@ def test_timing_only_zipf_routing_is_more_imbalanced_than_uniform():
         ),
         (
             {"workload.model": "mlp"},
-            "workload.model: got mlp; expert_parallel spreads the experts of a "
-            "mixture-of-experts layer over devices, e.g. model: {name: moe, experts: 8, top_k: 2}",
+            "workload.model: got mlp; expert_parallel spreads the experts of mixture-of-experts "
+            "layers over devices, e.g. model: {name: moe, experts: 8, top_k: 2} or {name: gpt, "
+            "experts: 8} (timing-only)",
         ),
         (
             {"workload.model": {"name": "mlp", "experts": 4}},
