@@ -352,6 +352,7 @@ def _source_digest(name: str) -> str:
         files += sorted((here / "fullsize").glob("*.py"))
     else:
         files += [here / "models.py", here / "moe.py"]
+    files.append(here / "routing.py")  # the MoE layers of both route with it
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.read_bytes())

@@ -13,7 +13,7 @@
   output head of its own (:class:`LMHead`); :mod:`simdist.model_size` counts them.
   With ``experts``, every ``moe_every``-th block's MLP is a mixture-of-experts layer
   (:class:`MoEFeedForward`: GShard, Lepikhin et al. 2020; Mixtral, Jiang et al. 2024), each
-  expert the block's MLP, routed as the zoo's ``moe`` routes (:mod:`simdist.numerics.moe`).
+  expert the block's MLP, routed as the zoo's ``moe`` routes (:mod:`simdist.numerics.routing`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from simdist.model_size import is_moe_block
 from simdist.numerics.fullsize.blocks import DenseLayer
 from simdist.numerics.fullsize.layered import Layer
-from simdist.numerics.moe import capacity, combine, dispatch, route
+from simdist.numerics.routing import capacity, combine, dispatch, route
 
 __all__ = [
     "FeedForward",
@@ -201,8 +201,9 @@ class GptExperts(nn.Module):
 
 class MoEFeedForward(nn.Module):
     """A block's mixture-of-experts MLP with its residual (pre-norm): a router (no bias),
-    each token's ``top_k`` experts within ``capacity_factor`` (:func:`simdist.numerics.moe.route`
-    over the layer's batch), :class:`GptExperts` on their slots, the gated outputs combined.
+    each token's ``top_k`` experts within ``capacity_factor``
+    (:func:`simdist.numerics.routing.route` over the layer's batch), :class:`GptExperts` on
+    their slots, the gated outputs combined.
     Parameters: the norm, the router's ``h · experts`` and the experts (``experts`` ×
     the MLP's matrices and biases), as :mod:`simdist.model_size` counts them."""
 

@@ -6,7 +6,7 @@ its all-to-alls' per-pair sizes out, so that the tests check them by hand.
 A step's routing is ``routed[G, k, E]``: the tokens device ``g`` of the ``data`` × ``expert``
 mesh (row-major, G = D × X) sent to expert ``e`` as its ``k``-th choice. Each expert keeps
 ``slots`` of them, every first choice before any second and devices in mesh order
-(:func:`keep_in_capacity`: the rule of :func:`simdist.numerics.moe.route`); the others are
+(:func:`keep_in_capacity`: the rule of :func:`simdist.numerics.routing.route`); the others are
 dropped. Expert ``e`` lives on the device of column ``e // (E / X)`` of each data row, so a
 device sends each device of its row the tokens it keeps for that device's experts
 (:func:`exchange_tokens`), ``width × element bytes`` each — the sizes of Megatron-Core's
