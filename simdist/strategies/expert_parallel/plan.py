@@ -128,8 +128,12 @@ def draw_routing(
 ) -> np.ndarray:
     """``routed[G, k, E]`` drawn for a timing-only step: each of a device's ``tokens``
     chooses ``top_k`` distinct experts with probabilities ∝ ``weights`` (Gumbel-top-k: the
-    k largest of ``log w + Gumbel`` are a draw without replacement)."""
+    k largest of ``log w + Gumbel`` are a draw without replacement). With one choice a
+    device's counts are a multinomial draw, the same distribution without a key per token
+    and expert (a full-size model's 10^5 tokens × 128 experts a device)."""
     w = np.asarray(weights, dtype=np.float64)
+    if top_k == 1:
+        return rng.multinomial(tokens, w / w.sum(), size=devices)[:, None, :]
     keys = np.log(w / w.sum()) + rng.gumbel(size=(devices, tokens, w.size))
     top = np.argsort(-keys, axis=-1, kind="stable")[..., :top_k]  # [G, n, k]
     onehot = top[..., None] == np.arange(w.size)
