@@ -205,8 +205,15 @@ def test_each_device_holds_its_share_of_the_sequence():
             "'pipeline', 'tensor'] once (and context, or leave it out to put it just outside "
             "tensor), outermost first, e.g. placement: [data, pipeline, context, tensor]",
         ),
+        (
+            {"strategy.overlap_grad_reduce": True},
+            "strategy.overlap_grad_reduce: a context axis (2 devices) runs each attention "
+            "layer's backward as ring steps, and the gradient buckets that overlap the backward "
+            "are not cut along them yet: use overlap_grad_reduce: false with a context axis, or "
+            "context: 1",
+        ),
     ],
-    ids=["seq_len", "devices", "no-attention", "placement"],
+    ids=["seq_len", "devices", "no-attention", "placement", "overlap"],
 )
 def test_bad_context_layouts_are_refused_with_one_line(changes, message):
     data = layout(**changes)
