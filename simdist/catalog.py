@@ -20,6 +20,7 @@ __all__ = [
     "MLP_HIDDEN_DEFAULT",
     "MODELS",
     "MOE_DEFAULTS",
+    "MOE_HIDDEN_DEFAULT",
     "OPTIMIZERS",
     "RESNET_DEFAULTS",
     "SCHEDULES",
@@ -131,6 +132,7 @@ GPT_PRESETS: dict[str, dict[str, int | str | bool | float]] = {
 # out: 8 tokens of a 32-wide model, 8 experts of width 64, top-2 routing (GShard, Lepikhin et
 # al. 2020), capacity factor 1.25 and auxiliary-loss weight 0.01 (Switch Transformer, Fedus et
 # al. 2021, Sec. 2.2: "alpha = 10^-2 ... throughout this work").
+MOE_HIDDEN_DEFAULT: tuple[int, ...] = (32, 64)  # [model width, each expert's width]
 MOE_DEFAULTS: dict[str, object] = {
     "tokens": 8,
     "experts": 8,

@@ -268,8 +268,27 @@ def test_timing_only_zipf_routing_is_more_imbalanced_than_uniform():
             "strategy.expert: expert 4 x data 2 needs 8 devices; the cluster has 4, "
             "e.g. expert: 4, data: 1",
         ),
+        (
+            {"strategy.routing": "unifrom"},
+            "strategy.routing: got 'unifrom'; did you mean 'uniform'? Expected one of "
+            "'uniform', e.g. routing: uniform",
+        ),
+        (
+            {"strategy.routing": {"zipf": 0}},
+            "strategy.routing.zipf: got 0; expected a value > 0.0, e.g. zipf: 1.2",
+        ),
     ],
-    ids=["expert-axis", "capacity", "top-k", "top-k-experts", "not-moe", "moe-option", "devices"],
+    ids=[
+        "expert-axis",
+        "capacity",
+        "top-k",
+        "top-k-experts",
+        "not-moe",
+        "moe-option",
+        "devices",
+        "routing-word",
+        "zipf",
+    ],
 )
 def test_bad_input_is_one_clear_error(changes, message):
     with pytest.raises(ScenarioError) as info:

@@ -7,6 +7,7 @@ import pytest
 from helpers import tiny
 
 from simdist.errors import ScenarioError
+from simdist.report.table_figures import key_number_rows
 from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
 from simdist.sharding import Sharding
@@ -14,6 +15,7 @@ from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.context_ring import ContextRing, core_share, kv_block_nbytes
 from simdist.strategies.hybrid.plan import stage_plans
 from simdist.strategies.steps import Compute, Receive, Send
+from simdist.units import format_duration, format_size
 
 X = 1_000_000  # bytes of one activation on the whole batch (batch x sequence x hidden)
 LAUNCH = 1e-5
@@ -133,6 +135,15 @@ def test_each_ring_step_waits_for_the_slower_of_its_compute_and_its_block_by_han
     assert summary["nbytes_per_device_per_step"] == [3 * kv]
     # the forward's one ring step waits for its block; the backward's hide theirs
     assert summary["exposed_s_per_step"] == pytest.approx(block - step_f, rel=1e-9)
+    # report.md's rows for the ring, read from the summary by the report's generic hook
+    rows = dict(key_number_rows(result.summary))
+    assert rows["context ring (2 devices): K/V block"] == format_size(kv)
+    assert rows["context ring (2 devices): per device and step (busiest stage)"] == format_size(
+        3 * kv
+    )
+    assert rows["context ring (2 devices): not hidden behind attention"] == format_duration(
+        summary["exposed_s_per_step"]
+    )
     # links.csv: each NIC carries its device's 3 blocks and the gradient all-reduce's 28000
     links = result.tables["links"].set_index("link")["bytes"]
     assert links["worker0/nic/tx"] == pytest.approx(3 * kv + 28000)
@@ -205,8 +216,15 @@ def test_each_device_holds_its_share_of_the_sequence():
             "'pipeline', 'tensor'] once (and context, or leave it out to put it just outside "
             "tensor), outermost first, e.g. placement: [data, pipeline, context, tensor]",
         ),
+        (
+            {"strategy.overlap_grad_reduce": True},
+            "strategy.overlap_grad_reduce: a context axis (2 devices) runs each attention "
+            "layer's backward as ring steps, and the gradient buckets that overlap the backward "
+            "are not cut along them yet: use overlap_grad_reduce: false with a context axis, or "
+            "context: 1",
+        ),
     ],
-    ids=["seq_len", "devices", "no-attention", "placement"],
+    ids=["seq_len", "devices", "no-attention", "placement", "overlap"],
 )
 def test_bad_context_layouts_are_refused_with_one_line(changes, message):
     data = layout(**changes)

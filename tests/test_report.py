@@ -317,6 +317,13 @@ def test_memory_groups_devices_alike_and_stacks_what_the_total_holds_beyond_the_
          "· activations 50 B"),
         ("memory off the devices (parameter servers, host)", "ps0 14 B"),
     ]  # fmt: skip
+    kinds = {"stored_inputs": 30, "attention_scores": 20}  # their own row, not this one
+    per_device = summary["memory_per_device"]
+    by_kind = {d: {**p, "activations_by_kind": kinds} for d, p in per_device.items()}
+    assert (
+        memory_rows({**summary, "memory_per_device": by_kind}, caps)[1]
+        == memory_rows(summary, caps)[1]
+    )
     sharded = memory_rows({**summary, "param_bytes": 400}, caps)[1][1]
     assert sharded.startswith("parameters 100 B (25.0% of the model's 400 B) · gradients")
     far = memory_layout(summary, {d: 1e12 for d in caps})

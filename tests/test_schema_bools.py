@@ -110,6 +110,14 @@ def _with(path: tuple[str | int, ...], value: Any, data: dict[str, Any] | None =
     return data, path
 
 
+def _moe_base() -> dict[str, Any]:
+    """TINY with the zoo's mixture of experts, timing-only (routing is drawn then)."""
+    data = copy.deepcopy(TINY)
+    data["workload"]["model"] = "moe"
+    data["numerics"] = False
+    return data
+
+
 def _strategy(kind: str, **fields: Any) -> Any:
     return _with(("strategy",), {"kind": kind, **fields})
 
@@ -148,6 +156,9 @@ ANCHORS: dict[str, Any] = {
     ),
     "OuterOptimizerSpec": _strategy("local_sgd", outer_optimizer={"name": "sgd"}),
     "MeshSpec": _strategy("hybrid", mesh={}),
+    "ZipfRouting": _with(
+        ("strategy",), {"kind": "expert_parallel", "routing": {"zipf": 1.2}}, _moe_base()
+    ),
     "GoodputSpec": _with(("goodput",), {"horizon": "1 day", "restart": "1 min"}),
     "RatesSpec": _with(("goodput",), {"horizon": "1 day", "restart": "1 min", "rates": {}}),
     "ElasticSpec": _with(("goodput",), {"horizon": "1 day", "restart": "1 min", "elastic": {}}),
@@ -170,6 +181,7 @@ INNER: dict[str, tuple[str | int, ...]] = {
     "CompressionSpec": ("compression",),
     "OuterOptimizerSpec": ("outer_optimizer",),
     "MeshSpec": ("mesh",),
+    "ZipfRouting": ("routing",),
     "RatesSpec": ("rates",),
     "ElasticSpec": ("elastic",),
     "GoodputCheckpointSpec": ("checkpoint",),

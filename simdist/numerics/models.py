@@ -18,13 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from simdist.catalog import MLP_HIDDEN_DEFAULT, MODELS, RESNET_DEFAULTS
+from simdist.catalog import (
+    MLP_HIDDEN_DEFAULT,
+    MODELS,
+    MOE_DEFAULTS,
+    MOE_HIDDEN_DEFAULT,
+    RESNET_DEFAULTS,
+)
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
 
@@ -243,14 +250,12 @@ def make_model(
     ``RESNET_DEFAULTS`` where not given; ``sync_batch_norm`` is applied by the executor,
     which names the replica axis (``ResNet.axis_name``).
     """
-    if isinstance(spec, str):
-        name, options = spec, {"hidden": MLP_HIDDEN_DEFAULT, **RESNET_DEFAULTS}
-    else:
-        name, options = spec.name, spec.model_dump()
+    spec = _with_defaults(spec) if isinstance(spec, str) else spec
+    name = spec.name
     if name == "softmax":
         return SoftmaxRegression(n_outputs)
     if name == "mlp":
-        hidden = tuple(int(h) for h in options["hidden"])
+        hidden = tuple(int(h) for h in spec.hidden)
         return MLP(n_outputs, hidden)
     if name in ("cnn", "resnet") and input_shape is not None and len(input_shape) != 3:
         raise SimdistError(
@@ -267,12 +272,19 @@ def make_model(
         side = min(input_shape[:2]) if input_shape is not None else STEM_POOL_MIN_SIDE
         return ResNet(
             n_outputs,
-            blocks=tuple(int(b) for b in options["blocks"]),
-            width=int(options["width"]),
+            blocks=tuple(int(b) for b in spec.blocks),
+            width=int(spec.width),
             stem_pool=side >= STEM_POOL_MIN_SIDE,
-            batch_norm_momentum=float(options["batch_norm_momentum"]),
+            batch_norm_momentum=float(spec.batch_norm_momentum),
         )
     raise SimdistError(f"unknown model {name!r}; expected one of {', '.join(MODELS)}")
+
+
+def _with_defaults(name: str) -> SimpleNamespace:
+    """Zoo model ``name`` with the options validation fills in when a scenario leaves them
+    out (the catalog's defaults), for a model named alone (``simdist list``, a profile)."""
+    hidden = MOE_HIDDEN_DEFAULT if name == "moe" else MLP_HIDDEN_DEFAULT
+    return SimpleNamespace(name=name, hidden=list(hidden), **RESNET_DEFAULTS, **MOE_DEFAULTS)
 
 
 def output_shape(model: nn.Module, params: Any, input_shape: tuple[int, ...], batch: int) -> tuple:

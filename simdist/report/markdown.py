@@ -249,17 +249,6 @@ def key_numbers(result: Result, target: float = DEFAULT_TARGET) -> list[tuple[st
     rows += key_number_rows(s)  # a strategy's own (simdist.report.table_figures)
     if s.get("dropped_gradients"):
         rows.append(("dropped gradients (backup workers)", str(s["dropped_gradients"])))
-    context = s.get("context")
-    if isinstance(context, dict):  # hybrid's context axis: ring attention's K/V traffic
-        rows.append(
-            (
-                f"context ring ({context['size']} devices)",
-                f"{format_size(max(context['nbytes_per_device_per_step']))} per device and "
-                f"step in K/V blocks of {format_size(context['kv_block_nbytes'])}; "
-                f"{format_duration(context['exposed_s_per_step'])} a step not hidden "
-                "behind attention",
-            )
-        )
     rows += [
         ("compute per replica step", format_duration(s["compute_s_per_replica_step"])),
         ("parameters", format_size(s["param_bytes"])),

@@ -256,7 +256,12 @@ def memory_rows(
         peak += f"; least {format_size(least.total)} ({least.devices[0]})"
     rows = [(f"peak memory per device ({count} devices)", peak)]
     known = [k for k in PARTS if k in fullest.parts]
-    rest = sorted(k for k in fullest.parts if k not in PARTS and k != "total")
+    # activations by kind have a row of their own (report.md's "activations")
+    rest = sorted(
+        k
+        for k in fullest.parts
+        if k not in PARTS and k != "total" and not k.startswith("activations_by_kind.")
+    )
     held = [f"{_part_name(k)} {format_size(fullest.parts[k])}" for k in [*known, *rest]]
     model = float(summary.get("param_bytes") or 0.0)
     params = fullest.parts.get("params", 0.0)

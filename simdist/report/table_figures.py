@@ -9,7 +9,8 @@ tokens of each expert). :func:`figure_jobs` turns them into the report's plot jo
 report.md captions them from the same entries (:func:`captions`).
 
 Likewise :data:`NUMBERS_KEY` lists ``[label, summary key, format]`` rows that report.md adds
-to its key numbers (:func:`key_number_rows`), and :data:`NOTES_KEY` says what each of the
+to its key numbers (:func:`key_number_rows`; the key may be a dotted path, the format
+``size`` or ``duration``), and :data:`NOTES_KEY` says what each of the
 run's own tables holds (``{"moe_steps.csv": "..."}``) for report.md's list of files.
 """
 
@@ -75,11 +76,20 @@ def captions(summary: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def key_number_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(label, value)`` rows of :data:`NUMBERS_KEY`, each value formatted as it says."""
+    """``(label, value)`` rows of :data:`NUMBERS_KEY`, each value formatted as it says: a
+    ``str.format`` pattern, or ``size`` (bytes) or ``duration`` (seconds) written as
+    :mod:`simdist.units` writes them; the key a summary key, or a dotted path into one
+    (``context.kv_block_nbytes``)."""
+    from simdist.units import format_duration, format_size
+
+    forms: dict[str, Callable[[Any], str]] = {"size": format_size, "duration": format_duration}
     rows = []
     for label, key, form in summary.get(NUMBERS_KEY) or []:
-        value = summary.get(key)
-        rows.append((label, "n/a" if value is None else form.format(value)))
+        value: Any = summary
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        shown = forms[form](value) if form in forms else form.format(value)
+        rows.append((label, "n/a" if value is None else shown))
     return rows
 
 

@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -181,6 +181,20 @@ def _field_of(model: type[BaseModel], key: str) -> FieldInfo | None:
     return None
 
 
+def _literals(model: type[BaseModel] | None, key: str) -> list[str]:
+    """The words field ``key`` of ``model`` also takes besides a section (``routing:
+    uniform`` beside ``routing: {zipf: 1.2}``)."""
+    field = _field_of(model, key) if model is not None else None
+    if field is None:
+        return []
+    return [
+        str(word)
+        for t in _unwrap(field.annotation)
+        if typing.get_origin(t) is Literal
+        for word in typing.get_args(t)
+    ]
+
+
 def _allowed_keys(model: type[BaseModel]) -> list[str]:
     return [_yaml_key(model, a) for a, f in model.model_fields.items() if not f.exclude]
 
@@ -212,6 +226,10 @@ def _walk(
             if tagged:
                 candidates = tagged
                 continue
+        named = [m for m in candidates if m.__name__ == item]
+        if named:  # a union's member, as pydantic names it (``routing.ZipfRouting.zipf``)
+            candidates = named
+            continue
         model = candidates[0] if candidates else None
         attr = item
         if model is not None:
@@ -275,6 +293,9 @@ def error_message(err: Any, root: type[BaseModel]) -> tuple[str, str]:
         return path, f"got {show(value)}; expected a finite number{_example(key, model)}"
     if etype in ("too_short", "too_long"):
         return path, f"got {show(value)}; {err['msg'].lower()}{_example(key, model)}"
+    words = _literals(model, key) if isinstance(value, str) else []
+    if words and etype in ("model_type", "model_attributes_type", "dict_type"):
+        return path, choice_message(value, words, key)  # a section, or one of these words
     for word, text in _TYPE_WORDS.items():
         if etype.startswith(word):
             return path, f"got {show(value)}; expected {text}{_example(key, model)}"

@@ -17,6 +17,7 @@ from simdist.catalog import (
     GPT_PRESETS,
     MLP_HIDDEN_DEFAULT,
     MOE_DEFAULTS,
+    MOE_HIDDEN_DEFAULT,
     RESNET_DEFAULTS,
     TEACHER_DEFAULTS,
     DatasetName,
@@ -216,7 +217,7 @@ class ModelSpec(Spec):
         if self.name != "moe":
             return self
         if "hidden" not in self.model_fields_set:
-            self.hidden = [32, 64]
+            self.hidden = list(MOE_HIDDEN_DEFAULT)
         if len(self.hidden) != 2:
             raise fail(
                 "hidden",

@@ -49,7 +49,7 @@ class Spec(StrategySpecBase):
     data: PositiveInt = Field(1, examples=["2"])
     #: How tokens choose experts in a timing-only run (numerics: false); with numerics the
     #: model's router decides. ``uniform``, or ``{zipf: s}``.
-    routing: Literal["uniform"] | ZipfRouting = Field("uniform", examples=["uniform"])
+    routing: ZipfRouting | Literal["uniform"] = Field("uniform", examples=["uniform"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
     # The experts run on emulated JAX devices, one per mesh device (shard_map).
     execution: Literal["devices"] = Field("devices", examples=["devices"])

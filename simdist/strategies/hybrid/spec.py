@@ -264,6 +264,13 @@ class Spec(StrategySpecBase):
                 f"attention as a ring, and {clock} {w.clock_model.name} has no attention "
                 "layers: use a gpt (timing_model: gpt), or context: 1",
             )
+        if self.overlap_grad_reduce:
+            raise fail(
+                "strategy.overlap_grad_reduce",
+                f"a context axis ({CP} devices) runs each attention layer's backward as ring "
+                "steps, and the gradient buckets that overlap the backward are not cut along "
+                "them yet: use overlap_grad_reduce: false with a context axis, or context: 1",
+            )
         if shape.seq_len % (2 * CP):
             good = max((n for n in range(1, CP + 1) if shape.seq_len % (2 * n) == 0), default=1)
             raise fail(

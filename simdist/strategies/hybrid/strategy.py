@@ -658,6 +658,14 @@ class HybridStrategy(PipelineStrategy):
         }
         if self.ring is not None:
             out["context"] = self.context_summary()
+            # report.md's rows for the ring (simdist.report.table_figures' contract)
+            ring = f"context ring ({self.C} devices)"
+            busiest = "context.busiest_nbytes_per_device_per_step"
+            out["key_numbers"] = [
+                [f"{ring}: K/V block", "context.kv_block_nbytes", "size"],
+                [f"{ring}: per device and step (busiest stage)", busiest, "size"],
+                [f"{ring}: not hidden behind attention", "context.exposed_s_per_step", "duration"],
+            ]
         return out
 
     def context_summary(self) -> dict[str, Any]:
@@ -691,6 +699,9 @@ class HybridStrategy(PipelineStrategy):
             "nbytes_per_device_per_step": [
                 sum(map(sum, stage.values())) * self.M for stage in per_stage
             ],
+            "busiest_nbytes_per_device_per_step": max(
+                sum(map(sum, stage.values())) * self.M for stage in per_stage
+            ),
             "nbytes_per_step": sum(
                 sum(map(sum, stage.values())) * self.M * devices for stage in per_stage
             ),

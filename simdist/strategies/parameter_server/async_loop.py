@@ -281,6 +281,11 @@ class AsyncTraining:
             self.stopped = True
             s = self.strategy
             s.diverged_at = s.steps_done = s.progress.applied + 1
+            # A worker waiting for its gradient's applies goes on: none will come now.
+            for gradient in self.inflight:
+                if gradient is not None and gradient.applied is not None:
+                    if not gradient.applied.triggered:
+                        gradient.applied.succeed()
 
     def tick(self, w: int) -> None:
         """Worker ``w`` completed an iteration: wake workers waiting on the staleness bound."""
