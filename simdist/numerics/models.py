@@ -240,8 +240,7 @@ def make_model(
     spec: ModelSpec | str, n_outputs: int, input_shape: tuple[int, ...] | None = None
 ) -> nn.Module:
     """The Flax module named by ``spec.name`` with ``n_outputs`` outputs (``spec`` a bare
-    name: the zoo model with its default options, ``MLP_HIDDEN_DEFAULT`` and
-    ``RESNET_DEFAULTS``).
+    name: the zoo model with the catalog's default options).
 
     ``input_shape`` (one example, no batch axis) is optional: it rejects a CNN or
     a ResNet on non-image data with a clear message instead of an XLA error, and
