@@ -177,3 +177,25 @@ def test_bad_moe_gpt_is_one_clear_error(model, strategy, message):
     with pytest.raises(ScenarioError) as info:
         scenario_from_dict(data)
     assert str(info.value) == f"<scenario>: {message}"
+
+
+@pytest.mark.parametrize(
+    ("strategy", "field"),
+    [
+        ({"kind": "tensor_parallel", "tensor": 2}, "strategy.tensor"),
+        ({"kind": "hybrid", "mesh": {"data": 1, "tensor": 2}}, "strategy.mesh.tensor"),
+    ],
+    ids=["tensor_parallel", "hybrid"],
+)
+def test_a_tensor_group_refuses_a_moe_gpt_in_one_line(strategy, field):
+    """Tensor parallelism splits dense blocks; a MoE layer would run whole on every device
+    of the group, so the layout is refused rather than priced wrong."""
+    data = scenario(experts=2)
+    data["strategy"] = strategy
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict(data)
+    assert str(info.value) == (
+        f"<scenario>: {field}: got 2; a tensor group splits the dense blocks' matmuls, and the "
+        "mixture-of-experts layers of model gpt (experts: 2) are not split over it: use "
+        "tensor: 1 (every device holds the experts whole), or strategy expert_parallel"
+    )

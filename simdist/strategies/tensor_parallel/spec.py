@@ -84,6 +84,15 @@ def check_splittable(
             f"{', '.join(SPLITTABLE)} (column- then row-parallel pairs); {model.name} "
             "cannot be split this way: use mirrored or pipeline, or model: mlp",
         )
+    experts = getattr(model, "experts", None) if model.name == "gpt" else None
+    if experts and tensor > 1:
+        raise fail(
+            tensor_field,
+            f"got {tensor}; a tensor group splits the dense blocks' matmuls, and the "
+            f"mixture-of-experts layers of {field.removeprefix('workload.')} gpt (experts: "
+            f"{experts}) are not split over it: use tensor: 1 (every device holds the "
+            "experts whole), or strategy expert_parallel",
+        )
     if model.name == "mlp" and not model.hidden:
         raise fail(
             f"{field}.hidden",
