@@ -177,6 +177,23 @@ CASES: list[Case] = [
 # sequences: 32 per data-parallel copy at DP 64, 16 at DP 128), one sequence a micro-batch.
 H100_NVLINK = ("450GB/s", "2us")
 ROCE = ("400GB/s", "5us")
+
+
+def h100_cluster(hosts: int) -> dict[str, Any]:
+    """``hosts`` H100 hosts of 8 (NVLink inside, a 400 GB/s RoCE NIC each), bf16, without
+    variability: the cluster of the Llama 3 rows and of the long-context family."""
+    return {
+        "hosts": hosts,
+        "devices_per_host": 8,
+        "device": {"profile": "h100", "precision": "bf16", "variability": 0},
+        "links": {
+            "intra_host": {"bandwidth": H100_NVLINK[0], "latency": H100_NVLINK[1]},
+            "network": {"bandwidth": ROCE[0], "latency": ROCE[1]},
+        },
+        "network": {"protocol": "nccl-ib", "intra_host": "nvlink"},
+    }
+
+
 LLAMA3_SEQUENCES = 2048
 # Sec. 3.3.2 ("memory imbalance"): one Transformer layer fewer on the first and the last
 # stage, which hold the embedding and the output head: 7 + 14 x 8 + 7 = 126 layers, in
@@ -196,16 +213,7 @@ def llama3_scenario(data: int) -> Any:
             "name": f"validate_llama3_405b_dp{data}",
             "seed": 0,
             "numerics": False,
-            "cluster": {
-                "hosts": gpus // 8,
-                "devices_per_host": 8,
-                "device": {"profile": "h100", "precision": "bf16", "variability": 0},
-                "links": {
-                    "intra_host": {"bandwidth": H100_NVLINK[0], "latency": H100_NVLINK[1]},
-                    "network": {"bandwidth": ROCE[0], "latency": ROCE[1]},
-                },
-                "network": {"protocol": "nccl-ib", "intra_host": "nvlink"},
-            },
+            "cluster": h100_cluster(gpus // 8),
             "workload": {
                 "model": {"name": "gpt", "preset": "llama3_405b"},
                 "global_batch_size": LLAMA3_SEQUENCES,

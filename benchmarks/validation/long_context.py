@@ -28,7 +28,7 @@ from typing import Any
 from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from validation import Case
-from validation.layouts import H100_NVLINK, ROCE
+from validation.layouts import h100_cluster
 
 TITLE = "Long-context training (context parallelism)"
 
@@ -46,16 +46,7 @@ def torchtitan_scenario(context: int, seq_len: int) -> Any:
             "name": f"validate_torchtitan_llama3_8b_cp{context}",
             "seed": 0,
             "numerics": False,
-            "cluster": {
-                "hosts": 1,
-                "devices_per_host": GPUS,
-                "device": {"profile": "h100", "precision": "bf16", "variability": 0},
-                "links": {
-                    "intra_host": {"bandwidth": H100_NVLINK[0], "latency": H100_NVLINK[1]},
-                    "network": {"bandwidth": ROCE[0], "latency": ROCE[1]},
-                },
-                "network": {"protocol": "nccl-ib", "intra_host": "nvlink"},
-            },
+            "cluster": h100_cluster(1),  # one host: its 8 devices are GPUS
             "workload": {
                 "model": {"name": "gpt", "preset": "llama3_8b", "seq_len": seq_len},
                 "global_batch_size": data,

@@ -43,7 +43,7 @@ from simdist.strategies.sharded_plan import (
     reduce_buckets,
 )
 from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
-from simdist.strategies.tensor_parallel.plan import backward_span_layers, phase_plans
+from simdist.strategies.tensor_parallel.plan import backward_span_layers, phase_plans, split_s
 
 #: DeepSpeed's reduce_bucket_size and allgather_bucket_size default (5e8 elements,
 #: deepspeed/runtime/zero/config.py) as float32 bytes — simdist.strategies.zero's default.
@@ -111,8 +111,8 @@ def context_layers(layers: Sequence[LayerCost], context: int) -> tuple[LayerCost
     return tuple(
         replace(
             x,
-            forward_s=(x.forward_s - x.launch_s) / context + x.launch_s,
-            backward_s=(x.backward_s - x.launch_s) / context + x.launch_s,
+            forward_s=split_s(x.forward_s, x.launch_s, context),
+            backward_s=split_s(x.backward_s, x.launch_s, context),
             output_nbytes=math.ceil(x.output_nbytes / context),
         )
         for x in layers
