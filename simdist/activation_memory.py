@@ -58,6 +58,7 @@ __all__ = [
     "ActivationTable",
     "Activations",
     "LayerTensors",
+    "LinearGemms",
     "Stored",
     "activations",
     "gpt_layer_tensors",
@@ -97,7 +98,8 @@ class LayerTensors:
     attention and MLP layers; each layer of a model without blocks), None for a layer that
     is never recomputed. ``input``: the layer's input, what a checkpoint keeps.
     ``core_flops``: forward FLOPs of the attention core, what selective recomputation
-    computes again (4·s²·h per example: Q·Kᵀ and scores·V).
+    computes again (4·s²·h per example: Q·Kᵀ and scores·V). ``linear``: its linear layers'
+    GEMMs, what an FP8 recipe runs in FP8 (:mod:`simdist.hardware.fp8`).
     """
 
     name: str
@@ -105,6 +107,25 @@ class LayerTensors:
     input: Stored
     block: int | None = None
     core_flops: float = 0.0
+    linear: LinearGemms | None = None
+
+
+@dataclass(frozen=True)
+class LinearGemms:
+    """A layer's linear GEMMs from its shapes: forward FLOPs and the elements of their
+    inputs and outputs per example, and their weights' elements."""
+
+    flops: float
+    inputs: float
+    outputs: float
+    weights: float
+
+    def scaled(self, rows: float, weights: float = 1.0) -> LinearGemms:
+        """The same GEMMs over ``rows`` × the rows of each example (an MoE layer's
+        slots), with ``weights`` × the weights (its experts)."""
+        return LinearGemms(
+            self.flops * rows, self.inputs * rows, self.outputs * rows, self.weights * weights
+        )
 
 
 @dataclass(frozen=True)
@@ -227,12 +248,28 @@ def gpt_layer_tensors(
     if dropout:
         attention += (Stored("attention dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
     core = 4.0 * s * s * h
+    # The linear GEMMs: QKV (h → h + 2·kv width) and the projection (h → h); the MLP's fc1
+    # (h → f, gate and up for SwiGLU: Megatron's fused linear_fc1) and fc2 (f → h); an MoE
+    # block's experts over its slots (its router stays out: a BF16 GEMM in Megatron-Core).
+    qkv = sh + 2 * skv
+    attention_linear = LinearGemms(2.0 * h * (qkv + sh), 2.0 * sh, qkv + sh, h * (qkv // s + h))
+    f = sf // s
+    fc1 = 2 * f if mlp == "swiglu" else f
+    mlp_linear = LinearGemms(2.0 * sh * (fc1 + f), sh + sf, s * fc1 + sh, h * (fc1 + f))
+    slots = top_k * capacity_factor
+    moe_linear = mlp_linear.scaled(slots, experts or 1)
     for i in range(layers):
-        out.append(LayerTensors(f"h.{i}.attention", attention, block_input, i, core))
+        out.append(
+            LayerTensors(f"h.{i}.attention", attention, block_input, i, core, attention_linear)
+        )
         if experts is not None and is_moe_block(i, moe_every):
-            out.append(LayerTensors(f"h.{i}.moe", moe_tensors, Stored("mlp input", sh), i))
+            out.append(
+                LayerTensors(f"h.{i}.moe", moe_tensors, Stored("mlp input", sh), i, 0.0, moe_linear)
+            )
         else:
-            out.append(LayerTensors(f"h.{i}.mlp", mlp_tensors, Stored("mlp input", sh), i))
+            out.append(
+                LayerTensors(f"h.{i}.mlp", mlp_tensors, Stored("mlp input", sh), i, 0.0, mlp_linear)
+            )
     head = (
         Stored(f"final {norm} input", sh),
         Stored("output projection input", sh),

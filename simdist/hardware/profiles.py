@@ -71,11 +71,16 @@ __all__ = [
     "PrecisionPeak",
 ]
 
-Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+Precision = Literal["fp32", "tf32", "fp16", "bf16", "fp8"]
 #: Every precision a scenario may name (``cluster.device.precision``).
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
-#: Bytes of one element at each precision (tf32 is stored as float32).
-ELEMENT_NBYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Bytes of one element as tensors are held and moved at each precision (tf32 is stored as
+#: float32). ``fp8`` is TransformerEngine's recipe (:mod:`simdist.hardware.fp8`): only the
+#: linear layers' GEMMs run in FP8; activations, gradients, weights and collectives stay
+#: BF16, so its tensors are 2 bytes.
+ELEMENT_NBYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 2}
+#: What the work outside the FP8 GEMMs runs in, per precision that has such GEMMs.
+FP8_REST_PRECISION = "bf16"
 
 
 @dataclass(frozen=True)
@@ -335,9 +340,9 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
         memory_source="[MEMCOPY] 1536 of 2039 GB/s",
         launch_source=_GPU_LAUNCH,
     ),
-    # NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32; dense tensor 494.7 TFLOP/s TF32 and
-    # 989.4 TFLOP/s FP16/BF16 (the datasheet's 989 / 1979 are with sparsity); 3.35 TB/s HBM3,
-    # 80 GB.
+    # NVIDIA H100 SXM5 datasheet: 67 TFLOP/s FP32; dense tensor 494.7 TFLOP/s TF32,
+    # 989.4 TFLOP/s FP16/BF16 and 1,979 TFLOP/s FP8 (the datasheet's 989 / 1,979 / 3,958 are
+    # with sparsity); 3.35 TB/s HBM3, 80 GB.
     "h100": _profile(
         "h100",
         "gpu",
@@ -358,6 +363,9 @@ DEVICE_PROFILES: dict[str, DeviceProfile] = {
             ),
             PrecisionPeak("fp16", 989.4e12, 0.43, "[LLAMA3] 43 % BF16 MFU on H100"),
             PrecisionPeak("bf16", 989.4e12, 0.43, "[LLAMA3] 43 % BF16 MFU on H100"),
+            # Not fitted: no FP8 measurement calibrates it (docs/VALIDATION.md's FP8 rows
+            # test it).
+            PrecisionPeak("fp8", 1979e12, 0.43, "assumed: the bf16 share [LLAMA3] 0.43"),
         ),
         source="NVIDIA H100 SXM5 datasheet (dense peaks)",
         bandwidth_Bps=3.35e12,

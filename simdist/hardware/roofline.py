@@ -53,6 +53,11 @@ Without this, VGG-16 (99 % of its FLOPs in 3×3 stride-1 convolutions) would nee
 the P100's peak to reach its published 154 img/s; an efficiency fitted on ResNet-50 (35 %)
 came out 62 % slow on VGG-16.
 
+FP8 (:mod:`simdist.hardware.fp8`). At ``fp8`` a layer's linear GEMMs (its
+:class:`~simdist.hardware.fp8.Fp8Gemms`) run at the device's ``fp8`` peak and the rest of
+its FLOPs at ``bf16``, one after the other; the casts to FP8 that feed the GEMMs are added in
+series at the memory bandwidth. A layer without FP8 GEMMs runs wholly at ``bf16``.
+
 Calibration (:func:`calibrate`) scales every layer's times by one factor so that one device's
 step takes a measured time exactly: the profile then only says how the step is shared
 between the layers, which is how a user who has measured one GPU predicts many.
@@ -66,9 +71,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simdist.errors import SimdistError
-from simdist.hardware.profiles import ELEMENT_NBYTES, DeviceProfile
+from simdist.hardware.profiles import ELEMENT_NBYTES, FP8_REST_PRECISION, DeviceProfile
 
 if TYPE_CHECKING:
+    from simdist.hardware.fp8 import Fp8Gemms
     from simdist.layers import LayerProfile, ModelProfile
 
 __all__ = [
@@ -90,46 +96,73 @@ WINOGRAD_REDUCTION = 4.0
 WINOGRAD_TRANSFORM_TRAFFIC = 1.0 + 36.0 / 16.0
 
 
+def _flops_per_s(device: DeviceProfile, precision: str) -> float:
+    """The FLOP/s ``device`` reaches at ``precision``: its peak × efficiency, positive."""
+    try:
+        peak = device.peak(precision)
+    except KeyError as exc:
+        raise SimdistError(str(exc.args[0])) from None
+    flops_per_s = peak.flops * peak.efficiency
+    if flops_per_s <= 0 or device.achieved_bandwidth_Bps <= 0:
+        raise SimdistError(
+            f"device profile {device.name!r} reaches {flops_per_s:g} FLOP/s and "
+            f"{device.achieved_bandwidth_Bps:g} bytes/s at {precision}; both must be positive"
+        )
+    return flops_per_s
+
+
 def layer_times(
-    profile: ModelProfile, device: DeviceProfile, precision: str
+    profile: ModelProfile,
+    device: DeviceProfile,
+    precision: str,
+    fp8: Sequence[Fp8Gemms | None] | None = None,
 ) -> list[tuple[float, float]]:
     """(forward_s, backward_s) of every layer of ``profile``, in its forward order.
 
     ``precision`` selects the device's peak (its own ``peak_flops`` / ``efficiency`` when it
     is the device's precision, so scenario overrides count). A layer whose source gave its
     times (``forward_s`` and ``backward_s``, e.g. an ASTRA-sim file) keeps them as they are.
+    At ``fp8``, ``fp8`` gives each layer's FP8 GEMMs (None: none; module docstring); every
+    other FLOP runs at ``bf16``.
     """
-    try:
-        peak = device.peak(precision)
-    except KeyError as exc:
-        raise SimdistError(str(exc.args[0])) from None
-    flops_per_s = peak.flops * peak.efficiency
+    flops_per_s = _flops_per_s(device, precision)
+    peak = device.peak(precision)
+    rest_per_s = flops_per_s
+    gemms: Sequence[Fp8Gemms | None] = [None] * len(profile.layers)
+    if precision == "fp8":
+        rest_per_s = _flops_per_s(device, FP8_REST_PRECISION)
+        gemms = fp8 if fp8 is not None else gemms
     bytes_per_s = device.achieved_bandwidth_Bps
-    if flops_per_s <= 0 or bytes_per_s <= 0:
-        raise SimdistError(
-            f"device profile {device.name!r} reaches {flops_per_s:g} FLOP/s and "
-            f"{bytes_per_s:g} bytes/s at {precision}; both must be positive"
-        )
     byte_scale = ELEMENT_NBYTES[precision] / PROFILE_ELEMENT_NBYTES
     launch = device.launch_s
 
-    def seconds(flops: float, nbytes: float, serial_nbytes: float) -> float:
+    def seconds(
+        flops: float, nbytes: float, serial_nbytes: float, fast_flops: float, cast_nbytes: float
+    ) -> float:
+        fast = min(fast_flops, flops)
+        compute = fast / flops_per_s + (flops - fast) / rest_per_s
         memory = nbytes * byte_scale / bytes_per_s
         serial = serial_nbytes * byte_scale / bytes_per_s  # kernels of their own, in series
-        return max(flops / flops_per_s, memory) + serial + launch
+        return max(compute, memory) + serial + cast_nbytes / bytes_per_s + launch
 
     times = []
-    for layer, (forward_nbytes, backward_nbytes) in zip(
-        profile.layers, compulsory_traffic(profile), strict=True
+    for layer, (forward_nbytes, backward_nbytes), g in zip(
+        profile.layers, compulsory_traffic(profile), gemms, strict=True
     ):
         if layer.forward_s is not None and layer.backward_s is not None:
             times.append((float(layer.forward_s), float(layer.backward_s)))
             continue
         forward, backward = executed(layer, peak.cudnn)
+        if g is None:  # at fp8 all of it at bf16; else all of it at the precision's peak
+            fast = (forward[0], backward[0]) if precision != "fp8" else (0.0, 0.0)
+            casts = (0.0, 0.0)
+        else:
+            fast = (g.forward_flops, g.backward_flops)
+            casts = (g.forward_cast_nbytes, g.backward_cast_nbytes)
         times.append(
             (
-                seconds(forward[0], forward_nbytes, forward[1]),
-                seconds(backward[0], backward_nbytes, backward[1]),
+                seconds(forward[0], forward_nbytes, forward[1], fast[0], casts[0]),
+                seconds(backward[0], backward_nbytes, backward[1], fast[1], casts[1]),
             )
         )
     return times

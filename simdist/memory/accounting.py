@@ -90,8 +90,9 @@ __all__ = [
 
 #: Bytes of one parameter as profiles count them (float32).
 FLOAT32_NBYTES = 4
-#: Precisions trained in mixed precision: half-precision copies, a float32 master copy.
-MIXED_PRECISIONS = ("fp16", "bf16")
+#: Precisions trained in mixed precision: half-precision copies, a float32 master copy
+#: (``fp8`` too: TransformerEngine keeps BF16 weights and gradients, simdist.hardware.fp8).
+MIXED_PRECISIONS = ("fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simdist.hardware.cluster import Cluster
+from simdist.hardware.fp8 import Fp8Gemms, fp8_gemms
 from simdist.hardware.profiles import DEVICE_PROFILES, DeviceProfile
 from simdist.hardware.roofline import calibrate, layer_times, step_time
 from simdist.memo import remember
@@ -245,9 +246,30 @@ def step_seconds(
     device section) scales the roofline's times by one factor so that one device's step
     takes exactly that long.
     """
-    times = layer_times(profile, device, device.precision)
+    times = layer_times(profile, device, device.precision, fp8_layers(scenario, profile, device))
     measured = measured_step_s(scenario, device_spec)
     return times if measured is None else calibrate(times, measured)
+
+
+def fp8_layers(
+    scenario: Scenario, profile: ModelProfile, device: DeviceProfile
+) -> list[Fp8Gemms | None] | None:
+    """Each layer's FP8 GEMMs (:mod:`simdist.hardware.fp8`) when ``device`` trains at ``fp8``
+    and the clock model's layers are known by their shapes (a gpt: its attention, MLP and
+    MoE layers' linear GEMMs); None else, and None for a layer without them."""
+    from simdist.memory.accounting import model_tensors
+
+    if device.precision != "fp8":
+        return None
+    tensors = {t.name: t.linear for t in model_tensors(scenario) or ()}
+    examples = max(1, int(profile.batch_size))
+    out: list[Fp8Gemms | None] = []
+    for layer in profile.layers:
+        g = tensors.get(layer.name)
+        out.append(
+            None if g is None else fp8_gemms(g.flops, g.inputs, g.outputs, g.weights, examples)
+        )
+    return out
 
 
 def measure_costs(
@@ -389,7 +411,9 @@ def _device_costs(
     times = step_seconds(scenario, profile, device, device_spec)
     measured = measured_step_s(scenario, device_spec)
     compute_s = measured if measured is not None else step_time(times)
-    launches = _launch_seconds(profile, device, times, measured)
+    launches = _launch_seconds(
+        profile, device, times, measured, fp8_layers(scenario, profile, device)
+    )
     extra = recompute_seconds(scenario, profile, times)
     if any(extra):
         times = [(f, b + x) for (f, b), x in zip(times, extra, strict=True)]
@@ -462,6 +486,7 @@ def _launch_seconds(
     device: DeviceProfile,
     times: Sequence[tuple[float, float]],
     measured: float | None,
+    fp8: Sequence[Fp8Gemms | None] | None = None,
 ) -> list[float]:
     """Each layer's fixed launch cost inside its forward (and its backward) time.
 
@@ -473,7 +498,7 @@ def _launch_seconds(
     launch = [0.0 if given else float(device.launch_s) for given in own]
     if measured is None or not any(launch):
         return launch
-    raw = step_time(layer_times(profile, device, device.precision))
+    raw = step_time(layer_times(profile, device, device.precision, fp8))
     return [x * measured / raw for x in launch] if raw > 0 else launch
 
 
