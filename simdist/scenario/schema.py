@@ -246,6 +246,18 @@ def _check_workload(s: Scenario) -> None:
         )
     if not s.numerics:
         return
+    sections = [("cluster.device", s.cluster.device)] + [
+        (f"cluster.hosts[{i}].device", h.device)
+        for i, h in enumerate(s.cluster.host_specs or ())
+        if h.device is not None
+    ]
+    fp8 = [where for where, device in sections if device.precision == "fp8"]
+    if fp8:
+        raise fail(
+            f"{fp8[0]}.precision",
+            "fp8 is timing-only (simdist prices its FP8 GEMMs but does not compute in FP8): "
+            "run it with numerics: false, or train at bf16",
+        )
     if w.model is None:
         raise fail(
             "workload.model",
