@@ -2,7 +2,7 @@
 
 Each module of this package holds the cases of one family (single-GPU throughput,
 all-reduce scaling, parameter servers, collectives, layouts of large transformers, ZeRO,
-memory, long-context training, mixture-of-experts) as
+memory, long-context training, FP8 training, mixture-of-experts) as
 a list ``CASES`` of :class:`Case`, a ``TITLE`` and a ``TEXT`` (markdown: what the family
 shows and why rows miss).
 ``benchmarks/validate.py`` runs them and writes docs/VALIDATION.md; a quick subset runs in CI
@@ -32,6 +32,7 @@ FAMILIES: tuple[str, ...] = (
     "zero",
     "memory",
     "long_context",
+    "fp8",
     "moe",
 )
 
