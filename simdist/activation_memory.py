@@ -80,7 +80,9 @@ class Stored:
     attention does not store and selective recomputation recomputes) or :data:`MASKS`.
     ``split``: Megatron's tensor parallelism splits it over the tensor group.
     ``element_nbytes``: fixed bytes per element (a mask's 1, int32 token ids, float32
-    logits); 0: the training precision's activation element.
+    logits); 0: the training precision's activation element. ``gemm_input``: the input of
+    a linear layer's GEMM, kept in FP8 under an FP8 recipe (``gemm_input_nbytes`` of
+    :func:`stored_nbytes`).
     """
 
     name: str
@@ -88,6 +90,7 @@ class Stored:
     kind: str = INPUTS
     split: bool = False
     element_nbytes: int = 0
+    gemm_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,11 +221,11 @@ def gpt_layer_tensors(
         ]
     attention: tuple[Stored, ...] = (
         Stored(norm_input, sh),
-        Stored("qkv input", sh),
+        Stored("qkv input", sh, gemm_input=True),
         *q_and_k,
         *scores,
         Stored("v", skv, split=True),
-        Stored("projection input", sh, split=True),
+        Stored("projection input", sh, split=True, gemm_input=True),
     )
 
     def mlp_stored(slots: float) -> tuple[Stored, ...]:
@@ -234,11 +237,15 @@ def gpt_layer_tensors(
                 Stored("gate output", f, split=True),
                 Stored("silu output", f, split=True),
                 Stored("up output", f, split=True),
-                Stored("down input", f, split=True),
+                Stored("down input", f, split=True, gemm_input=True),
             )
         else:
-            inner = (Stored("gelu input", f, split=True), Stored("fc2 input", f, split=True))
-        tensors = (Stored(norm_input, sh), Stored("fc1 input", int(sh * slots)), *inner)
+            inner = (
+                Stored("gelu input", f, split=True),
+                Stored("fc2 input", f, split=True, gemm_input=True),
+            )
+        fc1_input = Stored("fc1 input", int(sh * slots), gemm_input=True)
+        tensors = (Stored(norm_input, sh), fc1_input, *inner)
         if dropout:
             tensors += (Stored("mlp dropout mask", sh, MASKS, element_nbytes=MASK_NBYTES),)
         return tensors
@@ -297,11 +304,15 @@ def layer_tensors_of_outputs(
     return out
 
 
-def stored_nbytes(tensor: Stored, act_nbytes: int, sharding: Sharding) -> float:
+def stored_nbytes(
+    tensor: Stored, act_nbytes: int, sharding: Sharding, gemm_input_nbytes: int = 0
+) -> float:
     """Bytes of ``tensor`` for one example on one device of the tensor group (and of the
     context group, which holds 1/CP of the sequence: of every tensor, the s×s scores
-    included, each device's queries meeting every key)."""
-    per = tensor.element_nbytes or act_nbytes
+    included, each device's queries meeting every key). ``gemm_input_nbytes``: the element
+    of a GEMM's input when the precision keeps it apart (fp8: 1; 0: ``act_nbytes``)."""
+    own = gemm_input_nbytes if tensor.gemm_input else 0
+    per = tensor.element_nbytes or own or act_nbytes
     split = max(sharding.activations, sharding.tensor if tensor.split else 1)
     if sharding.context > 1:
         split *= sharding.context
@@ -329,6 +340,7 @@ class ActivationTable:
         flash: bool = False,
         recompute: str = "none",
         recompute_layers: int = 1,
+        gemm_input_nbytes: int = 0,
     ) -> None:
         kept: dict[str, list[float]] = {INPUTS: [], SCORES: [], MASKS: []}
         freed, work, group_of = [], [], []
@@ -342,7 +354,9 @@ class ActivationTable:
                 for tensor in layer.stored:
                     if tensor.kind == SCORES and flash:
                         continue
-                    known[tensor.kind] += stored_nbytes(tensor, act_nbytes, sharding)
+                    known[tensor.kind] += stored_nbytes(
+                        tensor, act_nbytes, sharding, gemm_input_nbytes
+                    )
                 seen[id(layer.stored)] = known
             own = dict(known)
             total = sum(own.values())

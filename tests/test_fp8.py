@@ -166,3 +166,25 @@ def test_fp8_numerics_are_refused_in_one_line():
         "cluster.device.precision: fp8 is timing-only (simdist prices its FP8 GEMMs but does "
         "not compute in FP8): run it with numerics: false, or train at bf16"
     )
+
+
+def test_fp8_keeps_each_linear_gemms_stored_input_in_one_byte():
+    from simdist.activation_memory import ActivationTable
+    from simdist.memory.accounting import ReplicaLayers, device_memory
+    from simdist.sharding import Sharding
+
+    # s = 8, h = 16, MLP 4h: per block the QKV, projection and fc1 inputs (s·h each) and the
+    # fc2 input (4·s·h) are GEMM inputs, 7·s·h elements an example
+    layers = gpt_layer_tensors(2, 16, 4, 8, 100)
+    common = {"act_nbytes": 2, "sharding": Sharding(), "flash": True}
+    bf16 = ActivationTable(layers, **common).span(examples=3)
+    fp8 = ActivationTable(layers, gemm_input_nbytes=1, **common).span(examples=3)
+    assert bf16.stored_inputs - fp8.stored_inputs == 2 * 7 * 8 * 16 * 3
+    assert (bf16.masks, bf16.attention_scores) == (fp8.masks, fp8.attention_scores)
+    replica = ReplicaLayers(1000, (1000,) * len(layers), tuple(layers), 3)
+    held = {
+        p: device_memory(replica, precision=p, optimizer="adam", sharding=Sharding(), flash=True)
+        for p in ("bf16", "fp8")
+    }
+    assert held["bf16"].activations - held["fp8"].activations == 2 * 7 * 8 * 16 * 3
+    assert held["fp8"].params == held["bf16"].params == 2000

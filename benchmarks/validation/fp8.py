@@ -319,7 +319,7 @@ The summary's five rows without an interleaved pipeline come out −6.0 % (GPT3-
 (GPT3-20B, TP 2), −10.8 % (LLAMA2-7B), −9.7 % (Nemotron-8B, TP 2) and −10.3 % (LLAMA3-8B,
 CP 2), all within the band and all slow. The same layouts at bf16 give 12,891, 3,027, 9,154,
 7,625 and 7,278 tokens/s (−45, −48, −46, −39 and −41 %): on simdist's clock FP8 is worth
-1.48–1.71× here, the linear GEMMs being 74–86 % of a step's FLOPs. The rows with VP > 1
+1.48–1.71× here, the linear GEMMs being 72–93 % of a step's FLOPs. The rows with VP > 1
 (GPT3-175B, LLAMA2-13B and 70B, Nemotron-22B and 340B, LLAMA3-70B) need the interleaved
 pipeline schedule and are not run.
 

@@ -12,8 +12,11 @@ et al. 2022, "FP8 Formats for Deep Learning", arXiv:2209.05433, Sec. 4, train th
   cuDNN in BF16), norms, embeddings, the output head, elementwise work;
 * parameters, gradients and optimizer state are those of BF16 mixed precision (2 / 2 / 12
   bytes a parameter), activations are stored in BF16 and collectives move BF16 bytes
-  (:data:`simdist.hardware.profiles.ELEMENT_NBYTES`); TransformerEngine's FP8 copies of a
-  linear layer's input are not counted apart in memory;
+  (:data:`simdist.hardware.profiles.ELEMENT_NBYTES`), but the input a linear layer keeps
+  for its weight gradient is its FP8 copy, 1 byte an element (TransformerEngine v1.8,
+  commit 3ec998e9: transformer_engine/pytorch/module/linear.py saves ``inputmat``, FP8
+  under ``fp8``, and layernorm_linear.py / layernorm_mlp.py the FP8 ``ln_out``; the norms'
+  inputs stay BF16);
 * every FP8 GEMM input is quantised first by a kernel of its own: it reads the BF16 tensor
   (2 bytes an element) and writes the FP8 one (1 byte), and records the tensor's amax as it
   goes (the delayed-scaling recipe reduces it into its history once a step: a few floats a
@@ -30,12 +33,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CAST_NBYTES_PER_ELEMENT", "Fp8Gemms", "fp8_gemms"]
+__all__ = ["CAST_NBYTES_PER_ELEMENT", "Fp8Gemms", "fp8_gemms", "gemm_input_nbytes"]
 
 #: DRAM bytes of quantising one element to FP8: a BF16 read and an FP8 write.
 CAST_NBYTES_PER_ELEMENT = 2 + 1
 #: FLOPs of a linear layer's backward GEMMs per forward FLOP: input and weight gradient.
 BACKWARD_PER_FORWARD = 2
+
+
+def gemm_input_nbytes(precision: str) -> int:
+    """Bytes of an element of a linear GEMM's stored input at ``precision``: 1 at fp8 (its
+    FP8 copy), 0 (the precision's activation element) otherwise."""
+    return 1 if precision == "fp8" else 0
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from simdist.activation_memory import (
     layer_tensors_of_outputs,
     stored_nbytes,
 )
+from simdist.hardware.fp8 import gemm_input_nbytes
 from simdist.hardware.profiles import ELEMENT_NBYTES
 from simdist.numerics.memory import OPTIMIZER_COPIES
 from simdist.sharding import Sharding
@@ -296,6 +297,7 @@ def device_memory(
     )
     held = layers.table(
         act_nbytes=ELEMENT_NBYTES.get(precision, FLOAT32_NBYTES),
+        gemm_input_nbytes=gemm_input_nbytes(precision),
         sharding=sharding,
         flash=flash,
         recompute=recompute,
@@ -354,6 +356,7 @@ class StagedReplica:
         self.act_nbytes = ELEMENT_NBYTES.get(precision, FLOAT32_NBYTES)
         common = {
             "act_nbytes": self.act_nbytes,
+            "gemm_input_nbytes": gemm_input_nbytes(precision),
             "sharding": self.sharding,
             "flash": scenario.workload.attention == "flash",
         }
