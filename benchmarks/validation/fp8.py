@@ -324,7 +324,9 @@ CP 2), all within the band and all slow. The same layouts at bf16 give 12,891, 3
 pipeline schedule and are not run.
 
 The long-sequence rows are counted with NeMo's own formula (``_llama2`` in
-nemo/collections/common/metrics/perf_metrics.py: the s² term in full). At 16K (TP 2, no CP)
+nemo/collections/common/metrics/perf_metrics.py: the s² term in full); their batch sizes are
+the ones a later edit of the same table adds (NVIDIA/NeMo@19fadb67, "Batch Size": 4M tokens
+a step), one sequence a micro-batch. At 16K (TP 2, no CP)
 the row is −14.7 %; with CP it is −16.0 % at 32K, −20.0 % at 64K, −20.5 % at 128K and
 −21.6 % at 256K. The error grows with the attention core's share of the FLOPs (39, 57, 72,
 84 and 91 % as NeMo counts them): simdist charges every s×s score of the core (XLA's full
