@@ -188,3 +188,22 @@ def test_fp8_keeps_each_linear_gemms_stored_input_in_one_byte():
     }
     assert held["bf16"].activations - held["fp8"].activations == 2 * 7 * 8 * 16 * 3
     assert held["fp8"].params == held["bf16"].params == 2000
+
+
+def test_selective_recomputation_at_fp8_pays_the_attention_cores_share_of_the_time():
+    from simdist.runtime.costs import clock_profile, recompute_seconds
+
+    scenario = _gpt("fp8", strategy={"kind": "mirrored", "recompute": "selective"})
+    profile = clock_profile(scenario)
+    device = DEVICE_PROFILES["h100"].at_precision("fp8")
+    times = [(1.0, 2.0)] * len(profile.layers)
+    extra = recompute_seconds(scenario, profile, times, device)
+    attention = profile.layers[1]
+    s, h = 32, 64
+    core, linear = 4 * s * s * h * 2, 2 * s * h * 4 * h * 2  # two examples
+    fast, rest = 1979e12 * 0.43, 989.4e12 * 0.43
+    rest_flops = attention.forward_flops - linear
+    assert extra[1] == (core / rest) / (linear / fast + rest_flops / rest)
+    assert extra[1] > core / attention.forward_flops  # the core is slower than the GEMMs
+    assert extra == [0.0, extra[1], 0.0, extra[1], 0.0, 0.0]  # the attention layers only
+    assert recompute_seconds(scenario, profile, times)[1] == core / attention.forward_flops

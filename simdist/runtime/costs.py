@@ -368,7 +368,10 @@ def wire_element_nbytes(scenario: Scenario, precision: str) -> tuple[int, int]:
 
 
 def recompute_seconds(
-    scenario: Scenario, profile: ModelProfile, times: Sequence[tuple[float, float]]
+    scenario: Scenario,
+    profile: ModelProfile,
+    times: Sequence[tuple[float, float]],
+    device: DeviceProfile | None = None,
 ) -> list[float]:
     """Each layer's extra forward time in its backward pass under the spec's ``recompute``.
 
@@ -377,7 +380,9 @@ def recompute_seconds(
     Megatron recomputes each checkpoint's layers right before their backward. ``selective``
     (Korthikanti et al. 2022, Sec. 5): the attention core's share of the layer's forward,
     its FLOPs (:attr:`~simdist.activation_memory.LayerTensors.core_flops`, 4·s²·h per
-    example) over the layer's forward FLOPs. ``none``: nothing."""
+    example) over the layer's forward FLOPs; at fp8 on ``device`` (:func:`fp8_layers`) its
+    share of the forward's compute time, the core at bf16 and the linear GEMMs at fp8.
+    ``none``: nothing."""
     from simdist.memory.accounting import model_tensors
 
     mode = scenario.strategy.recompute
@@ -385,13 +390,23 @@ def recompute_seconds(
         return [0.0] * len(times)
     tensors = {t.name: t for t in model_tensors(scenario) or ()}
     examples = max(1, int(profile.batch_size))
+    found = fp8_layers(scenario, profile, device) if device is not None else None
+    gemms: Sequence[Fp8Gemms | None] = found or [None] * len(times)
     out = []
-    for layer, (f, _) in zip(profile.layers, times, strict=True):
+    for layer, (f, _), g in zip(profile.layers, times, gemms, strict=True):
         known = tensors.get(layer.name)
         if mode == "full":
             out.append(f if known is None or known.block is not None else 0.0)
         elif known is not None and known.core_flops and layer.forward_flops > 0:
-            out.append(f * min(1.0, known.core_flops * examples / layer.forward_flops))
+            core, flops = known.core_flops * examples, layer.forward_flops
+            if g is not None and device is not None:
+                fast = device.peak("fp8").flops * device.peak("fp8").efficiency
+                rest = device.peak("bf16").flops * device.peak("bf16").efficiency
+                linear = min(g.forward_flops, flops)
+                share = (core / rest) / (linear / fast + (flops - linear) / rest)
+            else:
+                share = core / flops
+            out.append(f * min(1.0, share))
         else:
             out.append(0.0)
     return out
@@ -414,7 +429,7 @@ def _device_costs(
     launches = _launch_seconds(
         profile, device, times, measured, fp8_layers(scenario, profile, device)
     )
-    extra = recompute_seconds(scenario, profile, times)
+    extra = recompute_seconds(scenario, profile, times, device)
     if any(extra):
         times = [(f, b + x) for (f, b), x in zip(times, extra, strict=True)]
         compute_s += math.fsum(extra)
