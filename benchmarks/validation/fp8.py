@@ -15,11 +15,15 @@ rest in BF16):
   ``GBS·s·l·h²·(12 + 12·g/a + 18·f/h + 12·s/h + 6·V/(l·h))`` a step, V = 32,000.
 
 Layout details the tables do not give are those of NeMo-Framework-Launcher's training
-configs at tag 24.07 (launcher_scripts/conf/training/{gpt3/5b,gpt3/20b,llama/llama2_7b,
-llama/llama3_8b,nemotron/nemotron_8b}.yaml): ``distributed_fused_adam`` (optimizer state
-sharded over the data-parallel group: ``zero: 1`` here) with ``overlap_grad_sync`` (here
-``overlap_grad_reduce``), no activation recomputation, TransformerEngine's fused (flash)
-attention, and sequence parallelism where the config turns it on (GPT3-20B, Nemotron-8B).
+configs at tag 24.07, commit 8325688d (launcher_scripts/conf/training/{gpt3/5b, gpt3/20b,
+llama/llama2_7b, llama/llama3_8b, nemotron/nemotron_8b}.yaml): ``distributed_fused_adam``
+(optimizer state sharded over the data-parallel group: ``zero: 1`` here) with
+``overlap_grad_sync`` (here ``overlap_grad_reduce``), no activation recomputation,
+TransformerEngine's fused (flash) attention, and sequence parallelism where the config turns
+it on (GPT3-20B, Nemotron-8B) and on the long-sequence rows with TP (NeMo's long-context
+recipes set it: nemo/collections/llm/recipes/llama3_8b_64k.py at 8e3d65dc). The
+long-sequence rows' batch sizes are the ones a later edit of their table adds
+(NVIDIA/NeMo@19fadb67, "Batch Size"), one sequence a micro-batch.
 Micro-batches = GBS / (DP × MBS), run one after another (gradient accumulation). Every case
 runs timing-only on ``h100`` hosts of 8 (the Llama 3 rows' cluster, validation.layouts).
 Nothing is fitted: the h100's fp8 share is its bf16 one (0.43, Llama 3's MFU).
