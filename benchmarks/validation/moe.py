@@ -372,7 +372,7 @@ dropless), TFLOP/s counted as Megatron-LM counted them at MCore v0.9
 (`num_floating_point_operations`, tag core_v0.9.0). The schedule is the row's named
 parameter (`MIXTRAL_SCHEDULE`): 1F1B, because hybrid has no interleaved schedule yet.
 
-simdist predicts 330 TFLOP/s against 468: -29.5 %, a miss, and why is measured: the step
+simdist predicts 330 TFLOP/s against 468: -29.6 %, a miss, and why is measured: the step
 (4.12 s) is the slowest stage's 3.29 s of compute, a 1F1B bubble of 22 % of the step
 (Megatron-Core's VP 8 would leave about 2 %), 0.07 s of all-to-alls on the critical path (1.9
 TB a step over all devices, inside the hosts) and 0.10 s of gradient reductions after the
