@@ -301,3 +301,28 @@ def test_bad_expert_axis_is_one_clear_error(mesh, changes, message):
     with pytest.raises(ScenarioError) as info:
         scenario_from_dict(scenario(mesh, **changes))
     assert str(info.value) == f"<scenario>: {message}"
+
+
+def test_full_recomputation_exchanges_again_in_the_backward(monkeypatch):
+    """recompute: full reruns each MoE layer's forward before its backward, its dispatch and
+    combine included: six all-to-alls a layer, 6 × 51 tokens × 128 bytes a step."""
+    monkeypatch.setattr(experts_module, "draw_routing", fixed)
+    data = scenario({"data": 4, "expert": 4}, **{"strategy.recompute": "full"})
+    result = run(scenario_from_dict(data))
+    assert result.tables["moe_steps"]["all_to_all_nbytes"].tolist() == [6 * 51 * 128] * 2
+    comm = result.events[(result.events.kind == "comm") & (result.events.step == 0)]
+    for detail in ("dispatch recomputed h.1.moe", "combine recomputed h.1.moe"):
+        assert comm[comm.detail == detail].nbytes.sum() == 2 * 51 * TOKEN_NBYTES
+
+
+def test_one_micro_batch_draws_what_expert_parallel_draws():
+    """The same gpt, seed and devices: hybrid's expert axis (data 2 = expert 2, one
+    micro-batch) routes each step's tokens exactly as expert_parallel's timing-only gpt, and
+    its all-to-alls move the same bytes."""
+    hybrid = run(scenario_from_dict(scenario({"data": 2, "expert": 2}, hosts=1, per_host=2)))
+    data = scenario({"data": 2, "expert": 2}, hosts=1, per_host=2)
+    data["strategy"] = {"kind": "expert_parallel", "expert": 2, "data": 1}
+    expert_parallel = run(scenario_from_dict(data))
+    for table in ("moe_routing", "moe_steps"):
+        ours, theirs = hybrid.tables[table], expert_parallel.tables[table]
+        assert ours.equals(theirs), table
