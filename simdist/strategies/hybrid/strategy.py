@@ -32,6 +32,13 @@ copy, walking its passes together: each device computes 1/CP of every layer
 to the same tensor rank of the next context rank (:class:`TensorGroup`'s ``send``), and the
 gradient shards are reduced over data × context.
 
+An expert axis of X devices (``mesh.expert``, :mod:`.experts`) carves expert groups out of
+each stage's data × context devices: a stage's passes put each MoE layer's dispatch and
+combine all-to-alls around its experts' span (:class:`TensorGroup` asks the axis for both:
+the all-to-all starts once every copy of the group has reached it, each device's experts
+compute for the tokens they received), each step first draws its routing, and the experts'
+gradients are reduced over their expert-data groups with the dense ones.
+
 Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
 tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
 batch; transformers run timing-only. The clock prices worker 0's device class on every
