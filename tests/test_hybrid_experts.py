@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from simdist.errors import ScenarioError
+from simdist.errors import ScenarioError, SimdistError
 from simdist.model_size import gpt_expert_params, gpt_size
 from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
@@ -194,6 +194,8 @@ def test_expert_gradients_reduce_over_the_expert_data_group(monkeypatch):
     assert sorted(reduced.device.unique()) == [f"worker{i}/gpu0" for i in range(4)]
     assert reduced.nbytes.sum() == 2 * 4 * (experts // 2) // 2
     assert result.summary["experts"]["expert_data"] == 2
+    moved = result.summary["experts"]["data_nbytes_per_device_per_step"]
+    assert moved == [{"allreduce": experts // 2, "reduce_scatter": 0, "all_gather": 0}]
 
 
 def test_context_and_pipeline_compose_with_the_expert_axis():
@@ -326,3 +328,31 @@ def test_one_micro_batch_draws_what_expert_parallel_draws():
     for table in ("moe_routing", "moe_steps"):
         ours, theirs = hybrid.tables[table], expert_parallel.tables[table]
         assert ours.equals(theirs), table
+
+
+def test_the_expert_axis_makes_a_layout_fit():
+    """A gpt of 4 MoE blocks of 64 experts (8.6B parameters) on 8 A100s: every device
+    holding every expert needs 129.2 GiB and is refused before the first step; the experts
+    over 8 devices leave the dense parameters and 8 experts a block on each, 18.4 GB."""
+    sizes = {**SIZES, "layers": 4, "hidden": 2048, "heads": 16, "seq_len": 128, "vocab": 1000}
+    moe = {"experts": 64, "top_k": 1, "ffn_hidden": 8192}
+    model = {"name": "gpt", **sizes, **moe}
+
+    def layout(mesh: dict) -> dict:
+        return scenario(mesh, hosts=1, per_host=8, **{"workload.model": model})
+
+    with pytest.raises(SimdistError) as info:
+        run(scenario_from_dict(layout({"data": 8})))
+    assert str(info.value) == (
+        "hybrid_experts: hybrid stage 0 (layers embeddings..lm_head) does not fit on "
+        "worker0/gpu0: each device of its tensor group needs 129.2 GiB (params 16.1 GiB, "
+        "gradients 16.1 GiB, optimizer 96.8 GiB, activations 90.5 MiB) and a a100 has 74.5 "
+        "GiB; use more stages, a larger tensor group, zero: 1 or 2, fewer micro-batches in "
+        "flight or a smaller batch"
+    )
+    fits = run(scenario_from_dict(layout({"data": 8, "expert": 8})))
+    memory = fits.summary["memory_per_device"]["worker0/gpu0"]
+    experts = gpt_expert_params(**sizes, **moe)
+    dense = gpt_size(**sizes, **moe).params - experts
+    assert memory["params"] == 2 * (dense + experts // 8)
+    assert memory["total"] == 18_400_191_488

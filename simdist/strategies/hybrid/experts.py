@@ -433,6 +433,17 @@ class ExpertAxis:
                 "expert_capacity": self.slots,
                 "tokens_per_device_per_micro_batch": self.tokens_per_device,
                 "all_to_all_nbytes_per_step": self.step_nbytes,
+                # what each stage's expert-data groups move after the flush, per device
+                "data_nbytes_per_device_per_step": [
+                    {
+                        op: sum(c.nbytes for c in moves if c.op == op)
+                        for op in ("allreduce", "reduce_scatter", "all_gather")
+                    }
+                    for moves in (
+                        self.reductions(s, a, b, self.h.zero)
+                        for s, (a, b) in enumerate(self.h.bounds)
+                    )
+                ],
             },
             "moe_imbalance_mean": float(stats[:, 0].mean()) if len(stats) else None,
             "moe_imbalance_max": float(stats[:, 0].max()) if len(stats) else None,
