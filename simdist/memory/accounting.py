@@ -369,6 +369,11 @@ class StagedReplica:
         self.whole = ActivationTable(layers.tensors, **common)
         self.inputs = [t.input for t in layers.tensors]
         self.params = list(accumulate(layers.layer_params, initial=0))
+        # Parameters split otherwise (hybrid's experts over the expert axis), layer by layer.
+        names = [t.name for t in layers.tensors]
+        experts = spec.expert_layer_params(scenario, names) if names else None
+        self.experts = list(accumulate(experts, initial=0)) if experts else None
+        self.expert_sharding = spec.expert_sharding(scenario.cluster)
         self.micro = layers.batch / micro_batches
         self.extra = spec.extra_state_copies()
 
@@ -378,14 +383,25 @@ class StagedReplica:
         """One device of the stage holding layers ``[first, stop)``, ``peak`` micro-batches
         in flight."""
         psi = self.params[stop] - self.params[first]
+        held = self.experts[stop] - self.experts[first] if self.experts else 0
         params, grads, opt = model_state_nbytes(
-            psi,
+            psi - held,
             precision=self.precision,
             optimizer=self.optimizer,
             sharding=self.sharding,
             optimizer_on_device=self.on_device,
             fp32_grads=self.fp32_grads,
         )
+        if held:
+            state = model_state_nbytes(
+                held,
+                precision=self.precision,
+                optimizer=self.optimizer,
+                sharding=self.expert_sharding,
+                optimizer_on_device=self.on_device,
+                fp32_grads=self.fp32_grads,
+            )
+            params, grads, opt = params + state[0], grads + state[1], opt + state[2]
         opt += self.extra * FLOAT32_NBYTES * psi
         if rematerialization:
             whole = self.whole.span(first, stop, examples=self.micro).total

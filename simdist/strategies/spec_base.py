@@ -20,6 +20,8 @@ from simdist.sharding import Sharding
 from simdist.spec import PositiveInt, Spec, fail
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from simdist.hardware.cluster import Cluster
     from simdist.numerics.memory import Footprint
     from simdist.scenario.cluster import ClusterSpec
@@ -103,6 +105,18 @@ class StrategySpecBase(Spec):
         and optimizer state from it."""
         del scenario
         return params
+
+    def expert_layer_params(self, scenario: Scenario, names: Sequence[str]) -> list[int] | None:
+        """Of each layer's parameters (layers ``names``), those split as
+        :meth:`expert_sharding` says instead of :meth:`sharding` (hybrid's expert axis: the
+        experts of each MoE layer); None by default: every parameter as :meth:`sharding`."""
+        del scenario, names
+        return None
+
+    def expert_sharding(self, cluster: ClusterSpec) -> Sharding:
+        """How :meth:`expert_layer_params`' parameters are split (default: as
+        :meth:`sharding`)."""
+        return self.sharding(cluster)
 
     def check_memory(
         self, scenario: Scenario, footprint: Footprint, source: str, total_steps: int

@@ -32,7 +32,7 @@ busiest expert.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -121,6 +121,59 @@ def expert_seconds(seconds: float, launch_s: float, tokens: int, profiled_slots:
     if profiled_slots <= 0:
         return seconds
     return launch_s + (seconds - launch_s) * tokens / profiled_slots
+
+
+class RoutingRecord(NamedTuple):
+    """One step's routing as the report keeps it: the ``moe_routing`` rows (per expert, the
+    MoE layers summed), the ``moe_steps`` row, and the step's imbalance and dropped share."""
+
+    rows: list[dict[str, Any]]
+    step: dict[str, Any]
+    imbalance: float
+    dropped: float
+
+
+def routing_record(
+    step: int,
+    layers: Sequence[tuple[np.ndarray, np.ndarray]],
+    holders: Sequence[str],
+    all_to_all_nbytes: int,
+) -> RoutingRecord:
+    """Step ``step``'s record from each MoE layer's tokens routed and kept per device and
+    expert ``[G, E]``: per expert (``holders[e]`` the device holding it), and per step the
+    imbalance of its most imbalanced layer (busiest expert / mean) and ``all_to_all_nbytes``
+    (the step's all-to-alls, across devices)."""
+    routed = sum(r for r, _ in layers)
+    kept = sum(k for _, k in layers)
+    per_expert, kept_expert = routed.sum(axis=0), kept.sum(axis=0)
+    rows = [
+        {
+            "step": step,
+            "expert": e,
+            "device": holders[e],
+            "tokens": int(per_expert[e]),
+            "kept": int(kept_expert[e]),
+            "dropped": int(per_expert[e] - kept_expert[e]),
+        }
+        for e in range(len(holders))
+    ]
+    total = int(per_expert.sum())
+    imbalance = 1.0
+    for r, _ in layers:
+        layer = r.sum(axis=0)
+        if layer.sum():
+            imbalance = max(imbalance, float(layer.max() / layer.mean()))
+    dropped = float(1.0 - kept_expert.sum() / total) if total else 0.0
+    row = {
+        "step": step,
+        "tokens": total,
+        "kept": int(kept_expert.sum()),
+        "dropped_fraction": dropped,
+        "imbalance": imbalance,
+        "max_expert_tokens": int(max(r.sum(axis=0).max() for r, _ in layers)),
+        "all_to_all_nbytes": all_to_all_nbytes,
+    }
+    return RoutingRecord(rows, row, imbalance, dropped)
 
 
 def draw_routing(

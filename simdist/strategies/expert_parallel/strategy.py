@@ -36,6 +36,7 @@ from simdist.strategies.expert_parallel.plan import (
     expert_seconds,
     keep_in_capacity,
     received_tokens,
+    routing_record,
     routing_weights,
     spans,
     step_plan,
@@ -169,39 +170,14 @@ class ExpertParallelStrategy(SynchronousStrategy):
 
     def record_routing(self, step: int, layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
         """The step's rows of ``moe_routing`` (per expert, its MoE layers summed) and
-        ``moe_steps`` (the imbalance of its most imbalanced layer)."""
-        routed = sum(r for r, _ in layers)
-        kept = sum(k for _, k in layers)
-        per_expert, kept_expert = routed.sum(axis=0), kept.sum(axis=0)
+        ``moe_steps`` (the imbalance of its most imbalanced layer): :func:`.plan.routing_record`."""
         holders = [self.expert_rows[0][e // (self.E // self.X)].name for e in range(self.E)]
-        for e in range(self.E):
-            self.recorder.row(
-                "moe_routing",
-                step=step,
-                expert=e,
-                device=holders[e],
-                tokens=int(per_expert[e]),
-                kept=int(kept_expert[e]),
-                dropped=int(per_expert[e] - kept_expert[e]),
-            )
-        total = int(per_expert.sum())
-        imbalance = 1.0
-        for r, _ in layers:
-            layer = r.sum(axis=0)
-            if layer.sum():
-                imbalance = max(imbalance, float(layer.max() / layer.mean()))
-        dropped = float(1.0 - kept_expert.sum() / total) if total else 0.0
-        self.step_stats.append((imbalance, dropped))
-        self.recorder.row(
-            "moe_steps",
-            step=step,
-            tokens=total,
-            kept=int(kept_expert.sum()),
-            dropped_fraction=dropped,
-            imbalance=imbalance,
-            max_expert_tokens=int(max(r.sum(axis=0).max() for r, _ in layers)),
-            all_to_all_nbytes=sum(self.step_nbytes(k) for _, k in layers),
-        )
+        nbytes = sum(self.step_nbytes(k) for _, k in layers)
+        record = routing_record(step, layers, holders, nbytes)
+        for row in record.rows:
+            self.recorder.row("moe_routing", **row)
+        self.step_stats.append((record.imbalance, record.dropped))
+        self.recorder.row("moe_steps", **record.step)
 
     def step_nbytes(self, kept: np.ndarray) -> int:
         """Bytes a MoE layer's four all-to-alls move across devices in a step."""

@@ -1,5 +1,6 @@
-"""``hybrid``: 3D parallelism — data × pipeline × tensor on the device mesh, with ZeRO, and
-a context axis (context parallelism: ring attention, :mod:`simdist.strategies.context_ring`).
+"""``hybrid``: 3D parallelism — data × pipeline × tensor on the device mesh, with ZeRO, a
+context axis (context parallelism: ring attention, :mod:`simdist.strategies.context_ring`)
+and an expert axis (a mixture-of-experts gpt's experts, :mod:`.experts`).
 
 Modules:
 
@@ -7,6 +8,8 @@ Modules:
   its sharding;
 * :mod:`.plan` — one stage's tensor-parallel micro-batch ops, its memory and its
   data-axis reduction (pure);
+* :mod:`.experts` — the expert axis: a MoE gpt's experts over groups carved out of data ×
+  context, each MoE layer's all-to-alls, the routing drawn each step;
 * :mod:`.strategy` — :class:`HybridStrategy`: the pipeline schedule on the clock with
   every stage a tensor group, and the data-axis reduction after the flush.
 

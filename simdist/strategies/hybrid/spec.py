@@ -22,6 +22,7 @@ Light on purpose: scenario loading reads it without SimPy, JAX or pandas.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, NamedTuple
 
 from pydantic import Field
@@ -30,6 +31,7 @@ from simdist.hardware.mesh import DEFAULT_ORDER, Mesh
 from simdist.sharding import Sharding
 from simdist.spec import Partition, PositiveInt, fail, number_choice
 from simdist.spec import Spec as SpecBase
+from simdist.strategies.expert_parallel.spec import ZipfRouting
 from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.tensor_parallel.spec import check_splittable
 
@@ -55,11 +57,20 @@ class MeshSpec(SpecBase):
     pipeline: PositiveInt = Field(1, examples=["2"])
     # None: 1 (left out of the resolved scenario, as a mesh without a context axis).
     context: PositiveInt | None = Field(None, examples=["4"])
+    # Expert parallelism: the experts of a MoE gpt over groups of this many devices carved
+    # out of data x context (simdist.strategies.hybrid.experts); None: every device holds
+    # every expert (left out of the resolved scenario).
+    expert: PositiveInt | None = Field(None, examples=["8"])
 
     @property
     def cp(self) -> int:
         """The context axis' size (1 when left out)."""
         return self.context or 1
+
+    @property
+    def ep(self) -> int:
+        """The expert axis' size (1 when left out)."""
+        return self.expert or 1
 
 
 class AttentionShape(NamedTuple):
@@ -108,6 +119,10 @@ class Spec(StrategySpecBase):
     # both frameworks' default (a dumped scenario keeps it so).
     overlap_grad_reduce: bool | None = Field(None, strict=True, examples=["true"])
     cross_host: bool = Field(False, strict=True, examples=["true"])
+    #: How tokens choose experts with an expert axis (timing-only: drawn per MoE layer and
+    #: micro-batch, as expert_parallel draws them): ``uniform``, or ``{zipf: s}``; None:
+    #: uniform (left out of the resolved scenario).
+    routing: ZipfRouting | Literal["uniform"] | None = Field(None, examples=["uniform"])
     # The numerics (the mlp) run each stage's tensor group on emulated JAX devices.
     execution: Literal["devices"] = Field("devices", examples=["devices"])
 
@@ -220,6 +235,14 @@ class Spec(StrategySpecBase):
             )
         if not self.cross_host:
             self._check_inside_hosts(c.device_counts)
+        if m.ep > 1:
+            self._check_experts(scenario)
+        elif self.routing is not None:
+            raise fail(
+                "strategy.routing",
+                "routes tokens to experts on an expert axis, and the mesh has none: give "
+                "mesh.expert (with a gpt with experts), or leave routing out",
+            )
         self._check_model(scenario)
         if CP > 1:
             self._check_context(scenario)
@@ -279,6 +302,81 @@ class Spec(StrategySpecBase):
                 f"context = {2 * CP} equal chunks (Megatron-LM's load-balanced causal split: "
                 f"device i holds chunks i and {2 * CP - 1} - i), e.g. context: {good}",
             )
+
+    def _check_experts(self, scenario: Scenario) -> None:
+        """An expert axis of X: a gpt with experts that X divides, X dividing data x context
+        (the ranks it is carved out of), no tensor group, no overlapped reduction."""
+        w, m = scenario.workload, self.mesh
+        X, D, CP = m.ep, m.data or 1, m.cp
+        model = w.clock_model if w.profile is None else None
+        experts = int(model.experts or 0) if model is not None and model.name == "gpt" else 0
+        clock = "workload.timing_model" if w.timing_model is not None else "workload.model"
+        if not experts:
+            got = "a gpt without experts" if model is not None and model.name == "gpt" else None
+            got = got or (model.name if model is not None else "a profile")
+            raise fail(
+                "strategy.mesh.expert",
+                f"got {X}; the expert axis spreads the experts of a mixture-of-experts gpt and "
+                f"{clock} is {got}: give the gpt experts, e.g. {{name: gpt, experts: 8, "
+                "top_k: 2}, or leave expert out",
+            )
+        if experts % X:
+            fits = max(x for x in range(1, X + 1) if experts % x == 0)
+            raise fail(
+                "strategy.mesh.expert",
+                f"got {X}; the expert axis must divide the gpt's experts ({experts}) so that "
+                f"each device holds as many, e.g. expert: {fits}",
+            )
+        if (D * CP) % X:
+            ranks = f"data {D} x context {CP} = {D * CP}" if CP > 1 else f"data {D}"
+            fits = max(x for x in range(1, X + 1) if (D * CP) % x == 0 and experts % x == 0)
+            raise fail(
+                "strategy.mesh.expert",
+                f"got {X}; expert-parallel groups are carved out of the data-parallel ranks "
+                f"({ranks}), as Megatron-Core carves them (megatron/core/parallel_state.py), "
+                f"so the expert axis must divide them, e.g. expert: {fits}",
+            )
+        if m.tensor > 1:
+            raise fail(
+                "strategy.mesh.tensor",
+                f"got {m.tensor} with expert {X}; the experts' own tensor split (Megatron-Core's "
+                "expert_tensor_parallel_size) is not built, and a tensor group would run them "
+                "whole on every device: use tensor: 1 with an expert axis",
+            )
+        if self.overlap_grad_reduce:
+            raise fail(
+                "strategy.overlap_grad_reduce",
+                f"an expert axis ({X} devices) reduces the experts' gradients over their own "
+                "groups, which the buckets overlapping the backward are not cut along yet: use "
+                "overlap_grad_reduce: false with an expert axis, or leave expert out",
+            )
+
+    def expert_sharding(self, cluster: ClusterSpec) -> Sharding:
+        """How the experts' model state is split: over the X devices of the expert axis
+        (each holds E / X experts), and with ZeRO over the expert-data group too, data x
+        context / X devices (Megatron-LM's distributed optimizer shards the experts over
+        ``get_expert_data_parallel_group``, megatron/core/parallel_state.py)."""
+        cp, ep = self.mesh.cp, self.mesh.ep
+        d = self.replicas(cluster) * cp // ep
+        return Sharding(
+            params=ep * (d if self.zero == 3 else 1),
+            gradients=ep * (d if self.zero >= 2 else 1),
+            optimizer=ep * (d if self.zero >= 1 else 1),
+        )
+
+    def expert_layer_params(self, scenario: Scenario, names: Sequence[str]) -> list[int] | None:
+        """Each layer's expert parameters, every MoE layer's (``<block>.moe``) experts, or
+        None without an expert axis: what the memory model splits as
+        :meth:`expert_sharding` says rather than as :meth:`sharding` does."""
+        if self.mesh.ep == 1:
+            return None
+        from simdist.model_size import gpt_expert_params
+
+        model = scenario.workload.clock_model
+        moe = [n.endswith(".moe") for n in names]
+        total = gpt_expert_params(**(model.gpt_sizes() or {}))
+        each = total // max(1, sum(moe))
+        return [each if is_moe else 0 for is_moe in moe]
 
     def _check_inside_hosts(self, counts: list[int]) -> None:
         """Each tensor group on one host: its all-reduces come every layer."""

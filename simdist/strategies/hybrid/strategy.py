@@ -32,6 +32,13 @@ copy, walking its passes together: each device computes 1/CP of every layer
 to the same tensor rank of the next context rank (:class:`TensorGroup`'s ``send``), and the
 gradient shards are reduced over data × context.
 
+An expert axis of X devices (``mesh.expert``, :mod:`.experts`) carves expert groups out of
+each stage's data × context devices: a stage's passes put each MoE layer's dispatch and
+combine all-to-alls around its experts' span (:class:`TensorGroup` asks the axis for both:
+the all-to-all starts once every copy of the group has reached it, each device's experts
+compute for the tokens they received), each step first draws its routing, and the experts'
+gradients are reduced over their expert-data groups with the dense ones.
+
 Numerics (the zoo's mlp): :class:`simdist.numerics.hybrid.HybridTrainer`, each stage's
 tensor-parallel pairs on its own D × T emulated devices, ≡ one_device with the global
 batch; transformers run timing-only. The clock prices worker 0's device class on every
@@ -51,6 +58,7 @@ from simdist.network.lockstep import LockstepCopies
 from simdist.step_costs import LayerCost
 from simdist.strategies.base import Strategy
 from simdist.strategies.context_ring import ContextRing, core_share, kv_block_nbytes
+from simdist.strategies.hybrid.experts import ExpertAxis
 from simdist.strategies.hybrid.plan import (
     context_layers,
     data_bucket_nbytes,
@@ -144,6 +152,7 @@ class HybridStrategy(PipelineStrategy):
             for copy in self.groups
         ]
         self.grid = [[row[0] for row in copy] for copy in self.groups]
+        self.experts = self._expert_axis(spec.mesh.ep)
         self.capacity = float(self.cluster.profile.memory_nbytes)
         self.capacities = [
             min(
@@ -167,6 +176,11 @@ class HybridStrategy(PipelineStrategy):
         self.shard_nbytes = [
             device_grad_nbytes(layers[a:b], self.roles[a:b], self.T, leaves) for a, b in self.bounds
         ]
+        if self.experts is not None:  # the experts' gradients reduce over their own groups
+            self.shard_nbytes = [
+                n - self.experts.grad_nbytes(a, b)
+                for n, (a, b) in zip(self.shard_nbytes, self.bounds, strict=True)
+            ]
         self.reductions = [
             data_collectives(LayerCost(f"stage {s}", 0.0, 0.0, n), self.zero, f"stage {s}")
             if self.D * self.C > 1
@@ -236,9 +250,15 @@ class HybridStrategy(PipelineStrategy):
         share = core_share(shape.seq_len, shape.hidden, shape.heads, shape.kv_heads)
         return ContextRing(self.C, kv, share)
 
+    def _expert_axis(self, expert: int) -> ExpertAxis | None:
+        """The expert axis (:mod:`.experts`); None without one."""
+        return None if expert == 1 else ExpertAxis(self, expert)
+
     def stage_walk(self, first: int, stop: int) -> tuple[Plan, Plan]:
         """A micro-batch's forward and backward on the tensor group of layers [first, stop)
-        (and its context ring)."""
+        (and its context ring, and its MoE layers' all-to-alls with an expert axis)."""
+        if self.experts is not None:
+            return self.experts.stage_walk(first, stop)
         return stage_plans(
             self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole, self.ring
         )
@@ -322,13 +342,25 @@ class HybridStrategy(PipelineStrategy):
             for op in plan.program:
                 if isinstance(op, Compute):
                     total += op.seconds
-                elif isinstance(op, Issue):
+                elif isinstance(op, Issue) and collectives[op.index].op != "all_to_all":
+                    # (an expert axis's all-to-alls: sized by each step's routing, the same
+                    # on every stage of as many MoE layers)
                     c = collectives[op.index]
                     total += self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op))
         if s < self.S - 1:
             nbytes = send_nbytes(self.boundary_nbytes(stop), self.T, self.sp)
             total += self.send_s(s, nbytes)
         return total
+
+    def stage_update_s(self, device: Device, s: int) -> float:
+        """Seconds of ``device``'s optimizer step over stage ``s``'s parameters; with an
+        expert axis its dense ones and its share of the experts (:mod:`.experts`)."""
+        if self.experts is None:
+            return super().stage_update_s(device, s)
+        whole = self._layer_sum("param_nbytes", 0, len(self.costs.layers))
+        shards = self.sharding.optimizer
+        share = self.experts.update_share(*self.bounds[s], whole, shards)
+        return self.optimizer_step_s(device, share, 1)
 
     def send_s(self, s: int, nbytes: float) -> float:
         """Seconds to move ``nbytes`` from stage ``s`` to ``s + 1`` (rank 0 of copy 0)."""
@@ -371,6 +403,7 @@ class HybridStrategy(PipelineStrategy):
         if (
             self.D == 1
             or self.C > 1
+            or self.experts is not None
             or self.variability
             or self.stragglers
             or not self.net.bare_messages
@@ -527,11 +560,19 @@ class HybridStrategy(PipelineStrategy):
         if self.D * self.C == 1:
             return
         runs = [
-            self.env.process(self._reduce_group(self.data_groups[s][t], s, step))
+            self.env.process(self._reduce_group(self.data_groups[s][t], self.reductions[s], step))
             for s in range(self.S)
             for t in range(self.T)
             if self.reductions[s]
         ]
+        if self.experts is not None:  # each stage's expert-data groups, at the same time
+            for s, (a, b) in enumerate(self.bounds):
+                moves = self.experts.reductions(s, a, b, self.zero)
+                runs += [
+                    self.env.process(self._reduce_group(group, moves, step))
+                    for group in self.experts.data_groups(s)
+                    if moves
+                ]
         yield self.env.all_of(runs)
 
     def overlapped_reductions(self, step: int) -> list[Any]:
@@ -556,9 +597,11 @@ class HybridStrategy(PipelineStrategy):
             if plans[s].collectives
         ]
 
-    def _reduce_group(self, group: list[Device], s: int, step: int) -> Generator[Any, Any, None]:
+    def _reduce_group(
+        self, group: list[Device], reductions: list[Collective], step: int
+    ) -> Generator[Any, Any, None]:
         algo = self.scenario.strategy.all_reduce
-        for c in self.reductions[s]:
+        for c in reductions:
             yield self._collective(c, group, algo, step)
 
     def _collective(self, c: Collective, group: list[Device], algo: str, step: int) -> Any:
@@ -575,6 +618,8 @@ class HybridStrategy(PipelineStrategy):
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: dict[tuple, Any] = {}
+            if self.experts is not None:
+                self.experts.route(step)
             # Lock-step copies (see _lockstep): the leaders alone, each for its followers.
             lead = self.lockstep is not None and self.lockstep.in_step()
             copies = self.lockstep.leaders if lead else range(self.D)  # type: ignore[union-attr]
@@ -614,7 +659,13 @@ class HybridStrategy(PipelineStrategy):
         total = len(self.training_devices) * now
         names = [layer.name for layer in self.costs.layers]
         group = self.tensor_groups[0][0][0]
-        tensor = [c for plans in self.stage_walks for p in plans for c in p.collectives]
+        tensor = [
+            c
+            for plans in self.stage_walks
+            for p in plans
+            for c in p.collectives
+            if c.op != "all_to_all"
+        ]
         spec = self.scenario.strategy
         out = {
             "hybrid": {
@@ -666,6 +717,10 @@ class HybridStrategy(PipelineStrategy):
                 [f"{ring}: per device and step (busiest stage)", busiest, "size"],
                 [f"{ring}: not hidden behind attention", "context.exposed_s_per_step", "duration"],
             ]
+        if self.experts is not None:
+            experts = self.experts.summary()
+            out["key_numbers"] = out.get("key_numbers", []) + experts.pop("key_numbers")
+            out.update(experts)
         return out
 
     def context_summary(self) -> dict[str, Any]:
@@ -730,6 +785,7 @@ class TensorGroup(GroupRunner):
         parts: list[list[Device]] | None = None,
         pairs: list[tuple[Device, Device]] | None = None,
         ended: Callable[[int], None] | None = None,
+        where: tuple[int, int, int, str] | None = None,
     ) -> None:
         super().__init__(strategy, group, step, strategy.scenario.strategy.all_reduce, label)
         self.hybrid = strategy
@@ -740,9 +796,14 @@ class TensorGroup(GroupRunner):
         self.messages: dict[Any, list[Any]] = {}
         #: Told each compute span's index as it ends (a data reduction overlapping it).
         self.ended = ended
+        #: (copy, stage, micro-batch, F or B) of the pass, with an expert axis.
+        self.where = where
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
-        if self.lead is None:
+        experts = self.hybrid.experts
+        if self.where is not None and experts is not None and experts.owns(self.where, op):
+            yield from experts.compute(self, op, self.where)
+        elif self.lead is None:
             yield from super().compute(op)
         else:
             detail = f"{self.label} {op.detail}"
@@ -757,8 +818,9 @@ class TensorGroup(GroupRunner):
     def start(self, index: int, c: Collective) -> Any:
         """Collective ``c`` over the group (and its lock-step followers' groups); with a
         context axis over each of its tensor groups, done when the last is."""
-        del index
         net = self.hybrid.net
+        if c.op == "all_to_all" and self.where is not None and self.hybrid.experts is not None:
+            return self.hybrid.experts.exchange(self, index, c, self.where)
         if self.parts is None:
             return net.collective(
                 c.op,
@@ -845,11 +907,14 @@ class StageGroup:
         if h.overlap and op.phase == "B" and op.unit == h.last_backward[s]:
             ended = partial(h.span_ready, s, copies=len(self.copies))
         group = h.groups[self.r][s]
+        where = None if h.experts is None else (self.r, s, op.unit, op.phase)
         if h.C == 1:
-            runner = TensorGroup(h, group, self.step, op.detail, lead, ended=ended)
+            runner = TensorGroup(h, group, self.step, op.detail, lead, ended=ended, where=where)
         else:
             parts, pairs = h.tensor_groups[self.r][s], h.ring_pairs[self.r][s]
-            runner = TensorGroup(h, group, self.step, op.detail, lead, parts, pairs, ended)
+            runner = TensorGroup(
+                h, group, self.step, op.detail, lead, parts, pairs, ended, where=where
+            )
         yield from walk(plan, runner)
         for c in self.copies:
             h._hold(c, s, +1 if op.phase == "F" else -1)
