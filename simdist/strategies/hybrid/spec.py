@@ -30,6 +30,7 @@ from simdist.hardware.mesh import DEFAULT_ORDER, Mesh
 from simdist.sharding import Sharding
 from simdist.spec import Partition, PositiveInt, fail, number_choice
 from simdist.spec import Spec as SpecBase
+from simdist.strategies.pipeline.spec import check_interleaving
 from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.tensor_parallel.spec import check_splittable
 
@@ -99,7 +100,10 @@ class Spec(StrategySpecBase):
     placement: list[Axis] = Field(list(DEFAULT_ORDER), examples=["[data, pipeline, tensor]"])
     zero: Annotated[Literal[0, 1, 2, 3], number_choice(0, 1, 2, 3)] = Field(0, examples=["1"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
-    schedule: Literal["gpipe", "1f1b"] = Field("1f1b", examples=["gpipe"])
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = Field("1f1b", examples=["gpipe"])
+    # Model chunks per device under schedule: interleaved; None: 1 (left out of the
+    # resolved scenario).
+    virtual_stages: PositiveInt | None = Field(None, examples=["2"])
     partition: Partition = Field("auto", examples=["auto"])
     sequence_parallel: bool = Field(False, strict=True, examples=["true"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
@@ -218,6 +222,9 @@ class Spec(StrategySpecBase):
                 "every micro-batch, and DeepSpeed's pipeline engine refuses it "
                 "(deepspeed/runtime/pipe/engine.py); use zero: 1 or 2, or pipeline: 1",
             )
+        check_interleaving(
+            self.schedule, self.virtual_stages, P, self.micro_batches, "strategy.mesh.pipeline"
+        )
         if not self.cross_host:
             self._check_inside_hosts(c.device_counts)
         self._check_model(scenario)
