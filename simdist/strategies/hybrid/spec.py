@@ -225,6 +225,14 @@ class Spec(StrategySpecBase):
         check_interleaving(
             self.schedule, self.virtual_stages, P, self.micro_batches, "strategy.mesh.pipeline"
         )
+        if self.schedule == "interleaved" and self.overlap_grad_reduce:
+            raise fail(
+                "strategy.overlap_grad_reduce",
+                "the gradient buckets that overlap the last backward are cut per stage, and "
+                "under schedule interleaved a device's last backwards run through its "
+                f"{self.virtual_stages} model chunks: use overlap_grad_reduce: false with "
+                "schedule interleaved",
+            )
         if not self.cross_host:
             self._check_inside_hosts(c.device_counts)
         self._check_model(scenario)

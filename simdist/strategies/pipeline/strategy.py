@@ -422,18 +422,24 @@ class PipelineStrategy(Strategy):
         ops: Sequence[tuple[str, int, int]],
         arrivals: dict[tuple, Any],
         step: int,
+        lead: bool = False,
     ) -> Generator[Any, Any, None]:
         """Stage ``s``'s device of copy ``r`` runs its passes through its model chunks in
         the interleaved schedule's order: each pass the plan of chunk ``j`` as stage ``j``
         of an S·V-stage pipeline (:func:`~.plan.stage_plan`), so that activations and
         gradients go to the devices of chunks ``j ± 1`` (from the last stage to the first
         between chunk groups)."""
-        runners = {
-            j: StageDevice(self, r, j, arrivals, lambda m, k=step: k, None)
-            for j in self.chunks_of(s)
-        }
+        runners = {j: self.stage_runner(r, j, arrivals, step, lead) for j in self.chunks_of(s)}
         for kind, m, j in ops:
             yield from walk(self.pass_plan(j, kind, m), runners[j])
+
+    def stage_runner(
+        self, r: int, s: int, arrivals: dict[tuple, Any], step: int, lead: bool = False
+    ) -> Any:
+        """Stage (chunk) ``s``'s device of copy ``r`` as the runner of its passes in step
+        ``step`` (``lead``: a subclass's lock-step copies; none here)."""
+        del lead
+        return StageDevice(self, r, s, arrivals, lambda m, k=step: k, None)
 
     def pass_plan(self, j: int, kind: str, m: int) -> Plan:
         """Chunk ``j``'s pass ``kind`` of micro-batch ``m`` as a plan, built once."""
