@@ -260,3 +260,31 @@ def test_interleaved_trains_exactly_as_one_device():
         base.metrics[base.metrics.metric == "train_loss"]["value"].to_numpy(),
         atol=1e-6,
     )
+
+
+def test_oom_check_counts_the_interleaved_share():
+    # gpt2 on 2 v100s, 8 micro-batches of 7: 1f1b's stage 0 (13 layers, 2 micro-batches in
+    # flight) fits in 14.9 GiB; interleaved's device 0 holds 5 chunk micro-batches of about
+    # 6.5 layers, 1 + (S − 1)/(S·v) = 1.25 times as much, and is refused before the run.
+    def scenario(**strategy: object):
+        return scenario_from_dict(
+            tiny(
+                **{
+                    "numerics": False,
+                    "workload.model": "gpt2",
+                    "workload.batch_size": 56,
+                    "cluster.devices_per_host": 2,
+                    "strategy": {"kind": "pipeline", "stages": 2, "micro_batches": 8, **strategy},
+                }
+            )
+        )
+
+    preflight(scenario(schedule="1f1b", partition=[13, 13]), source="s.yaml")
+    chunks = scenario(schedule="interleaved", virtual_stages=2, partition=[7, 6, 6, 7])
+    with pytest.raises(ScenarioError) as info:
+        preflight(chunks, source="s.yaml")
+    assert (
+        "s.yaml: strategy.partition: pipeline stage 0 (model chunks 0, 2: layers "
+        "embeddings..h.2.mlp, h.6.attention..h.8.mlp) does not fit on worker0/gpu0: it needs "
+        "16.8 GiB"
+    ) in " ".join(str(info.value).split())

@@ -73,9 +73,8 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
         check_partition(names, counts, S, source)
     for s, (first, stop) in enumerate(bounds(counts)):
         device = smallest(s)
-        _refuse_stage(
-            source, s, names[first], names[stop - 1], device, cluster, need(s, first, stop)
-        )
+        layers = f"layers {names[first]}..{names[stop - 1]}"
+        _refuse_stage(source, s, layers, device, cluster, need(s, first, stop))
 
 
 def _check_interleaved(
@@ -100,20 +99,21 @@ def _check_interleaved(
     cut = staged(scenario, footprint, cluster.profile.precision, M)
     for s, need in enumerate(chunk_memories(cut, spans, S, V, M)):
         device = min(stage_devices[s], key=lambda d: cluster.profile_of(d).memory_nbytes)
-        first, last = names[spans[s][0]], names[spans[(V - 1) * S + s][1] - 1]
-        _refuse_stage(source, s, first, last, device, cluster, need)
+        chunks = range(s, S * V, S)
+        layers = ", ".join(f"{names[spans[j][0]]}..{names[spans[j][1] - 1]}" for j in chunks)
+        label = f"model chunks {', '.join(map(str, chunks))}: layers {layers}"
+        _refuse_stage(source, s, label, device, cluster, need)
 
 
 def _refuse_stage(
     source: str,
     s: int,
-    first: str,
-    last: str,
+    layers: str,
     device: Device,
     cluster: Cluster,
     stage: DeviceMemory,
 ) -> None:
-    """Refuse hybrid stage ``s`` (layers ``first``..``last``) if ``stage`` exceeds
+    """Refuse hybrid stage ``s`` (its ``layers`` in words) if ``stage`` exceeds
     ``device``'s memory, naming the device, the need and the capacity."""
     from simdist.units import format_size
 
@@ -124,7 +124,7 @@ def _refuse_stage(
         raise ScenarioError(
             source,
             "strategy.mesh",
-            f"hybrid stage {s} (layers {first}..{last}) does not fit on {device.name}: each "
+            f"hybrid stage {s} ({layers}) does not fit on {device.name}: each "
             f"device of its tensor group needs {format_size(stage.total)} ({parts}) and a "
             f"{profile.name} has {format_size(capacity)}; use more stages, a larger tensor "
             "group, zero: 1 or 2, fewer micro-batches in flight or a smaller batch",
