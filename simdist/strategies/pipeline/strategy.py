@@ -13,7 +13,11 @@ labelled ``F<m>`` / ``B<m>`` (``R<m>``: the forward recomputed before the backwa
 for one micro-batch). The schedules are :func:`~.plan.stage_ops`'s: ``gpipe`` all
 forwards then all backwards and a flush per step; ``1f1b`` one forward one backward with at
 most S micro-batches in flight per stage, flushed per step; ``pipedream`` the same order
-without any flush, across steps. With ``replicas: R`` (data parallelism over S×R devices) each
+without any flush, across steps; ``interleaved`` (``virtual_stages: V``) Megatron's
+interleaved 1F1B: the model cut into S·V chunks, chunk ``j`` on stage ``j mod S``'s device,
+each device walking its chunks' passes in :func:`~.plan.interleaved_ops`'s order, every
+chunk boundary a message (the last stage's device sends on to the first's between rounds).
+With ``replicas: R`` (data parallelism over S×R devices) each
 stage's gradient is all-reduced among its R copies after the flush.
 
 A micro-batch's times are the layer times of the per-replica batch divided by M (each layer's
