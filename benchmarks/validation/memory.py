@@ -372,9 +372,10 @@ pipeline row runs simdist's own 1F1B schedule: stage 0 holds 8 micro-batches of 
 embeddings and 12 blocks. The interleaved row (v = 2: 16 chunks of 6 blocks, device 0
 holding chunks 0 and 8) runs simdist's interleaved schedule: at its peak device 0 holds
 (8 − 1)·2 + 8 + 1 = 23 chunk micro-batches, 1.428 times the 1F1B row's bytes where the
-formula multiplies by 1 + (p − 1)/(p·v) = 1.4375 (Korthikanti et al. 2022, Sec. 4.2.3;
-simdist's peak holds 15 micro-batches of chunk 0, whose embedding terms are the
-difference).
+formula multiplies by 1 + (p − 1)/(p·v) = 1.4375 (Korthikanti et al. 2022, Sec. 4.2.3).
+simdist takes the moment its stored bytes peak, 16 micro-batches of chunk 0 (which holds
+the embeddings) and 7 of chunk 8; the formula scales the whole stage, the embedding terms
+and the recomputed working set included.
 
 ZeRO's Figure 1 (7.5B, K = 12, 64 GPUs) is the same arithmetic as simdist's model state:
 2Ψ + 2Ψ + 12Ψ replicated, then partitioned stage by stage; the 7.5B row of Megatron-LM's
