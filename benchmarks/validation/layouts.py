@@ -350,8 +350,9 @@ stage holds 93.8 GiB of activations at DP 64 (at its peak 31 micro-batches of ch
 of chunk 16: 1.40 times 1F1B's 66.9 GiB, where equal chunks would give 1 + 15/32; chunk 0
 has one layer fewer), 105.7 GiB a GPU with the model state (78.8 GiB under 1F1B), and
 78.6 GiB at DP 128 (M = 16 = S: every forward first), against an H100's 74.5 GiB;
-selective recomputation frees nothing more under flash attention. What is left is the calibration: the ``h100`` bf16
-efficiency (0.43) *is* this table's 43 % MFU, a whole-cluster figure with the bubble and
+selective recomputation frees nothing more under flash attention. What is left is the
+calibration: the ``h100`` bf16 efficiency (0.43) *is* this table's 43 % MFU, a
+whole-cluster figure with the bubble and
 the communication already inside it, so charging them again on top of it cannot reach 430:
 with the recomputed forward on the clock simdist's ceiling is 3/4 of 430 = 322 TFLOP/s with
 no bubble at all, and its interleaved pipeline still idles 26 % and 38 % of the step (15/79

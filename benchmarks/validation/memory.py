@@ -23,10 +23,10 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from simdist.layers import stage_bounds as bounds
 from simdist.memory.accounting import ReplicaLayers, StagedReplica, scenario_memory
 from simdist.numerics.memory import gpt_footprint
 from simdist.scenario import scenario_from_dict
-from simdist.layers import stage_bounds as bounds
 from simdist.strategies.pipeline.fit import chunk_memories
 from simdist.strategies.pipeline.plan import peak_in_flight, stage_ops
 from validation import Case
@@ -195,10 +195,7 @@ def simdist_interleaved_activations(t: int, p: int, v: int, micro_batches: int) 
     blocks = 2 * GPT_175B[2] // (p * v)  # profile layers of a chunk: attention + MLP each
     counts = [1 + blocks] + [blocks] * (p * v - 2) + [blocks + 1]
     staged = StagedReplica(s, layers, "fp16", micro_batches)
-    held = chunk_memories(staged, bounds(counts), p, v, micro_batches)[0]
-    parts = held.activation_parts
-    assert parts is not None
-    return held.activations
+    return chunk_memories(staged, bounds(counts), p, v, micro_batches)[0].activations
 
 
 def simdist_state(shape: tuple[int, int, int], strategy: dict[str, Any], devices: int) -> float:
