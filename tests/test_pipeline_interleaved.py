@@ -288,3 +288,34 @@ def test_oom_check_counts_the_interleaved_share():
         "embeddings..h.2.mlp, h.6.attention..h.8.mlp) does not fit on worker0/gpu0: it needs "
         "16.8 GiB"
     ) in " ".join(str(info.value).split())
+
+
+def test_hybrid_interleaved_trains_exactly_as_one_device():
+    # T 2 × P 2 × v 2 on the mlp's 8 dense layers (4 column/row pairs, one a chunk): the
+    # numerics cut the same layers into 2 stages of 2 chunks; the arithmetic is 1f1b's
+    mlp = {"name": "mlp", "hidden": [16] * 7}
+    common = {
+        "workload.model": mlp,
+        "workload.optimizer": {"name": "adam", "learning_rate": 0.01},
+        "workload.steps": 3,
+        "workload.eval_every": 0,
+    }
+    one = engine_run(scenario_from_dict(tiny(**common, **{"workload.batch_size": 16})))
+    strategy = {
+        "kind": "hybrid",
+        "mesh": {"data": 1, "tensor": 2, "pipeline": 2},
+        "micro_batches": 2,
+        "schedule": "interleaved",
+        "virtual_stages": 2,
+        "partition": [2, 2, 2, 2],
+    }
+    layout = tiny(
+        **common,
+        **{"workload.batch_size": 16, "strategy": strategy, "cluster.devices_per_host": 4},
+    )
+    split = engine_run(scenario_from_dict(layout))
+    assert split.summary["hybrid"]["virtual_stages"] == 2
+    assert_trees_close(split.params, one.params, atol=1e-5)
+    assert split.summary["final_train_loss"] == pytest.approx(
+        one.summary["final_train_loss"], abs=1e-5
+    )
