@@ -137,8 +137,13 @@ def test_messages_cross_every_chunk_boundary_with_the_wrap():
     per_device_both = b.groupby("device").size().sum()
     assert per_device_one * (S * V - 1) == per_device_both * (S - 1)
     # the wrap: device S − 1 sends chunk S − 1's output to device 0 (chunk S)
-    rows = both.events[(both.events["kind"] == "comm") & (both.events["detail"] == "A0")]
+    rows = both.events[(both.events["kind"] == "comm") & (both.events["detail"] == "A0/c3")]
     assert {"worker0/gpu3", "worker0/gpu0"} <= set(rows["device"])
+    # compute spans name their chunk: device 0 runs micro-batch 0 through chunks 0 and 4
+    compute = both.events[
+        (both.events["kind"] == "compute") & (both.events["device"] == "worker0/gpu0")
+    ]
+    assert list(compute["detail"])[:5] == ["F0/c0", "F1/c0", "F2/c0", "F3/c0", "F0/c4"]
 
 
 # -- memory -------------------------------------------------------------------------------

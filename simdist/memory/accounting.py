@@ -417,14 +417,13 @@ class StagedReplica:
             self.stage(a, b, n, pipedream=False, rematerialization=rematerialization)
             for (a, b), n in zip(spans, held, strict=True)
         ]
-        acts = [p.activation_parts for p in parts]
-        assert all(x is not None for x in acts)
+        acts = [p.activation_parts or Activations() for p in parts]
         held_acts = Activations(
-            stored_inputs=sum(x.stored_inputs for x in acts),  # type: ignore[union-attr]
-            attention_scores=sum(x.attention_scores for x in acts),  # type: ignore[union-attr]
-            masks=sum(x.masks for x in acts),  # type: ignore[union-attr]
-            recompute_working_set=max(x.recompute_working_set for x in acts),  # type: ignore[union-attr]
-            freed_by_recompute=sum(x.freed_by_recompute for x in acts),  # type: ignore[union-attr]
+            stored_inputs=sum(x.stored_inputs for x in acts),
+            attention_scores=sum(x.attention_scores for x in acts),
+            masks=sum(x.masks for x in acts),
+            recompute_working_set=max(x.recompute_working_set for x in acts),
+            freed_by_recompute=sum(x.freed_by_recompute for x in acts),
         )
         return DeviceMemory(
             sum(p.params for p in parts),

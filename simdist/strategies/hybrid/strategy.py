@@ -3,8 +3,9 @@
 The devices sit on the mesh (:mod:`simdist.hardware.mesh`, in ``placement`` order, tensor innermost
 by default): device (d, p, t) is tensor rank t of stage p of data copy d. Each step runs
 the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or 1f1b,
-a flush per step; or ``interleaved``, :func:`~simdist.strategies.pipeline.plan.interleaved_ops`,
-each stage's tensor groups holding V model chunks) with a tensor group in place of each stage's device: a micro-batch's
+a flush per step; or ``interleaved``,
+:func:`~simdist.strategies.pipeline.plan.interleaved_ops`, each stage's tensor groups
+holding V model chunks) with a tensor group in place of each stage's device: a micro-batch's
 forward or backward on a stage is the tensor-parallel walk of its layers
 (:func:`.plan.stage_plans`, run by :func:`~simdist.strategies.steps.walk`), every device of
 the group computing its 1/T and every tensor collective on the critical path, holding the
@@ -454,7 +455,7 @@ class HybridStrategy(PipelineStrategy):
         plan = self.stage_plan(s, ops)
         yield from walk(plan, self.stage_runner(r, s, arrivals, step, lead))
 
-    def stage_runner(  # type: ignore[override]
+    def stage_runner(
         self, r: int, s: int, arrivals: dict, step: int, lead: bool = False
     ) -> StageGroup:
         """Stage (chunk) ``s``'s tensor group of copy ``r`` as the runner of its passes."""

@@ -446,12 +446,19 @@ class PipelineStrategy(Strategy):
         return StageDevice(self, r, s, arrivals, lambda m, k=step: k, None)
 
     def pass_plan(self, j: int, kind: str, m: int) -> Plan:
-        """Chunk ``j``'s pass ``kind`` of micro-batch ``m`` as a plan, built once."""
+        """Chunk ``j``'s pass ``kind`` of micro-batch ``m`` as a plan, built once; its
+        compute spans and messages labelled with the chunk (``F3/c4``: micro-batch 3's
+        forward through chunk 4, ``A3/c4`` its activation leaving chunk 4, ``G3/c4`` the
+        gradient chunk 4 sends back)."""
         key = (j, kind, m)
         plan = self._pass_plans.get(key)
         if plan is None:
-            plan = stage_plan([(kind, m)], j, self.chunks, self.M, self.send_nbytes, self.remat)
-            self._pass_plans[key] = plan
+            plain = stage_plan([(kind, m)], j, self.chunks, self.M, self.send_nbytes, self.remat)
+            program = [
+                op._replace(detail=f"{op.detail}/c{j}") if isinstance(op, Compute | Send) else op
+                for op in plain.program
+            ]
+            plan = self._pass_plans[key] = Plan(plain.collectives, program)
         return plan
 
     @cached_property
