@@ -59,7 +59,7 @@ def chunk_memories(
     M ≥ S stage 0 then holds ``1 + (S − 1)/(S·V)`` times 1f1b's S micro-batches of its
     layers (Korthikanti et al. 2022, "Reducing activation recomputation in large
     transformer models", Sec. 4.2.3; Megatron-LM's ``interleaved_schedule_memory_penalty``,
-    megatron/training/theoretical_memory_usage.py at 38644dd)."""
+    megatron/training/theoretical_memory_usage.py at 00caa53)."""
     S = stages
     out = []
     for s, ops in enumerate(interleaved_ops(S, virtual_stages, micro_batches)):
