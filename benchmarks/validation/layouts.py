@@ -195,18 +195,25 @@ def h100_cluster(hosts: int) -> dict[str, Any]:
 
 
 LLAMA3_SEQUENCES = 2048
+# Sec. 3.3.2: Llama 3 runs an interleaved pipeline schedule, and the paper does not give its
+# number of virtual stages; V = 2 is assumed here, the smallest interleaving and the one
+# NVIDIA's NeMo recipe for Llama 3.1 405B sets (virtual_pipeline_parallelism=2,
+# nemo/collections/llm/recipes/llama31_405b.py at 00aa2e1). 16 stages x 2 = 32 model chunks.
+LLAMA3_VIRTUAL_STAGES = 2
 # Sec. 3.3.2 ("memory imbalance"): one Transformer layer fewer on the first and the last
-# stage, which hold the embedding and the output head: 7 + 14 x 8 + 7 = 126 layers, in
+# model chunk, which hold the embedding and the output head: 3 + 30 x 4 + 3 = 126 layers, in
 # profile layers (the embedding, then an attention and an MLP layer per block, the head).
-LLAMA3_PARTITION = [1 + 2 * 7] + [2 * 8] * 14 + [2 * 7 + 1]
+LLAMA3_PARTITION = [1 + 2 * 3] + [2 * 4] * 30 + [2 * 3 + 1]
 
 
 def llama3_scenario(data: int) -> Any:
     """Llama 3 405B, timing-only, one Adam step at bf16 without variability: ``data``
-    copies of a 16-stage 1F1B pipeline of tensor groups of 8 (one host each), ZeRO-1 over the
-    copies, sequence parallelism and flash attention (Sec. 3.3.2), every block recomputed
-    (``recompute: full``: without it simdist's accounting puts a stage's 15 micro-batches in
-    flight past an H100's 80 GB)."""
+    copies of a 16-stage interleaved 1F1B pipeline (:data:`LLAMA3_VIRTUAL_STAGES` chunks a
+    stage) of tensor groups of 8 (one host each), ZeRO-1 over the copies, sequence
+    parallelism and flash attention (Sec. 3.3.2), every block recomputed (``recompute:
+    full``: without it the first stage needs 105.7 GiB at DP 64 and 78.6 GiB at DP 128
+    with the model state, where an H100 has 74.5 GiB; selective recomputation frees
+    nothing more under flash attention)."""
     gpus = data * 16 * 8
     return scenario_from_dict(
         {
@@ -226,7 +233,8 @@ def llama3_scenario(data: int) -> Any:
                 "mesh": {"data": data, "pipeline": 16, "tensor": 8},
                 "zero": 1,
                 "micro_batches": LLAMA3_SEQUENCES // data,
-                "schedule": "1f1b",
+                "schedule": "interleaved",
+                "virtual_stages": LLAMA3_VIRTUAL_STAGES,
                 "sequence_parallel": True,
                 "recompute": "full",
                 "partition": LLAMA3_PARTITION,
@@ -252,8 +260,8 @@ def llama3_tflops(data: int) -> float:
 def _llama3_row(data: int, published: float, within_pct: float, why: str) -> Case:
     return Case(
         source="Dubey et al. 2024 (Llama 3), Table 4",
-        layout=f"Llama 3 405B, TP 8 × PP 16 × DP {data}, {data * 128:,} H100 80GB, "
-        "8,192-token sequences, 16M tokens a batch",
+        layout=f"Llama 3 405B, TP 8 × PP 16 × DP {data}, interleaved 1F1B (V = 2 assumed), "
+        f"{data * 128:,} H100 80GB, 8,192-token sequences, 16M tokens a batch",
         quantity="TFLOP/s per GPU",
         published=published,
         predict=lambda: llama3_tflops(data),
@@ -263,15 +271,33 @@ def _llama3_row(data: int, published: float, within_pct: float, why: str) -> Cas
 
 
 _LLAMA3_WHY = (
-    "simdist has no interleaved pipeline schedule: its 1F1B idles (P−1)/(M+P−1) of a flush "
-    "({bubble}), where Llama 3's interleaved schedule (Sec. 3.3.2) divides that by its "
-    "virtual stages; and every block's forward is computed twice on simdist's clock "
-    "(recompute: full), which the paper's MFU does not count"
+    "the h100's bf16 efficiency (0.43) is this table's 43 % MFU, a whole-run figure with the "
+    "pipeline bubble and the communication inside it, which simdist charges again on top: "
+    "its interleaved schedule (V = 2 assumed) idles {bubble} of the step; and every block's "
+    "forward is computed twice on simdist's clock (recompute: full, which the layout needs "
+    "to fit: {without} a GPU without it), which the paper's MFU does not count, so even "
+    "without a bubble simdist could not pass 3/4 of 430 = 322 TFLOP/s"
 )
 CASES += [
     # 430 TFLOP/s (43 % BF16 MFU) is the figure the h100's bf16 efficiency (0.43) comes from.
-    _llama3_row(64, 430.0, 60.0, _LLAMA3_WHY.format(bubble="15/47 = 32 % at M = 32")),
-    _llama3_row(128, 400.0, 70.0, _LLAMA3_WHY.format(bubble="15/31 = 48 % at M = 16")),
+    _llama3_row(
+        64,
+        430.0,
+        60.0,
+        _LLAMA3_WHY.format(
+            bubble="26 % (15/79 = 19 % on equal chunks and free links at M = 32)",
+            without="105.7 GiB",
+        ),
+    ),
+    _llama3_row(
+        128,
+        400.0,
+        70.0,
+        _LLAMA3_WHY.format(
+            bubble="38 % (15/47 = 32 % on equal chunks and free links at M = 16)",
+            without="78.6 GiB",
+        ),
+    ),
 ]
 
 TEXT = """\
@@ -284,6 +310,8 @@ final LayerNorm, and XLA's FLOPs are within 1 % of its FLOP formula) under data 
 96-formula, and the recomputed forward is on simdist's clock) and fp16 collectives. The
 ``a100`` fp16 efficiency (0.52) *is* Megatron-2's: it comes from the 1T row of the same
 table (163 TFLOP/s, the calibration row), so the rows here are predictions from it, not fits.
+None of the four has a pipeline (p = 1), so the paper's interleaved schedule does not apply
+to them.
 The t = 1 row reduces its gradients after the backward, as Megatron-LM's own DDP did
 (``DDP_impl: local``, megatron/training.py ``train_step``), like the tensor-parallel rows.
 simdist predicts 158, 153, 145 and 141 TFLOP/s against 137, 138, 142 and 135: the rows with
@@ -307,17 +335,27 @@ throughput (Rajbhandari et al. 2020: 15 PFLOP/s, 38 TFLOP/s per V100, for a 100B
 
 The Llama 3 paper's Table 4 (Dubey et al. 2024) gives Llama 3 405B's TFLOP/s per H100 in
 three layouts; the two without context parallelism run here: the ``llama3_405b`` preset (its
-parameters count to the released 405.85B), tensor 8 inside a host × 16 pipeline stages (one
-layer fewer on the first and last, as the paper balances them) × 64 or 128 data copies with
-ZeRO-1, sequence parallelism, flash attention and full recomputation, 2,048 sequences of
-8,192 tokens a step, counted as the paper counts them (6·N + 12·l·h·s FLOPs a token, no
-recomputation). simdist predicts 199 and 149 TFLOP/s against 430 and 400: -54 % and -63 %,
-outside the band and said so. Two things the engine does not do make most of it: it has no
-interleaved pipeline schedule, so its 1F1B idles 15/47 of a flush at 32 micro-batches and
-15/31 at 16 (simdist's idle shares are 32 % and 47 %), where Llama 3's interleaved schedule
-divides the bubble by its virtual stages; and the recomputed forward is on its clock. And the
-``h100`` bf16 efficiency (0.43) *is* this table's 43 % MFU, a whole-cluster figure with the
-bubble and the communication already inside it, so charging them again on top of it cannot
-reach 430: the rows measure the layout's overheads as simdist models them (compute 62 % and
-47 % of the step), not a prediction of the per-GPU rate.
+parameters count to the released 405.85B), tensor 8 inside a host × 16 pipeline stages × 64
+or 128 data copies with ZeRO-1, sequence parallelism, flash attention and full
+recomputation, 2,048 sequences of 8,192 tokens a step, counted as the paper counts them
+(6·N + 12·l·h·s FLOPs a token, no recomputation). The pipeline runs the interleaved 1F1B
+schedule that Sec. 3.3.2 describes (``schedule: interleaved``); the paper does not give its
+number of virtual stages, so V = 2 is assumed (the smallest, and the one NVIDIA's NeMo
+recipe for Llama 3.1 405B sets: nemo/collections/llm/recipes/llama31_405b.py at 00aa2e1),
+32 model chunks of 4 layers with one layer fewer on the first and the last chunk (the
+paper's memory balancing). With 1F1B simdist predicted 199 and 149 TFLOP/s (-54 % and
+-63 %); interleaved it predicts 237 and 197 against 430 and 400: -45 % and -51 %, still
+outside the band and said so. The layout needs its recomputation: without it the first
+stage holds 93.8 GiB of activations at DP 64 (at its peak 31 micro-batches of chunk 0 and 16
+of chunk 16: 1.40 times 1F1B's 66.9 GiB, where equal chunks would give 1 + 15/32; chunk 0
+has one layer fewer), 105.7 GiB a GPU with the model state (78.8 GiB under 1F1B), and
+78.6 GiB at DP 128 (M = 16 = S: every forward first), against an H100's 74.5 GiB;
+selective recomputation frees nothing more under flash attention. What is left is the
+calibration: the ``h100`` bf16 efficiency (0.43) *is* this table's 43 % MFU, a
+whole-cluster figure with the bubble and
+the communication already inside it, so charging them again on top of it cannot reach 430:
+with the recomputed forward on the clock simdist's ceiling is 3/4 of 430 = 322 TFLOP/s with
+no bubble at all, and its interleaved pipeline still idles 26 % and 38 % of the step (15/79
+= 19 % and 15/47 = 32 % on equal chunks and free links). The rows measure the layout's
+overheads as simdist models them, not a prediction of the per-GPU rate.
 """

@@ -160,7 +160,7 @@ PP 16 on 16,384 H100, 131,072-token sequences, 16M tokens a batch, 380 TFLOP/s p
 Llama 3's CP all-gathers keys and values rather than passing them around a ring) is not
 run: its batch is 16 sequences per data copy, so one copy is 2,048 GPUs × 8 attention
 layers a stage × 16 micro-batches × 31 ring messages, about 8M messages a step (simdist
-moves about 6,000 a second, measured on a 2-layer slice: over 20 minutes), and its 1F1B
-pipeline idles 15/31 of a flush at M = 16, the missing interleaved schedule that puts the two
-Llama 3 rows above at −54 % and −63 %.
+moves about 6,000 a second, measured on a 2-layer slice: over 20 minutes), and its pipeline
+would idle 15/31 of a flush at M = 16 under 1F1B (15/47 with the interleaved
+schedule at V = 2, which the two Llama 3 rows above run).
 """

@@ -23,9 +23,11 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from simdist.layers import stage_bounds as bounds
 from simdist.memory.accounting import ReplicaLayers, StagedReplica, scenario_memory
 from simdist.numerics.memory import gpt_footprint
 from simdist.scenario import scenario_from_dict
+from simdist.strategies.pipeline.fit import chunk_memories
 from simdist.strategies.pipeline.plan import peak_in_flight, stage_ops
 from validation import Case
 
@@ -108,16 +110,27 @@ def korthikanti_sbh(t: int, sp: bool, recompute: str, flash: bool = False) -> fl
 
 
 def megatron_activations(
-    shape: tuple[int, int, int], t: int, p: int, sp: bool, micro_batches: int, b: int = 1
+    shape: tuple[int, int, int],
+    t: int,
+    p: int,
+    sp: bool,
+    micro_batches: int,
+    b: int = 1,
+    virtual_stages: int | None = None,
 ) -> float:
     """theoretical_memory_usage.py's activation bytes (first pipeline stage), with sequence
     parallelism (``compute_activation_memory``: assumes selective recomputation) or
-    without (``compute_activation_memory_without_sp``, which adds 5 %); ffn = 4h."""
+    without (``compute_activation_memory_without_sp``, which adds 5 %); ffn = 4h. With
+    ``virtual_stages`` v (the interleaved schedule) × ``interleaved_schedule_memory_penalty``
+    1 + (p − 1)/(p·v) (Korthikanti et al. 2022, Sec. 4.2.3) in place of the min(1, M/p)
+    discount (NVIDIA/Megatron-LM at 00caa53)."""
     _, h, layers = shape
     sbh = SEQ * b * h
     per_layer = sbh * (18 + 4 * 4) if sp else sbh * (10 + 24 / t)
     total = per_layer * layers + 8 * SEQ * b * p + sbh * p
-    if p > 1:
+    if virtual_stages is not None:
+        total *= 1 + (p - 1) / (p * virtual_stages)
+    elif p > 1:
         total *= min(1, micro_batches / p)
     if sp:
         if p == 1:
@@ -161,6 +174,28 @@ def simdist_pipeline_activations(t: int, p: int, micro_batches: int) -> float:
         0, stop, peak, pipedream=False, rematerialization=False
     )
     return held.activations
+
+
+def simdist_interleaved_activations(t: int, p: int, v: int, micro_batches: int) -> float:
+    """Device 0 of a hybrid 175B layout (t × p devices, interleaved 1F1B, v chunks of L/(p·v)
+    blocks each, the embeddings on chunk 0 and the head on the last): its chunks'
+    micro-batches in flight at its peak (simdist's own schedule and count,
+    :func:`simdist.strategies.pipeline.fit.chunk_memories`)."""
+    strategy = {
+        "kind": "hybrid",
+        "mesh": {"data": 1, "tensor": t, "pipeline": p},
+        "micro_batches": micro_batches,
+        "schedule": "interleaved",
+        "virtual_stages": v,
+        "sequence_parallel": True,
+        "recompute": "selective",
+    }
+    s = scenario(GPT_175B, strategy, devices=t * p, batch=micro_batches)
+    layers = _layers(GPT_175B, micro_batches)
+    blocks = 2 * GPT_175B[2] // (p * v)  # profile layers of a chunk: attention + MLP each
+    counts = [1 + blocks] + [blocks] * (p * v - 2) + [blocks + 1]
+    staged = StagedReplica(s, layers, "fp16", micro_batches)
+    return chunk_memories(staged, bounds(counts), p, v, micro_batches)[0].activations
 
 
 def simdist_state(shape: tuple[int, int, int], strategy: dict[str, Any], devices: int) -> float:
@@ -262,6 +297,13 @@ CASES: list[Case] = [
     ),
     _row(
         MEG,
+        "175B first stage, t=8 p=8 v=2 (interleaved 1F1B, 16 micro-batches), SP + selective",
+        "GB",
+        megatron_activations(GPT_175B, 8, 8, True, 16, virtual_stages=2) / GB,
+        lambda: simdist_interleaved_activations(8, 8, 2, 16) / GB,
+    ),
+    _row(
+        MEG,
         "22B weights + Adam, t=8, fp32 gradient buffers",
         "GB",
         megatron_state(GPT_22B, 8, 1, False) / GB,
@@ -324,7 +366,13 @@ leaves out. Megatron counts 18 bytes a parameter: its float32 gradient buffer
 gradients in the half precision (DeepSpeed's default), 16 bytes. Its parameter count
 leaves out the position embeddings and the final LayerNorm that simdist's gpt has. The
 pipeline row runs simdist's own 1F1B schedule: stage 0 holds 8 micro-batches of the
-embeddings and 12 blocks.
+embeddings and 12 blocks. The interleaved row (v = 2: 16 chunks of 6 blocks, device 0
+holding chunks 0 and 8) runs simdist's interleaved schedule: at its peak device 0 holds
+(8 − 1)·2 + 8 + 1 = 23 chunk micro-batches, 1.428 times the 1F1B row's bytes where the
+formula multiplies by 1 + (p − 1)/(p·v) = 1.4375 (Korthikanti et al. 2022, Sec. 4.2.3).
+simdist takes the moment its stored bytes peak, 16 micro-batches of chunk 0 (which holds
+the embeddings) and 7 of chunk 8; the formula scales the whole stage, the embedding terms
+and the recomputed working set included.
 
 ZeRO's Figure 1 (7.5B, K = 12, 64 GPUs) is the same arithmetic as simdist's model state:
 2Ψ + 2Ψ + 12Ψ replicated, then partitioned stage by stage; the 7.5B row of Megatron-LM's

@@ -418,6 +418,41 @@ class StagedReplica:
         versions = max(peak - 1, 0) * params if pipedream else 0
         return DeviceMemory(params, grads, opt, held.total, held, versions)
 
+    def stashed(self, first: int, stop: int, rematerialization: bool) -> int:
+        """Bytes one micro-batch's activations through layers ``[first, stop)`` leave
+        stashed until its backward (the working set not counted)."""
+        one = self.stage(first, stop, 1, pipedream=False, rematerialization=rematerialization)
+        parts = one.activation_parts
+        assert parts is not None
+        return parts.total - parts.recompute_working_set
+
+    def chunks(
+        self, spans: Sequence[tuple[int, int]], held: Sequence[int], rematerialization: bool
+    ) -> DeviceMemory:
+        """One device holding several runs of layers (the interleaved schedule's model
+        chunks ``spans``), ``held[i]`` micro-batches of ``spans[i]`` in flight at its peak:
+        every chunk's model state and stashed activations, the largest working set once
+        (one pass runs at a time)."""
+        parts = [
+            self.stage(a, b, n, pipedream=False, rematerialization=rematerialization)
+            for (a, b), n in zip(spans, held, strict=True)
+        ]
+        acts = [p.activation_parts or Activations() for p in parts]
+        held_acts = Activations(
+            stored_inputs=sum(x.stored_inputs for x in acts),
+            attention_scores=sum(x.attention_scores for x in acts),
+            masks=sum(x.masks for x in acts),
+            recompute_working_set=max(x.recompute_working_set for x in acts),
+            freed_by_recompute=sum(x.freed_by_recompute for x in acts),
+        )
+        return DeviceMemory(
+            sum(p.params for p in parts),
+            sum(p.gradients for p in parts),
+            sum(p.optimizer for p in parts),
+            held_acts.total,
+            held_acts,
+        )
+
 
 def memory_per_device(
     scenario: Scenario, costs: Costs, cluster: Cluster, devices: Sequence[Device]

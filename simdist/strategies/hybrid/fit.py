@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simdist.errors import ScenarioError, SimdistError
-from simdist.strategies.pipeline.fit import check_partition, staged
+from simdist.strategies.pipeline.fit import check_chunks, check_partition, chunk_memories, staged
 from simdist.strategies.pipeline.plan import bounds, partition_auto, peak_in_flight, stage_ops
 from simdist.strategies.tensor_parallel.plan import layer_roles
 
@@ -43,6 +43,9 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
     stage_devices = [
         [d for d in mesh.devices if mesh.coordinate(d)["pipeline"] == s] for s in range(S)
     ]
+    if spec.schedule == "interleaved":
+        _check_interleaved(scenario, footprint, source, stage_devices, cluster)
+        return
     peaks = [peak_in_flight(ops) for ops in stage_ops(spec.schedule, S, M)]
     roles = layer_roles(w.clock_model.name, names)
     params = footprint.layer_param_nbytes
@@ -70,21 +73,47 @@ def check_hybrid(scenario: Scenario, footprint: Footprint, source: str) -> None:
         check_partition(names, counts, S, source)
     for s, (first, stop) in enumerate(bounds(counts)):
         device = smallest(s)
-        _refuse_stage(
-            source, s, names[first], names[stop - 1], device, cluster, need(s, first, stop)
-        )
+        layers = f"layers {names[first]}..{names[stop - 1]}"
+        _refuse_stage(source, s, layers, device, cluster, need(s, first, stop))
+
+
+def _check_interleaved(
+    scenario: Scenario,
+    footprint: Footprint,
+    source: str,
+    stage_devices: list[list[Device]],
+    cluster: Cluster,
+) -> None:
+    """An interleaved hybrid layout: S·V model chunks of one layer at least, a partition
+    list of one count per chunk, and each stage's devices holding their chunks
+    (:func:`simdist.strategies.pipeline.fit.chunk_memories`) for a partition list (an
+    ``auto`` partition balances the chunks' times, which the strategy checks)."""
+    spec, names = scenario.strategy, footprint.layer_names
+    S, V, M = spec.mesh.pipeline, spec.virtual_stages, spec.micro_batches
+    check_chunks(names, S, V, source)
+    if spec.partition == "auto":
+        return
+    counts = tuple(int(n) for n in spec.partition)
+    check_partition(names, counts, S * V, source)
+    spans = bounds(counts)
+    cut = staged(scenario, footprint, cluster.profile.precision, M)
+    for s, need in enumerate(chunk_memories(cut, spans, S, V, M)):
+        device = min(stage_devices[s], key=lambda d: cluster.profile_of(d).memory_nbytes)
+        chunks = range(s, S * V, S)
+        layers = ", ".join(f"{names[spans[j][0]]}..{names[spans[j][1] - 1]}" for j in chunks)
+        label = f"model chunks {', '.join(map(str, chunks))}: layers {layers}"
+        _refuse_stage(source, s, label, device, cluster, need)
 
 
 def _refuse_stage(
     source: str,
     s: int,
-    first: str,
-    last: str,
+    layers: str,
     device: Device,
     cluster: Cluster,
     stage: DeviceMemory,
 ) -> None:
-    """Refuse hybrid stage ``s`` (layers ``first``..``last``) if ``stage`` exceeds
+    """Refuse hybrid stage ``s`` (its ``layers`` in words) if ``stage`` exceeds
     ``device``'s memory, naming the device, the need and the capacity."""
     from simdist.units import format_size
 
@@ -95,7 +124,7 @@ def _refuse_stage(
         raise ScenarioError(
             source,
             "strategy.mesh",
-            f"hybrid stage {s} (layers {first}..{last}) does not fit on {device.name}: each "
+            f"hybrid stage {s} ({layers}) does not fit on {device.name}: each "
             f"device of its tensor group needs {format_size(stage.total)} ({parts}) and a "
             f"{profile.name} has {format_size(capacity)}; use more stages, a larger tensor "
             "group, zero: 1 or 2, fewer micro-batches in flight or a smaller batch",

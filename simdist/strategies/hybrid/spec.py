@@ -32,6 +32,7 @@ from simdist.sharding import Sharding
 from simdist.spec import Partition, PositiveInt, fail, number_choice
 from simdist.spec import Spec as SpecBase
 from simdist.strategies.expert_parallel.spec import ZipfRouting
+from simdist.strategies.pipeline.spec import check_interleaving
 from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.tensor_parallel.spec import check_splittable
 
@@ -110,7 +111,10 @@ class Spec(StrategySpecBase):
     placement: list[Axis] = Field(list(DEFAULT_ORDER), examples=["[data, pipeline, tensor]"])
     zero: Annotated[Literal[0, 1, 2, 3], number_choice(0, 1, 2, 3)] = Field(0, examples=["1"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
-    schedule: Literal["gpipe", "1f1b"] = Field("1f1b", examples=["gpipe"])
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = Field("1f1b", examples=["gpipe"])
+    # Model chunks per device under schedule: interleaved; None: 1 (left out of the
+    # resolved scenario).
+    virtual_stages: PositiveInt | None = Field(None, examples=["2"])
     partition: Partition = Field("auto", examples=["auto"])
     sequence_parallel: bool = Field(False, strict=True, examples=["true"])
     all_reduce: Literal["ring", "tree"] = Field("ring", examples=["ring"])
@@ -233,6 +237,17 @@ class Spec(StrategySpecBase):
                 "every micro-batch, and DeepSpeed's pipeline engine refuses it "
                 "(deepspeed/runtime/pipe/engine.py); use zero: 1 or 2, or pipeline: 1",
             )
+        check_interleaving(
+            self.schedule, self.virtual_stages, P, self.micro_batches, "strategy.mesh.pipeline"
+        )
+        if self.schedule == "interleaved" and self.overlap_grad_reduce:
+            raise fail(
+                "strategy.overlap_grad_reduce",
+                "the gradient buckets that overlap the last backward are cut per stage, and "
+                "under schedule interleaved a device's last backwards run through its "
+                f"{self.virtual_stages} model chunks: use overlap_grad_reduce: false with "
+                "schedule interleaved",
+            )
         if not self.cross_host:
             self._check_inside_hosts(c.device_counts)
         if m.ep > 1:
@@ -342,6 +357,13 @@ class Spec(StrategySpecBase):
                 f"got {m.tensor} with expert {X}; the experts' own tensor split (Megatron-Core's "
                 "expert_tensor_parallel_size) is not built, and a tensor group would run them "
                 "whole on every device: use tensor: 1 with an expert axis",
+            )
+        if self.schedule == "interleaved":
+            raise fail(
+                "strategy.schedule",
+                f"got interleaved with expert {X}; the expert axis looks up one MoE plan per "
+                "pipeline stage, not per model chunk, yet: use schedule: 1f1b with an expert "
+                "axis",
             )
         if self.overlap_grad_reduce:
             raise fail(

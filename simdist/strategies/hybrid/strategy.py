@@ -3,7 +3,9 @@
 The devices sit on the mesh (:mod:`simdist.hardware.mesh`, in ``placement`` order, tensor innermost
 by default): device (d, p, t) is tensor rank t of stage p of data copy d. Each step runs
 the pipeline's schedule (:func:`simdist.strategies.pipeline.plan.stage_ops`: gpipe or 1f1b,
-a flush per step) with a tensor group in place of each stage's device: a micro-batch's
+a flush per step; or ``interleaved``,
+:func:`~simdist.strategies.pipeline.plan.interleaved_ops`, each stage's tensor groups
+holding V model chunks) with a tensor group in place of each stage's device: a micro-batch's
 forward or backward on a stage is the tensor-parallel walk of its layers
 (:func:`.plan.stage_plans`, run by :func:`~simdist.strategies.steps.walk`), every device of
 the group computing its 1/T and every tensor collective on the critical path, holding the
@@ -75,7 +77,6 @@ from simdist.strategies.pipeline.plan import (
     partition_auto,
     peak_in_flight,
 )
-from simdist.strategies.pipeline.plan import stage_ops as schedule_ops
 from simdist.strategies.pipeline.strategy import PipelineStrategy
 from simdist.strategies.steps import (
     Collective,
@@ -110,15 +111,16 @@ class HybridStrategy(PipelineStrategy):
         self.C = sizes.get("context", 1)
         self.R, self.M = self.D, spec.micro_batches
         self.schedule: str = spec.schedule
+        self.set_chunks(spec.virtual_stages or 1)
         self.remat = False
         self.zero: int = spec.zero
         self.sp: bool = spec.sequence_parallel
         self.sharding = spec.sharding(self.scenario.cluster)
         layers = self.costs.layers
-        if len(layers) < self.S:
+        if len(layers) < self.chunks:
             raise SimdistError(
                 f"{self.scenario.name}: strategy hybrid needs the model's per-layer costs and "
-                f"at least {self.S} layers for {self.S} stages; got {len(layers)}"
+                f"at least {self.chunks} layers for {self.chunks} stages; got {len(layers)}"
             )
         model = self.scenario.workload.clock_model.name
         self.roles = layer_roles(model, [layer.name for layer in layers])
@@ -127,13 +129,16 @@ class HybridStrategy(PipelineStrategy):
         self.ring = self._context_ring()
         # groups[d][p]: the devices of stage p of copy d, by context rank then tensor rank:
         # CP tensor groups (one without a context axis), tensor_groups[d][p] each apart.
-        self.groups = [
+        # Interleaved: p runs over the model chunks, chunk j on stage j mod S's devices.
+        self.groups = self.chunk_grid(
             [
-                [self._device(d, p, c, t) for c in range(self.C) for t in range(self.T)]
-                for p in range(self.S)
+                [
+                    [self._device(d, p, c, t) for c in range(self.C) for t in range(self.T)]
+                    for p in range(self.S)
+                ]
+                for d in range(self.D)
             ]
-            for d in range(self.D)
-        ]
+        )
         self.tensor_groups = [
             [[group[c * self.T : (c + 1) * self.T] for c in range(self.C)] for group in copy]
             for copy in self.groups
@@ -160,27 +165,29 @@ class HybridStrategy(PipelineStrategy):
                 for copy in self.groups
                 for x in copy[s]
             )
-            for s in range(self.S)
+            for s in range(self.chunks)
         ]
-        self.steps_ops = schedule_ops(self.schedule, self.S, self.M)
+        self.steps_ops = self._ops()
         self.peaks = [peak_in_flight(ops) for ops in self.steps_ops]
         self.counts = self._partition(spec.partition)
         self.bounds = bounds(self.counts)
-        self.memory = [self.stage_memory(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        self.memory = self.device_memories()
         self._check_memory()
         self.stage_walks = [self.stage_walk(a, b) for a, b in self.bounds]
         self.send_nbytes = [
             send_nbytes(self.boundary_nbytes(b), self.T, self.sp) for _, b in self.bounds
         ]
         leaves = {path: nbytes for path, _, nbytes in self.costs.param_leaves}
-        self.shard_nbytes = [
+        chunk_shards = [
             device_grad_nbytes(layers[a:b], self.roles[a:b], self.T, leaves) for a, b in self.bounds
         ]
         if self.experts is not None:  # the experts' gradients reduce over their own groups
-            self.shard_nbytes = [
+            chunk_shards = [
                 n - self.experts.grad_nbytes(a, b)
-                for n, (a, b) in zip(self.shard_nbytes, self.bounds, strict=True)
+                for n, (a, b) in zip(chunk_shards, self.bounds, strict=True)
             ]
+        # each stage device's shard: its model chunks' (its stage's without interleaving)
+        self.shard_nbytes = [sum(chunk_shards[j] for j in self.chunks_of(s)) for s in range(self.S)]
         self.reductions = [
             data_collectives(LayerCost(f"stage {s}", 0.0, 0.0, n), self.zero, f"stage {s}")
             if self.D * self.C > 1
@@ -202,7 +209,7 @@ class HybridStrategy(PipelineStrategy):
         # and the micro-batch of its last backward in a step.
         self.overlapped = [self._overlapped(s, a, b) for s, (a, b) in enumerate(self.bounds)]
         self.last_backward = [
-            next(m for kind, m in reversed(ops) if kind == "B") for ops in self.steps_ops
+            next(op[1] for op in reversed(ops) if op[0] == "B") for ops in self.steps_ops
         ]
         self.bucket_ready: list[list[Any]] = []
         self.copies_left: list[list[int]] = []
@@ -218,9 +225,12 @@ class HybridStrategy(PipelineStrategy):
             from simdist.strategies.sync import SyncState
 
             batch = self.scenario.workload.batch_size
-            self.trainer = HybridTrainer(
-                self.workload, sizes, self.counts, self.M, batch, SyncState
-            )
+            # Interleaved: the numerics cut the same layers into S contiguous stages of V
+            # chunks each; the step's arithmetic (micro-batch gradients summed, one update)
+            # depends on neither the cut nor the order.
+            V = self.V
+            stages = [sum(self.counts[k * V : (k + 1) * V]) for k in range(self.S)]
+            self.trainer = HybridTrainer(self.workload, sizes, stages, self.M, batch, SyncState)
             self.state = self.trainer.init()
 
     # -- the plan ------------------------------------------------------------
@@ -304,13 +314,13 @@ class HybridStrategy(PipelineStrategy):
         n = len(self.costs.layers)
         if partition == "auto":
             try:
-                return partition_auto(n, self.S, self.stage_cost, self.fits)
+                return partition_auto(n, self.chunks, self.stage_cost, self.fits)
             except SimdistError:  # nothing fits: the fastest one, refused naming a device
-                return partition_auto(n, self.S, self.stage_cost, self.keeps_pairs_of)
+                return partition_auto(n, self.chunks, self.stage_cost, self.keeps_pairs_of)
         counts = tuple(int(k) for k in partition)
-        if len(counts) != self.S or sum(counts) != n:
+        if len(counts) != self.chunks or sum(counts) != n:
             raise SimdistError(
-                f"{self.scenario.name}: strategy.partition {list(counts)} must give {self.S} "
+                f"{self.scenario.name}: strategy.partition {list(counts)} must give {self.chunks} "
                 f"layer counts adding up to the model's {n} layers, e.g. partition: auto"
             )
         for s, (a, b) in enumerate(bounds(counts)):
@@ -347,7 +357,7 @@ class HybridStrategy(PipelineStrategy):
                     # on every stage of as many MoE layers)
                     c = collectives[op.index]
                     total += self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op))
-        if s < self.S - 1:
+        if s < self.chunks - 1:
             nbytes = send_nbytes(self.boundary_nbytes(stop), self.T, self.sp)
             total += self.send_s(s, nbytes)
         return total
@@ -418,7 +428,7 @@ class HybridStrategy(PipelineStrategy):
             [
                 *(
                     self.net.route(a, b)
-                    for s in range(self.S - 1)
+                    for s in range(self.chunks - 1)
                     for near, far in ((copy[s], copy[s + 1]), (copy[s + 1], copy[s]))
                     for a, b in zip(near, far, strict=True)
                 ),
@@ -439,7 +449,7 @@ class HybridStrategy(PipelineStrategy):
         # Per leader and stage: its followers' tensor groups, and the host and device columns
         # of every device it stands for (kept here: the recorder keeps only the last few).
         self.follower_groups = {
-            r: [[self.groups[f][s] for f in followers] for s in range(self.S)]
+            r: [[self.groups[f][s] for f in followers] for s in range(self.chunks)]
             for r, followers in copies.leaders.items()
         }
         self.span_columns = {
@@ -447,7 +457,7 @@ class HybridStrategy(PipelineStrategy):
                 self.recorder.device_columns(
                     [x for c in (r, *followers) for x in self.groups[c][s]]
                 )
-                for s in range(self.S)
+                for s in range(self.chunks)
             ]
             for r, followers in copies.leaders.items()
         }
@@ -476,7 +486,13 @@ class HybridStrategy(PipelineStrategy):
         ``lead``: copy ``r`` leads lock-step copies (:meth:`process`), whose rows are
         recorded with its own."""
         plan = self.stage_plan(s, ops)
-        yield from walk(plan, StageGroup(self, r, s, arrivals, step, lead))
+        yield from walk(plan, self.stage_runner(r, s, arrivals, step, lead))
+
+    def stage_runner(
+        self, r: int, s: int, arrivals: dict, step: int, lead: bool = False
+    ) -> StageGroup:
+        """Stage (chunk) ``s``'s tensor group of copy ``r`` as the runner of its passes."""
+        return StageGroup(self, r, s, arrivals, step, lead)
 
     def _events(self) -> list[Any]:
         return [self.env.event() for _ in range(self.T * self.C)]
@@ -623,8 +639,9 @@ class HybridStrategy(PipelineStrategy):
             # Lock-step copies (see _lockstep): the leaders alone, each for its followers.
             lead = self.lockstep is not None and self.lockstep.in_step()
             copies = self.lockstep.leaders if lead else range(self.D)  # type: ignore[union-attr]
+            run = self._device_chunks if self.V > 1 else self._stage
             stages = [
-                self.env.process(self._stage(r, s, self.steps_ops[s], arrivals, step, lead))
+                self.env.process(run(r, s, self.steps_ops[s], arrivals, step, lead))
                 for r in copies
                 for s in range(self.S)
             ]
@@ -682,13 +699,13 @@ class HybridStrategy(PipelineStrategy):
                 "placement": list(spec.order if self.C > 1 else spec.placement),
             },
             "bubble_fraction": (total - self.busy_s) / total if total > 0 else None,
-            "bubble_fraction_ideal": ideal_bubble(self.S, self.M),
+            "bubble_fraction_ideal": ideal_bubble(self.S, self.M, self.V),
             "peak_in_flight_per_stage": list(self.peak_held[0]),
             "tensor_collectives_per_micro_batch": len(tensor),
             "tensor_comm_s_per_micro_batch": sum(
                 self.net.collective_s(c.op, group, c.nbytes, self._algo(c.op)) for c in tensor
             ),
-            "stage_send_nbytes_per_micro_batch": self.send_nbytes[: self.S - 1],
+            "stage_send_nbytes_per_micro_batch": self.send_nbytes[: self.chunks - 1],
             "data_nbytes_per_device_per_step": [
                 {op: sum(c.nbytes for c in reductions if c.op == op) for op in OPS}
                 for reductions in self.reductions
@@ -707,6 +724,8 @@ class HybridStrategy(PipelineStrategy):
                 for x in copy[s]
             },
         }
+        if self.V > 1:  # the partition and stage_layers are per model chunk
+            out["hybrid"]["virtual_stages"] = self.V  # type: ignore[index]
         if self.ring is not None:
             out["context"] = self.context_summary()
             # report.md's rows for the ring (simdist.report.table_figures' contract)
@@ -917,7 +936,7 @@ class StageGroup:
             )
         yield from walk(plan, runner)
         for c in self.copies:
-            h._hold(c, s, +1 if op.phase == "F" else -1)
+            h._hold(c, s % h.S, +1 if op.phase == "F" else -1)
 
     def receive(self, op: Receive) -> Generator[Any, Any, None]:
         """Wait for all T messages of pass ``op.tag``."""

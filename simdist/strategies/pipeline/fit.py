@@ -14,14 +14,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simdist.errors import ScenarioError, SimdistError
-from simdist.strategies.pipeline.plan import partition_auto, peak_in_flight, stage_ops
+from simdist.strategies.pipeline.plan import (
+    bounds,
+    chunks_at_peak,
+    interleaved_ops,
+    partition_auto,
+    peak_in_flight,
+    stage_ops,
+)
 
 if TYPE_CHECKING:
     from simdist.memory.accounting import DeviceMemory, StagedReplica
     from simdist.numerics.memory import Footprint
     from simdist.scenario.schema import Scenario
 
-__all__ = ["check_partition", "check_pipeline", "staged"]
+__all__ = ["check_chunks", "check_partition", "check_pipeline", "chunk_memories", "staged"]
 
 
 def staged(scenario: Scenario, footprint: Footprint, precision: str, M: int) -> StagedReplica:
@@ -37,11 +44,55 @@ def _parts(need: DeviceMemory) -> str:
     return ", ".join(f"{k} {v / gb:,.3g}" for k, v in need.parts().items())
 
 
+def chunk_memories(
+    cut: StagedReplica,
+    spans: list[tuple[int, int]],
+    stages: int,
+    virtual_stages: int,
+    micro_batches: int,
+    rematerialization: bool = False,
+) -> list[DeviceMemory]:
+    """Each stage's device under the interleaved schedule holding its model chunks
+    (``spans``: the S·V chunks' layers): their model state and, at the moment its stashed
+    activations weigh most (:func:`~.plan.chunks_at_peak`), each chunk's micro-batches in
+    flight (:meth:`~simdist.memory.accounting.StagedReplica.chunks`). For equal chunks and
+    M ≥ S stage 0 then holds ``1 + (S − 1)/(S·V)`` times 1f1b's S micro-batches of its
+    layers (Korthikanti et al. 2022, "Reducing activation recomputation in large
+    transformer models", Sec. 4.2.3; Megatron-LM's ``interleaved_schedule_memory_penalty``,
+    megatron/training/theoretical_memory_usage.py at 00caa53)."""
+    S = stages
+    out = []
+    for s, ops in enumerate(interleaved_ops(S, virtual_stages, micro_batches)):
+        mine = range(s, len(spans), S)
+        weights = {j: cut.stashed(*spans[j], rematerialization) for j in mine}
+        peak = chunks_at_peak(ops, weights.__getitem__)
+        held = [peak.get(j, 0) for j in mine]
+        out.append(cut.chunks([spans[j] for j in mine], held, rematerialization))
+    return out
+
+
+def check_chunks(names: tuple[str, ...], stages: int, virtual_stages: int, source: str) -> None:
+    """The interleaved schedule's S·V model chunks hold one layer at least each."""
+    n, chunks = len(names), stages * virtual_stages
+    if n < chunks:
+        shown = ", ".join(names) if n <= 12 else f"{', '.join(names[:12])}, ..."
+        raise ScenarioError(
+            source,
+            "strategy.virtual_stages",
+            f"got {virtual_stages}; schedule interleaved cuts the model into {stages} stages "
+            f"x {virtual_stages} = {chunks} model chunks of one layer at least, and the model "
+            f"has {n} layers ({shown}), e.g. virtual_stages: {max(2, n // stages)}",
+        )
+
+
 def _check_counts(scenario: Scenario, names: tuple[str, ...], source: str) -> None:
     """Stages and a partition list against the clock model's layers."""
     spec = scenario.strategy
     S, n = spec.stages, len(names)
     shown = ", ".join(names) if n <= 12 else f"{', '.join(names[:12])}, ..."
+    if spec.schedule == "interleaved":
+        check_chunks(names, S, spec.virtual_stages, source)
+        S *= spec.virtual_stages
     if n < S:
         raise ScenarioError(
             source,
@@ -74,6 +125,9 @@ def check_pipeline(
     capacities = [
         min(float(cluster.profile_of(row[s]).memory_nbytes) for row in grid) for s in range(S)
     ]
+    if spec.schedule == "interleaved":
+        _check_interleaved(scenario, footprint, source, grid, capacities)
+        return
     # pipedream streams M x steps micro-batches; a stage's peak is min(S - s, stream) either
     # way, so a stream of S + M shows the same peaks.
     stream = M * max(1, total_steps) if spec.schedule == "pipedream" else M
@@ -127,6 +181,45 @@ def check_pipeline(
                 f"{cluster.profile_of(device).name} has {format_size(capacities[s])}; {advice}",
             )
         first = stop
+
+
+def _check_interleaved(
+    scenario: Scenario,
+    footprint: Footprint,
+    source: str,
+    grid: list,
+    capacities: list[float],
+) -> None:
+    """An interleaved pipeline's devices against their memory, for a partition list (an
+    ``auto`` partition balances the chunks' times, which only the strategy knows: it
+    checks the devices it gives, before the first step)."""
+    from simdist.hardware.cluster import Cluster
+    from simdist.units import format_size
+
+    spec = scenario.strategy
+    if spec.partition == "auto":
+        return
+    cluster = Cluster(scenario.cluster)
+    S, V, M = spec.stages, spec.virtual_stages, spec.micro_batches
+    cut = staged(scenario, footprint, cluster.profile.precision, M)
+    spans = bounds(tuple(int(n) for n in spec.partition))
+    names = footprint.layer_names
+    for s, need in enumerate(chunk_memories(cut, spans, S, V, M, spec.rematerialization)):
+        if 0 < capacities[s] < need.total:
+            device = min(
+                (row[s] for row in grid), key=lambda d: cluster.profile_of(d).memory_nbytes
+            )
+            layers = ", ".join(f"{names[a]}..{names[b - 1]}" for a, b in spans[s::S])
+            raise ScenarioError(
+                source,
+                "strategy.partition",
+                f"pipeline stage {s} (model chunks {', '.join(map(str, range(s, S * V, S)))}: "
+                f"layers {layers}) does not fit on {device.name}: it needs "
+                f"{format_size(need.total)} ({need.described()}) and a "
+                f"{cluster.profile_of(device).name} has {format_size(capacities[s])}; use more "
+                "stages, fewer micro-batches in flight, recompute: full, rematerialization: "
+                "true or a smaller batch",
+            )
 
 
 def check_partition(names: tuple[str, ...], counts: tuple[int, ...], S: int, source: str) -> None:

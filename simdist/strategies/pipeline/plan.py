@@ -11,6 +11,10 @@ No SimPy, no JAX: what :mod:`simdist.strategies.pipeline` runs on the clock and
   with ``S − s − 1`` forwards, then alternates one forward and one backward, then drains; so
   at most ``S − s`` micro-batches are in flight on it. pipedream (Narayanan et al. 2019): the
   same one-forward-one-backward order over the whole run's stream of micro-batches, no flush.
+* :func:`interleaved_ops` — Megatron's interleaved 1F1B (Narayanan et al. 2021, "Efficient
+  large-scale language model training on GPU clusters using Megatron-LM", Sec. 2.2.2 and
+  Fig. 4): each device holds ``v`` model chunks, the order of their passes as
+  ``forward_backward_pipelining_with_interleaving`` runs them.
 * :func:`stage_plan` — a stage's passes as typed steps (receive, compute, send), which
   :func:`simdist.strategies.steps.walk` runs on the clock.
 * :func:`partition_auto` — GPipe's partitioning: contiguous layers over ``S`` stages
@@ -27,10 +31,13 @@ from simdist.errors import SimdistError
 from simdist.layers import stage_bounds as bounds
 from simdist.strategies.steps import Compute, Plan, Receive, Send, Step
 
-Schedule = Literal["gpipe", "1f1b", "pipedream"]
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "pipedream")
+Schedule = Literal["gpipe", "1f1b", "pipedream", "interleaved"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "pipedream", "interleaved")
 #: One pass of a micro-batch through a stage: ``("F", m)`` or ``("B", m)`` for micro-batch ``m``.
 Pass = tuple[str, int]
+#: One pass of the interleaved schedule: ``(kind, m, j)``, micro-batch ``m`` through model
+#: chunk ``j`` (of ``S·v``; chunk ``j`` lives on device ``j mod S``).
+ChunkPass = tuple[str, int, int]
 
 
 def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Pass]]:
@@ -53,6 +60,58 @@ def stage_ops(schedule: str, stages: int, micro_batches: int) -> list[list[Pass]
         ops += [("B", m) for m in range(M - warmup, M)]
         plans.append(ops)
     return plans
+
+
+def interleaved_ops(stages: int, virtual_stages: int, micro_batches: int) -> list[list[ChunkPass]]:
+    """Each device's passes of one step under the interleaved 1F1B schedule, in its order.
+
+    Device ``d`` of ``S`` holds model chunks ``k·S + d`` for ``k < v``. As Megatron-LM's
+    ``forward_backward_pipelining_with_interleaving`` (NVIDIA/Megatron-LM,
+    megatron/core/pipeline_parallel/schedules.py at 00611e6, ``get_pp_rank_microbatches``
+    and ``get_schedule_table``, with ``microbatch_group_size_per_vp_stage`` at its default
+    ``S``, megatron/core/model_parallel_config.py): the ``M·v`` virtual micro-batches are
+    numbered group by group, a group being S micro-batches through chunk 0, then the same
+    S through chunk 1, and so on; virtual micro-batch ``i``'s forward runs its micro-batch
+    through the device's chunk ``k`` and its backward through chunk ``v − 1 − k``. The
+    device warms up with ``(S − d − 1)·2 + (v − 1)·S`` forwards (all ``M·v`` if fewer),
+    then alternates forward ``i + warm-up`` and backward ``i``, then drains the backwards.
+    ``micro_batches`` must be a multiple of ``S`` (the spec refuses others).
+    """
+    S, v, M = int(stages), int(virtual_stages), int(micro_batches)
+    table = [(m, k) for group in range(0, M, S) for k in range(v) for m in range(group, group + S)]
+    total = M * v
+    plans = []
+    for d in range(S):
+        warmup = min((S - d - 1) * 2 + (v - 1) * S, total)
+
+        def forward(i: int, d: int = d) -> ChunkPass:
+            m, k = table[i]
+            return ("F", m, k * S + d)
+
+        def backward(i: int, d: int = d) -> ChunkPass:
+            m, k = table[i]
+            return ("B", m, (v - 1 - k) * S + d)
+
+        ops = [forward(i) for i in range(warmup)]
+        for i in range(total - warmup):
+            ops += [forward(warmup + i), backward(i)]
+        ops += [backward(i) for i in range(total - warmup, total)]
+        plans.append(ops)
+    return plans
+
+
+def chunks_at_peak(ops: Sequence[ChunkPass], weight: Callable[[int], float]) -> dict[int, int]:
+    """Micro-batches of each chunk a device holds when the activations it holds weigh most
+    (``weight(j)``: one micro-batch's activations through chunk ``j``); the earliest such
+    moment. An empty dict for no passes."""
+    held: dict[int, int] = {}
+    best, peak = -1.0, {}
+    for kind, _, j in ops:
+        held[j] = held.get(j, 0) + (1 if kind == "F" else -1)
+        total = sum(n * weight(c) for c, n in held.items())
+        if total > best:
+            best, peak = total, {c: n for c, n in held.items() if n}
+    return peak
 
 
 def stage_plan(
@@ -89,23 +148,27 @@ def stage_plan(
     return Plan([], program)
 
 
-def in_flight(ops: Sequence[Pass]) -> list[int]:
-    """Micro-batches whose activations a stage holds after each of its ``ops``."""
+def in_flight(ops: Sequence[Pass] | Sequence[ChunkPass]) -> list[int]:
+    """Micro-batches whose activations a stage holds after each of its ``ops`` (interleaved:
+    passes through its chunks, each chunk's micro-batch counted once)."""
     held, out = 0, []
-    for kind, _ in ops:
+    for kind, *_ in ops:
         held += 1 if kind == "F" else -1
         out.append(held)
     return out
 
 
-def peak_in_flight(ops: Sequence[Pass]) -> int:
+def peak_in_flight(ops: Sequence[Pass] | Sequence[ChunkPass]) -> int:
     """The most micro-batches a stage holds at once (its stashed activations)."""
     return max(in_flight(ops), default=0)
 
 
-def ideal_bubble(stages: int, micro_batches: int) -> float:
-    """GPipe's bubble: ``(S − 1) / (M + S − 1)`` of the time for equal stages, free links."""
-    return (stages - 1) / (micro_batches + stages - 1)
+def ideal_bubble(stages: int, micro_batches: int, virtual_stages: int = 1) -> float:
+    """GPipe's bubble: ``(S − 1) / (M + S − 1)`` of the time for equal stages, free links;
+    with ``v`` chunks per device (interleaved) ``(S − 1) / (v·M + S − 1)``, Narayanan et
+    al. 2021's bubble ``(S − 1) / (v·M)`` of the ideal time (Sec. 2.2.2) as a share of the
+    step."""
+    return (stages - 1) / (virtual_stages * micro_batches + stages - 1)
 
 
 def partition_auto(

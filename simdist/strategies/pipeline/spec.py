@@ -26,7 +26,12 @@ class Spec(StrategySpecBase):
     splits_replica: ClassVar[str] = "pipeline"
     stages: PositiveInt = Field(1, examples=["4"])
     micro_batches: PositiveInt = Field(1, examples=["8"])
-    schedule: Literal["gpipe", "1f1b", "pipedream"] = Field("gpipe", examples=["1f1b"])
+    schedule: Literal["gpipe", "1f1b", "pipedream", "interleaved"] = Field(
+        "gpipe", examples=["1f1b"]
+    )
+    # Model chunks per device under schedule: interleaved; None: 1 (left out of the
+    # resolved scenario, as every other schedule has one).
+    virtual_stages: PositiveInt | None = Field(None, examples=["2"])
     partition: Partition = Field("auto", examples=["auto"])
     pipeline_replicas: PositiveInt = Field(1, alias="replicas", examples=["2"])
     rematerialization: bool = Field(False, strict=True, examples=["true"])
@@ -64,11 +69,18 @@ class Spec(StrategySpecBase):
                 f"{S} stages x {R} replicas need {S * R} devices; the cluster has {devices} "
                 f"({held}), e.g. devices_per_host: {S * R}",
             )
-        if isinstance(self.partition, list) and len(self.partition) != S:
+        check_interleaving(self.schedule, self.virtual_stages, S, M, "strategy.stages")
+        if isinstance(self.partition, list) and len(self.partition) != S * (
+            self.virtual_stages or 1
+        ):
+            per = (
+                f"{S} stages x {self.virtual_stages} model chunks; give one per chunk"
+                if self.virtual_stages
+                else f"{S} stages; give one per stage"
+            )
             raise fail(
                 "strategy.partition",
-                f"got {len(self.partition)} layer counts for {S} stages; give one per stage, "
-                "e.g. partition: auto",
+                f"got {len(self.partition)} layer counts for {per}, e.g. partition: auto",
             )
         if self.schedule == "pipedream" and R != 1:
             raise fail(
@@ -96,6 +108,38 @@ class Spec(StrategySpecBase):
                 "pipeline stages are cut from the trained model's own layers; a surrogate "
                 "clock cannot be cut the same way: run it timing-only with numerics: false",
             )
+
+
+def check_interleaving(
+    schedule: str, virtual_stages: int | None, stages: int, micro_batches: int, stages_field: str
+) -> None:
+    """``virtual_stages`` only with ``schedule: interleaved``, which needs at least 2 of
+    them and micro-batches in multiples of the stages (Megatron-LM's interleaved schedule
+    numbers them in groups of S: ``get_schedule_table``,
+    megatron/core/pipeline_parallel/schedules.py). ``stages_field`` names the stages."""
+    v = virtual_stages
+    if schedule != "interleaved":
+        if v is not None and v != 1:
+            raise fail(
+                "strategy.virtual_stages",
+                f"got {v}; model chunks per device are the interleaved schedule's, and "
+                f"schedule is {schedule}: use schedule: interleaved, or leave virtual_stages out",
+            )
+        return
+    if v is None or v < 2:
+        raise fail(
+            "strategy.virtual_stages",
+            f"got {v or 1}; schedule interleaved gives each device at least 2 model chunks, "
+            "e.g. virtual_stages: 2",
+        )
+    if micro_batches % stages:
+        good = max(stages, micro_batches // stages * stages)
+        raise fail(
+            "strategy.micro_batches",
+            f"got {micro_batches}; schedule interleaved runs micro-batches in groups of the "
+            f"{stages} stages ({stages_field}), as Megatron-LM does: use a multiple of "
+            f"{stages}, e.g. micro_batches: {good}",
+        )
 
 
 def _divisor_near(n: int, m: int) -> int:

@@ -13,7 +13,11 @@ labelled ``F<m>`` / ``B<m>`` (``R<m>``: the forward recomputed before the backwa
 for one micro-batch). The schedules are :func:`~.plan.stage_ops`'s: ``gpipe`` all
 forwards then all backwards and a flush per step; ``1f1b`` one forward one backward with at
 most S micro-batches in flight per stage, flushed per step; ``pipedream`` the same order
-without any flush, across steps. With ``replicas: R`` (data parallelism over S×R devices) each
+without any flush, across steps; ``interleaved`` (``virtual_stages: V``) Megatron's
+interleaved 1F1B: the model cut into S·V chunks, chunk ``j`` on stage ``j mod S``'s device,
+each device walking its chunks' passes in :func:`~.plan.interleaved_ops`'s order, every
+chunk boundary a message (the last stage's device sends on to the first's between rounds).
+With ``replicas: R`` (data parallelism over S×R devices) each
 stage's gradient is all-reduced among its R copies after the flush.
 
 A micro-batch's times are the layer times of the per-replica batch divided by M (each layer's
@@ -56,9 +60,11 @@ from simdist.step_costs import LayerCost
 from simdist.strategies.base import Strategy
 from simdist.strategies.layer_step import span_seconds
 from simdist.strategies.pipeline.batched import DeferredPipeline
+from simdist.strategies.pipeline.fit import chunk_memories
 from simdist.strategies.pipeline.plan import (
     bounds,
     ideal_bubble,
+    interleaved_ops,
     partition_auto,
     peak_in_flight,
     stage_ops,
@@ -83,24 +89,26 @@ class PipelineStrategy(Strategy):
         self.S, self.M, self.R = spec.stages, spec.micro_batches, spec.pipeline_replicas
         self.schedule: str = spec.schedule
         self.remat: bool = spec.rematerialization
+        self.set_chunks(spec.virtual_stages or 1)
         layers = self.costs.layers
-        if len(layers) < self.S:
+        if len(layers) < self.chunks:
             raise SimdistError(
                 f"{self.scenario.name}: strategy pipeline needs the model's per-layer costs and "
-                f"at least {self.S} layers for {self.S} stages; got {len(layers)}"
+                f"at least {self.chunks} layers for {self.chunks} stages; got {len(layers)}"
             )
-        # Copy r's stages, in order: copy r's stage s runs on device r·S + s.
-        self.grid = [list(row) for row in self.mesh.groups("pipeline")]
+        # Copy r's stages, in order: copy r's stage s runs on device r·S + s (interleaved:
+        # model chunk j on stage j mod S's device).
+        self.grid = self.chunk_grid([list(row) for row in self.mesh.groups("pipeline")])
         self.capacity = float(self.cluster.profile.memory_nbytes)
         # Mixed clusters: a stage must fit the smallest device it runs on (in any copy).
         self.capacities = [
             min(float(self.cluster.profile_of(row[s]).memory_nbytes) for row in self.grid)
-            for s in range(self.S)
+            for s in range(self.chunks)
         ]
         self.steps_ops = self._ops()
         self.peaks = [peak_in_flight(ops) for ops in self.steps_ops]
         if spec.partition == "auto":
-            self.counts = partition_auto(len(layers), self.S, self.stage_cost, self.fits)
+            self.counts = partition_auto(len(layers), self.chunks, self.stage_cost, self.fits)
         else:
             self.counts = tuple(int(n) for n in spec.partition)
             if sum(self.counts) != len(layers):
@@ -110,7 +118,7 @@ class PipelineStrategy(Strategy):
                     f"({', '.join(layer.name for layer in layers)})"
                 )
         self.bounds = bounds(self.counts)
-        self.memory = [self.stage_memory(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        self.memory = self.device_memories()
         self._check_memory()
         self.forward_s = [self._micro(a, b, "forward_s") for a, b in self.bounds]
         self.backward_s = [self._micro(a, b, "backward_s") for a, b in self.bounds]
@@ -128,6 +136,11 @@ class PipelineStrategy(Strategy):
         ]
         self.send_nbytes = [self.boundary_nbytes(b) for _, b in self.bounds]
         self.stage_grad_nbytes = [sum(x.grad_nbytes for x in layers[a:b]) for a, b in self.bounds]
+        # Each stage device's gradient bytes: its model chunks' (its stage's without
+        # interleaving).
+        self.device_grad_nbytes = [
+            sum(self.stage_grad_nbytes[j] for j in self.chunks_of(s)) for s in range(self.S)
+        ]
         self.busy_s = 0.0
         self.held = [[0] * self.S for _ in range(self.R)]
         self.peak_held = [[0] * self.S for _ in range(self.R)]
@@ -143,8 +156,30 @@ class PipelineStrategy(Strategy):
 
     # -- the plan ------------------------------------------------------------
 
-    def _ops(self) -> list[list[tuple[str, int]]]:
-        """Each stage's ops of one step (gpipe, 1f1b) or of the whole run (pipedream)."""
+    def set_chunks(self, virtual_stages: int) -> None:
+        """Model chunks per device (``V``; 1 but for the interleaved schedule) and in all
+        (``chunks`` = S·V). Chunk ``j`` runs on stage ``j mod S``'s devices, so everything
+        kept per stage of the pipeline (its layers, times, sends) is kept per chunk, and a
+        device's share is the sum of its chunks' (:meth:`chunks_of`)."""
+        self.V = int(virtual_stages)
+        self.chunks = self.S * self.V
+
+    def chunk_grid(self, rows: list[list[Any]]) -> list[list[Any]]:
+        """Each copy's row of per-stage items (devices, groups) per model chunk: chunk ``j``
+        takes stage ``j mod S``'s (the rows as they are without interleaving)."""
+        if self.V == 1:
+            return rows
+        return [[row[j % self.S] for j in range(self.chunks)] for row in rows]
+
+    def chunks_of(self, s: int) -> range:
+        """The model chunks that stage ``s``'s devices hold: ``s, S + s, ...``."""
+        return range(s, self.chunks, self.S)
+
+    def _ops(self) -> list[list[Any]]:
+        """Each stage's ops of one step (gpipe, 1f1b), of the whole run (pipedream), or
+        each device's passes through its chunks (interleaved, :func:`~.plan.interleaved_ops`)."""
+        if self.schedule == "interleaved":
+            return interleaved_ops(self.S, self.V, self.M)
         n = self.M * self.total_steps if self.schedule == "pipedream" else self.M
         return stage_ops(self.schedule, self.S, n)
 
@@ -172,8 +207,8 @@ class PipelineStrategy(Strategy):
         return round(self.costs.layers[stop - 1].output_nbytes / self.M)
 
     def send_s(self, s: int, nbytes: float) -> float:
-        """Seconds to move ``nbytes`` from stage ``s`` to ``s + 1`` on free links."""
-        a, b = self.cluster.devices[s], self.cluster.devices[s + 1]
+        """Seconds to move ``nbytes`` from stage (chunk) ``s`` to ``s + 1`` on free links."""
+        a, b = self.grid[0][s], self.grid[0][s + 1]
         links = self.scenario.cluster.links
         if a.host == b.host:
             return links.intra_host.latency_s + nbytes / links.intra_host.bandwidth_Bps
@@ -185,7 +220,7 @@ class PipelineStrategy(Strategy):
         own = self.device_costs(self.grid[0][s]).layers
         compute = self._micro(first, stop, "forward_s", own) * (2 if self.remat else 1)
         compute += self._micro(first, stop, "backward_s", own)
-        send = self.send_s(s, self.boundary_nbytes(stop)) if s < self.S - 1 else 0.0
+        send = self.send_s(s, self.boundary_nbytes(stop)) if s < self.chunks - 1 else 0.0
         return compute + send
 
     @cached_property
@@ -196,6 +231,17 @@ class PipelineStrategy(Strategy):
             self.costs, self.scenario.workload.batch_size, model_tensors(self.scenario)
         )
         return StagedReplica(self.scenario, layers, self.cluster.profile.precision, self.M)
+
+    def device_memories(self) -> list[DeviceMemory]:
+        """Peak bytes of one device of each stage. Interleaved: its chunks' model state and,
+        at the moment its stashed activations weigh most, each chunk's micro-batches in
+        flight (:func:`~.plan.chunks_at_peak`) — for equal chunks and M ≥ S, stage 0 holds
+        ``(1 + (S − 1)/(S·V))`` times 1f1b's S micro-batches of its layers (Korthikanti et
+        al. 2022, Sec. 4.2.3; Megatron-LM's ``interleaved_schedule_memory_penalty``,
+        megatron/training/theoretical_memory_usage.py)."""
+        if self.V == 1:
+            return [self.stage_memory(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        return chunk_memories(self.staged, self.bounds, self.S, self.V, self.M, self.remat)
 
     def stage_memory(self, s: int, first: int, stop: int) -> DeviceMemory:
         """Peak bytes of one device of stage ``s`` holding layers ``[first, stop)``."""
@@ -226,14 +272,27 @@ class PipelineStrategy(Strategy):
         return totals[stop] - totals[first]
 
     def fits(self, s: int, first: int, stop: int) -> bool:
-        """Whether stage ``s`` with layers ``[first, stop)`` fits its device (unknown: yes)."""
+        """Whether stage ``s`` with layers ``[first, stop)`` fits its device (unknown: yes).
+        Interleaved: a chunk alone says nothing of its device (which holds V of them), so
+        the auto partition balances time only and :meth:`_check_memory` refuses what does
+        not fit."""
+        if self.V > 1:
+            return True
         capacity = self.capacities[s]
         return capacity <= 0 or self.stage_memory(s, first, stop).total <= capacity
 
+    def _stage_layers(self, s: int) -> str:
+        """Stage ``s``'s layers in words: ``layers a..b``, or its model chunks'."""
+        names = [layer.name for layer in self.costs.layers]
+        spans = [self.bounds[j] for j in self.chunks_of(s)]
+        text = ", ".join(f"{names[a]}..{names[b - 1]}" for a, b in spans)
+        if self.V == 1:
+            return f"layers {text}"
+        return f"model chunks {', '.join(map(str, self.chunks_of(s)))}: layers {text}"
+
     def _check_memory(self) -> None:
         """Refuse the first stage whose need exceeds its smallest device's capacity."""
-        names = [layer.name for layer in self.costs.layers]
-        for s, ((a, b), need) in enumerate(zip(self.bounds, self.memory, strict=True)):
+        for s, need in enumerate(self.memory):
             capacity = self.capacities[s]
             if 0 < capacity < need.total:
                 device = min(
@@ -241,8 +300,8 @@ class PipelineStrategy(Strategy):
                 )
                 parts = need.described()
                 raise SimdistError(
-                    f"{self.scenario.name}: {self._stage_label} stage {s} (layers "
-                    f"{names[a]}..{names[b - 1]}) does not fit on {device.name}: "
+                    f"{self.scenario.name}: {self._stage_label} stage {s} "
+                    f"({self._stage_layers(s)}) does not fit on {device.name}: "
                     f"{self._stage_holder} needs {format_size(need.total)} ({parts}) and a "
                     f"{self.cluster.profile_of(device).name} has {format_size(capacity)}; "
                     f"use {self._memory_advice}"
@@ -261,10 +320,14 @@ class PipelineStrategy(Strategy):
         return [row[s] for row in self.grid]
 
     def stage_update_s(self, device: Device, s: int) -> float:
-        """Seconds of ``device``'s optimizer step over stage ``s``'s own parameters."""
+        """Seconds of ``device``'s optimizer step over stage ``s``'s own parameters (its
+        model chunks', interleaved)."""
         total = self._layer_sum("param_nbytes", 0, len(self.costs.layers))
-        first, stop = self.bounds[s]
-        share = self._layer_sum("param_nbytes", first, stop) / total if total else 0.0
+        share = (
+            sum(self._layer_sum("param_nbytes", *self.bounds[j]) / total for j in self.chunks_of(s))
+            if total
+            else 0.0
+        )
         return self.optimizer_step_s(device, share)
 
     def stage_optimizer_step(self, step: int) -> Generator[Any, Any, None]:
@@ -356,6 +419,53 @@ class PipelineStrategy(Strategy):
         plan = self.stage_plan(s, ops)
         yield from walk(plan, StageDevice(self, r, s, arrivals, step_of, on_backward))
 
+    def _device_chunks(
+        self,
+        r: int,
+        s: int,
+        ops: Sequence[tuple[str, int, int]],
+        arrivals: dict[tuple, Any],
+        step: int,
+        lead: bool = False,
+    ) -> Generator[Any, Any, None]:
+        """Stage ``s``'s device of copy ``r`` runs its passes through its model chunks in
+        the interleaved schedule's order: each pass the plan of chunk ``j`` as stage ``j``
+        of an S·V-stage pipeline (:func:`~.plan.stage_plan`), so that activations and
+        gradients go to the devices of chunks ``j ± 1`` (from the last stage to the first
+        between chunk groups)."""
+        runners = {j: self.stage_runner(r, j, arrivals, step, lead) for j in self.chunks_of(s)}
+        for kind, m, j in ops:
+            yield from walk(self.pass_plan(j, kind, m), runners[j])
+
+    def stage_runner(
+        self, r: int, s: int, arrivals: dict[tuple, Any], step: int, lead: bool = False
+    ) -> Any:
+        """Stage (chunk) ``s``'s device of copy ``r`` as the runner of its passes in step
+        ``step`` (``lead``: a subclass's lock-step copies; none here)."""
+        del lead
+        return StageDevice(self, r, s, arrivals, lambda m, k=step: k, None)
+
+    def pass_plan(self, j: int, kind: str, m: int) -> Plan:
+        """Chunk ``j``'s pass ``kind`` of micro-batch ``m`` as a plan, built once; its
+        compute spans and messages labelled with the chunk (``F3/c4``: micro-batch 3's
+        forward through chunk 4, ``A3/c4`` its activation leaving chunk 4, ``G3/c4`` the
+        gradient chunk 4 sends back)."""
+        key = (j, kind, m)
+        plan = self._pass_plans.get(key)
+        if plan is None:
+            plain = stage_plan([(kind, m)], j, self.chunks, self.M, self.send_nbytes, self.remat)
+            program = [
+                op._replace(detail=f"{op.detail}/c{j}") if isinstance(op, Compute | Send) else op
+                for op in plain.program
+            ]
+            plan = self._pass_plans[key] = Plan(plain.collectives, program)
+        return plan
+
+    @cached_property
+    def _pass_plans(self) -> dict[tuple[int, str, int], Plan]:
+        """Each chunk's plan of each pass (:meth:`pass_plan`)."""
+        return {}
+
     def stage_plan(self, s: int, ops: Sequence[tuple[str, int]]) -> Plan:
         """Stage ``s``'s passes ``ops`` as a plan (:func:`~.plan.stage_plan`), built once
         per stage and list of passes."""
@@ -399,26 +509,33 @@ class PipelineStrategy(Strategy):
         for step in range(self.total_steps):
             start = self.env.now
             arrivals: dict[tuple, Any] = {}
-            stages = [
-                self.env.process(
-                    self._stage(r, s, self.steps_ops[s], arrivals, lambda m, k=step: k)
-                )
-                for r in range(self.R)
-                for s in range(self.S)
-            ]
+            if self.V > 1:
+                stages = [
+                    self.env.process(self._device_chunks(r, s, self.steps_ops[s], arrivals, step))
+                    for r in range(self.R)
+                    for s in range(self.S)
+                ]
+            else:
+                stages = [
+                    self.env.process(
+                        self._stage(r, s, self.steps_ops[s], arrivals, lambda m, k=step: k)
+                    )
+                    for r in range(self.R)
+                    for s in range(self.S)
+                ]
             yield self.env.all_of(stages)
             if self.R > 1:
                 reduces = [
                     self.net.collective(
                         "allreduce",
                         list(group),
-                        self.stage_grad_nbytes[s],
+                        self.device_grad_nbytes[s],
                         self.scenario.strategy.all_reduce,
                         step=step,
                         detail=f"all-reduce stage {s}",
                     )
                     for s, group in enumerate(self.mesh.groups("data"))
-                    if self.stage_grad_nbytes[s] > 0
+                    if self.device_grad_nbytes[s] > 0
                 ]
                 yield self.env.all_of(reduces)
             yield from self.stage_optimizer_step(step)
@@ -481,7 +598,7 @@ class PipelineStrategy(Strategy):
                 "stage_devices": [[row[s].name for row in self.grid] for s in range(self.S)],
             },
             "bubble_fraction": (total - self.busy_s) / total if total > 0 else None,
-            "bubble_fraction_ideal": ideal_bubble(self.S, self.M),
+            "bubble_fraction_ideal": ideal_bubble(self.S, self.M, self.V),
             "peak_in_flight_per_stage": list(self.peak_held[0]),
             "device_memory_bytes": self.capacity,
             "memory_per_device": {
@@ -491,6 +608,8 @@ class PipelineStrategy(Strategy):
                 row[s].name: self.memory[s].total for row in self.grid for s in range(self.S)
             },
         }
+        if self.V > 1:  # the partition and stage_layers are per model chunk
+            out["pipeline"]["virtual_stages"] = self.V
         if self.schedule == "pipedream":
             per_stage = self.staleness()
             out["staleness_per_stage"] = [
@@ -540,7 +659,7 @@ class StageDevice:
                 p.forward_version[s][m] = p.versions[s]
                 if p.trainer is not None:
                     p.trainer.forward(s, m)  # type: ignore[union-attr]
-            p._hold(self.r, s, +1)
+            p._hold(self.r, s % p.S, +1)
         elif op.phase == "B":
             if self.pipedream:
                 update_s = p.stage_update_s(self.device, s)
@@ -553,7 +672,7 @@ class StageDevice:
                 p._update(s, m, step)
                 if p.trainer is not None:
                     p.trainer.backward(s, m)  # type: ignore[union-attr]
-            p._hold(self.r, s, -1)
+            p._hold(self.r, s % p.S, -1)
             if self.on_backward is not None:
                 self.on_backward(s, m)
 
