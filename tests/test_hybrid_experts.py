@@ -11,9 +11,9 @@ import pytest
 
 from simdist.errors import ScenarioError, SimdistError
 from simdist.model_size import gpt_expert_params, gpt_size
-from simdist.runtime.engine import run
+from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
-from simdist.step_costs import LayerCost
+from simdist.step_costs import Costs, LayerCost
 from simdist.strategies.hybrid import experts as experts_module
 from simdist.strategies.hybrid.experts import group_tokens, stage_passes
 from simdist.strategies.steps import Collective, Compute, Issue, Wait
@@ -356,3 +356,108 @@ def test_the_expert_axis_makes_a_layout_fit():
     dense = gpt_size(**sizes, **moe).params - experts
     assert memory["params"] == 2 * (dense + experts // 8)
     assert memory["total"] == 18_400_191_488
+
+
+# ------------------------------------------------------------------ interleaved
+
+# Two holders' 16 tokens each over 4 experts (top 1), expert 2: device 0 holds experts 0 and
+# 1, device 1 experts 2 and 3. Each receives 16 tokens and sends the other 4.
+FIXED2 = np.array([[6, 6, 3, 1], [2, 2, 6, 6]])
+
+
+def fixed2(rng, weights, devices, tokens, top_k):
+    """The interleaved hand case's router: FIXED2 for every MoE layer and micro-batch."""
+    del rng, weights, top_k
+    assert (devices, tokens) == (2, 16)
+    return FIXED2[:, None, :].copy()
+
+
+def test_interleaved_chunks_exchange_on_their_own_and_keep_the_schedules_step(monkeypatch):
+    """data 2 x pipeline 2 x v 2 with expert 2, one layer a chunk: h.0.attention (chunk 0,
+    stage 0), h.0.moe (chunk 1, stage 1), h.1.attention (chunk 2, stage 0), h.1.moe (chunk
+    3, stage 1), 2 micro-batches. Stage 1 holds both MoE chunks; each all-to-all is its own
+    chunk's (a meeting of the 2 copies per chunk, micro-batch and exchange). An MoE pass is
+    dispatch + its experts' span (16 tokens of the 128 slots a copy's batch was costed for: 1/8
+    of the layer's batch time) +
+    combine, each all-to-all 4 tokens x 128 bytes each way at 1 GB/s; with the attention
+    chunks as long, every chunk pass is F' or B' and a step lasts Narayanan's
+    (v·M + S - 1)(F' + B') = 5 (F' + B')."""
+    monkeypatch.setattr(experts_module, "draw_routing", fixed2)
+    free = {"bandwidth": "1GB/s", "latency": "0us"}
+    data = scenario(
+        {"data": 2, "pipeline": 2, "expert": 2},
+        hosts=2,
+        per_host=2,
+        **{
+            "strategy.micro_batches": 2,
+            "strategy.schedule": "interleaved",
+            "strategy.virtual_stages": 2,
+            "strategy.partition": [1, 1, 1, 1],
+            "cluster.links.network": free,
+            "cluster.links.intra_host": free,
+        },
+    )
+    a2a = 4 * TOKEN_NBYTES / 1e9  # one all-to-all: 4 tokens each way, both at once
+    f, b = 8e-3 / 8 + 2 * a2a, 16e-3 / 8 + 2 * a2a  # F', B' of an MoE chunk
+    names = ["h.0.attention", "h.0.moe", "h.1.attention", "h.1.moe"]
+    # per batch (M = 2 micro-batches); an expert span is the batch's layer time in proportion
+    times = [(2 * f, 2 * b), (8e-3, 16e-3)] * 2
+    layers = tuple(LayerCost(n, x, y, 0) for n, (x, y) in zip(names, times, strict=True))
+    costs = Costs(sum(map(sum, times)), 0, 0.0, 2, layers=layers, element_nbytes=2)
+    result = simulate(scenario_from_dict(data), costs)
+    s = result.summary
+    assert s["experts"]["expert_capacity"] == 32
+    assert s["hybrid"]["stage_layers"] == [[n] for n in names]
+    assert s["simulated_time_s"] == pytest.approx(2 * 5 * (f + b), rel=1e-12)
+    comm = result.events[result.events.kind == "comm"]
+    for layer in ("h.0.moe", "h.1.moe"):
+        for detail in ("dispatch forward", "combine forward", "dispatch backward"):
+            rows = comm[comm.detail == f"{detail} {layer}"]
+            # per step 2 micro-batches x 2 messages of 4 tokens, counted on both ends
+            assert rows.nbytes.sum() == 2 * 2 * 2 * 2 * 4 * TOKEN_NBYTES
+            assert set(rows.device) == {"worker0/gpu1", "worker1/gpu1"}
+    steps = result.tables["moe_steps"]
+    assert steps.all_to_all_nbytes.tolist() == [2 * 2 * 4 * 2 * 4 * TOKEN_NBYTES] * 2
+    # each NIC sends 4 tokens per all-to-all: 2 layers x 2 micro-batches x 4 a step, 2 steps
+    links = result.tables["links"].set_index("link")
+    for host in ("worker0", "worker1"):
+        sent = links.loc[f"{host}/nic/tx", "bytes"]  # summed in float by the link
+        assert sent == pytest.approx(2 * 2 * 2 * 4 * 4 * TOKEN_NBYTES, rel=1e-12)
+
+
+def test_interleaved_memory_and_reduction_add_up_a_devices_chunks():
+    """data 4 x pipeline 2 x v 2, expert 2, a 4-block gpt (h.1.moe and h.3.moe): the auto
+    partition puts both MoE layers on stage 1's chunks 1 and 3; each of its devices holds
+    half the experts of both (the same device without an expert axis all of them), and its
+    expert-data group of 2 all-reduces both chunks' half at once."""
+    changes = {
+        "workload.model.layers": 4,
+        "strategy.micro_batches": 2,
+        "strategy.schedule": "interleaved",
+        "strategy.virtual_stages": 2,
+        "strategy.partition": [3, 2, 2, 3],
+    }
+    sizes = {**SIZES, "layers": 4, "experts": 4, "top_k": 1, "moe_every": 2}
+    experts = gpt_expert_params(**sizes)
+    dense = gpt_size(**sizes).params - experts
+    split, whole = (
+        run(scenario_from_dict(scenario(mesh, hosts=4, per_host=2, **changes))).summary
+        for mesh in ({"data": 4, "pipeline": 2, "expert": 2}, {"data": 4, "pipeline": 2})
+    )
+    assert split["hybrid"]["stage_layers"][1::2] == [
+        ["h.1.attention", "h.1.moe"],
+        ["h.3.attention", "h.3.moe", "lm_head"],
+    ]
+    ours, theirs = split["memory_per_device"], whole["memory_per_device"]
+    assert ours["worker0/gpu0"] == theirs["worker0/gpu0"]
+    for kind in ("params", "gradients"):
+        assert theirs["worker0/gpu1"][kind] - ours["worker0/gpu1"][kind] == 2 * experts // 2
+        assert ours["worker0/gpu0"][kind] + ours["worker0/gpu1"][kind] == 2 * (dense + experts // 2)
+    assert theirs["worker0/gpu1"]["optimizer"] - ours["worker0/gpu1"]["optimizer"] == 12 * (
+        experts // 2
+    )
+    moved = split["experts"]["data_nbytes_per_device_per_step"]
+    assert moved == [
+        {"allreduce": 0, "reduce_scatter": 0, "all_gather": 0},
+        {"allreduce": 2 * experts // 2, "reduce_scatter": 0, "all_gather": 0},
+    ]

@@ -272,22 +272,36 @@ class ExpertAxis:
         """Gradient bytes of the experts of layers [first, stop), all E of each layer."""
         return sum(self.expert_leaf_nbytes[first:stop])
 
-    def reductions(self, s: int, first: int, stop: int, zero: int) -> list[Collective]:
+    def stage_grad_nbytes(self, s: int) -> int:
+        """Gradient bytes of the experts stage ``s``'s devices hold a share of: its model
+        chunks' (interleaved; its own layers' otherwise), all E of each layer."""
+        h = self.h
+        return sum(self.grad_nbytes(*h.bounds[j]) for j in h.chunks_of(s))
+
+    def reductions(self, s: int, zero: int) -> list[Collective]:
         """What stage ``s``'s expert-data groups move after the flush: their E / X experts'
-        gradients, reduced (or ZeRO's collectives) over data x context / X devices."""
+        gradients of every model chunk of the stage at once (as Megatron-Core's distributed
+        optimizer reduces a device's chunks' buffers together), reduced (or ZeRO's
+        collectives) over data x context / X devices."""
         if self.G // self.X == 1:
             return []
-        shard = LayerCost(f"stage {s}", 0.0, 0.0, self.grad_nbytes(first, stop) // self.X)
+        shard = LayerCost(f"stage {s}", 0.0, 0.0, self.stage_grad_nbytes(s) // self.X)
         return data_collectives(shard, zero, f"stage {s} experts")
 
     def data_groups(self, s: int) -> list[list[Device]]:
         """Stage ``s``'s expert-data groups: the holders of each column's experts."""
         return [[self.holder(s, g * self.X + i) for g in range(self.groups)] for i in range(self.X)]
 
-    def update_share(self, first: int, stop: int, whole: float, dense_shards: int) -> float:
-        """A device's share of the whole optimizer step over layers [first, stop): the
-        dense parameters over ``dense_shards``, the experts over X (and the expert-data
-        group with ZeRO)."""
+    def update_share(self, s: int, whole: float, dense_shards: int) -> float:
+        """A device of stage ``s``'s share of the whole optimizer step: over each of its
+        model chunks (its stage's layers without interleaving), the dense parameters over
+        ``dense_shards``, the experts over X (and the expert-data group with ZeRO)."""
+        return sum(
+            self.chunk_share(*self.h.bounds[j], whole, dense_shards) for j in self.h.chunks_of(s)
+        )
+
+    def chunk_share(self, first: int, stop: int, whole: float, dense_shards: int) -> float:
+        """:meth:`update_share` of layers [first, stop)."""
         if whole <= 0:
             return 0.0
         h = self.h
@@ -338,13 +352,14 @@ class ExpertAxis:
     # -- the clock -----------------------------------------------------------
 
     def pass_of(self, s: int, phase: str) -> StagePass:
-        """Stage ``s``'s forward (``F``) or backward pass."""
+        """Stage ``s``'s forward (``F``) or backward pass; interleaved, ``s`` is a model
+        chunk (hybrid's ``bounds`` and ``groups`` are per chunk then)."""
         forward, backward = self.passes[self.h.bounds[s]]
         return forward if phase == "F" else backward
 
     def owns(self, where: tuple[int, int, int, str], op: Compute) -> bool:
-        """Whether ``op`` of the pass at ``where`` (copy, stage, micro-batch, phase) is an
-        expert span."""
+        """Whether ``op`` of the pass at ``where`` (copy, stage or model chunk, micro-batch,
+        phase) is an expert span."""
         return op.unit in self.pass_of(where[1], where[3]).experts
 
     def compute(
@@ -388,7 +403,8 @@ class ExpertAxis:
         self, runner: PassRunner, index: int, c: Collective, where: tuple[int, int, int, str]
     ) -> Any:
         """All-to-all ``index`` of the pass at ``where``: an event that fires once every copy
-        of the block has reached it and every message of its groups has arrived."""
+        of the block has reached it and every message of its groups has arrived (a meeting
+        per model chunk: two chunks of a stage exchange apart)."""
         r, s, m, phase = where
         block = r // self.block
         key = (runner.step, s, block, m, phase, index)
@@ -439,10 +455,7 @@ class ExpertAxis:
                         op: sum(c.nbytes for c in moves if c.op == op)
                         for op in ("allreduce", "reduce_scatter", "all_gather")
                     }
-                    for moves in (
-                        self.reductions(s, a, b, self.h.zero)
-                        for s, (a, b) in enumerate(self.h.bounds)
-                    )
+                    for moves in (self.reductions(s, self.h.zero) for s in range(self.h.S))
                 ],
             },
             "moe_imbalance_mean": float(stats[:, 0].mean()) if len(stats) else None,

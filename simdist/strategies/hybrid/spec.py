@@ -358,13 +358,6 @@ class Spec(StrategySpecBase):
                 "expert_tensor_parallel_size) is not built, and a tensor group would run them "
                 "whole on every device: use tensor: 1 with an expert axis",
             )
-        if self.schedule == "interleaved":
-            raise fail(
-                "strategy.schedule",
-                f"got interleaved with expert {X}; the expert axis looks up one MoE plan per "
-                "pipeline stage, not per model chunk, yet: use schedule: 1f1b with an expert "
-                "axis",
-            )
         if self.overlap_grad_reduce:
             raise fail(
                 "strategy.overlap_grad_reduce",

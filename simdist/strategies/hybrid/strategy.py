@@ -369,7 +369,7 @@ class HybridStrategy(PipelineStrategy):
             return super().stage_update_s(device, s)
         whole = self._layer_sum("param_nbytes", 0, len(self.costs.layers))
         shards = self.sharding.optimizer
-        share = self.experts.update_share(*self.bounds[s], whole, shards)
+        share = self.experts.update_share(s, whole, shards)
         return self.optimizer_step_s(device, share, 1)
 
     def send_s(self, s: int, nbytes: float) -> float:
@@ -582,8 +582,8 @@ class HybridStrategy(PipelineStrategy):
             if self.reductions[s]
         ]
         if self.experts is not None:  # each stage's expert-data groups, at the same time
-            for s, (a, b) in enumerate(self.bounds):
-                moves = self.experts.reductions(s, a, b, self.zero)
+            for s in range(self.S):
+                moves = self.experts.reductions(s, self.zero)
                 runs += [
                     self.env.process(self._reduce_group(group, moves, step))
                     for group in self.experts.data_groups(s)
@@ -815,7 +815,7 @@ class TensorGroup(GroupRunner):
         self.messages: dict[Any, list[Any]] = {}
         #: Told each compute span's index as it ends (a data reduction overlapping it).
         self.ended = ended
-        #: (copy, stage, micro-batch, F or B) of the pass, with an expert axis.
+        #: (copy, stage or model chunk, micro-batch, F or B) of the pass, with an expert axis.
         self.where = where
 
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
