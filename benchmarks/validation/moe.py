@@ -176,15 +176,13 @@ MIXTRAL_8X7B: dict[str, Any] = {
 MIXTRAL_GPUS = 64
 MIXTRAL_BATCH = 256  # sequences a step; micro-batch 1
 MIXTRAL_PIPELINE, MIXTRAL_EXPERT = 4, 8
-# Megatron-LM splits the 32 blocks 8 a stage, the embedding on the first stage and the head on
-# the last: in profile layers (the embedding, an attention and a MoE layer a block, the head).
-MIXTRAL_PARTITION = [1 + 2 * 8, 2 * 8, 2 * 8, 2 * 8 + 1]
-#: The pipeline schedule the row runs. Megatron-Core's is interleaved with 8 virtual stages a
-#: device (VP 8: one block each); simdist's hybrid has 1F1B only, so the row runs 1F1B, whose
-#: bubble is (P - 1) / (M + P - 1) = 3/19 of the step against interleaving's 3/(8·16 + 3).
-#: When hybrid has it, this becomes {"schedule": "interleaved", "virtual_stages": 8} and the
-#: partition is given per virtual stage.
-MIXTRAL_SCHEDULE: dict[str, Any] = {"schedule": "1f1b"}
+#: The pipeline schedule the row runs: Megatron-Core's, interleaved with 8 virtual stages a
+#: device (VP 8), whose bubble is (P - 1) / (V·M + P - 1) = 3/131 of the step (1F1B's 3/19).
+MIXTRAL_SCHEDULE: dict[str, Any] = {"schedule": "interleaved", "virtual_stages": 8}
+# Megatron-LM gives model chunk j (of P·V = 32, on stage j mod P) block j, the embedding in
+# the first chunk and the head in the last: in profile layers (the embedding, an attention
+# and a MoE layer a block, the head).
+MIXTRAL_PARTITION = [1 + 2] + [2] * 30 + [2 + 1]
 MEGATRON_MIXTRAL_TFLOPS = 468.0
 
 
@@ -272,13 +270,13 @@ RATIO_WHY = (
 )
 
 MIXTRAL_WHY = (
-    "simdist's hybrid runs 1F1B where Megatron-Core interleaves 8 virtual stages a device (VP "
-    "8; hybrid has no interleaved schedule yet): the step's bubble is 22 % (1F1B's ideal 3/19 "
-    "= 16 %) against about 2 % interleaved; and the h100 bf16 constant (0.43: Llama 3's 43 % "
-    "MFU, its own bubble and communication inside it) prices the slowest stage's compute "
-    "alone (the last, with the head: 3.29 s a step) at 413 TFLOP/s, below the published 468; "
-    "the all-to-alls (0.07 s a step, each expert group inside a host's NVLink) and the "
-    "gradient reductions after the flush (0.10 s; Megatron overlaps them) are the rest (text)"
+    "the h100 bf16 constant (0.43: Llama 3's 43 % MFU, its own bubble and communication "
+    "inside it) prices the slowest stage's compute alone (the last, with the head: 3.29 s a "
+    "step) at 413 TFLOP/s, below the published 468; the interleaved step (3.62 s) adds 0.07 s "
+    "of all-to-alls on the critical path (each expert group inside a host's NVLink), the "
+    "schedule's bubble and drain (about 0.12 s; 3/131 ideally), 0.04 s of stage-to-stage "
+    "sends (31 chunk boundaries against 1F1B's 3) and 0.10 s of gradient reductions after "
+    "the flush (Megatron overlaps them) (text)"
 )
 
 LAYOUT = "128 A100, 2,048-token sequences"
@@ -316,7 +314,7 @@ CASES: list[Case] = [
     Case(
         source="Megatron-Core MoE README (NVIDIA/Megatron-LM@c230e0d)",
         layout="Mixtral 8x7B (32 layers, 4096, 8 experts, top-2, dropless), TP 1 × EP 8 × PP 4 "
-        "(VP 8 published; 1F1B here) × DP 16, 64 H100, 4,096-token sequences, batch 256",
+        "× VP 8 × DP 16, 64 H100, 4,096-token sequences, batch 256",
         quantity="TFLOP/s per GPU",
         published=MEGATRON_MIXTRAL_TFLOPS,
         predict=mixtral_tflops,
@@ -370,14 +368,20 @@ one host's NVLink (Megatron's rank order `tp-cp-ep-dp-pp`), ZeRO-1 for the distr
 optimizer, flash attention, uniform routing (capacity factor 1.25: nothing dropped, as
 dropless), TFLOP/s counted as Megatron-LM counted them at MCore v0.9
 (`num_floating_point_operations`, tag core_v0.9.0). The schedule is the row's named
-parameter (`MIXTRAL_SCHEDULE`): 1F1B, because hybrid has no interleaved schedule yet.
+parameter (`MIXTRAL_SCHEDULE`): Megatron's interleaved 1F1B with 8 model chunks a device
+(VP 8), chunk j (block j; the embedding in the first, the head in the last) on stage j mod 4.
 
-simdist predicts 330 TFLOP/s against 468: -29.6 %, a miss, and why is measured: the step
-(4.12 s) is the slowest stage's 3.29 s of compute, a 1F1B bubble of 22 % of the step
-(Megatron-Core's VP 8 would leave about 2 %), 0.07 s of all-to-alls on the critical path (1.9
-TB a step over all devices, inside the hosts) and 0.10 s of gradient reductions after the
-flush (Megatron overlaps them). Even with no bubble and no communication the h100 constant
-(0.43, fitted on Llama 3 405B's 43 % MFU, which holds that run's own bubble and
-communication) gives 413 TFLOP/s, 12 % under the published figure; with the interleaved
-schedule the row would come to about 385 (-18 %), an estimate, not a run.
+simdist predicts 375 TFLOP/s against 468: -19.9 %, a miss (it was 330, -29.6 %, under
+1F1B, whose bubble was 22 % of a 4.12 s step), and why is measured: the step (3.62 s) is
+the pipeline's 3.52 s and 0.10 s of gradient reductions after the flush (Megatron overlaps
+them). The pipeline is the slowest stage's 3.29 s of compute (the last, with the head; the
+others 3.17 s), 0.07 s of all-to-alls on each device's critical path (1.9 TB a step over all
+devices, inside the hosts), 0.04 s of stage-to-stage sends (31 chunk boundaries against
+1F1B's 3; with the sends free the step is 3.58 s) and about 0.12 s of the schedule's bubble
+and drain (3/131 of the step ideally; 11.7 % of all devices' time is not compute, against
+the schedule's ideal 2.3 %).
+Even with no bubble and no communication the h100 constant (0.43, fitted on Llama 3 405B's
+43 % MFU, which holds that run's own bubble and communication) gives 413 TFLOP/s, 12 % under
+the published figure. Interleaving holds more activations: 63.4 GiB on a first-stage GPU
+(59 under 1F1B), within the H100's 80 GB.
 """
