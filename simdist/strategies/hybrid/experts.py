@@ -24,7 +24,10 @@ dispatch's gradient (back) — :data:`simdist.strategies.expert_parallel.plan.EX
 the whole layer, its token dispatcher included). Every all-to-all is on the critical path, a
 message per pair of devices with the tokens one keeps for the other's experts
 (:class:`ExpertAxis`, ``exchange``): it starts once every copy of the group's block has
-reached it, so the combine after the experts waits for the busiest expert.
+reached it, so the combine after the experts waits for the busiest expert. Under
+``schedule: interleaved`` the passes are each model chunk's (its layer range's plan), the
+copies meet per chunk, and a device's expert-data reduction and optimizer share add up all
+its chunks' experts.
 
 Routing (timing-only, as hybrid's gpt runs are) is drawn per MoE layer and micro-batch at the
 start of each step on the named stream ``moe_routing`` with
