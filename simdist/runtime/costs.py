@@ -391,6 +391,7 @@ def _device_costs(
     compute_s = measured if measured is not None else step_time(times)
     launches = _launch_seconds(profile, device, times, measured)
     extra = recompute_seconds(scenario, profile, times)
+    full = scenario.strategy.recompute == "full"
     if any(extra):
         times = [(f, b + x) for (f, b), x in zip(times, extra, strict=True)]
         compute_s += math.fsum(extra)
@@ -411,9 +412,10 @@ def _device_costs(
                 _at(layer.output_nbytes, element),
                 launch,
                 param_nbytes=_at(layer.param_nbytes, element),
+                reruns_forward=full and x > 0,
             )
-            for layer, (f, b), paths, launch in zip(
-                profile.layers, times, layer_paths, launches, strict=True
+            for layer, (f, b), paths, launch, x in zip(
+                profile.layers, times, layer_paths, launches, extra, strict=True
             )
         ),
     )

@@ -171,12 +171,14 @@ class _Builder:
         self.names.append(name)
         self.indices.append(index)
 
-    def collective(self, op: str, nbytes: int, layer: str) -> None:
+    def collective(self, op: str, nbytes: int, layer: str, phase: str = "") -> None:
+        """Collective ``op`` of ``nbytes`` after the compute so far, labelled with ``phase``
+        (the builder's own unless given)."""
         self.flush()
         label = {"allreduce": "all-reduce", "reduce_scatter": "reduce-scatter"}.get(
             op, "all-gather"
         )
-        c = Collective(op, int(nbytes), f"tensor {label} {self.phase} {layer}")
+        c = Collective(op, int(nbytes), f"tensor {label} {phase or self.phase} {layer}")
         issue_and_wait(self.program, self.collectives, c)
 
     def ring(
@@ -262,7 +264,9 @@ def phase_plans(
     Backward mirrors forward: an all-gather before a layer in forward is a reduce-scatter
     of its input's gradient after its backward, a reduce-scatter after it an all-gather of
     its output's gradient before; ``g``'s all-reduce after a block has no backward part,
-    ``f``'s none in forward and an all-reduce of the block's input gradient in backward.
+    ``f``'s none in forward and an all-reduce of the block's input gradient in backward. A
+    layer whose forward is recomputed (``recompute: full``) runs its forward collectives
+    again (labelled ``recompute``) before its backward ones, on a group of more than one.
     ``gather_whole``: a whole layer after a sequence-split region needs the whole sequence
     (BERT's pooler reads the first token); False when whole layers work token by token (the
     mlp's examples), so they run on the split rows. ``takes_data``: the first layer's input
@@ -338,6 +342,16 @@ def _phases(
     bwd = _Builder("backward")
     for i in reversed(range(len(layers))):
         layer, role = layers[i], roles[i]
+        if layer.reruns_forward and tensor > 1:
+            # Full recomputation runs the layer's forward again before its backward, its
+            # collectives included (Megatron's CheckpointFunction.backward reruns the
+            # checkpointed forward; Korthikanti et al. 2022, Sec. 5); the recomputed
+            # compute is inside the layer's backward span (LayerCost.reruns_forward).
+            if gather_before[i]:
+                bwd.collective("all_gather", input_nbytes(i), layer.name, "recompute")
+            if role in ends:
+                op = "reduce_scatter" if sp else "allreduce"
+                bwd.collective(op, layer.output_nbytes, layer.name, "recompute")
         if sp and role in ends:
             bwd.collective("all_gather", layer.output_nbytes, layer.name)
         seconds = _seconds(layer, layer.backward_s, role, tensor)
