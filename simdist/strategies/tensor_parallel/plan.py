@@ -55,6 +55,7 @@ there; every device reads the whole input batch, so no all-gather before it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from simdist.step_costs import LayerCost
 from simdist.strategies.context_ring import ContextRing
@@ -218,6 +219,17 @@ class _Builder:
         return Plan(self.collectives, self.program)
 
 
+class PhasePlans(NamedTuple):
+    """A tensor group's forward and backward plans (:func:`phase_plans`), and the layers
+    (indices into the layers planned) whose backward each compute span of the backward
+    computes, in program order: once a span has ended, its layers' gradients are ready
+    (what a data-parallel reduction overlapping the backward waits for)."""
+
+    forward: Plan
+    backward: Plan
+    backward_spans: list[tuple[int, ...]]
+
+
 def compute_steps(plan: Plan) -> list[Compute]:
     """The compute spans of ``plan``, in order."""
     return [op for op in plan.program if isinstance(op, Compute)]
@@ -233,7 +245,7 @@ def step_plan(
 ) -> Plan:
     """One step of a tensor group: :func:`phase_plans`'s forward then its backward (the
     backward's compute spans numbered after the forward's)."""
-    forward, backward = phase_plans(
+    forward, backward, _ = phase_plans(
         layers, roles, tensor, sequence_parallel, gather_whole=gather_whole
     )
     spans = len(compute_steps(forward))
@@ -257,9 +269,10 @@ def phase_plans(
     takes_data: bool = True,
     input_activation_nbytes: int = 0,
     ring: ContextRing | None = None,
-) -> tuple[Plan, Plan]:
+) -> PhasePlans:
     """A tensor group's forward in layer order and its backward in reverse, with the
-    tensor collectives where Megatron puts them (module docstring), as two plans.
+    tensor collectives where Megatron puts them (module docstring), as two plans, and the
+    layers each backward compute span computes.
 
     Backward mirrors forward: an all-gather before a layer in forward is a reduce-scatter
     of its input's gradient after its backward, a reduce-scatter after it an all-gather of
@@ -284,25 +297,7 @@ def phase_plans(
         input_activation_nbytes,
         ring,
     )
-    return forward.plan(), backward.plan()
-
-
-def backward_span_layers(
-    layers: Sequence[LayerCost],
-    roles: Sequence[str],
-    tensor: int,
-    sequence_parallel: bool,
-    *,
-    gather_whole: bool = True,
-    takes_data: bool = True,
-) -> list[tuple[int, ...]]:
-    """The layers (indices into ``layers``) whose backward each compute span of
-    :func:`phase_plans`'s backward plan computes, in program order: once a span has ended,
-    its layers' gradients are ready (what a data-parallel reduction overlapping the
-    backward waits for)."""
-    _, backward = _phases(layers, roles, tensor, sequence_parallel, gather_whole, takes_data, 0)
-    backward.flush()
-    return backward.span_layers
+    return PhasePlans(forward.plan(), backward.plan(), backward.span_layers)
 
 
 def _phases(
