@@ -286,8 +286,9 @@ final LayerNorm, and XLA's FLOPs are within 1 % of its FLOP formula) under data 
 table (163 TFLOP/s, the calibration row), so the rows here are predictions from it, not fits.
 The t = 1 row reduces its gradients after the backward, as Megatron-LM's own DDP did
 (``DDP_impl: local``, megatron/training.py ``train_step``), like the tensor-parallel rows.
-simdist predicts 158, 153, 145 and 141 TFLOP/s against 137, 138, 142 and 135: the rows with
-tensor parallelism land within 11 %; the 1.7B row without tensor parallelism is +15 %.
+simdist predicts 158, 151, 141 and 135 TFLOP/s against 137, 138, 142 and 135: the rows with
+tensor parallelism land within 10 % (their recomputed forward runs its tensor all-reduces
+again, as Megatron's checkpointed blocks do); the 1.7B row without tensor parallelism is +15 %.
 Its step is 98 % compute: 3.06 s, of which the gradient all-reduce (3.4 GB in fp16 over 4
 nodes) is 0.09 s and the optimizer step 0.03 s, so no layout or communication term is left
 to correct; simdist's compute alone already gives 160 TFLOP/s, 51 % of the peak, where the
@@ -311,13 +312,14 @@ parameters count to the released 405.85B), tensor 8 inside a host × 16 pipeline
 layer fewer on the first and last, as the paper balances them) × 64 or 128 data copies with
 ZeRO-1, sequence parallelism, flash attention and full recomputation, 2,048 sequences of
 8,192 tokens a step, counted as the paper counts them (6·N + 12·l·h·s FLOPs a token, no
-recomputation). simdist predicts 199 and 149 TFLOP/s against 430 and 400: -54 % and -63 %,
+recomputation). simdist predicts 193 and 145 TFLOP/s against 430 and 400: -55 % and -64 %,
 outside the band and said so. Two things the engine does not do make most of it: it has no
 interleaved pipeline schedule, so its 1F1B idles 15/47 of a flush at 32 micro-batches and
 15/31 at 16 (simdist's idle shares are 32 % and 47 %), where Llama 3's interleaved schedule
-divides the bubble by its virtual stages; and the recomputed forward is on its clock. And the
-``h100`` bf16 efficiency (0.43) *is* this table's 43 % MFU, a whole-cluster figure with the
-bubble and the communication already inside it, so charging them again on top of it cannot
-reach 430: the rows measure the layout's overheads as simdist models them (compute 62 % and
-47 % of the step), not a prediction of the per-GPU rate.
+divides the bubble by its virtual stages; and the recomputed forward, its tensor
+collectives too, is on its clock. And the ``h100`` bf16 efficiency (0.43) *is* this table's
+43 % MFU, a whole-cluster figure with the bubble and the communication already inside it,
+so charging them again on top of it cannot reach 430: the rows measure the layout's
+overheads as simdist models them (compute about 60 % and 46 % of the step), not a
+prediction of the per-GPU rate.
 """
