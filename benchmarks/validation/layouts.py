@@ -302,7 +302,12 @@ at the a100's achieved 1.54 TB/s, 36 %, 21 % and 14 % on the 3.6B, 7.5B and 18.4
 (the share goes as s / (h · head size)). That is the rows' ordering, but as an upper bound
 it overshoots (added in series it would put the 1.7B row near -20 %), and pricing it
 needs kernel-level measurements the paper does not give, so it is left out and the row
-stays outside the band. ZeRO's published
+stays outside the band. Read again against the source, nothing in the row is misread: Table
+1 gives it 24 heads, h = 2304, 24 layers, t = 1, p = 1, 32 GPUs, batch 512 and 137 TFLOP/s,
+"44%" of peak (137 / 312: the A100's dense fp16 peak is the one simdist uses); its FLOPs are
+Eq. 3's, which "assumes activation recomputation", as the row does. And the a100 constant
+errs the other way if at all: 0.52 is the 1T row's end-to-end rate, its pipeline bubble and
+communication inside, so the GEMMs' own share in that run is at least 0.52. ZeRO's published
 throughput (Rajbhandari et al. 2020: 15 PFLOP/s, 38 TFLOP/s per V100, for a 100B model on
 400 GPUs), ZeRO stage 2 with 16-way Megatron model parallelism, is the next family.
 
