@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_model_flops_per_token
 from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
@@ -244,7 +245,7 @@ def llama3_tflops(data: int) -> float:
     summary = run(scenario).summary
     step_s = summary["simulated_time_s"] / summary["steps"]
     model = scenario.workload.clock_model
-    per_token = gpt_model_flops_per_token(**(model.gpt_sizes() or {}))
+    per_token = gpt_model_flops_per_token(GptShape(**(model.gpt_sizes() or {})))
     tokens = LLAMA3_SEQUENCES * int(model.seq_len or 0)
     return per_token * tokens / step_s / (data * 16 * 8) / 1e12
 
