@@ -363,6 +363,7 @@ whole-cluster figure with the bubble and
 the communication already inside it, so charging them again on top of it cannot reach 430:
 with the recomputed forward (its tensor collectives too) on the clock simdist's ceiling is
 3/4 of 430 = 322 TFLOP/s with no bubble at all, and its interleaved pipeline still idles
-26 % and 38 % of the step (15/79 = 19 % and 15/47 = 32 % on equal chunks and free links). The rows measure the layout's
-overheads as simdist models them, not a prediction of the per-GPU rate.
+26 % and 38 % of the step (15/79 = 19 % and 15/47 = 32 % on equal chunks and free links).
+The rows measure the layout's overheads as simdist models them, not a prediction of the
+per-GPU rate.
 """
