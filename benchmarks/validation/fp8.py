@@ -379,7 +379,71 @@ CASES: list[Case] = [
             "config overlaps them with the GEMMs, ub_tp_comm_overlap), the gradient reduction "
             "and parameter all-gather after the flush (1.6 %; NeMo overlaps both, and simdist "
             "refuses overlap_grad_reduce under the interleaved schedule), the context ring "
-            "(0.7 %) and idle time (0.9 %; 3/320 on equal chunks). Nothing is recomputed"
+            "(0.7 %) and idle time (0.9 %; 3/323 on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "LLAMA2-70B",
+        64,
+        128,
+        1,
+        1728.0,
+        tensor=4,
+        pipeline=4,
+        virtual_stages=20,
+        within_pct=25.0,
+        why=(
+            "too slow: the last stage computes 81.2 % of simdist's step (the first 79.2 %) and "
+            "the published rate is 79.7 % of it: simdist's compute alone is the published "
+            "step. The rest is the tensor-parallel collectives, every one on the critical "
+            "path (11.0 %; the launcher config overlaps them with the GEMMs, "
+            "ub_tp_comm_overlap), the gradient reduction and parameter all-gather after the "
+            "flush (6.9 %; NeMo overlaps both, and simdist refuses overlap_grad_reduce under "
+            "the interleaved schedule) and idle time (0.5 %; 3/643 on equal chunks). Nothing "
+            "is recomputed"
+        ),
+    ),
+    _summary_row("LLAMA2-13B", 16, 128, 1, 8715.0, pipeline=4, virtual_stages=10),
+    _summary_row(
+        "Nemotron-22B",
+        64,
+        256,
+        2,
+        4312.0,
+        tensor=2,
+        pipeline=4,
+        virtual_stages=10,
+        within_pct=20.0,
+        why=(
+            "too slow: the last stage, whose last model chunk holds the output head (a "
+            "256,000-token vocabulary, at bf16) beside its one block, computes 88.2 % of "
+            "simdist's step (the first stage 57.0 %), so the published rate, 81.7 % of that "
+            "step, is passed by its compute alone; the rest of the last stage's step is the "
+            "gradient reduction and parameter all-gather after the flush (6.4 %; NeMo "
+            "overlaps both, and simdist refuses overlap_grad_reduce under the interleaved "
+            "schedule), the tensor-parallel collectives on the critical path (3.9 %; the "
+            "launcher config overlaps them, ub_tp_comm_overlap) and idle time (1.3 %; 3/163 "
+            "on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "GPT3-175B",
+        128,
+        256,
+        1,
+        716.0,
+        tensor=4,
+        pipeline=8,
+        virtual_stages=6,
+        within_pct=20.0,
+        why=(
+            "too slow: the last stage computes 82.2 % of simdist's step (the first 78.1 %) and "
+            "the published rate is 82.3 % of it: simdist's compute alone is the published "
+            "step. The rest is the tensor-parallel collectives on the critical path (8.4 %; "
+            "the launcher config does not overlap them either, ub_tp_comm_overlap: false), "
+            "the gradient reduction and parameter all-gather after the flush (7.4 %; NeMo "
+            "overlaps both, and simdist refuses overlap_grad_reduce under the interleaved "
+            "schedule) and idle time (1.7 %; 7/391 on equal chunks). Nothing is recomputed"
         ),
     ),
     _long_row(16384, 16, 256, 2, 1, 660.0),
