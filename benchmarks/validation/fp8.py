@@ -6,7 +6,9 @@ rest in BF16):
 
 * NVIDIA/NeMo docs/source/performance/performance_summary.md at commit 8e3d65dc ("24.07 perf
   numbers"): pre-training at FP8 with the NeMo 24.07 container on DGX-H100 (8 H100 SXM5 a
-  node), tokens per second per GPU. The rows without an interleaved pipeline (VP 1) run here.
+  node), tokens per second per GPU. The rows with VP > 1 run Megatron's interleaved 1F1B
+  schedule (``schedule: interleaved``, ``virtual_stages`` = VP), all but Nemotron-340B, whose
+  layout simdist refuses (stage 0 needs 111.1 GiB of an H100's 74.5 GiB).
 * NVIDIA/NeMo docs/source/performance/performance_long_sequence.md at commit b39e679b:
   LLAMA2-7B at FP8 (NeMo 24.03.01) with context parallelism, model TFLOP/s per GPU. simdist's
   tokens per second are turned into TFLOP/s with NeMo's own count
@@ -16,15 +18,23 @@ rest in BF16):
 
 Layout details the tables do not give are those of NeMo-Framework-Launcher's training
 configs at tag 24.07, commit 8325688d (launcher_scripts/conf/training/{gpt3/5b, gpt3/20b,
-llama/llama2_7b, llama/llama3_8b, nemotron/nemotron_8b}.yaml): ``distributed_fused_adam``
+gpt3/175b, llama/llama2_7b, llama/llama2_13b, llama/llama2_70b, llama/llama3_8b,
+llama/llama3_70b, nemotron/nemotron_8b, nemotron/nemotron_22b, nemotron/nemotron_340b}.yaml;
+the table's TP, PP, CP and VP where a config differs: llama3_70b has VP 10, gpt3/175b VP 12,
+nemotron_340b TP 8 × PP 12 × VP 8): ``distributed_fused_adam``
 (optimizer state sharded over the data-parallel group: ``zero: 1`` here) with
 ``overlap_grad_sync`` (here ``overlap_grad_reduce``), no activation recomputation,
 TransformerEngine's fused (flash) attention, and sequence parallelism where the config turns
-it on (GPT3-20B, Nemotron-8B) and on the long-sequence rows with TP (NeMo's long-context
+it on (GPT3-20B, GPT3-175B, LLAMA2-70B, LLAMA3-70B, Nemotron-8B and 22B; not LLAMA2-13B)
+and on the long-sequence rows with TP (NeMo's long-context
 recipes set it: nemo/collections/llm/recipes/llama3_8b_64k.py at 8e3d65dc). The
 long-sequence rows' batch sizes are the ones a later edit of their table adds
 (NVIDIA/NeMo@19fadb67, "Batch Size"), one sequence a micro-batch.
-Micro-batches = GBS / (DP × MBS), run one after another (gradient accumulation). Every case
+Micro-batches = GBS / (DP × MBS), run one after another (gradient accumulation). An
+interleaved pipeline's model chunks are Megatron-LM's (:func:`megatron_partition`), and its
+gradients are reduced after the flush: simdist refuses ``overlap_grad_reduce`` under the
+interleaved schedule, where NeMo overlaps ``overlap_grad_sync`` and ``overlap_param_sync``
+with the chunks' passes. Every case
 runs timing-only on ``h100`` hosts of 8 (the Llama 3 rows' cluster, validation.layouts).
 Nothing is fitted: the h100's fp8 share is its bf16 one (0.43, Llama 3's MFU).
 """
@@ -118,19 +128,6 @@ MODELS: dict[str, dict[str, Any]] = {
         "bias": False,
         "dropout": False,
     },
-    "Nemotron-340B": {
-        "layers": 96,
-        "hidden": 18432,
-        "heads": 96,
-        "kv_heads": 8,
-        "ffn_hidden": 73728,
-        "vocab": 256_000,
-        "seq_len": 4096,
-        "positions": "rotary",
-        "tied_embeddings": False,
-        "bias": False,
-        "dropout": False,
-    },
 }
 # Sequence parallelism as each model's launcher config sets it (sequence_parallel: true).
 SEQUENCE_PARALLEL = (
@@ -167,7 +164,6 @@ def nemo_scenario(
     precision: str = "fp8",
     pipeline: int = 1,
     virtual_stages: int = 1,
-    recompute: str = "none",
 ) -> Any:
     """One NeMo row, timing-only, one Adam step at ``precision`` (the tables': fp8) without
     variability: ``gpus`` H100 as DP × PP × TP × CP, ``gbs`` sequences a step in
@@ -194,8 +190,6 @@ def nemo_scenario(
         # across an interleaved stage's model chunks (the hybrid spec refuses it)
         "overlap_grad_reduce": context == 1 and virtual_stages == 1,
     }
-    if recompute != "none":
-        strategy["recompute"] = recompute
     if pipeline > 1:
         mesh["pipeline"] = pipeline
     if virtual_stages > 1:
@@ -444,6 +438,30 @@ CASES: list[Case] = [
             "the gradient reduction and parameter all-gather after the flush (7.4 %; NeMo "
             "overlaps both, and simdist refuses overlap_grad_reduce under the interleaved "
             "schedule) and idle time (1.7 %; 7/391 on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "GPT3-175B",
+        512,
+        2048,
+        2,
+        825.0,
+        tensor=4,
+        pipeline=8,
+        virtual_stages=6,
+        within_pct=30.0,
+        why=(
+            "too slow: the last stage computes 84.9 % of simdist's step (the first 80.6 %) and "
+            "the published rate is 73.9 % of it, so simdist's compute alone is 15 % slower "
+            "than the whole published step. The row runs two sequences a micro-batch, where "
+            "simdist prices every GEMM at the one share it uses at one: its rate rises 3.5 % "
+            "from the 128-GPU row, the published one 15.2 % (the table links this row's "
+            "TFLOP/s to MLCommons' results, a tuned MLPerf run). The rest is the "
+            "tensor-parallel collectives on the critical path (8.4 %; ub_tp_comm_overlap: "
+            "false in the launcher config), the gradient reduction and parameter all-gather "
+            "after the flush (4.9 %; NeMo overlaps both, and simdist refuses "
+            "overlap_grad_reduce under the interleaved schedule) and idle time (1.7 %; 7/391 "
+            "on equal chunks). Nothing is recomputed"
         ),
     ),
     _long_row(16384, 16, 256, 2, 1, 660.0),
