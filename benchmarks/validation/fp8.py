@@ -528,9 +528,31 @@ The summary's five rows without an interleaved pipeline come out −6.0 % (GPT3-
 (GPT3-20B, TP 2), −10.8 % (LLAMA2-7B), −9.7 % (Nemotron-8B, TP 2) and −10.3 % (LLAMA3-8B,
 CP 2), all within the band and all slow. The same layouts at bf16 give 12,891, 3,027, 9,154,
 7,625 and 7,278 tokens/s (−45, −48, −46, −39 and −41 %): on simdist's clock FP8 is worth
-1.48–1.71× here, the linear GEMMs being 72–93 % of a step's FLOPs. The rows with VP > 1
-(GPT3-175B, LLAMA2-13B and 70B, Nemotron-22B and 340B, LLAMA3-70B) need the interleaved
-pipeline schedule and are not run.
+1.48–1.71× here, the linear GEMMs being 72–93 % of a step's FLOPs.
+
+The rows with VP > 1 run Megatron's interleaved 1F1B schedule with the table's VP, the
+blocks split evenly over the PP × VP model chunks, the embedding on the first and the
+output head on the last (Megatron-LM's cut). LLAMA2-13B (PP 4, VP 10) comes out −13.8 %,
+inside the band; LLAMA3-70B (TP 4 × PP 4 × CP 2, VP 5) −18.6 %, LLAMA2-70B (TP 4 × PP 4,
+VP 20) −20.2 %, Nemotron-22B (TP 2 × PP 4, VP 10) −18.3 % and GPT3-175B (TP 4 × PP 8, VP
+6) −17.7 % on 128 GPUs and −26.1 % on 512. Nothing is recomputed in any of them and the
+schedule's own bubble is small (0.5–1.8 % of the step on equal chunks). Measured on the
+five misses' busiest stage, the last (Megatron's output head runs there at bf16 beside the
+last chunk: with Nemotron-22B's 256,000-token vocabulary and one block a chunk the last
+stage computes 88 % of the step, the first 57 %), simdist's compute alone takes 81–88 % of
+its step, which is already the whole published step (80–82 % of simdist's; 74 % on 512
+GPUs). On top of it come the tensor-parallel collectives, every one on the critical path
+(4–11 % of the step; the launcher configs overlap them with the GEMMs for the Llama and
+Nemotron models, ``ub_tp_comm_overlap``, not for GPT3-175B), and the gradient reduction and
+parameter all-gather after the flush (2–7 %; NeMo overlaps both, and simdist refuses
+``overlap_grad_reduce`` under the interleaved schedule). On 512 GPUs GPT3-175B runs two
+sequences a micro-batch, which the published rate gains 15 % from (the table links its
+TFLOP/s to MLCommons' results, a tuned MLPerf run) and simdist 3.5 %: its clock prices a
+GEMM at one share whatever its size. Nemotron-340B (TP 8 × PP 8, VP 12, GBS 32, selective
+recomputation in its launcher config) is not run: simdist refuses the layout, its first
+stage needing 111.1 GiB of an H100's 74.5 GiB (parameters 10.7, gradients 10.7,
+optimizer state 32.2 over DP 2, activations 57.3 GiB: 102 chunk forwards in flight after
+the schedule's warm-up).
 
 The long-sequence rows are counted with NeMo's own formula (``_llama2`` in
 nemo/collections/common/metrics/perf_metrics.py: the s² term in full); their batch sizes are
