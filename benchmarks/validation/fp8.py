@@ -552,7 +552,10 @@ GEMM at one share whatever its size. Nemotron-340B (TP 8 × PP 8, VP 12, GBS 32,
 recomputation in its launcher config) is not run: simdist refuses the layout, its first
 stage needing 111.1 GiB of an H100's 74.5 GiB (parameters 10.7, gradients 10.7,
 optimizer state 32.2 over DP 2, activations 57.3 GiB: 102 chunk forwards in flight after
-the schedule's warm-up).
+the schedule's warm-up). Megatron-LM's own estimate does not fit it either: 34·s·h/t bytes
+a layer with selective recomputation, × 96 layers × its interleaving penalty 1 + 7/96
+(megatron/training/theoretical_memory_usage.py at 00caa53) is 30.8 GiB of activations,
+84.4 GiB with the same model state; how NeMo fits the row is not known here.
 
 The long-sequence rows are counted with NeMo's own formula (``_llama2`` in
 nemo/collections/common/metrics/perf_metrics.py: the s² term in full); their batch sizes are
