@@ -7,8 +7,7 @@ rest in BF16):
 * NVIDIA/NeMo docs/source/performance/performance_summary.md at commit 8e3d65dc ("24.07 perf
   numbers"): pre-training at FP8 with the NeMo 24.07 container on DGX-H100 (8 H100 SXM5 a
   node), tokens per second per GPU. The rows with VP > 1 run Megatron's interleaved 1F1B
-  schedule (``schedule: interleaved``, ``virtual_stages`` = VP), all but Nemotron-340B, whose
-  layout simdist refuses (stage 0 needs 111.1 GiB of an H100's 74.5 GiB).
+  schedule (``schedule: interleaved``, ``virtual_stages`` = VP).
 * NVIDIA/NeMo docs/source/performance/performance_long_sequence.md at commit b39e679b:
   LLAMA2-7B at FP8 (NeMo 24.03.01) with context parallelism, model TFLOP/s per GPU. simdist's
   tokens per second are turned into TFLOP/s with NeMo's own count
@@ -25,7 +24,8 @@ nemotron_340b TP 8 × PP 12 × VP 8): ``distributed_fused_adam``
 (optimizer state sharded over the data-parallel group: ``zero: 1`` here) with
 ``overlap_grad_sync`` (here ``overlap_grad_reduce``), no activation recomputation,
 TransformerEngine's fused (flash) attention, and sequence parallelism where the config turns
-it on (GPT3-20B, GPT3-175B, LLAMA2-70B, LLAMA3-70B, Nemotron-8B and 22B; not LLAMA2-13B)
+it on (GPT3-20B, GPT3-175B, LLAMA2-70B, LLAMA3-70B, Nemotron-8B, 22B and 340B; not
+LLAMA2-13B), selective recomputation where it asks for it (Nemotron-340B)
 and on the long-sequence rows with TP (NeMo's long-context
 recipes set it: nemo/collections/llm/recipes/llama3_8b_64k.py at 8e3d65dc). The
 long-sequence rows' batch sizes are the ones a later edit of their table adds
@@ -128,6 +128,20 @@ MODELS: dict[str, dict[str, Any]] = {
         "bias": False,
         "dropout": False,
     },
+    # as Nemotron-22B, with 8 key/value groups (num_query_groups: 8)
+    "Nemotron-340B": {
+        "layers": 96,
+        "hidden": 18432,
+        "heads": 96,
+        "kv_heads": 8,
+        "ffn_hidden": 73728,
+        "vocab": 256_000,
+        "seq_len": 4096,
+        "positions": "rotary",
+        "tied_embeddings": False,
+        "bias": False,
+        "dropout": False,
+    },
 }
 # Sequence parallelism as each model's launcher config sets it (sequence_parallel: true).
 SEQUENCE_PARALLEL = (
@@ -137,6 +151,7 @@ SEQUENCE_PARALLEL = (
     "LLAMA2-70B",
     "Nemotron-22B",
     "LLAMA3-70B",
+    "Nemotron-340B",
 )
 
 
@@ -164,11 +179,13 @@ def nemo_scenario(
     precision: str = "fp8",
     pipeline: int = 1,
     virtual_stages: int = 1,
+    recompute: str = "none",
 ) -> Any:
     """One NeMo row, timing-only, one Adam step at ``precision`` (the tables': fp8) without
     variability: ``gpus`` H100 as DP × PP × TP × CP, ``gbs`` sequences a step in
     micro-batches of ``mbs`` per copy; with ``virtual_stages`` > 1 Megatron's interleaved
-    1F1B schedule, the model cut as :func:`megatron_partition` cuts it."""
+    1F1B schedule, the model cut as :func:`megatron_partition` cuts it; ``recompute`` as the
+    launcher config's ``activations_checkpoint_granularity``."""
     data = gpus // (tensor * context * pipeline)
     sizes = dict(MODELS[model])
     if seq_len is not None:
@@ -189,6 +206,7 @@ def nemo_scenario(
         # simdist cannot yet cut the gradient buckets along a context axis's ring, nor
         # across an interleaved stage's model chunks (the hybrid spec refuses it)
         "overlap_grad_reduce": context == 1 and virtual_stages == 1,
+        "recompute": recompute,
     }
     if pipeline > 1:
         mesh["pipeline"] = pipeline
@@ -271,6 +289,7 @@ def _summary_row(
     virtual_stages: int = 1,
     within_pct: float = 15.0,
     why: str = "",
+    recompute: str = "none",
 ) -> Case:
     m = MODELS[model]
     seq_len = int(m["seq_len"])
@@ -287,7 +306,9 @@ def _summary_row(
     return Case(
         source=f"{SUMMARY}, performance_summary.md",
         layout=f"{model}, {layout}, {gpus} H100 (DGX), FP8, {seq_len:,}-token sequences, "
-        f"GBS {gbs}, MBS {mbs}" + (", sequence parallel" if sequence_parallel else ""),
+        f"GBS {gbs}, MBS {mbs}"
+        + (", sequence parallel" if sequence_parallel else "")
+        + (f", {recompute} recomputation" if recompute != "none" else ""),
         quantity="tokens/s per GPU",
         published=published,
         predict=lambda: tokens_per_s_per_gpu(
@@ -300,6 +321,7 @@ def _summary_row(
             sequence_parallel=sequence_parallel,
             pipeline=pipeline,
             virtual_stages=virtual_stages,
+            recompute=recompute,
         ),
         quick=quick,
         expect_within_pct=within_pct,
@@ -464,6 +486,28 @@ CASES: list[Case] = [
             "on equal chunks). Nothing is recomputed"
         ),
     ),
+    _summary_row(
+        "Nemotron-340B",
+        128,
+        32,
+        1,
+        326.0,
+        tensor=8,
+        pipeline=8,
+        virtual_stages=12,
+        recompute="selective",
+        within_pct=30.0,
+        why=(
+            "too slow: the last stage, whose last model chunk holds the output head (a "
+            "256,000-token vocabulary, at bf16) beside its one block, computes 75.2 % of "
+            "simdist's step (selective recomputation's attention cores included), and the "
+            "published rate is 72.4 % of that step, so its compute alone passes it; the rest "
+            "is the tensor-parallel collectives on the critical path (11.1 %; the launcher "
+            "config overlaps them, ub_tp_comm_overlap) and the gradient reduction and "
+            "parameter all-gather after the flush (8.4 %; NeMo overlaps both, and simdist "
+            "refuses overlap_grad_reduce under the interleaved schedule)"
+        ),
+    ),
     _long_row(16384, 16, 256, 2, 1, 660.0),
     _long_row(
         32768,
@@ -548,14 +592,11 @@ parameter all-gather after the flush (2–7 %; NeMo overlaps both, and simdist r
 ``overlap_grad_reduce`` under the interleaved schedule). On 512 GPUs GPT3-175B runs two
 sequences a micro-batch, which the published rate gains 15 % from (the table links its
 TFLOP/s to MLCommons' results, a tuned MLPerf run) and simdist 3.5 %: its clock prices a
-GEMM at one share whatever its size. Nemotron-340B (TP 8 × PP 8, VP 12, GBS 32, selective
-recomputation in its launcher config) is not run: simdist refuses the layout, its first
-stage needing 111.1 GiB of an H100's 74.5 GiB (parameters 10.7, gradients 10.7,
-optimizer state 32.2 over DP 2, activations 57.3 GiB: 102 chunk forwards in flight after
-the schedule's warm-up). Megatron-LM's own estimate does not fit it either: 34·s·h/t bytes
-a layer with selective recomputation, × 96 layers × its interleaving penalty 1 + 7/96
-(megatron/training/theoretical_memory_usage.py at 00caa53) is 30.8 GiB of activations,
-84.4 GiB with the same model state; how NeMo fits the row is not known here.
+GEMM at one share whatever its size. Nemotron-340B (TP 8 × PP 8, VP 12, GBS 32, sequence
+parallelism and selective recomputation as its launcher config sets them) fits with 73.1 of
+an H100's 74.5 GiB on the first stage (model state 53.6 GiB, activations 19.3 GiB with
+grouped-query attention, flash attention and FP8 copies of the linear inputs) and comes out
+−27.6 %: its last stage computes 75.2 % of simdist's step against the published 72.4 %.
 
 The long-sequence rows are counted with NeMo's own formula (``_llama2`` in
 nemo/collections/common/metrics/perf_metrics.py: the s² term in full); their batch sizes are
