@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
+from simdist.gpt_shape import GptShape
 from simdist.model_size import is_moe_block
 from simdist.sharding import Sharding
 
@@ -158,29 +159,8 @@ class Activations:
         }
 
 
-def gpt_layer_tensors(
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    tokens: int | None = None,
-    *,
-    kv_heads: int | None = None,
-    ffn_hidden: int | None = None,
-    norm: str = "layernorm",
-    mlp: str = "gelu",
-    positions: str = "learned",
-    rope_theta: float | None = None,
-    tied_embeddings: bool = True,
-    bias: bool = True,
-    dropout: bool = True,
-    experts: int | None = None,
-    top_k: int = 2,
-    capacity_factor: float = 1.25,
-    moe_every: int = 1,
-) -> list[LayerTensors]:
-    """The gpt's layers (as :func:`simdist.model_size.gpt_layers` names them) with the
+def gpt_layer_tensors(shape: GptShape, tokens: int | None = None) -> list[LayerTensors]:
+    """Gpt ``shape``'s layers (as :func:`simdist.model_size.gpt_layers` names them) with the
     tensors each stores for one example of ``tokens`` positions (module doc; Korthikanti
     et al. 2022 Sec. 4.1). The embeddings keep the token ids (int32) and the embedding
     dropout's mask; the LM head its norm's and projection's inputs and the float32
@@ -193,8 +173,11 @@ def gpt_layer_tensors(
     tied embeddings and biases change no stored tensor. A mixture-of-experts block
     (``experts``, every ``moe_every``-th) stores its MLP's tensors for its experts' slots,
     top_k × capacity_factor per token (the dispatched buffer instead of the fc1 input)."""
-    del positions, rope_theta, tied_embeddings, bias
-    s, h, a = seq_len if tokens is None else tokens, hidden, heads
+    layers, hidden, heads, vocab = shape.layers, shape.hidden, shape.heads, shape.vocab
+    kv_heads, ffn_hidden, norm, mlp = shape.kv_heads, shape.ffn_hidden, shape.norm, shape.mlp
+    dropout, experts, moe_every = shape.dropout, shape.experts, shape.moe_every
+    top_k, capacity_factor = shape.top_k, shape.capacity_factor
+    s, h, a = shape.seq_len if tokens is None else tokens, hidden, heads
     sh = s * h
     skv = sh // a * (a if kv_heads is None else kv_heads)
     sf = s * (4 * h if ffn_hidden is None else ffn_hidden)

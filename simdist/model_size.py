@@ -56,6 +56,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simdist.gpt_shape import GptShape
+
 __all__ = [
     "FLOAT32_NBYTES",
     "TOKEN_NBYTES",
@@ -122,7 +124,9 @@ def _moe_blocks(layers: int, experts: int | None, moe_every: int | None) -> int:
     return 0 if experts is None else sum(is_moe_block(i, moe_every) for i in range(layers))
 
 
-def _check(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> None:
+def _check(shape: GptShape) -> None:
+    layers, hidden, heads = shape.layers, shape.hidden, shape.heads
+    seq_len, vocab = shape.seq_len, shape.vocab
     if min(layers, hidden, heads, seq_len, vocab) < 1:
         raise ValueError(
             f"gpt sizes must be >= 1, got layers {layers}, hidden {hidden}, heads {heads}, "
@@ -130,21 +134,9 @@ def _check(layers: int, hidden: int, heads: int, seq_len: int, vocab: int) -> No
         )
 
 
-def _counts(
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    kv_heads: int | None,
-    ffn_hidden: int | None,
-    norm: str,
-    mlp: str,
-    positions: str,
-    tied_embeddings: bool,
-    bias: bool,
-    experts: int | None = None,
-) -> _Counts:
-    h = hidden
+def _counts(shape: GptShape) -> _Counts:
+    h, heads, kv_heads, ffn_hidden = shape.hidden, shape.heads, shape.kv_heads, shape.ffn_hidden
+    norm, mlp, bias, vocab = shape.norm, shape.mlp, shape.bias, shape.vocab
     kv = h // heads * (heads if kv_heads is None else kv_heads)
     f = 4 * h if ffn_hidden is None else ffn_hidden
     norm_params = 2 * h if norm == "layernorm" else h
@@ -153,9 +145,9 @@ def _counts(
     mlp_matrices = matrices * h * f
     attention = attention_matrices + norm_params + (2 * h + 2 * kv if bias else 0)
     mlp_params = mlp_matrices + norm_params + ((matrices - 1) * f + h if bias else 0)
-    embeddings = vocab * h + (seq_len * h if positions == "learned" else 0)
-    head = norm_params + (0 if tied_embeddings else vocab * h)
-    e = experts or 0
+    embeddings = vocab * h + (shape.seq_len * h if shape.positions == "learned" else 0)
+    head = norm_params + (0 if shape.tied_embeddings else vocab * h)
+    e = shape.experts or 0
     expert = mlp_params - norm_params
     moe = norm_params + h * e + e * expert
     return _Counts(
@@ -171,52 +163,16 @@ def _counts(
     )
 
 
-def gpt_size(
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    tokens: int | None = None,
-    *,
-    kv_heads: int | None = None,
-    ffn_hidden: int | None = None,
-    norm: str = "layernorm",
-    mlp: str = "gelu",
-    positions: str = "learned",
-    rope_theta: float | None = None,
-    tied_embeddings: bool = True,
-    bias: bool = True,
-    dropout: bool = True,
-    experts: int | None = None,
-    top_k: int = 2,
-    capacity_factor: float | None = None,
-    moe_every: int = 1,
-) -> ModelSize:
-    """The :class:`ModelSize` of a gpt (see the module's formulas) fed ``tokens`` positions
-    (default: all ``seq_len``); the layout options as :class:`~simdist.catalog.GPT_LAYOUT_DEFAULTS`
-    names them (``rope_theta`` and ``dropout`` change no count), the MoE options as
-    ``GPT_MOE_DEFAULTS`` (``capacity_factor`` changes no count). Exact Python integers: no
-    overflow at any size."""
-    del rope_theta, dropout, capacity_factor
-    _check(layers, hidden, heads, seq_len, vocab)
-    t = seq_len if tokens is None else tokens
-    h, v = hidden, vocab
-    c = _counts(
-        h,
-        heads,
-        seq_len,
-        v,
-        kv_heads,
-        ffn_hidden,
-        norm,
-        mlp,
-        positions,
-        tied_embeddings,
-        bias,
-        experts,
-    )
-    m = _moe_blocks(layers, experts, moe_every)
+def gpt_size(shape: GptShape, tokens: int | None = None) -> ModelSize:
+    """The :class:`ModelSize` of gpt ``shape`` (see the module's formulas) fed ``tokens``
+    positions (default: all ``seq_len``); ``rope_theta``, ``dropout`` and ``capacity_factor``
+    change no count. Exact Python integers: no overflow at any size."""
+    _check(shape)
+    layers, top_k = shape.layers, shape.top_k
+    t = shape.seq_len if tokens is None else tokens
+    h, v = shape.hidden, shape.vocab
+    c = _counts(shape)
+    m = _moe_blocks(layers, shape.experts, shape.moe_every)
     params = c.embeddings + layers * c.attention + (layers - m) * c.mlp + m * c.moe + c.head
     activations = FLOAT32_NBYTES * (t * h * (2 * layers + 1) + t * v) + TOKEN_NBYTES * t
     moe_matrices = m * (c.router + top_k * c.expert_matrices - c.expert_matrices)
@@ -225,145 +181,44 @@ def gpt_size(
     return ModelSize(params, activations, 3.0 * forward)
 
 
-def gpt_expert_params(
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    *,
-    kv_heads: int | None = None,
-    ffn_hidden: int | None = None,
-    norm: str = "layernorm",
-    mlp: str = "gelu",
-    positions: str = "learned",
-    rope_theta: float | None = None,
-    tied_embeddings: bool = True,
-    bias: bool = True,
-    dropout: bool = True,
-    experts: int | None = None,
-    top_k: int = 2,
-    capacity_factor: float | None = None,
-    moe_every: int = 1,
-) -> int:
+def gpt_expert_params(shape: GptShape) -> int:
     """The parameters of a gpt's experts, every MoE block's: what expert parallelism divides
     over its ``expert`` axis; 0 for a dense gpt."""
-    del rope_theta, dropout, top_k, capacity_factor
-    _check(layers, hidden, heads, seq_len, vocab)
-    c = _counts(
-        hidden,
-        heads,
-        seq_len,
-        vocab,
-        kv_heads,
-        ffn_hidden,
-        norm,
-        mlp,
-        positions,
-        tied_embeddings,
-        bias,
-        experts,
-    )
-    return _moe_blocks(layers, experts, moe_every) * int(experts or 0) * c.expert
+    _check(shape)
+    c = _counts(shape)
+    blocks = _moe_blocks(shape.layers, shape.experts, shape.moe_every)
+    return blocks * int(shape.experts or 0) * c.expert
 
 
-def gpt_model_flops_per_token(
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    *,
-    kv_heads: int | None = None,
-    ffn_hidden: int | None = None,
-    norm: str = "layernorm",
-    mlp: str = "gelu",
-    positions: str = "learned",
-    rope_theta: float | None = None,
-    tied_embeddings: bool = True,
-    bias: bool = True,
-    dropout: bool = True,
-    experts: int | None = None,
-    top_k: int = 2,
-    capacity_factor: float | None = None,
-    moe_every: int = 1,
-) -> int:
+def gpt_model_flops_per_token(shape: GptShape) -> int:
     """Training FLOPs per token of sequences of ``seq_len``, as the Llama 3 paper's MFU counts
     them (module doc): 6·N + 12·l·h·s, N the parameters that multiply (a MoE block's: its
     router and the ``top_k`` experts a token runs)."""
-    del rope_theta, dropout, capacity_factor
-    _check(layers, hidden, heads, seq_len, vocab)
-    c = _counts(
-        hidden,
-        heads,
-        seq_len,
-        vocab,
-        kv_heads,
-        ffn_hidden,
-        norm,
-        mlp,
-        positions,
-        tied_embeddings,
-        bias,
-        experts,
-    )
+    _check(shape)
+    layers, hidden, experts = shape.layers, shape.hidden, shape.experts
+    c = _counts(shape)
     # A tied embedding matrix is the head's: it multiplies, once.
-    lookups = c.embeddings - (vocab * hidden if tied_embeddings else 0)
-    m = _moe_blocks(layers, experts, moe_every)
-    active_moe = c.moe - (int(experts or 0) - top_k) * c.expert
+    lookups = c.embeddings - (shape.vocab * hidden if shape.tied_embeddings else 0)
+    m = _moe_blocks(layers, experts, shape.moe_every)
+    active_moe = c.moe - (int(experts or 0) - shape.top_k) * c.expert
     blocks = layers * c.attention + (layers - m) * c.mlp + m * active_moe
     multiplying = c.embeddings + blocks + c.head - lookups
-    return 6 * multiplying + 12 * layers * hidden * seq_len
+    return 6 * multiplying + 12 * layers * hidden * shape.seq_len
 
 
-def gpt_layers(
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    tokens: int | None = None,
-    *,
-    kv_heads: int | None = None,
-    ffn_hidden: int | None = None,
-    norm: str = "layernorm",
-    mlp: str = "gelu",
-    positions: str = "learned",
-    rope_theta: float | None = None,
-    tied_embeddings: bool = True,
-    bias: bool = True,
-    dropout: bool = True,
-    experts: int | None = None,
-    top_k: int = 2,
-    capacity_factor: float | None = None,
-    moe_every: int = 1,
-) -> list[GptLayer]:
+def gpt_layers(shape: GptShape, tokens: int | None = None) -> list[GptLayer]:
     """The gpt's layers in forward order, named as the built model names them (embeddings,
     ``h.<i>.attention``, ``h.<i>.mlp`` or ``h.<i>.moe``, lm_head), each with its parameters
     and its output elements for one example of ``tokens`` positions (default: all
     ``seq_len``)."""
-    del rope_theta, dropout, top_k, capacity_factor
-    _check(layers, hidden, heads, seq_len, vocab)
-    h, t = hidden, seq_len if tokens is None else tokens
-    c = _counts(
-        h,
-        heads,
-        seq_len,
-        vocab,
-        kv_heads,
-        ffn_hidden,
-        norm,
-        mlp,
-        positions,
-        tied_embeddings,
-        bias,
-        experts,
-    )
+    _check(shape)
+    h, t = shape.hidden, shape.seq_len if tokens is None else tokens
+    c = _counts(shape)
     out = [GptLayer("embeddings", c.embeddings, t * h)]
-    for i in range(layers):
+    for i in range(shape.layers):
         out += [GptLayer(f"h.{i}.attention", c.attention, t * h)]
-        if experts is not None and is_moe_block(i, moe_every):
+        if shape.experts is not None and is_moe_block(i, shape.moe_every):
             out += [GptLayer(f"h.{i}.moe", c.moe, t * h)]
         else:
             out += [GptLayer(f"h.{i}.mlp", c.mlp, t * h)]
-    return [*out, GptLayer("lm_head", c.head, t * vocab)]
+    return [*out, GptLayer("lm_head", c.head, t * shape.vocab)]

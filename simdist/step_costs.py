@@ -36,6 +36,9 @@ class LayerCost:
     # them; a pipeline pays it once per micro-batch instead of dividing it by M.
     launch_s: float = 0.0
     param_nbytes: int = field(default=AS_GRADIENT, kw_only=True)
+    #: Its backward computes its whole forward again first (``recompute: full``; the extra
+    #: time is inside ``backward_s``), so a tensor group runs the forward's collectives again.
+    reruns_forward: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.param_nbytes == AS_GRADIENT:

@@ -22,6 +22,7 @@ from simdist.activation_memory import (
     gpt_layer_tensors,
     layer_tensors_of_outputs,
 )
+from simdist.gpt_shape import GptShape
 from simdist.memory.accounting import ReplicaLayers, device_memory, scenario_memory
 from simdist.numerics.memory import gpt_footprint
 from simdist.scenario import scenario_from_dict
@@ -31,7 +32,7 @@ from simdist.sharding import Sharding
 A, H, S, T, V = 64, 6144, 2048, 8, 51200
 SBH = S * H  # b = 1
 SCORES = 5 * A * S * S  # 5·as²b bytes at 16 bits (2 + 1 + 2 per score)
-BLOCK = gpt_layer_tensors(2, H, A, S, V)[1:3]  # h.0.attention, h.0.mlp
+BLOCK = gpt_layer_tensors(GptShape(2, H, A, S, V))[1:3]  # h.0.attention, h.0.mlp
 
 
 def layer_bytes(sharding: Sharding, **settings: object) -> int:
@@ -90,7 +91,7 @@ def test_breakdown_by_kind() -> None:
 
 def test_layers_per_checkpoint_keep_one_input_per_group() -> None:
     """Four blocks, two per checkpoint: two inputs kept, one group of two recomputed."""
-    blocks = gpt_layer_tensors(4, H, A, S, V)[1:9]
+    blocks = gpt_layer_tensors(GptShape(4, H, A, S, V))[1:9]
     table = ActivationTable(
         blocks, act_nbytes=2, sharding=Sharding(), recompute="full", recompute_layers=2
     )

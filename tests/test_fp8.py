@@ -8,6 +8,7 @@ from helpers import tiny
 
 from simdist.activation_memory import LinearGemms, gpt_layer_tensors
 from simdist.errors import ScenarioError
+from simdist.gpt_shape import GptShape
 from simdist.hardware.fp8 import Fp8Gemms, fp8_gemms
 from simdist.hardware.profiles import DEVICE_PROFILES, DeviceProfile, PrecisionPeak
 from simdist.hardware.roofline import layer_times
@@ -66,7 +67,7 @@ def test_a_layers_fp8_work_from_its_linear_gemms():
 def test_a_gpt_layers_linear_gemms_from_its_shapes():
     # s = 8, h = 16, 4 heads of 4, 2 kv heads (kv width 8), SwiGLU of f = 24
     layers = gpt_layer_tensors(
-        1, 16, 4, 8, 100, kv_heads=2, ffn_hidden=24, mlp="swiglu", norm="rmsnorm"
+        GptShape(1, 16, 4, 8, 100, kv_heads=2, ffn_hidden=24, mlp="swiglu", norm="rmsnorm")
     )
     by_name = {t.name: t.linear for t in layers}
     qkv = 16 + 2 * 8  # QKV's output width
@@ -83,8 +84,8 @@ def test_a_gpt_layers_linear_gemms_from_its_shapes():
         weights=16 * 48 + 24 * 16,
     )
     assert by_name["embeddings"] is None and by_name["lm_head"] is None
-    moe = gpt_layer_tensors(1, 16, 4, 8, 100, experts=4, top_k=2, capacity_factor=1.5)
-    dense = gpt_layer_tensors(1, 16, 4, 8, 100)[2].linear
+    moe = gpt_layer_tensors(GptShape(1, 16, 4, 8, 100, experts=4, top_k=2, capacity_factor=1.5))
+    dense = gpt_layer_tensors(GptShape(1, 16, 4, 8, 100))[2].linear
     assert {t.name: t.linear for t in moe}["h.0.moe"] == LinearGemms(
         dense.flops * 3, dense.inputs * 3, dense.outputs * 3, dense.weights * 4
     )
@@ -175,7 +176,7 @@ def test_fp8_keeps_each_linear_gemms_stored_input_in_one_byte():
 
     # s = 8, h = 16, MLP 4h: per block the QKV, projection and fc1 inputs (s·h each) and the
     # fc2 input (4·s·h) are GEMM inputs, 7·s·h elements an example
-    layers = gpt_layer_tensors(2, 16, 4, 8, 100)
+    layers = gpt_layer_tensors(GptShape(2, 16, 4, 8, 100))
     common = {"act_nbytes": 2, "sharding": Sharding(), "flash": True}
     bf16 = ActivationTable(layers, **common).span(examples=3)
     fp8 = ActivationTable(layers, gemm_input_nbytes=1, **common).span(examples=3)

@@ -7,6 +7,7 @@ import pytest
 
 from simdist.catalog import GPT_DEFAULTS
 from simdist.errors import ScenarioError
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_size
 from simdist.numerics import fullsize
 from simdist.numerics.memory import Footprint, gpt_footprint
@@ -138,7 +139,7 @@ def test_tensor_parallel_splits_gpt_by_its_own_heads() -> None:
 
 @pytest.mark.parametrize(("billions", "heads", "hidden", "layers"), TABLE_1)
 def test_the_closed_form_size_is_table_1_without_building(billions, heads, hidden, layers):
-    size = gpt_size(layers, hidden, heads, SEQ, VOCAB)
+    size = gpt_size(GptShape(layers, hidden, heads, SEQ, VOCAB))
     assert size.params == formula_params(layers, hidden) + 2 * hidden
     forward = (
         24 * SEQ * layers * hidden**2 * (1 + SEQ / (6 * hidden) + VOCAB / (12 * layers * hidden))
@@ -160,7 +161,7 @@ def test_the_counted_footprint_is_the_built_one(model, tokens):
     built = profile_model(spec, 1, shape, None, use_cache=False)
     counted = gpt_footprint(spec, shape)
     assert counted == Footprint.of(built)
-    size = gpt_size(**(spec.gpt_sizes() or GPT_DEFAULTS), tokens=tokens)
+    size = gpt_size(GptShape(**(spec.gpt_sizes() or GPT_DEFAULTS)), tokens=tokens)
     assert size.params == built.param_count
     assert size.activation_nbytes == counted.activation_nbytes + counted.example_nbytes
     flops = sum(layer.forward_flops + layer.backward_flops for layer in built.layers)

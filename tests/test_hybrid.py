@@ -27,12 +27,16 @@ LAUNCH = 1e-5
 LINK = {"bandwidth": "1GB/s", "latency": "10us"}  # tiny's intra-host link, and the network
 
 
-def megatron_layer_costs() -> Costs:
-    """An embedding (vocabulary-parallel) and one transformer layer: attention and MLP."""
+def megatron_layer_costs(recompute: bool = False) -> Costs:
+    """An embedding (vocabulary-parallel) and one transformer layer: attention and MLP;
+    with ``recompute``, each block's backward holds its forward again (``recompute: full``)."""
+    again = 1.0 if recompute else 0.0
     layers = (
         LayerCost("embeddings", 4e-4, 6e-4, 4000, (), X),
-        LayerCost("h.0.attention", F, B, 8000, (), X, LAUNCH),
-        LayerCost("h.0.mlp", 2 * F, 2 * B, 16000, (), X, LAUNCH),
+        LayerCost("h.0.attention", F, B + again * F, 8000, (), X, LAUNCH, reruns_forward=recompute),
+        LayerCost(
+            "h.0.mlp", 2 * F, 2 * (B + again * F), 16000, (), X, LAUNCH, reruns_forward=recompute
+        ),
     )
     return Costs(
         compute_s=sum(x.forward_s + x.backward_s for x in layers),
@@ -93,6 +97,31 @@ def test_tensor_all_reduces_stage_sends_and_flush_by_hand():
     assert result.summary["stage_send_nbytes_per_micro_batch"] == [X // 2]
     sends = result.events[result.events["detail"].isin(["A0", "A1", "G0", "G1"])]
     assert len(sends) == 4 * 2 * 2 * 2  # 4 messages x 2 ranks x 2 steps, on NIC tx and rx
+
+
+def test_full_recomputation_reruns_each_blocks_forward_all_reduce_by_hand():
+    """A recomputed block all-reduces its forward output again before its backward (the
+    recomputed forward's compute inside the backward span): one more all-reduce in each
+    stage's backward here, on the critical path of every micro-batch."""
+    costs = megatron_layer_costs(recompute=True)
+    result = simulate(scenario_from_dict(hybrid()), costs)
+    ar = ring_allreduce_s(2, X / 2, 10e-6, 1e9)
+    f0 = micro(4e-4) + ar + split(F) + ar
+    b0 = ar + split(B + F) + ar + micro(6e-4)  # attention recomputed (g again), f, embedding
+    f1 = split(2 * F) + ar
+    b1 = ar + split(2 * (B + F)) + ar  # the MLP recomputed (g again), its backward, f
+    p = 2 * 10e-6 + X / 1e9
+    e = max(f0 + p + f1, 2 * f0 + p) + f1
+    s0_b1 = max(2 * f0, e + b1 + p) + b0
+    step = max(s0_b1, e + 2 * b1 + p) + b0
+    assert result.summary["simulated_time_s"] == pytest.approx(2 * step, rel=1e-12)
+    assert result.summary["tensor_collectives_per_micro_batch"] == 5 + 2
+    recomputed = result.events[result.events["detail"].str.contains("recompute")]
+    assert set(recomputed["detail"]) == {
+        "tensor all-reduce recompute h.0.attention",
+        "tensor all-reduce recompute h.0.mlp",
+    }
+    assert len(recomputed) == 2 * 2 * 2 * 2  # 2 blocks x 2 micro-batches x 2 ranks x 2 steps
 
 
 @pytest.mark.parametrize("overlap", [None, True])

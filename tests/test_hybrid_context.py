@@ -79,7 +79,7 @@ def test_the_ring_moves_kv_blocks_megatron_sends():
 def test_an_attention_layer_is_its_ring_steps_between_sends_and_receives():
     layers = [LayerCost("h.0.attention", 1.0 + LAUNCH, 2.0 + LAUNCH, 0, (), X, LAUNCH)]
     ring = ContextRing(2, 7, 0.5)
-    forward, backward = stage_plans(layers, ["block"], 0, 1, 1, False, True, ring)
+    forward, backward, _ = stage_plans(layers, ["block"], 0, 1, 1, False, True, ring)
     assert [type(op).__name__ for op in forward.program] == [
         "Compute", "Send", "Compute", "Receive", "Compute"
     ]  # fmt: skip

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from simdist.errors import ScenarioError, SimdistError
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_expert_params, gpt_size
 from simdist.runtime.engine import run, simulate
 from simdist.scenario import scenario_from_dict
@@ -154,7 +155,7 @@ def test_all_to_all_bytes_are_the_routed_tokens_step_by_step(hand_case):
     assert steps["dropped_fraction"].tolist() == [0.0, 0.0]
     dense = result.summary["data_nbytes_per_device_per_step"][0]["allreduce"]
     experts = 4 * (2 * 64 * 256 + 256 + 64) * 2  # 4 experts, gelu MLP of 4·64, bf16
-    total = gpt_size(**SIZES, experts=4, top_k=1, moe_every=2).params * 2
+    total = gpt_size(GptShape(**SIZES, experts=4, top_k=1, moe_every=2)).params * 2
     assert dense == total - experts
     links = result.tables["links"].set_index("link")
     for i in range(4):
@@ -237,8 +238,8 @@ def test_memory_divides_the_experts_over_the_expert_axis(zero, expert):
     data = scenario({"data": 4, "expert": expert}, **{"strategy.zero": zero})
     memory = run(scenario_from_dict(data)).summary["memory_per_device"]["worker0/gpu0"]
     sizes = {**SIZES, "experts": 4, "top_k": 1, "moe_every": 2}
-    experts = gpt_expert_params(**sizes)
-    dense = gpt_size(**sizes).params - experts
+    experts = gpt_expert_params(GptShape(**sizes))
+    dense = gpt_size(GptShape(**sizes)).params - experts
     assert memory["params"] == 2 * (dense + math.ceil(experts / expert))
     assert memory["gradients"] == 2 * (dense + math.ceil(experts / expert))
     if zero:
@@ -352,8 +353,8 @@ def test_the_expert_axis_makes_a_layout_fit():
     )
     fits = run(scenario_from_dict(layout({"data": 8, "expert": 8})))
     memory = fits.summary["memory_per_device"]["worker0/gpu0"]
-    experts = gpt_expert_params(**sizes, **moe)
-    dense = gpt_size(**sizes, **moe).params - experts
+    experts = gpt_expert_params(GptShape(**sizes, **moe))
+    dense = gpt_size(GptShape(**sizes, **moe)).params - experts
     assert memory["params"] == 2 * (dense + experts // 8)
     assert memory["total"] == 18_400_191_488
 

@@ -12,6 +12,7 @@ import pytest
 from simdist.activation_memory import activations, gpt_layer_tensors
 from simdist.catalog import GPT_PRESETS
 from simdist.errors import ScenarioError
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_layers, gpt_model_flops_per_token, gpt_size
 from simdist.numerics import fullsize
 from simdist.numerics.memory import Footprint, gpt_footprint
@@ -37,7 +38,7 @@ def preset(name: str, **options: object) -> dict:
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_the_presets_have_the_published_parameter_counts(name: str) -> None:
-    params = gpt_size(**preset(name)).params
+    params = gpt_size(GptShape(**preset(name))).params
     assert params == EXACT[name]
     assert abs(params / PUBLISHED[name] - 1) < 0.005
 
@@ -52,12 +53,15 @@ def test_the_8b_parameters_by_hand() -> None:
     h, kv, f, V, layers = 4096, 8 * 128, 14_336, 128_256, 32
     attention = 2 * h * h + 2 * h * kv + h  # Q, O; K, V of 8 heads of 128; RMSNorm
     mlp = 3 * h * f + h  # gate, up, down; RMSNorm
-    assert gpt_size(**preset("llama3_8b")).params == 2 * V * h + layers * (attention + mlp) + h
+    assert (
+        gpt_size(GptShape(**preset("llama3_8b"))).params
+        == 2 * V * h + layers * (attention + mlp) + h
+    )
 
 
 def test_the_405b_compute_budget_is_6nd() -> None:
     # Sec. 3.2.1: a 405B model on 15.6T tokens for the 3.8e25-FLOP budget (6·N·D).
-    params = gpt_size(**preset("llama3_405b")).params
+    params = gpt_size(GptShape(**preset("llama3_405b"))).params
     assert f"{6 * params * 15.6e12:.1e}" == "3.8e+25"
 
 
@@ -66,14 +70,15 @@ def test_model_flops_per_token_are_6n_plus_12lhs() -> None:
     # parameters that multiply (the token embedding is a lookup) + 12·l·h·s for attention.
     sizes = preset("llama3_8b")
     multiplying = EXACT["llama3_8b"] - 128_256 * 4096
-    assert gpt_model_flops_per_token(**sizes) == 6 * multiplying + 12 * 32 * 4096 * 8192
-    assert gpt_model_flops_per_token(**sizes) == 57_914_449_920
+    assert gpt_model_flops_per_token(GptShape(**sizes)) == 6 * multiplying + 12 * 32 * 4096 * 8192
+    assert gpt_model_flops_per_token(GptShape(**sizes)) == 57_914_449_920
     # 405B at 8K: the per-GPU rate of Table 4 is this times tokens / s / GPUs.
-    assert gpt_model_flops_per_token(**preset("llama3_405b")) == 2_625_449_459_712
+    assert gpt_model_flops_per_token(GptShape(**preset("llama3_405b"))) == 2_625_449_459_712
     # GPT-2's layout: its tied matrix multiplies once (as the head), positions are a lookup.
     gpt2 = ModelSpec(name="gpt").gpt_sizes() or {}
     assert (
-        gpt_model_flops_per_token(**gpt2) == 6 * (124_439_808 - 1024 * 768) + 12 * 12 * 768 * 1024
+        gpt_model_flops_per_token(GptShape(**gpt2))
+        == 6 * (124_439_808 - 1024 * 768) + 12 * 12 * 768 * 1024
     )
 
 
@@ -81,12 +86,12 @@ def test_a_preset_takes_overrides() -> None:
     sizes = preset("llama3_8b", seq_len=131_072)
     assert sizes["seq_len"] == 131_072 and sizes["layers"] == 32 and sizes["kv_heads"] == 8
     # positions are rotary: no parameter grows with the sequence
-    assert gpt_size(**sizes).params == EXACT["llama3_8b"]
+    assert gpt_size(GptShape(**sizes)).params == EXACT["llama3_8b"]
     assert GPT_PRESETS["llama3_405b"]["rope_theta"] == 500_000.0
     # learned positions instead: a table of seq_len x hidden, and no rotary base left over
     learned = preset("llama3_8b", positions="learned")
     assert learned["rope_theta"] is None
-    assert gpt_size(**learned).params == EXACT["llama3_8b"] + 8192 * 4096
+    assert gpt_size(GptShape(**learned)).params == EXACT["llama3_8b"] + 8192 * 4096
 
 
 # ------------------------------------------------------------- built against counted
@@ -107,9 +112,9 @@ def test_the_counted_llama_is_the_built_one(options: dict) -> None:
     counted = gpt_footprint(spec, None)
     assert counted == Footprint.of(built)
     sizes = spec.gpt_sizes() or {}
-    size = gpt_size(**sizes)
+    size = gpt_size(GptShape(**sizes))
     assert size.params == built.param_count
-    assert [layer.params for layer in gpt_layers(**sizes)] == [
+    assert [layer.params for layer in gpt_layers(GptShape(**sizes))] == [
         layer.param_nbytes // 4 for layer in built.layers
     ]
     flops = sum(layer.forward_flops + layer.backward_flops for layer in built.layers)
@@ -145,7 +150,9 @@ def test_grouped_queries_attend_as_repeated_keys() -> None:
 A, H, S, F, T = 64, 8192, 8192, 28_672, 8
 SBH, SBF, KV = S * H, S * F, S * H // 8  # K and V: s·b·k·d = sbh/8
 LLAMA = gpt_layer_tensors(
-    2, H, A, S, 128_256, kv_heads=8, ffn_hidden=F, norm="rmsnorm", mlp="swiglu", dropout=False
+    GptShape(
+        2, H, A, S, 128_256, kv_heads=8, ffn_hidden=F, norm="rmsnorm", mlp="swiglu", dropout=False
+    )
 )[1:3]
 
 
@@ -178,7 +185,7 @@ def test_llama_layer_with_flash_attention_and_selective_recompute() -> None:
 
 def test_dropout_adds_the_masks_and_the_dropped_scores() -> None:
     with_dropout = gpt_layer_tensors(
-        2, H, A, S, 128_256, kv_heads=8, ffn_hidden=F, norm="rmsnorm", mlp="swiglu"
+        GptShape(2, H, A, S, 128_256, kv_heads=8, ffn_hidden=F, norm="rmsnorm", mlp="swiglu")
     )[1:3]
     held = activations(with_dropout, examples=1, act_nbytes=2, sharding=Sharding())
     # + one-byte masks after attention and MLP (2 sbh), the softmax's mask and output (3as²b)
@@ -315,5 +322,5 @@ def test_the_per_layer_clock_costs_a_llama_under_tensor_parallelism() -> None:
     spec = ModelSpec.model_validate(model)
     profile = profile_model(spec, 2)
     assert one["flops_per_replica_step"] == profile.flops
-    assert one["param_bytes"] == 4 * gpt_size(**(spec.gpt_sizes() or {})).params
+    assert one["param_bytes"] == 4 * gpt_size(GptShape(**(spec.gpt_sizes() or {}))).params
     assert math.isfinite(split["simulated_time_s"]) and split["simulated_time_s"] > 0

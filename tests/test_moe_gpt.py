@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from simdist.errors import ScenarioError
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_expert_params, gpt_layers, gpt_model_flops_per_token, gpt_size
 from simdist.numerics import fullsize
 from simdist.runtime.engine import run
@@ -63,9 +64,9 @@ MIXTRAL_8X7B = {
 @pytest.mark.parametrize("sizes", [GELU_EVERY_OTHER, SWIGLU_EVERY], ids=["gelu-2", "swiglu-1"])
 def test_closed_form_counts_the_built_model_layer_by_layer(sizes):
     built = fullsize.build("gpt", sizes=sizes)
-    assert fullsize.param_count(built) == gpt_size(**sizes).params
+    assert fullsize.param_count(built) == gpt_size(GptShape(**sizes)).params
     names = [layer.name for layer in built.layers]
-    assert names == [layer.name for layer in gpt_layers(**sizes)]
+    assert names == [layer.name for layer in gpt_layers(GptShape(**sizes))]
     moe = [n for n in names if n.endswith(".moe")]
     assert moe == (
         ["h.1.moe", "h.3.moe"] if sizes["moe_every"] == 2 else ["h.0.moe", "h.1.moe", "h.2.moe"]
@@ -75,18 +76,18 @@ def test_closed_form_counts_the_built_model_layer_by_layer(sizes):
 def test_gelu_moe_block_by_hand():
     """h = 64, f = 256, E = 4: each expert 2·64·256 + 256 + 64 = 33,088; the MoE block its
     LayerNorm (128), router 64·4 = 256 and 4 experts: 132,736; two such blocks."""
-    assert gpt_expert_params(**GELU_EVERY_OTHER) == 2 * 4 * 33_088
-    dense = gpt_size(**{**GELU_EVERY_OTHER, "experts": None}).params
-    assert gpt_size(**GELU_EVERY_OTHER).params - dense == 2 * (256 + 3 * 33_088)
+    assert gpt_expert_params(GptShape(**GELU_EVERY_OTHER)) == 2 * 4 * 33_088
+    dense = gpt_size(GptShape(**{**GELU_EVERY_OTHER, "experts": None})).params
+    assert gpt_size(GptShape(**GELU_EVERY_OTHER)).params - dense == 2 * (256 + 3 * 33_088)
 
 
 def test_mixtral_8x7b_counts_its_published_46_7b():
     """46,702,792,704 parameters (Mixtral's 46.7B); 12,879,925,248 active (its 12.9B: 6 of
     the 8 experts of 3·4096·14336 left out in each of 32 blocks), of which all but the
     token embedding's 32000·4096 multiply, plus the attention core's 12·l·h·s."""
-    assert gpt_size(**MIXTRAL_8X7B).params == 46_702_792_704
-    assert 46_702_792_704 - gpt_expert_params(**MIXTRAL_8X7B) * 6 // 8 == 12_879_925_248
-    per_token = gpt_model_flops_per_token(**MIXTRAL_8X7B)
+    assert gpt_size(GptShape(**MIXTRAL_8X7B)).params == 46_702_792_704
+    assert 46_702_792_704 - gpt_expert_params(GptShape(**MIXTRAL_8X7B)) * 6 // 8 == 12_879_925_248
+    per_token = gpt_model_flops_per_token(GptShape(**MIXTRAL_8X7B))
     assert per_token == 6 * (12_879_925_248 - 32_000 * 4096) + 12 * 32 * 4096 * 4096
 
 

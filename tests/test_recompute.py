@@ -64,6 +64,8 @@ def test_full_recomputation_pays_each_layers_forward_again(
     for plain, again in zip(none.layers, full.layers, strict=True):
         assert again.forward_s == plain.forward_s
         assert again.backward_s == plain.backward_s + plain.forward_s
+        # its forward's collectives run again too (a tensor group's)
+        assert (plain.reruns_forward, again.reruns_forward) == (False, True)
     forwards = sum(x.forward_s for x in none.layers)
     assert full.compute_s == pytest.approx(none.compute_s + forwards, rel=1e-15)
 
@@ -105,6 +107,30 @@ def test_selective_recomputation_pays_the_attention_core() -> None:
     assert recompute_seconds(scenario_from_dict(data), profile, times) == [0.0, 0.4, 0.4, 0.0]
     data["strategy"]["recompute"] = "none"
     assert recompute_seconds(scenario_from_dict(data), profile, times) == [0.0] * 4
+
+
+@pytest.mark.parametrize(("mode", "reruns"), [("full", [0, 1, 1, 0]), ("selective", [0] * 4)])
+def test_only_full_recomputation_reruns_a_blocks_forward_collectives(
+    mode: str, reruns: list[int]
+) -> None:
+    """Full recomputation reruns the blocks' forwards, collectives included; selective only
+    the attention core, which has none (Korthikanti et al. 2022, Sec. 5): no layer reruns
+    its forward's collectives. The embedding and the head are not recomputed."""
+    data = {
+        "name": "gpt",
+        "numerics": False,
+        "cluster": {"device": {"profile": "a100"}},
+        "strategy": {"kind": "one_device", "recompute": mode},
+        "workload": {
+            "model": {"name": "gpt", "layers": 1, "hidden": 64, "heads": 2, "seq_len": 128},
+            "batch_size": BATCH,
+            "optimizer": {"name": "sgd", "learning_rate": 0.1},
+            "steps": 1,
+        },
+    }
+    costs = measure_costs(scenario_from_dict(data), None)
+    assert [x.name for x in costs.layers] == ["embeddings", "h.0.attention", "h.0.mlp", "lm_head"]
+    assert [int(x.reruns_forward) for x in costs.layers] == reruns
 
 
 GPT_ON_V100S = {

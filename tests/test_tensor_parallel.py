@@ -168,12 +168,16 @@ F, B = 1e-3, 2e-3  # a block's forward and backward on the whole batch
 LAUNCH = 1e-5
 
 
-def megatron_layer_costs() -> Costs:
-    """An embedding (not split) and one transformer layer: attention and MLP blocks."""
+def megatron_layer_costs(recompute: bool = False) -> Costs:
+    """An embedding (not split) and one transformer layer: attention and MLP blocks; with
+    ``recompute``, each block's backward holds its forward again (``recompute: full``)."""
+    again = 1.0 if recompute else 0.0
     layers = (
         LayerCost("embeddings", 4e-4, 6e-4, 4000, (), X),
-        LayerCost("h.0.attention", F, B, 8000, (), X, LAUNCH),
-        LayerCost("h.0.mlp", 2 * F, 2 * B, 16000, (), X, LAUNCH),
+        LayerCost("h.0.attention", F, B + again * F, 8000, (), X, LAUNCH, reruns_forward=recompute),
+        LayerCost(
+            "h.0.mlp", 2 * F, 2 * (B + again * F), 16000, (), X, LAUNCH, reruns_forward=recompute
+        ),
     )
     return Costs(
         compute_s=sum(x.forward_s + x.backward_s for x in layers),
@@ -184,7 +188,13 @@ def megatron_layer_costs() -> Costs:
     )
 
 
-def timed(tensor: int = 4, data: int = 1, sequence_parallel: bool = False, hosts: int = 1):
+def timed(
+    tensor: int = 4,
+    data: int = 1,
+    sequence_parallel: bool = False,
+    hosts: int = 1,
+    recompute: bool = False,
+):
     """megatron_layer_costs under tensor_parallel on one host, variability off (exact)."""
     strategy = {"kind": "tensor_parallel", "tensor": tensor, "data": data}
     scenario = scenario_from_dict(
@@ -199,7 +209,7 @@ def timed(tensor: int = 4, data: int = 1, sequence_parallel: bool = False, hosts
             }
         )
     )
-    return simulate(scenario, megatron_layer_costs())
+    return simulate(scenario, megatron_layer_costs(recompute))
 
 
 def split(seconds: float) -> float:
@@ -242,6 +252,64 @@ def test_one_megatron_layer_has_two_all_reduces_each_way_on_the_critical_path():
     # shared intra-host link (every flow of every step crosses it)
     links = result.tables["links"].set_index("link")
     assert links.loc["worker0/intra", "bytes"] == pytest.approx(3 * 5 * 2 * 3 * X, rel=1e-12)
+
+
+def test_full_recomputation_runs_each_blocks_forward_all_reduce_again():
+    """Megatron's full recomputation reruns a block's forward, its ``g`` all-reduce
+    included, before the block's backward: one more all-reduce per block, on the critical
+    path (the recomputed forward's compute is inside the block's backward span)."""
+    result = timed(recompute=True)
+    ar = ring_allreduce_s(4, X, 10e-6, 1e9)
+    step = [
+        0.0 + 4e-4,
+        ar,  # g after the embedding
+        0.0 + split(F),
+        ar,  # g after attention
+        0.0 + split(2 * F),
+        ar,  # g after the MLP
+        ar,  # g after the MLP, recomputed
+        0.0 + split(2 * (B + F)),
+        ar,  # f: the MLP's input gradient
+        ar,  # g after attention, recomputed
+        0.0 + split(B + F),
+        ar,  # f: the attention's input gradient
+        0.0 + 6e-4,  # the embedding is not recomputed
+    ]
+    t = 0.0
+    for _ in range(3):
+        for part in step:
+            t += part
+    assert result.summary["simulated_time_s"] == t
+    comm = result.events[result.events["kind"] == "comm"]
+    assert list(comm["detail"].iloc[::4][:7]) == [
+        "tensor all-reduce forward embeddings",
+        "tensor all-reduce forward h.0.attention",
+        "tensor all-reduce forward h.0.mlp",
+        "tensor all-reduce recompute h.0.mlp",
+        "tensor all-reduce backward h.0.mlp",
+        "tensor all-reduce recompute h.0.attention",
+        "tensor all-reduce backward h.0.attention",
+    ]
+    assert result.summary["tensor_collectives_per_step"] == 7
+    assert result.summary["tensor_comm_nbytes_per_step"] == 7 * X
+
+
+def test_full_recomputation_with_sequence_parallelism_gathers_and_scatters_again():
+    """With sequence parallelism each recomputed block all-gathers its input and
+    reduce-scatters its output again: 4 more collectives of X, as long as the 2 more
+    all-reduces without it."""
+    plain, sp = timed(recompute=True), timed(sequence_parallel=True, recompute=True)
+    assert sp.summary["tensor_collectives_per_step"] == 10 + 4
+    recomputed = sp.events[sp.events["detail"].str.contains("recompute")]["detail"]
+    assert list(recomputed.iloc[::4]) == 3 * [
+        "tensor all-gather recompute h.0.mlp",
+        "tensor reduce-scatter recompute h.0.mlp",
+        "tensor all-gather recompute h.0.attention",
+        "tensor reduce-scatter recompute h.0.attention",
+    ]
+    assert sp.summary["simulated_time_s"] == pytest.approx(
+        plain.summary["simulated_time_s"], rel=1e-12
+    )
 
 
 def test_sequence_parallel_swaps_each_all_reduce_for_reduce_scatter_and_all_gather():

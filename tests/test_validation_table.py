@@ -60,3 +60,13 @@ def test_the_page_is_the_scripts() -> None:
     assert page.startswith(validate.HEADER)
     for _, case in _cases():
         assert case.layout in page, case.layout
+
+
+def test_megatron_partition_puts_the_embedding_first_and_the_head_last() -> None:
+    """An interleaved NeMo row's model chunks: two profile layers a block, the embedding on
+    the first chunk and the output head on the last (validation.fp8)."""
+    from validation.fp8 import megatron_partition
+
+    assert megatron_partition(80, 80) == [3] + [2] * 78 + [3]
+    assert megatron_partition(80, 20) == [9] + [8] * 18 + [9]
+    assert sum(megatron_partition(96, 48)) == 2 * 96 + 2

@@ -6,7 +6,8 @@ rest in BF16):
 
 * NVIDIA/NeMo docs/source/performance/performance_summary.md at commit 8e3d65dc ("24.07 perf
   numbers"): pre-training at FP8 with the NeMo 24.07 container on DGX-H100 (8 H100 SXM5 a
-  node), tokens per second per GPU. The rows without an interleaved pipeline (VP 1) run here.
+  node), tokens per second per GPU. The rows with VP > 1 run Megatron's interleaved 1F1B
+  schedule (``schedule: interleaved``, ``virtual_stages`` = VP).
 * NVIDIA/NeMo docs/source/performance/performance_long_sequence.md at commit b39e679b:
   LLAMA2-7B at FP8 (NeMo 24.03.01) with context parallelism, model TFLOP/s per GPU. simdist's
   tokens per second are turned into TFLOP/s with NeMo's own count
@@ -16,15 +17,24 @@ rest in BF16):
 
 Layout details the tables do not give are those of NeMo-Framework-Launcher's training
 configs at tag 24.07, commit 8325688d (launcher_scripts/conf/training/{gpt3/5b, gpt3/20b,
-llama/llama2_7b, llama/llama3_8b, nemotron/nemotron_8b}.yaml): ``distributed_fused_adam``
+gpt3/175b, llama/llama2_7b, llama/llama2_13b, llama/llama2_70b, llama/llama3_8b,
+llama/llama3_70b, nemotron/nemotron_8b, nemotron/nemotron_22b, nemotron/nemotron_340b}.yaml;
+the table's TP, PP, CP and VP where a config differs: llama3_70b has VP 10, gpt3/175b VP 12,
+nemotron_340b TP 8 × PP 12 × VP 8): ``distributed_fused_adam``
 (optimizer state sharded over the data-parallel group: ``zero: 1`` here) with
 ``overlap_grad_sync`` (here ``overlap_grad_reduce``), no activation recomputation,
 TransformerEngine's fused (flash) attention, and sequence parallelism where the config turns
-it on (GPT3-20B, Nemotron-8B) and on the long-sequence rows with TP (NeMo's long-context
+it on (GPT3-20B, GPT3-175B, LLAMA2-70B, LLAMA3-70B, Nemotron-8B, 22B and 340B; not
+LLAMA2-13B), selective recomputation where it asks for it (Nemotron-340B)
+and on the long-sequence rows with TP (NeMo's long-context
 recipes set it: nemo/collections/llm/recipes/llama3_8b_64k.py at 8e3d65dc). The
 long-sequence rows' batch sizes are the ones a later edit of their table adds
 (NVIDIA/NeMo@19fadb67, "Batch Size"), one sequence a micro-batch.
-Micro-batches = GBS / (DP × MBS), run one after another (gradient accumulation). Every case
+Micro-batches = GBS / (DP × MBS), run one after another (gradient accumulation). An
+interleaved pipeline's model chunks are Megatron-LM's (:func:`megatron_partition`), and its
+gradients are reduced after the flush: simdist refuses ``overlap_grad_reduce`` under the
+interleaved schedule, where NeMo overlaps ``overlap_grad_sync`` and ``overlap_param_sync``
+with the chunks' passes. Every case
 runs timing-only on ``h100`` hosts of 8 (the Llama 3 rows' cluster, validation.layouts).
 Nothing is fitted: the h100's fp8 share is its bf16 one (0.43, Llama 3's MFU).
 """
@@ -34,6 +44,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from simdist.catalog import GPT_PRESETS
 from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
 from validation import Case
@@ -82,7 +93,78 @@ MODELS: dict[str, dict[str, Any]] = {
         "bias": False,
         "dropout": False,
     },
+    "LLAMA2-13B": {
+        "layers": 40,
+        "hidden": 5120,
+        "heads": 40,
+        "ffn_hidden": 13824,
+        "vocab": 32_000,
+        "seq_len": 4096,
+        **LLAMA,
+    },
+    # grouped-query attention: 8 key/value groups (num_query_groups)
+    "LLAMA2-70B": {
+        "layers": 80,
+        "hidden": 8192,
+        "heads": 64,
+        "kv_heads": 8,
+        "ffn_hidden": 28672,
+        "vocab": 32_000,
+        "seq_len": 4096,
+        **LLAMA,
+    },
+    "LLAMA3-70B": {"preset": "llama3_70b", "seq_len": 8192},
+    "GPT3-175B": {"layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048, **GPT3},
+    # as Nemotron-8B: squared-ReLU MLP priced as a GeLU one, LayerNorm (layernorm1p)
+    "Nemotron-22B": {
+        "layers": 40,
+        "hidden": 6144,
+        "heads": 48,
+        "ffn_hidden": 24576,
+        "vocab": 256_000,
+        "seq_len": 4096,
+        "positions": "rotary",
+        "tied_embeddings": False,
+        "bias": False,
+        "dropout": False,
+    },
+    # as Nemotron-22B, with 8 key/value groups (num_query_groups: 8)
+    "Nemotron-340B": {
+        "layers": 96,
+        "hidden": 18432,
+        "heads": 96,
+        "kv_heads": 8,
+        "ffn_hidden": 73728,
+        "vocab": 256_000,
+        "seq_len": 4096,
+        "positions": "rotary",
+        "tied_embeddings": False,
+        "bias": False,
+        "dropout": False,
+    },
 }
+# Sequence parallelism as each model's launcher config sets it (sequence_parallel: true).
+SEQUENCE_PARALLEL = (
+    "GPT3-20B",
+    "Nemotron-8B",
+    "GPT3-175B",
+    "LLAMA2-70B",
+    "Nemotron-22B",
+    "LLAMA3-70B",
+    "Nemotron-340B",
+)
+
+
+def megatron_partition(blocks: int, chunks: int) -> list[int]:
+    """Profile layers a model chunk as Megatron-LM cuts an interleaved pipeline: the
+    Transformer blocks split evenly over the ``chunks`` (``get_num_layers_to_build``,
+    megatron/core/transformer/transformer_block.py), the embedding on the first chunk and
+    the output head on the last; a block is two profile layers (attention, MLP)."""
+    per_chunk = 2 * blocks // chunks
+    counts = [per_chunk] * chunks
+    counts[0] += 1
+    counts[-1] += 1
+    return counts
 
 
 def nemo_scenario(
@@ -95,11 +177,16 @@ def nemo_scenario(
     seq_len: int | None = None,
     sequence_parallel: bool = False,
     precision: str = "fp8",
+    pipeline: int = 1,
+    virtual_stages: int = 1,
+    recompute: str = "none",
 ) -> Any:
     """One NeMo row, timing-only, one Adam step at ``precision`` (the tables': fp8) without
-    variability: ``gpus`` H100 as DP × TP × CP, ``gbs`` sequences a step in micro-batches
-    of ``mbs`` per copy."""
-    data = gpus // (tensor * context)
+    variability: ``gpus`` H100 as DP × PP × TP × CP, ``gbs`` sequences a step in
+    micro-batches of ``mbs`` per copy; with ``virtual_stages`` > 1 Megatron's interleaved
+    1F1B schedule, the model cut as :func:`megatron_partition` cuts it; ``recompute`` as the
+    launcher config's ``activations_checkpoint_granularity``."""
+    data = gpus // (tensor * context * pipeline)
     sizes = dict(MODELS[model])
     if seq_len is not None:
         sizes["seq_len"] = seq_len
@@ -110,6 +197,24 @@ def nemo_scenario(
     mesh: dict[str, int] = {"data": data, "tensor": tensor}
     if context > 1:
         mesh["context"] = context
+    strategy: dict[str, Any] = {
+        "kind": "hybrid",
+        "mesh": mesh,
+        "zero": 1,
+        "micro_batches": gbs // (data * mbs),
+        "sequence_parallel": sequence_parallel,
+        # simdist cannot yet cut the gradient buckets along a context axis's ring, nor
+        # across an interleaved stage's model chunks (the hybrid spec refuses it)
+        "overlap_grad_reduce": context == 1 and virtual_stages == 1,
+        "recompute": recompute,
+    }
+    if pipeline > 1:
+        mesh["pipeline"] = pipeline
+    if virtual_stages > 1:
+        strategy["schedule"] = "interleaved"
+        strategy["virtual_stages"] = virtual_stages
+        blocks = int(sizes.get("layers") or GPT_PRESETS[sizes["preset"]]["layers"])
+        strategy["partition"] = megatron_partition(blocks, pipeline * virtual_stages)
     return scenario_from_dict(
         {
             "name": f"validate_nemo_{model.lower()}_{gpus}gpus",
@@ -123,15 +228,7 @@ def nemo_scenario(
                 "optimizer": {"name": "adam", "learning_rate": 3e-4},
                 "steps": 1,
             },
-            "strategy": {
-                "kind": "hybrid",
-                "mesh": mesh,
-                "zero": 1,
-                "micro_batches": gbs // (data * mbs),
-                "sequence_parallel": sequence_parallel,
-                # simdist cannot yet cut the gradient buckets along a context axis's ring
-                "overlap_grad_reduce": context == 1,
-            },
+            "strategy": strategy,
         }
     )
 
@@ -188,16 +285,30 @@ def _summary_row(
     tensor: int = 1,
     context: int = 1,
     quick: bool = False,
+    pipeline: int = 1,
+    virtual_stages: int = 1,
+    within_pct: float = 15.0,
+    why: str = "",
+    recompute: str = "none",
 ) -> Case:
     m = MODELS[model]
     seq_len = int(m["seq_len"])
-    sequence_parallel = model in ("GPT3-20B", "Nemotron-8B")
-    parts = [f"TP {tensor}" if tensor > 1 else "", f"CP {context}" if context > 1 else ""]
-    layout = " × ".join(p for p in [f"DP {gpus // (tensor * context)}", *parts] if p)
+    sequence_parallel = model in SEQUENCE_PARALLEL
+    data = gpus // (tensor * context * pipeline)
+    parts = [
+        f"TP {tensor}" if tensor > 1 else "",
+        f"PP {pipeline}" if pipeline > 1 else "",
+        f"CP {context}" if context > 1 else "",
+    ]
+    layout = " × ".join(p for p in [f"DP {data}", *parts] if p)
+    if virtual_stages > 1:
+        layout += f", interleaved 1F1B (VP {virtual_stages})"
     return Case(
         source=f"{SUMMARY}, performance_summary.md",
         layout=f"{model}, {layout}, {gpus} H100 (DGX), FP8, {seq_len:,}-token sequences, "
-        f"GBS {gbs}, MBS {mbs}" + (", sequence parallel" if sequence_parallel else ""),
+        f"GBS {gbs}, MBS {mbs}"
+        + (", sequence parallel" if sequence_parallel else "")
+        + (f", {recompute} recomputation" if recompute != "none" else ""),
         quantity="tokens/s per GPU",
         published=published,
         predict=lambda: tokens_per_s_per_gpu(
@@ -208,8 +319,13 @@ def _summary_row(
             tensor=tensor,
             context=context,
             sequence_parallel=sequence_parallel,
+            pipeline=pipeline,
+            virtual_stages=virtual_stages,
+            recompute=recompute,
         ),
         quick=quick,
+        expect_within_pct=within_pct,
+        note=why,
     )
 
 
@@ -259,6 +375,139 @@ CASES: list[Case] = [
     _summary_row("LLAMA2-7B", 8, 128, 1, 16934.0, quick=True),
     _summary_row("Nemotron-8B", 64, 256, 4, 12507.0, tensor=2),
     _summary_row("LLAMA3-8B", 8, 128, 1, 12273.0, context=2),
+    _summary_row(
+        "LLAMA3-70B",
+        64,
+        128,
+        1,
+        1524.0,
+        tensor=4,
+        context=2,
+        pipeline=4,
+        virtual_stages=5,
+        within_pct=20.0,
+        why=(
+            "too slow: the last stage, whose last model chunk holds the output head (a "
+            "128,256-token vocabulary, at bf16) beside its 4 blocks, computes 88.1 % of "
+            "simdist's step (the first stage 80.8 %), so the published rate, 81.4 % of that "
+            "step, is passed by its compute alone; the rest of the last stage's step is the "
+            "tensor-parallel collectives, every one on the critical path (9.3 %; the launcher "
+            "config overlaps them with the GEMMs, ub_tp_comm_overlap), the gradient reduction "
+            "and parameter all-gather after the flush (1.6 %; NeMo overlaps both, and simdist "
+            "refuses overlap_grad_reduce under the interleaved schedule), the context ring "
+            "(0.7 %) and idle time (0.9 %; 3/323 on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "LLAMA2-70B",
+        64,
+        128,
+        1,
+        1728.0,
+        tensor=4,
+        pipeline=4,
+        virtual_stages=20,
+        within_pct=25.0,
+        why=(
+            "too slow: the last stage computes 81.2 % of simdist's step (the first 79.2 %) and "
+            "the published rate is 79.7 % of it: simdist's compute alone is the published "
+            "step. The rest is the tensor-parallel collectives, every one on the critical "
+            "path (11.0 %; the launcher config overlaps them with the GEMMs, "
+            "ub_tp_comm_overlap), the gradient reduction and parameter all-gather after the "
+            "flush (6.9 %; NeMo overlaps both, and simdist refuses overlap_grad_reduce under "
+            "the interleaved schedule) and idle time (0.5 %; 3/643 on equal chunks). Nothing "
+            "is recomputed"
+        ),
+    ),
+    _summary_row("LLAMA2-13B", 16, 128, 1, 8715.0, pipeline=4, virtual_stages=10),
+    _summary_row(
+        "Nemotron-22B",
+        64,
+        256,
+        2,
+        4312.0,
+        tensor=2,
+        pipeline=4,
+        virtual_stages=10,
+        within_pct=20.0,
+        why=(
+            "too slow: the last stage, whose last model chunk holds the output head (a "
+            "256,000-token vocabulary, at bf16) beside its one block, computes 88.2 % of "
+            "simdist's step (the first stage 57.0 %), so the published rate, 81.7 % of that "
+            "step, is passed by its compute alone; the rest of the last stage's step is the "
+            "gradient reduction and parameter all-gather after the flush (6.4 %; NeMo "
+            "overlaps both, and simdist refuses overlap_grad_reduce under the interleaved "
+            "schedule), the tensor-parallel collectives on the critical path (3.9 %; the "
+            "launcher config overlaps them, ub_tp_comm_overlap) and idle time (1.3 %; 3/163 "
+            "on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "GPT3-175B",
+        128,
+        256,
+        1,
+        716.0,
+        tensor=4,
+        pipeline=8,
+        virtual_stages=6,
+        within_pct=20.0,
+        why=(
+            "too slow: the last stage computes 82.2 % of simdist's step (the first 78.1 %) and "
+            "the published rate is 82.3 % of it: simdist's compute alone is the published "
+            "step. The rest is the tensor-parallel collectives on the critical path (8.4 %; "
+            "the launcher config does not overlap them either, ub_tp_comm_overlap: false), "
+            "the gradient reduction and parameter all-gather after the flush (7.4 %; NeMo "
+            "overlaps both, and simdist refuses overlap_grad_reduce under the interleaved "
+            "schedule) and idle time (1.7 %; 7/391 on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "GPT3-175B",
+        512,
+        2048,
+        2,
+        825.0,
+        tensor=4,
+        pipeline=8,
+        virtual_stages=6,
+        within_pct=30.0,
+        why=(
+            "too slow: the last stage computes 84.9 % of simdist's step (the first 80.6 %) and "
+            "the published rate is 73.9 % of it, so simdist's compute alone is 15 % slower "
+            "than the whole published step. The row runs two sequences a micro-batch, where "
+            "simdist prices every GEMM at the one share it uses at one: its rate rises 3.5 % "
+            "from the 128-GPU row, the published one 15.2 % (the table links this row's "
+            "TFLOP/s to MLCommons' results, a tuned MLPerf run). The rest is the "
+            "tensor-parallel collectives on the critical path (8.4 %; ub_tp_comm_overlap: "
+            "false in the launcher config), the gradient reduction and parameter all-gather "
+            "after the flush (4.9 %; NeMo overlaps both, and simdist refuses "
+            "overlap_grad_reduce under the interleaved schedule) and idle time (1.7 %; 7/391 "
+            "on equal chunks). Nothing is recomputed"
+        ),
+    ),
+    _summary_row(
+        "Nemotron-340B",
+        128,
+        32,
+        1,
+        326.0,
+        tensor=8,
+        pipeline=8,
+        virtual_stages=12,
+        recompute="selective",
+        within_pct=30.0,
+        why=(
+            "too slow: the last stage, whose last model chunk holds the output head (a "
+            "256,000-token vocabulary, at bf16) beside its one block, computes 75.2 % of "
+            "simdist's step (selective recomputation's attention cores included), and the "
+            "published rate is 72.4 % of that step, so its compute alone passes it; the rest "
+            "is the tensor-parallel collectives on the critical path (11.1 %; the launcher "
+            "config overlaps them, ub_tp_comm_overlap) and the gradient reduction and "
+            "parameter all-gather after the flush (8.4 %; NeMo overlaps both, and simdist "
+            "refuses overlap_grad_reduce under the interleaved schedule)"
+        ),
+    ),
     _long_row(16384, 16, 256, 2, 1, 660.0),
     _long_row(
         32768,
@@ -323,9 +572,31 @@ The summary's five rows without an interleaved pipeline come out −6.0 % (GPT3-
 (GPT3-20B, TP 2), −10.8 % (LLAMA2-7B), −9.7 % (Nemotron-8B, TP 2) and −10.3 % (LLAMA3-8B,
 CP 2), all within the band and all slow. The same layouts at bf16 give 12,891, 3,027, 9,154,
 7,625 and 7,278 tokens/s (−45, −48, −46, −39 and −41 %): on simdist's clock FP8 is worth
-1.48–1.71× here, the linear GEMMs being 72–93 % of a step's FLOPs. The rows with VP > 1
-(GPT3-175B, LLAMA2-13B and 70B, Nemotron-22B and 340B, LLAMA3-70B) need the interleaved
-pipeline schedule and are not run.
+1.48–1.71× here, the linear GEMMs being 72–93 % of a step's FLOPs.
+
+The rows with VP > 1 run Megatron's interleaved 1F1B schedule with the table's VP, the
+blocks split evenly over the PP × VP model chunks, the embedding on the first and the
+output head on the last (Megatron-LM's cut). LLAMA2-13B (PP 4, VP 10) comes out −13.8 %,
+inside the band; LLAMA3-70B (TP 4 × PP 4 × CP 2, VP 5) −18.6 %, LLAMA2-70B (TP 4 × PP 4,
+VP 20) −20.2 %, Nemotron-22B (TP 2 × PP 4, VP 10) −18.3 % and GPT3-175B (TP 4 × PP 8, VP
+6) −17.7 % on 128 GPUs and −26.1 % on 512. Nothing is recomputed in any of them and the
+schedule's own bubble is small (0.5–1.8 % of the step on equal chunks). Measured on the
+five misses' busiest stage, the last (Megatron's output head runs there at bf16 beside the
+last chunk: with Nemotron-22B's 256,000-token vocabulary and one block a chunk the last
+stage computes 88 % of the step, the first 57 %), simdist's compute alone takes 81–88 % of
+its step, which is already the whole published step (80–82 % of simdist's; 74 % on 512
+GPUs). On top of it come the tensor-parallel collectives, every one on the critical path
+(4–11 % of the step; the launcher configs overlap them with the GEMMs for the Llama and
+Nemotron models, ``ub_tp_comm_overlap``, not for GPT3-175B), and the gradient reduction and
+parameter all-gather after the flush (2–7 %; NeMo overlaps both, and simdist refuses
+``overlap_grad_reduce`` under the interleaved schedule). On 512 GPUs GPT3-175B runs two
+sequences a micro-batch, which the published rate gains 15 % from (the table links its
+TFLOP/s to MLCommons' results, a tuned MLPerf run) and simdist 3.5 %: its clock prices a
+GEMM at one share whatever its size. Nemotron-340B (TP 8 × PP 8, VP 12, GBS 32, sequence
+parallelism and selective recomputation as its launcher config sets them) fits with 73.1 of
+an H100's 74.5 GiB on the first stage (model state 53.6 GiB, activations 19.3 GiB with
+grouped-query attention, flash attention and FP8 copies of the linear inputs) and comes out
+−27.6 %: its last stage computes 75.2 % of simdist's step against the published 72.4 %.
 
 The long-sequence rows are counted with NeMo's own formula (``_llama2`` in
 nemo/collections/common/metrics/perf_metrics.py: the s² term in full); their batch sizes are

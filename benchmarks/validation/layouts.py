@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_model_flops_per_token
 from simdist.runtime.engine import run
 from simdist.scenario import scenario_from_dict
@@ -252,7 +253,7 @@ def llama3_tflops(data: int) -> float:
     summary = run(scenario).summary
     step_s = summary["simulated_time_s"] / summary["steps"]
     model = scenario.workload.clock_model
-    per_token = gpt_model_flops_per_token(**(model.gpt_sizes() or {}))
+    per_token = gpt_model_flops_per_token(GptShape(**(model.gpt_sizes() or {})))
     tokens = LLAMA3_SEQUENCES * int(model.seq_len or 0)
     return per_token * tokens / step_s / (data * 16 * 8) / 1e12
 
@@ -314,8 +315,9 @@ None of the four has a pipeline (p = 1), so the paper's interleaved schedule doe
 to them.
 The t = 1 row reduces its gradients after the backward, as Megatron-LM's own DDP did
 (``DDP_impl: local``, megatron/training.py ``train_step``), like the tensor-parallel rows.
-simdist predicts 158, 153, 145 and 141 TFLOP/s against 137, 138, 142 and 135: the rows with
-tensor parallelism land within 11 %; the 1.7B row without tensor parallelism is +15 %.
+simdist predicts 158, 151, 141 and 135 TFLOP/s against 137, 138, 142 and 135: the rows with
+tensor parallelism land within 10 % (their recomputed forward runs its tensor all-reduces
+again, as Megatron's checkpointed blocks do); the 1.7B row without tensor parallelism is +15 %.
 Its step is 98 % compute: 3.06 s, of which the gradient all-reduce (3.4 GB in fp16 over 4
 nodes) is 0.09 s and the optimizer step 0.03 s, so no layout or communication term is left
 to correct; simdist's compute alone already gives 160 TFLOP/s, 51 % of the peak, where the
@@ -329,7 +331,12 @@ at the a100's achieved 1.54 TB/s, 36 %, 21 % and 14 % on the 3.6B, 7.5B and 18.4
 (the share goes as s / (h · head size)). That is the rows' ordering, but as an upper bound
 it overshoots (added in series it would put the 1.7B row near -20 %), and pricing it
 needs kernel-level measurements the paper does not give, so it is left out and the row
-stays outside the band. ZeRO's published
+stays outside the band. Read again against the source, nothing in the row is misread: Table
+1 gives it 24 heads, h = 2304, 24 layers, t = 1, p = 1, 32 GPUs, batch 512 and 137 TFLOP/s,
+"44%" of peak (137 / 312: the A100's dense fp16 peak is the one simdist uses); its FLOPs are
+Eq. 3's, which "assumes activation recomputation", as the row does. And the a100 constant
+errs the other way if at all: 0.52 is the 1T row's end-to-end rate, its pipeline bubble and
+communication inside, so the GEMMs' own share in that run is at least 0.52. ZeRO's published
 throughput (Rajbhandari et al. 2020: 15 PFLOP/s, 38 TFLOP/s per V100, for a 100B model on
 400 GPUs), ZeRO stage 2 with 16-way Megatron model parallelism, is the next family.
 
@@ -354,8 +361,9 @@ selective recomputation frees nothing more under flash attention. What is left i
 calibration: the ``h100`` bf16 efficiency (0.43) *is* this table's 43 % MFU, a
 whole-cluster figure with the bubble and
 the communication already inside it, so charging them again on top of it cannot reach 430:
-with the recomputed forward on the clock simdist's ceiling is 3/4 of 430 = 322 TFLOP/s with
-no bubble at all, and its interleaved pipeline still idles 26 % and 38 % of the step (15/79
-= 19 % and 15/47 = 32 % on equal chunks and free links). The rows measure the layout's
-overheads as simdist models them, not a prediction of the per-GPU rate.
+with the recomputed forward (its tensor collectives too) on the clock simdist's ceiling is
+3/4 of 430 = 322 TFLOP/s with no bubble at all, and its interleaved pipeline still idles
+26 % and 38 % of the step (15/79 = 19 % and 15/47 = 32 % on equal chunks and free links).
+The rows measure the layout's overheads as simdist models them, not a prediction of the
+per-GPU rate.
 """

@@ -379,9 +379,8 @@ others 3.17 s), 0.07 s of all-to-alls on each device's critical path (1.9 TB a s
 devices, inside the hosts), 0.04 s of stage-to-stage sends (31 chunk boundaries against
 1F1B's 3; with the sends free the step is 3.58 s) and about 0.12 s of the schedule's bubble
 and drain (3/131 of the step ideally; 11.7 % of all devices' time is not compute, against
-the schedule's ideal 2.3 %).
-Even with no bubble and no communication the h100 constant (0.43, fitted on Llama 3 405B's
-43 % MFU, which holds that run's own bubble and communication) gives 413 TFLOP/s, 12 % under
-the published figure. Interleaving holds more activations: 63.4 GiB on a first-stage GPU
-(59 under 1F1B), within the H100's 80 GB.
+the schedule's ideal 2.3 %). Even with no bubble and no communication the h100 constant
+(0.43, fitted on Llama 3 405B's 43 % MFU, which holds that run's own bubble and
+communication) gives 413 TFLOP/s, 12 % under the published figure. Interleaving holds more
+activations: 63.4 GiB on a first-stage GPU (59 under 1F1B), within the H100's 80 GB.
 """

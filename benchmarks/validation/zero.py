@@ -202,21 +202,45 @@ soon as it is full, "to overlap communication and computation"), although DeepSp
 default for stages 1 and 2 is not to overlap (deepspeed/runtime/zero/config.py); the
 updated parameters are all-gathered after the step.
 
-simdist lands within 15 % on 8 of the 13 rows, 4 of the 6 MP = 16 rows at large batch
-(60B, 80B and the 60B of Figure 3 on 128 and 400 GPUs). Those rows come out -9 % to -16 %:
-the paper reports 36.5-39.0 TFLOP/s per GPU, at or above what simdist computes with no
+simdist lands within 15 % on 7 of the 13 rows, 2 of the 6 MP = 16 rows at large batch
+(the 60B of Figure 3 on 128 and 400 GPUs). Those six rows come out -12 % to -18 %: the
+paper reports 36.5-39.0 TFLOP/s per GPU, at or above what simdist computes with no
 communication at all (36.5-36.8 TFLOP/s for these models at efficiency 0.30), and simdist
 adds the tensor collectives (over NVSwitch), the last bucket's reduce-scatter and the
-all-gather of the updated parameters (over InfiniBand). For 100B a step is 45.1 s of
-compute (11.2 s of it the recomputed forward), 3.4 s of tensor collectives and 4.3 s of
-data-axis reduce-scatter and all-gather, of which the overlap hides about 1.9 s: 32.7
-TFLOP/s (-16 %; 31.5 when the reduce-scatter waited for the backward's end). The overlap
-lifts the small-batch rows too, where simdist was already above the paper: 120B and 140B
-(+14 %, +16 %) run at the batch that fits (24, 16 a copy), and simdist's one efficiency per
-device does not fall with the GEMMs' size as the paper's throughput does; 170B (+45 %)
-fits in the paper only with its activation checkpoints offloaded to the CPU (Sec. 10.5),
-whose copies simdist does not model. The 60B scaling of Figure 3 shows in simdist as 31.5,
-33.1, 33.1, 33.3 TFLOP/s per GPU on 64, 128, 256, 400 GPUs against the paper's 25.6, 37.6,
-39.0, 36.6: simdist's one flat efficiency per device has no super-linear step from the
-larger batch a copy.
+all-gather of the updated parameters (over InfiniBand). The tensor collectives include the
+recomputed forward's: Megatron's checkpointed block runs its forward again before its
+backward, its all-gather and reduce-scatter included (Korthikanti et al. 2022, Sec. 5), so
+each block moves three pairs where it moved two. For 100B a step is 45.1 s of compute
+(11.2 s of it the recomputed forward), 5.2 s of tensor collectives (1.7 s of them the
+recomputed forward's) and 4.2 s of data-axis reduce-scatter and all-gather, of which the
+overlap hides about 1.9 s: 31.6 TFLOP/s (-18 %; 32.6 before the recomputed forward's
+collectives were on the clock). The overlap lifts the small-batch rows too, where simdist
+is above the paper: 120B and 140B (+11 %, +12 %) run at the batch that fits (24, 16 a copy),
+and simdist's one efficiency per device does not fall with the GEMMs' size as the paper's
+throughput does; 170B (+40 %) fits in the paper only with its activation checkpoints
+offloaded to the CPU (Sec. 10.5), whose copies simdist does not model. The 60B scaling of
+Figure 3 shows in simdist as 30.5, 32.0, 32.0, 32.2 TFLOP/s per GPU on 64, 128, 256, 400
+GPUs against the paper's 25.6, 37.6, 39.0, 36.6: simdist's one flat efficiency per device
+has no super-linear step from the larger batch a copy.
+
+**The sources read again.** Is the ceiling a misreading? (1) The peak: Megatron-LM's 39
+TFLOP/s ran on a V100 SXM3 32GB of a DGX-2H and is "30% of the theoretical peak FLOPS for a
+single GPU as configured in a DGX-2H server" (Shoeybi et al. 2019, Sec. 1, 5 and 5.1): a
+peak of 130 TFLOP/s (NV-ADLR's later "MegatronLM's Supercharged V1.0" post gives the same,
+62.4 TFLOP/s "is 48%"), above the V100 SXM2 datasheet's 125 the ``v100`` profile uses.
+simdist carries the share, 0.30, to the profile's peak, so its GEMMs run at 37.5 TFLOP/s,
+not 39. The ZeRO paper's own arithmetic uses 125 for its DGX-2 nodes: 15 PFLOP/s over 400
+GPUs, 37.5 TFLOP/s each, is "over 30% of the peak" (Sec. 10.2), which 130 would not give.
+So both readings stand; taking Megatron's rate instead of its share (39 / 125 = 0.312) would
+carry a DGX-2H's clocks to the ZeRO paper's DGX-2s, which no source supports, and would
+lift these rows by 4 % at most. (2) The FLOPs: Megatron-LM 2019 states no FLOP count (it
+checkpoints every layer, Sec. 4.2); Megatron's own 1.2B baseline (40 layers, h = 1536, 8
+sequences of 1,024 tokens) on the ``v100-32gb`` comes out at 36.7 TFLOP/s counted with
+Narayanan et al.'s recomputation formula (27.9 counted without it), so the
+constant reproduces its source within 6 % only when the 39 counts the recomputed forward.
+The ZeRO rows are counted with DeepSpeed's own counter (above); Megatron's formula would
+add 2 % at h = 8192. (3) The layouts: each row's layers and hidden size give the model's
+stated size by 12·l·h² (40B and 60B only at h = 6144), so Table 5 is read consistently.
+Nothing read from the sources moves the six MP = 16 rows into the band; they stay misses,
+with the reason above.
 """

@@ -209,6 +209,7 @@ def model_tensors(scenario: Scenario) -> list[LayerTensors] | None:
     """The clock model's stored tensors per example when simdist knows them from its sizes
     (a gpt or GPT-2, :func:`simdist.activation_memory.gpt_layer_tensors`); None else."""
     from simdist.catalog import GPT_DEFAULTS
+    from simdist.gpt_shape import GptShape
 
     w = scenario.workload
     if w.profile is not None:
@@ -218,7 +219,7 @@ def model_tensors(scenario: Scenario) -> list[LayerTensors] | None:
         return None
     sizes = spec.gpt_sizes() or dict(GPT_DEFAULTS)
     tokens = int(w.input_shape[0]) if w.input_shape else sizes["seq_len"]
-    return gpt_layer_tensors(**sizes, tokens=tokens)
+    return gpt_layer_tensors(GptShape(**sizes), tokens=tokens)
 
 
 def state_nbytes_per_param(

@@ -233,6 +233,7 @@ def gpt_footprint(model_spec: ModelSpec, input_shape: tuple[int, ...] | None) ->
     other models, and for an input the model cannot take (its build says why)."""
     from simdist.activation_memory import gpt_layer_tensors
     from simdist.catalog import GPT_DEFAULTS
+    from simdist.gpt_shape import GptShape
     from simdist.model_size import FLOAT32_NBYTES, TOKEN_NBYTES, gpt_layers
 
     if model_spec.name not in ("gpt", "gpt2"):
@@ -241,13 +242,14 @@ def gpt_footprint(model_spec: ModelSpec, input_shape: tuple[int, ...] | None) ->
     tokens = sizes["seq_len"] if input_shape is None else input_shape[0]
     if input_shape is not None and (len(input_shape) != 1 or not 1 <= tokens <= sizes["seq_len"]):
         return None
-    layers = gpt_layers(**sizes, tokens=tokens)
+    shape = GptShape(**sizes)
+    layers = gpt_layers(shape, tokens=tokens)
     return Footprint(
         tuple(layer.name for layer in layers),
         tuple(layer.params * FLOAT32_NBYTES for layer in layers),
         tuple(float(layer.output_elements * FLOAT32_NBYTES) for layer in layers),
         tokens * TOKEN_NBYTES,
-        layer_tensors=tuple(gpt_layer_tensors(**sizes, tokens=tokens)),
+        layer_tensors=tuple(gpt_layer_tensors(shape, tokens=tokens)),
     )
 
 

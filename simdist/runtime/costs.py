@@ -430,6 +430,7 @@ def _device_costs(
         profile, device, times, measured, fp8_layers(scenario, profile, device)
     )
     extra = recompute_seconds(scenario, profile, times, device)
+    full = scenario.strategy.recompute == "full"
     if any(extra):
         times = [(f, b + x) for (f, b), x in zip(times, extra, strict=True)]
         compute_s += math.fsum(extra)
@@ -450,9 +451,10 @@ def _device_costs(
                 _at(layer.output_nbytes, element),
                 launch,
                 param_nbytes=_at(layer.param_nbytes, element),
+                reruns_forward=full and x > 0,
             )
-            for layer, (f, b), paths, launch in zip(
-                profile.layers, times, layer_paths, launches, strict=True
+            for layer, (f, b), paths, launch, x in zip(
+                profile.layers, times, layer_paths, launches, extra, strict=True
             )
         ),
     )

@@ -26,6 +26,7 @@ from simdist.catalog import (
     OptimizerName,
     ScheduleKind,
 )
+from simdist.gpt_shape import GptShape
 from simdist.model_size import ModelSize, gpt_size
 from simdist.scenario.fields import (
     GPT_CAPS,
@@ -163,8 +164,14 @@ class ModelSpec(Spec):
     def gpt_size(self) -> ModelSize | None:
         """gpt's parameters, activations and FLOPs from its sizes alone (no JAX); None for
         the other models."""
+        shape = self.gpt_shape()
+        return None if shape is None else gpt_size(shape)
+
+    def gpt_shape(self) -> GptShape | None:
+        """gpt's :class:`~simdist.gpt_shape.GptShape`: :meth:`gpt_sizes`, resolved; None for
+        the other models."""
         sizes = self.gpt_sizes()
-        return None if sizes is None else gpt_size(**sizes)
+        return None if sizes is None else GptShape(**sizes)
 
     def gpt_sizes(self) -> dict[str, Any] | None:
         """gpt's sizes (``layers``, ``hidden``, ``heads``, ``seq_len``, ``vocab``) and its
@@ -294,7 +301,7 @@ def _check_gpt_size(model: ModelSpec) -> None:
                 f"got {show(sizes[key])}; a gpt has at most {cap:,} (the largest published "
                 f"have {seen}): it is counted and built whole, e.g. {key}: {example}",
             )
-    size = gpt_size(**sizes)
+    size = gpt_size(GptShape(**sizes))
     if size.params > MAX_MODEL_PARAMS:
         raise fail(
             "",

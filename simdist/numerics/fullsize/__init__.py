@@ -26,6 +26,7 @@ import jax
 from simdist.catalog import FULLSIZE_MODELS, GPT_DEFAULTS, GPT_LAYOUT_DEFAULTS, GPT_MOE_DEFAULTS
 from simdist.compile_cache import configure as _configure_compile_cache
 from simdist.errors import SimdistError
+from simdist.gpt_shape import GptShape
 from simdist.numerics.fullsize.inception import inception_v3_layers
 from simdist.numerics.fullsize.layered import (
     AbstractLayer,
@@ -133,7 +134,7 @@ def build(
         layers = bert_base_layers(n_outputs)
     elif name == "gpt":
         layout = {k: gpt[k] for k in (*GPT_LAYOUT_DEFAULTS, *GPT_MOE_OPTIONS) if k in gpt}
-        layers = gpt_layers(**{k: int(gpt[k]) for k in GPT_DEFAULTS}, **layout)
+        layers = gpt_layers(GptShape(**{k: int(gpt[k]) for k in GPT_DEFAULTS}, **layout))
     else:
         layers = gpt2_layers()
     return LayeredModel(name, tuple(layers), shape, dtype, n_outputs)

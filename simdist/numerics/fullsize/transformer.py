@@ -24,6 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from simdist.gpt_shape import GptShape
 from simdist.model_size import is_moe_block
 from simdist.numerics.fullsize.blocks import DenseLayer
 from simdist.numerics.fullsize.layered import Layer
@@ -282,31 +283,11 @@ def bert_base_layers(n_outputs: int | None) -> list[Layer]:
 def gpt2_layers() -> list[Layer]:
     """GPT-2 124M's embeddings, 12 blocks (attention and MLP each one layer) and the LM head
     tied to the token embedding."""
-    return gpt_layers(layers=12, hidden=768, heads=12, seq_len=1024, vocab=50257)
+    return gpt_layers(GptShape(layers=12, hidden=768, heads=12, seq_len=1024, vocab=50257))
 
 
-def gpt_layers(
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    vocab: int,
-    *,
-    kv_heads: int | None = None,
-    ffn_hidden: int | None = None,
-    norm: str = "layernorm",
-    mlp: str = "gelu",
-    positions: str = "learned",
-    rope_theta: float | None = None,
-    tied_embeddings: bool = True,
-    bias: bool = True,
-    dropout: bool = True,
-    experts: int | None = None,
-    top_k: int = 2,
-    capacity_factor: float = 1.25,
-    moe_every: int = 1,
-) -> list[Layer]:
-    """A GPT's embeddings (``vocab`` tokens, ``seq_len`` positions), ``layers`` blocks of
+def gpt_layers(shape: GptShape) -> list[Layer]:
+    """Gpt ``shape``'s embeddings (``vocab`` tokens, ``seq_len`` positions), ``layers`` blocks of
     width ``hidden`` (attention of ``heads`` heads and an MLP of ``ffn_hidden``, default
     4 × ``hidden``, each one layer) and the LM head, tied to the token embedding unless
     ``tied_embeddings`` is false. The layout options are
@@ -318,7 +299,11 @@ def gpt_layers(
     Every block is the same module, so the profile lowers one attention and one MLP (and one
     MoE layer).
     """
-    del dropout
+    layers, hidden, heads, seq_len = shape.layers, shape.hidden, shape.heads, shape.seq_len
+    vocab, kv_heads, ffn_hidden, norm = shape.vocab, shape.kv_heads, shape.ffn_hidden, shape.norm
+    mlp, positions, rope_theta, bias = shape.mlp, shape.positions, shape.rope_theta, shape.bias
+    tied_embeddings, experts, top_k = shape.tied_embeddings, shape.experts, shape.top_k
+    capacity_factor, moe_every = shape.capacity_factor, shape.moe_every
     rms = norm == "rmsnorm"
     rotary = positions == "rotary"
     theta = (10_000.0 if rope_theta is None else rope_theta) if rotary else None

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import Field
 
+from simdist.gpt_shape import GptShape
 from simdist.model_size import gpt_expert_params
 from simdist.sharding import Sharding
 from simdist.spec import Float, PositiveInt, fail
@@ -77,7 +78,7 @@ class Spec(StrategySpecBase):
         follow them (the memory model)."""
         model = scenario.workload.clock_model
         if model.name == "gpt":
-            experts = gpt_expert_params(**(model.gpt_sizes() or {}))
+            experts = gpt_expert_params(GptShape(**(model.gpt_sizes() or {})))
         elif model.name == "moe":
             d, f = int(model.hidden[0]), int(model.hidden[1])
             experts = int(model.experts or 0) * (2 * d * f + f + d)

@@ -59,7 +59,7 @@ from simdist.strategies.expert_parallel.plan import (
     routing_record,
     routing_weights,
 )
-from simdist.strategies.hybrid.plan import data_collectives, stage_plans
+from simdist.strategies.hybrid.plan import StagePlans, data_collectives, stage_plans
 from simdist.strategies.hybrid.spec import attention_shape
 from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait, issue_and_wait
 
@@ -258,14 +258,15 @@ class ExpertAxis:
 
     # -- the plan ------------------------------------------------------------
 
-    def stage_walk(self, first: int, stop: int) -> tuple[Plan, Plan]:
-        """A micro-batch's forward and backward plans of layers [first, stop)."""
+    def stage_walk(self, first: int, stop: int) -> StagePlans:
+        """A micro-batch's forward and backward plans of layers [first, stop); no backward
+        spans, as the overlapped reduction they feed is refused with an expert axis."""
         key = (first, stop)
         if key not in self.passes:
             h = self.h
             self.passes[key] = stage_passes(h.micro, h.roles, first, stop, h.ring, self.recompute)
         forward, backward = self.passes[key]
-        return forward.plan, backward.plan
+        return StagePlans(forward.plan, backward.plan, [])
 
     def holder(self, s: int, index: int) -> Device:
         """Token holder ``index`` of stage ``s`` (data-major, context innermost)."""

@@ -21,7 +21,7 @@ Pure (no SimPy, no JAX): the strategy prices these on the clock, the tests by ha
   collectives run back to back after the flush (none overlaps a backward that has ended).
   With ``overlap_grad_reduce`` the reduction overlaps the stage's last backward instead
   (:func:`overlapped_data_plan`): its gradients fill buckets in the order that backward
-  makes them ready (:func:`stage_backward_spans`), and each bucket is reduced as soon as it
+  makes them ready (:attr:`StagePlans.backward_spans`), and each bucket is reduced as soon as it
   is ready on every copy and the bucket before it is reduced.
 * A device's memory: its stage's as the pipeline computes it
   (:class:`simdist.memory.accounting.StagedReplica`), with the spec's
@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
 from simdist.step_costs import LayerCost
 from simdist.strategies.context_ring import ContextRing
@@ -43,7 +44,7 @@ from simdist.strategies.sharded_plan import (
     reduce_buckets,
 )
 from simdist.strategies.steps import Collective, Compute, Issue, Plan, Step, Wait
-from simdist.strategies.tensor_parallel.plan import backward_span_layers, phase_plans, split_s
+from simdist.strategies.tensor_parallel.plan import phase_plans, split_s
 
 #: DeepSpeed's reduce_bucket_size and allgather_bucket_size default (5e8 elements,
 #: deepspeed/runtime/zero/config.py) as float32 bytes — simdist.strategies.zero's default.
@@ -73,6 +74,22 @@ def micro_layers(layers: Sequence[LayerCost], micro_batches: int) -> tuple[Layer
     )
 
 
+class StagePlans(NamedTuple):
+    """A micro-batch's forward and backward through a stage (:func:`stage_plans`), and the
+    layers (indices into the model's) each compute span of the backward computes, in
+    program order (what the overlapped data reduction waits for:
+    :func:`overlapped_data_plan`)."""
+
+    forward: Plan
+    backward: Plan
+    backward_spans: list[tuple[int, ...]]
+
+    @property
+    def phases(self) -> tuple[Plan, Plan]:
+        """The forward and the backward plan."""
+        return self.forward, self.backward
+
+
 def stage_plans(
     layers: Sequence[LayerCost],
     roles: Sequence[str],
@@ -82,12 +99,13 @@ def stage_plans(
     sequence_parallel: bool,
     gather_whole: bool,
     ring: ContextRing | None = None,
-) -> tuple[Plan, Plan]:
+) -> StagePlans:
     """A micro-batch's forward and backward through layers ``[first, stop)`` of
     ``layers`` (micro-batch costs) on a tensor group, with its tensor collectives (none on
     a group of one device: there is nothing to reduce, and nothing runs) and, with a
-    context axis (``ring``), each attention layer's ring steps."""
-    forward, backward = phase_plans(
+    context axis (``ring``), each attention layer's ring steps; and the layers each
+    backward compute span computes."""
+    forward, backward, spans = phase_plans(
         layers[first:stop],
         roles[first:stop],
         tensor,
@@ -97,9 +115,10 @@ def stage_plans(
         input_activation_nbytes=layers[first - 1].output_nbytes if first else 0,
         ring=ring,
     )
+    spans = [tuple(first + i for i in span) for span in spans]
     if tensor > 1:
-        return forward, backward
-    return _computes(forward), _computes(backward)
+        return StagePlans(forward, backward, spans)
+    return StagePlans(_computes(forward), _computes(backward), spans)
 
 
 def context_layers(layers: Sequence[LayerCost], context: int) -> tuple[LayerCost, ...]:
@@ -117,28 +136,6 @@ def context_layers(layers: Sequence[LayerCost], context: int) -> tuple[LayerCost
         )
         for x in layers
     )
-
-
-def stage_backward_spans(
-    layers: Sequence[LayerCost],
-    roles: Sequence[str],
-    first: int,
-    stop: int,
-    tensor: int,
-    sequence_parallel: bool,
-    gather_whole: bool,
-) -> list[tuple[int, ...]]:
-    """The layers (indices into ``layers``) each compute span of :func:`stage_plans`'s
-    backward computes, in program order."""
-    spans = backward_span_layers(
-        layers[first:stop],
-        roles[first:stop],
-        tensor,
-        sequence_parallel,
-        gather_whole=gather_whole,
-        takes_data=first == 0,
-    )
-    return [tuple(first + i for i in span) for span in spans]
 
 
 def _computes(plan: Plan) -> Plan:

@@ -389,7 +389,8 @@ class Spec(StrategySpecBase):
 
         model = scenario.workload.clock_model
         moe = [n.endswith(".moe") for n in names]
-        total = gpt_expert_params(**(model.gpt_sizes() or {}))
+        shape = model.gpt_shape()
+        total = gpt_expert_params(shape) if shape is not None else 0
         each = total // max(1, sum(moe))
         return [each if is_moe else 0 for is_moe in moe]
 

@@ -62,13 +62,13 @@ from simdist.strategies.base import Strategy
 from simdist.strategies.context_ring import ContextRing, core_share, kv_block_nbytes
 from simdist.strategies.hybrid.experts import ExpertAxis
 from simdist.strategies.hybrid.plan import (
+    StagePlans,
     context_layers,
     data_bucket_nbytes,
     data_collectives,
     micro_layers,
     overlapped_data_plan,
     send_nbytes,
-    stage_backward_spans,
     stage_plans,
 )
 from simdist.strategies.pipeline.plan import (
@@ -207,7 +207,7 @@ class HybridStrategy(PipelineStrategy):
         self.overlap = bool(spec.overlap_grad_reduce) and self.D > 1
         # Under overlap: each stage's data plan and {backward span: the bucket it closes},
         # and the micro-batch of its last backward in a step.
-        self.overlapped = [self._overlapped(s, a, b) for s, (a, b) in enumerate(self.bounds)]
+        self.overlapped = [self._overlapped(s) for s in range(self.S)]
         self.last_backward = [
             next(op[1] for op in reversed(ops) if op[0] == "B") for ops in self.steps_ops
         ]
@@ -264,7 +264,7 @@ class HybridStrategy(PipelineStrategy):
         """The expert axis (:mod:`.experts`); None without one."""
         return None if expert == 1 else ExpertAxis(self, expert)
 
-    def stage_walk(self, first: int, stop: int) -> tuple[Plan, Plan]:
+    def stage_walk(self, first: int, stop: int) -> StagePlans:
         """A micro-batch's forward and backward on the tensor group of layers [first, stop)
         (and its context ring, and its MoE layers' all-to-alls with an expert axis)."""
         if self.experts is not None:
@@ -278,7 +278,7 @@ class HybridStrategy(PipelineStrategy):
         ``stop``, on one context rank (1/CP of the sequence)."""
         return round(self.costs.layers[stop - 1].output_nbytes / (self.M * self.C))
 
-    def _overlapped(self, s: int, first: int, stop: int) -> tuple[Plan, dict[int, int]]:
+    def _overlapped(self, s: int) -> tuple[Plan, dict[int, int]]:
         """Stage ``s``'s data reduction overlapping its last backward (none without
         ``overlap_grad_reduce``): each backward span's share of the device's gradient
         bytes, bucketed (:func:`.plan.overlapped_data_plan`)."""
@@ -286,9 +286,7 @@ class HybridStrategy(PipelineStrategy):
             return Plan([], []), {}
         layers = self.costs.layers
         leaves = {path: nbytes for path, _, nbytes in self.costs.param_leaves}
-        spans = stage_backward_spans(
-            self.micro, self.roles, first, stop, self.T, self.sp, self.gather_whole
-        )
+        spans = self.stage_walks[s].backward_spans
         span_nbytes = [
             device_grad_nbytes(
                 [layers[i] for i in span], [self.roles[i] for i in span], self.T, leaves
@@ -345,7 +343,7 @@ class HybridStrategy(PipelineStrategy):
         """A micro-batch's forward + backward on the tensor group (compute shares and tensor
         collectives' closed forms) + sending its boundary activation."""
         group = self.tensor_groups[0][s][0]
-        forward, backward = self.stage_walk(first, stop)
+        forward, backward, _ = self.stage_walk(first, stop)
         total = 0.0
         for plan in (forward, backward):
             collectives = plan.collectives
@@ -422,7 +420,7 @@ class HybridStrategy(PipelineStrategy):
         if self.overlap:
             return None
         collectives = sorted(
-            {(c.op, c.nbytes) for plans in self.stage_walks for p in plans for c in p.collectives}
+            {(c.op, c.nbytes) for w in self.stage_walks for p in w.phases for c in p.collectives}
         )
         traffic = [
             [
@@ -678,8 +676,8 @@ class HybridStrategy(PipelineStrategy):
         group = self.tensor_groups[0][0][0]
         tensor = [
             c
-            for plans in self.stage_walks
-            for p in plans
+            for w in self.stage_walks
+            for p in w.phases
             for c in p.collectives
             if c.op != "all_to_all"
         ]
@@ -749,8 +747,8 @@ class HybridStrategy(PipelineStrategy):
         ring = self.ring
         assert ring is not None
         per_stage = []
-        for plans in self.stage_walks:
-            sends = [op for plan in plans for op in plan.program if isinstance(op, Send)]
+        for w in self.stage_walks:
+            sends = [op for plan in w.phases for op in plan.program if isinstance(op, Send)]
             per_stage.append(
                 {
                     phase: [op.nbytes for op in sends if op.tag[1] == phase]
@@ -919,7 +917,7 @@ class StageGroup:
     def compute(self, op: Compute) -> Generator[Any, Any, None]:
         """Micro-batch ``op.unit``'s forward (``F``) or backward (``B``) on the group."""
         h, s = self.h, self.s
-        forward, backward = h.stage_walks[s]
+        forward, backward, _ = h.stage_walks[s]
         plan = forward if op.phase == "F" else backward
         lead = (self.r, s) if self.lead else None
         ended = None

@@ -55,6 +55,7 @@ there; every device reads the whole input batch, so no all-gather before it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from simdist.step_costs import LayerCost
 from simdist.strategies.context_ring import ContextRing
@@ -171,12 +172,14 @@ class _Builder:
         self.names.append(name)
         self.indices.append(index)
 
-    def collective(self, op: str, nbytes: int, layer: str) -> None:
+    def collective(self, op: str, nbytes: int, layer: str, phase: str = "") -> None:
+        """Collective ``op`` of ``nbytes`` after the compute so far, labelled with ``phase``
+        (the builder's own unless given)."""
         self.flush()
         label = {"allreduce": "all-reduce", "reduce_scatter": "reduce-scatter"}.get(
             op, "all-gather"
         )
-        c = Collective(op, int(nbytes), f"tensor {label} {self.phase} {layer}")
+        c = Collective(op, int(nbytes), f"tensor {label} {phase or self.phase} {layer}")
         issue_and_wait(self.program, self.collectives, c)
 
     def ring(
@@ -216,6 +219,17 @@ class _Builder:
         return Plan(self.collectives, self.program)
 
 
+class PhasePlans(NamedTuple):
+    """A tensor group's forward and backward plans (:func:`phase_plans`), and the layers
+    (indices into the layers planned) whose backward each compute span of the backward
+    computes, in program order: once a span has ended, its layers' gradients are ready
+    (what a data-parallel reduction overlapping the backward waits for)."""
+
+    forward: Plan
+    backward: Plan
+    backward_spans: list[tuple[int, ...]]
+
+
 def compute_steps(plan: Plan) -> list[Compute]:
     """The compute spans of ``plan``, in order."""
     return [op for op in plan.program if isinstance(op, Compute)]
@@ -231,7 +245,7 @@ def step_plan(
 ) -> Plan:
     """One step of a tensor group: :func:`phase_plans`'s forward then its backward (the
     backward's compute spans numbered after the forward's)."""
-    forward, backward = phase_plans(
+    forward, backward, _ = phase_plans(
         layers, roles, tensor, sequence_parallel, gather_whole=gather_whole
     )
     spans = len(compute_steps(forward))
@@ -255,14 +269,17 @@ def phase_plans(
     takes_data: bool = True,
     input_activation_nbytes: int = 0,
     ring: ContextRing | None = None,
-) -> tuple[Plan, Plan]:
+) -> PhasePlans:
     """A tensor group's forward in layer order and its backward in reverse, with the
-    tensor collectives where Megatron puts them (module docstring), as two plans.
+    tensor collectives where Megatron puts them (module docstring), as two plans, and the
+    layers each backward compute span computes.
 
     Backward mirrors forward: an all-gather before a layer in forward is a reduce-scatter
     of its input's gradient after its backward, a reduce-scatter after it an all-gather of
     its output's gradient before; ``g``'s all-reduce after a block has no backward part,
-    ``f``'s none in forward and an all-reduce of the block's input gradient in backward.
+    ``f``'s none in forward and an all-reduce of the block's input gradient in backward. A
+    layer whose forward is recomputed (``recompute: full``) runs its forward collectives
+    again (labelled ``recompute``) before its backward ones, on a group of more than one.
     ``gather_whole``: a whole layer after a sequence-split region needs the whole sequence
     (BERT's pooler reads the first token); False when whole layers work token by token (the
     mlp's examples), so they run on the split rows. ``takes_data``: the first layer's input
@@ -280,25 +297,7 @@ def phase_plans(
         input_activation_nbytes,
         ring,
     )
-    return forward.plan(), backward.plan()
-
-
-def backward_span_layers(
-    layers: Sequence[LayerCost],
-    roles: Sequence[str],
-    tensor: int,
-    sequence_parallel: bool,
-    *,
-    gather_whole: bool = True,
-    takes_data: bool = True,
-) -> list[tuple[int, ...]]:
-    """The layers (indices into ``layers``) whose backward each compute span of
-    :func:`phase_plans`'s backward plan computes, in program order: once a span has ended,
-    its layers' gradients are ready (what a data-parallel reduction overlapping the
-    backward waits for)."""
-    _, backward = _phases(layers, roles, tensor, sequence_parallel, gather_whole, takes_data, 0)
-    backward.flush()
-    return backward.span_layers
+    return PhasePlans(forward.plan(), backward.plan(), backward.span_layers)
 
 
 def _phases(
@@ -338,6 +337,16 @@ def _phases(
     bwd = _Builder("backward")
     for i in reversed(range(len(layers))):
         layer, role = layers[i], roles[i]
+        if layer.reruns_forward and tensor > 1:
+            # Full recomputation runs the layer's forward again before its backward, its
+            # collectives included (Megatron's CheckpointFunction.backward reruns the
+            # checkpointed forward; Korthikanti et al. 2022, Sec. 5); the recomputed
+            # compute is inside the layer's backward span (LayerCost.reruns_forward).
+            if gather_before[i]:
+                bwd.collective("all_gather", input_nbytes(i), layer.name, "recompute")
+            if role in ends:
+                op = "reduce_scatter" if sp else "allreduce"
+                bwd.collective(op, layer.output_nbytes, layer.name, "recompute")
         if sp and role in ends:
             bwd.collective("all_gather", layer.output_nbytes, layer.name)
         seconds = _seconds(layer, layer.backward_s, role, tensor)
