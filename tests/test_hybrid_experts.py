@@ -439,8 +439,8 @@ def test_interleaved_memory_and_reduction_add_up_a_devices_chunks():
         "strategy.partition": [3, 2, 2, 3],
     }
     sizes = {**SIZES, "layers": 4, "experts": 4, "top_k": 1, "moe_every": 2}
-    experts = gpt_expert_params(**sizes)
-    dense = gpt_size(**sizes).params - experts
+    experts = gpt_expert_params(GptShape(**sizes))
+    dense = gpt_size(GptShape(**sizes)).params - experts
     split, whole = (
         run(scenario_from_dict(scenario(mesh, hosts=4, per_host=2, **changes))).summary
         for mesh in ({"data": 4, "pipeline": 2, "expert": 2}, {"data": 4, "pipeline": 2})
