@@ -176,6 +176,29 @@ def routing_record(
     return RoutingRecord(rows, row, imbalance, dropped)
 
 
+def routing_figures(stats: np.ndarray) -> dict[str, float | None]:
+    """A run's imbalance and dropped share from its steps' ``[imbalance, dropped]`` rows:
+    the summary's ``moe_imbalance_mean`` / ``_max`` and ``moe_dropped_fraction_mean``."""
+    some = len(stats) > 0
+    return {
+        "moe_imbalance_mean": float(stats[:, 0].mean()) if some else None,
+        "moe_imbalance_max": float(stats[:, 0].max()) if some else None,
+        "moe_dropped_fraction_mean": float(stats[:, 1].mean()) if some else None,
+    }
+
+
+def routing_key_numbers(capacity: list[str]) -> list[list[str]]:
+    """report.md's MoE rows (:mod:`simdist.report.table_figures`' ``key_numbers``): the
+    strategy's ``capacity`` row (label, summary key, format), then the figures of
+    :func:`routing_figures`."""
+    return [
+        capacity,
+        ["MoE imbalance, max / mean tokens (mean of steps)", "moe_imbalance_mean", "{:.3f}"],
+        ["MoE imbalance, worst step", "moe_imbalance_max", "{:.3f}"],
+        ["MoE dropped tokens (mean of steps)", "moe_dropped_fraction_mean", "{:.2%}"],
+    ]
+
+
 def draw_routing(
     rng: np.random.Generator, weights: Sequence[float], devices: int, tokens: int, top_k: int
 ) -> np.ndarray:

@@ -35,6 +35,18 @@ if TYPE_CHECKING:
     from simdist.scenario.schema import Scenario
 
 
+def check_divides_experts(experts: int, axis: int, field: str, model: str) -> None:
+    """Refuse an expert axis of ``axis`` devices that does not divide the ``model``'s
+    ``experts`` (each device holds as many), naming ``field`` and the largest that does."""
+    if experts % axis:
+        fits = max(x for x in range(1, axis + 1) if experts % x == 0)
+        raise fail(
+            field,
+            f"got {axis}; the expert axis must divide the {model}'s experts ({experts}) so "
+            f"that each device holds as many, e.g. expert: {fits}",
+        )
+
+
 class ZipfRouting(SectionSpec):
     """Timing-only routing with expert ``i`` (from 0) chosen with weight ``1 / (i + 1)^s``."""
 
@@ -116,11 +128,4 @@ class Spec(StrategySpecBase):
                 "over devices, e.g. model: {name: moe, experts: 8, top_k: 2} or {name: gpt, "
                 "experts: 8} (timing-only)",
             )
-        experts = int(model.experts or 0)
-        if experts % X:
-            fits = max(x for x in range(1, X + 1) if experts % x == 0)
-            raise fail(
-                "strategy.expert",
-                f"got {X}; the expert axis must divide the model's experts ({experts}) so that "
-                f"each device holds as many, e.g. expert: {fits}",
-            )
+        check_divides_experts(int(model.experts or 0), X, "strategy.expert", "model")

@@ -36,6 +36,8 @@ from simdist.strategies.expert_parallel.plan import (
     expert_seconds,
     keep_in_capacity,
     received_tokens,
+    routing_figures,
+    routing_key_numbers,
     routing_record,
     routing_weights,
     spans,
@@ -272,25 +274,16 @@ class ExpertParallelStrategy(SynchronousStrategy):
             "experts": self.E,
             "top_k": self.k,
             "expert_capacity": self.slots,
-            "moe_imbalance_mean": float(stats[:, 0].mean()) if len(stats) else None,
-            "moe_imbalance_max": float(stats[:, 0].max()) if len(stats) else None,
-            "moe_dropped_fraction_mean": float(stats[:, 1].mean()) if len(stats) else None,
+            **routing_figures(stats),
             "moe_routing": "model" if self.trainer_routes else "drawn",
             # What report.md and the figures show (simdist.report.table_figures' contract).
-            "key_numbers": [
+            "key_numbers": routing_key_numbers(
                 [
                     "experts (each one's capacity)",
                     "expert_capacity",
                     f"{self.E} ({{}} tokens a step)",
-                ],
-                [
-                    "MoE imbalance, max / mean tokens (mean of steps)",
-                    "moe_imbalance_mean",
-                    "{:.3f}",
-                ],
-                ["MoE imbalance, worst step", "moe_imbalance_max", "{:.3f}"],
-                ["MoE dropped tokens (mean of steps)", "moe_dropped_fraction_mean", "{:.2%}"],
-            ],
+                ]
+            ),
             "table_figures": [ROUTING_FIGURE],
             "table_notes": {
                 "moe_routing.csv": "per step and expert: tokens routed to it, kept within "

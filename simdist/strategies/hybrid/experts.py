@@ -56,6 +56,8 @@ from simdist.strategies.expert_parallel.plan import (
     exchange_tokens,
     expert_seconds,
     keep_in_capacity,
+    routing_figures,
+    routing_key_numbers,
     routing_record,
     routing_weights,
 )
@@ -462,24 +464,15 @@ class ExpertAxis:
                     for moves in (self.reductions(s, self.h.zero) for s in range(self.h.S))
                 ],
             },
-            "moe_imbalance_mean": float(stats[:, 0].mean()) if len(stats) else None,
-            "moe_imbalance_max": float(stats[:, 0].max()) if len(stats) else None,
-            "moe_dropped_fraction_mean": float(stats[:, 1].mean()) if len(stats) else None,
+            **routing_figures(stats),
             "moe_routing": "drawn",
-            "key_numbers": [
+            "key_numbers": routing_key_numbers(
                 [
                     f"experts over {self.X} devices (each one's capacity a micro-batch)",
                     "experts.expert_capacity",
                     f"{self.E} ({{}} tokens)",
-                ],
-                [
-                    "MoE imbalance, max / mean tokens (mean of steps)",
-                    "moe_imbalance_mean",
-                    "{:.3f}",
-                ],
-                ["MoE imbalance, worst step", "moe_imbalance_max", "{:.3f}"],
-                ["MoE dropped tokens (mean of steps)", "moe_dropped_fraction_mean", "{:.2%}"],
-            ],
+                ]
+            ),
             "table_figures": [ROUTING_FIGURE],
             "table_notes": {
                 "moe_routing.csv": "per step and expert: tokens routed to it (every MoE layer "

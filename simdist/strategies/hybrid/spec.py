@@ -31,7 +31,7 @@ from simdist.hardware.mesh import DEFAULT_ORDER, Mesh
 from simdist.sharding import Sharding
 from simdist.spec import Partition, PositiveInt, fail, number_choice
 from simdist.spec import Spec as SpecBase
-from simdist.strategies.expert_parallel.spec import ZipfRouting
+from simdist.strategies.expert_parallel.spec import ZipfRouting, check_divides_experts
 from simdist.strategies.pipeline.spec import check_interleaving
 from simdist.strategies.spec_base import StrategySpecBase
 from simdist.strategies.tensor_parallel.spec import check_splittable
@@ -335,13 +335,7 @@ class Spec(StrategySpecBase):
                 f"{clock} is {got}: give the gpt experts, e.g. {{name: gpt, experts: 8, "
                 "top_k: 2}, or leave expert out",
             )
-        if experts % X:
-            fits = max(x for x in range(1, X + 1) if experts % x == 0)
-            raise fail(
-                "strategy.mesh.expert",
-                f"got {X}; the expert axis must divide the gpt's experts ({experts}) so that "
-                f"each device holds as many, e.g. expert: {fits}",
-            )
+        check_divides_experts(experts, X, "strategy.mesh.expert", "gpt")
         if (D * CP) % X:
             ranks = f"data {D} x context {CP} = {D * CP}" if CP > 1 else f"data {D}"
             fits = max(x for x in range(1, X + 1) if (D * CP) % x == 0 and experts % x == 0)
