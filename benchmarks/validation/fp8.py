@@ -66,6 +66,16 @@ LLAMA = {
     "bias": False,
     "dropout": False,
 }
+# Nemotron: a squared-ReLU MLP (priced with the FLOPs of a GeLU one of the same width),
+# LayerNorm (layernorm1p), rotary positions on half the head, no biases, its own head.
+NEMOTRON = {
+    "vocab": 256_000,
+    "seq_len": 4096,
+    "positions": "rotary",
+    "tied_embeddings": False,
+    "bias": False,
+    "dropout": False,
+}
 MODELS: dict[str, dict[str, Any]] = {
     "GPT3-5B": {"layers": 24, "hidden": 4096, "heads": 32, "seq_len": 2048, **GPT3},
     "GPT3-20B": {"layers": 44, "hidden": 6144, "heads": 48, "seq_len": 2048, **GPT3},
@@ -79,20 +89,7 @@ MODELS: dict[str, dict[str, Any]] = {
         **LLAMA,
     },
     "LLAMA3-8B": {"preset": "llama3_8b", "seq_len": 8192},
-    # squared-ReLU MLP of 16,384 (the FLOPs of a GeLU one), LayerNorm, rotary positions on
-    # half the head, no biases, its own head
-    "Nemotron-8B": {
-        "layers": 32,
-        "hidden": 4096,
-        "heads": 32,
-        "ffn_hidden": 16384,
-        "vocab": 256_000,
-        "seq_len": 4096,
-        "positions": "rotary",
-        "tied_embeddings": False,
-        "bias": False,
-        "dropout": False,
-    },
+    "Nemotron-8B": {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 16384, **NEMOTRON},
     "LLAMA2-13B": {
         "layers": 40,
         "hidden": 5120,
@@ -115,32 +112,15 @@ MODELS: dict[str, dict[str, Any]] = {
     },
     "LLAMA3-70B": {"preset": "llama3_70b", "seq_len": 8192},
     "GPT3-175B": {"layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048, **GPT3},
-    # as Nemotron-8B: squared-ReLU MLP priced as a GeLU one, LayerNorm (layernorm1p)
-    "Nemotron-22B": {
-        "layers": 40,
-        "hidden": 6144,
-        "heads": 48,
-        "ffn_hidden": 24576,
-        "vocab": 256_000,
-        "seq_len": 4096,
-        "positions": "rotary",
-        "tied_embeddings": False,
-        "bias": False,
-        "dropout": False,
-    },
-    # as Nemotron-22B, with 8 key/value groups (num_query_groups: 8)
+    "Nemotron-22B": {"layers": 40, "hidden": 6144, "heads": 48, "ffn_hidden": 24576, **NEMOTRON},
+    # 8 key/value groups (num_query_groups: 8)
     "Nemotron-340B": {
         "layers": 96,
         "hidden": 18432,
         "heads": 96,
         "kv_heads": 8,
         "ffn_hidden": 73728,
-        "vocab": 256_000,
-        "seq_len": 4096,
-        "positions": "rotary",
-        "tied_embeddings": False,
-        "bias": False,
-        "dropout": False,
+        **NEMOTRON,
     },
 }
 # Sequence parallelism as each model's launcher config sets it (sequence_parallel: true).
