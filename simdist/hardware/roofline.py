@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 __all__ = [
     "WINOGRAD_REDUCTION",
     "WINOGRAD_TRANSFORM_TRAFFIC",
+    "achieved_flops_per_s",
     "calibrate",
     "compulsory_traffic",
     "fit_efficiency",
@@ -96,7 +97,7 @@ WINOGRAD_REDUCTION = 4.0
 WINOGRAD_TRANSFORM_TRAFFIC = 1.0 + 36.0 / 16.0
 
 
-def _flops_per_s(device: DeviceProfile, precision: str) -> float:
+def achieved_flops_per_s(device: DeviceProfile, precision: str) -> float:
     """The FLOP/s ``device`` reaches at ``precision``: its peak × efficiency, positive."""
     try:
         peak = device.peak(precision)
@@ -125,12 +126,12 @@ def layer_times(
     At ``fp8``, ``fp8`` gives each layer's FP8 GEMMs (None: none; module docstring); every
     other FLOP runs at ``bf16``.
     """
-    flops_per_s = _flops_per_s(device, precision)
+    flops_per_s = achieved_flops_per_s(device, precision)
     peak = device.peak(precision)
     rest_per_s = flops_per_s
     gemms: Sequence[Fp8Gemms | None] = [None] * len(profile.layers)
     if precision == "fp8":
-        rest_per_s = _flops_per_s(device, FP8_REST_PRECISION)
+        rest_per_s = achieved_flops_per_s(device, FP8_REST_PRECISION)
         gemms = fp8 if fp8 is not None else gemms
     bytes_per_s = device.achieved_bandwidth_Bps
     byte_scale = ELEMENT_NBYTES[precision] / PROFILE_ELEMENT_NBYTES

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from simdist.hardware.cluster import Cluster
 from simdist.hardware.fp8 import Fp8Gemms, fp8_gemms
-from simdist.hardware.profiles import DEVICE_PROFILES, DeviceProfile
-from simdist.hardware.roofline import calibrate, layer_times, step_time
+from simdist.hardware.profiles import DEVICE_PROFILES, FP8_REST_PRECISION, DeviceProfile
+from simdist.hardware.roofline import achieved_flops_per_s, calibrate, layer_times, step_time
 from simdist.memo import remember
 from simdist.scenario import Scenario
 from simdist.step_costs import Costs, DeviceCosts, LayerCost
@@ -400,8 +400,8 @@ def recompute_seconds(
         elif known is not None and known.core_flops and layer.forward_flops > 0:
             core, flops = known.core_flops * examples, layer.forward_flops
             if g is not None and device is not None:
-                fast = device.peak("fp8").flops * device.peak("fp8").efficiency
-                rest = device.peak("bf16").flops * device.peak("bf16").efficiency
+                fast = achieved_flops_per_s(device, "fp8")
+                rest = achieved_flops_per_s(device, FP8_REST_PRECISION)
                 linear = min(g.forward_flops, flops)
                 share = (core / rest) / (linear / fast + (flops - linear) / rest)
             else:
